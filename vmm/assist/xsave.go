@@ -1,0 +1,185 @@
+package assist
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// XSAVE area layout (Intel SDM vol. 1, 13.4): a 512-byte legacy region
+// (x87 and SSE), a 64-byte header (XSTATE_BV, XCOMP_BV), then the extended
+// components, at CPUID-given offsets (standard format) or packed in
+// XCOMP_BV order (compacted format, written by XSAVEC).
+const (
+	xsLegacyX87Lo  = 0   // FCW, FSW, FTW, FOP, FIP, FDP: bytes 0-23
+	xsLegacyX87Hi  = 24  //
+	xsMXCSR        = 24  // MXCSR, MXCSR_MASK: bytes 24-31
+	xsMXCSRMask    = 28  //
+	xsSTRegs       = 32  // ST0-7 / MM0-7: bytes 32-159
+	xsXMM          = 160 // XMM0-15: bytes 160-415
+	xsXMMEnd       = 416
+	xsHeader       = 512
+	xsExtended     = 576
+	xcompCompacted = 1 << 63
+)
+
+// xsave performs XSAVE/XSAVEOPT (standard), XSAVEC (compact) or XRSTOR
+// (either form, as the header says) at guest linear address ea, through
+// KVM's copy of the vCPU's extended state.
+func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
+	if x.s.CR4&cr4OSXSAVE == 0 {
+		return ud(), nil
+	}
+	if ea&63 != 0 {
+		return gp0(), nil
+	}
+	xcr0, err := getXCR0(x.c)
+	if err != nil {
+		return nil, err
+	}
+	rfbm := (uint64(uint32(x.r.RAX)) | uint64(uint32(x.r.RDX))<<32) & xcr0
+	m := x.mode()
+
+	var hdr [64]byte
+	if restore {
+		if ex, err := x.load(ea+xsHeader, hdr[:]); ex != nil || err != nil {
+			return ex, err
+		}
+		xstateBV := binary.LittleEndian.Uint64(hdr[0:])
+		xcompBV := binary.LittleEndian.Uint64(hdr[8:])
+		compact = xcompBV&xcompCompacted != 0
+		if compact {
+			if xcompBV&^xcompCompacted&^xcr0 != 0 || xstateBV&^xcompBV != 0 || !allZero(hdr[16:]) {
+				return gp0(), nil
+			}
+		} else if xstateBV&^xcr0 != 0 || !allZero(hdr[8:24]) {
+			return gp0(), nil
+		}
+	}
+	// components and their offsets in guest memory
+	var off [64]uint64
+	end := uint64(xsExtended)
+	present := rfbm
+	if restore && compact {
+		present = binary.LittleEndian.Uint64(hdr[8:]) &^ xcompCompacted
+	}
+	o := uint64(xsExtended)
+	for i := 2; i < 63; i++ {
+		if present>>i&1 == 0 {
+			continue
+		}
+		size := uint64(x.a.xs.Size[i])
+		if size == 0 {
+			return nil, fmt.Errorf("XSAVE component %d enabled but not described by CPUID leaf 0xD", i)
+		}
+		if compact {
+			if x.a.xs.Align64[i] {
+				o = (o + 63) &^ 63
+			}
+			off[i] = o
+			o += size
+		} else {
+			off[i] = uint64(x.a.xs.Offset[i])
+		}
+		end = max(end, off[i]+size)
+	}
+	if ex, err := checkRange(x.a.mem, m, ea, end, !restore); ex != nil || err != nil {
+		return ex, err
+	}
+	ks, err := x.c.GetXSave()
+	if err != nil {
+		return nil, err
+	}
+	k := ks.Bytes()
+	if end > uint64(len(k)) {
+		return nil, fmt.Errorf("XSAVE area of %d bytes exceeds KVM's %d", end, len(k))
+	}
+	kbv := binary.LittleEndian.Uint64(k[xsHeader:])
+	guest := make([]byte, end)
+	if err := access(x.a.mem, m, ea, guest, false); err != nil {
+		return nil, err
+	}
+
+	if !restore {
+		if rfbm&1 != 0 {
+			copy(guest[xsLegacyX87Lo:xsLegacyX87Hi], k[xsLegacyX87Lo:xsLegacyX87Hi])
+			copy(guest[xsSTRegs:xsXMM], k[xsSTRegs:xsXMM])
+		}
+		if rfbm&6 != 0 {
+			copy(guest[xsMXCSR:xsSTRegs], k[xsMXCSR:xsSTRegs])
+		}
+		if rfbm&2 != 0 {
+			copy(guest[xsXMM:xsXMMEnd], k[xsXMM:xsXMMEnd])
+		}
+		for i := 2; i < 63; i++ {
+			if rfbm>>i&1 != 0 {
+				src := k[x.a.xs.Offset[i] : x.a.xs.Offset[i]+x.a.xs.Size[i]]
+				copy(guest[off[i]:], src)
+			}
+		}
+		bv := guest[xsHeader:]
+		if compact {
+			binary.LittleEndian.PutUint64(bv[0:], kbv&rfbm)
+			binary.LittleEndian.PutUint64(bv[8:], rfbm|xcompCompacted)
+		} else {
+			old := binary.LittleEndian.Uint64(bv[0:])
+			binary.LittleEndian.PutUint64(bv[0:], old&^rfbm|kbv&rfbm)
+		}
+		return nil, access(x.a.mem, m, ea, guest, true)
+	}
+
+	bv := binary.LittleEndian.Uint64(guest[xsHeader:])
+	if rfbm&6 != 0 {
+		mxcsr := binary.LittleEndian.Uint32(guest[xsMXCSR:])
+		mask := binary.LittleEndian.Uint32(k[xsMXCSRMask:])
+		if mask == 0 {
+			mask = 0xffbf
+		}
+		if mxcsr&^mask != 0 {
+			return gp0(), nil
+		}
+		binary.LittleEndian.PutUint32(k[xsMXCSR:], mxcsr)
+	}
+	if rfbm&1 != 0 {
+		if bv&1 != 0 {
+			copy(k[xsLegacyX87Lo:xsLegacyX87Hi], guest[xsLegacyX87Lo:xsLegacyX87Hi])
+			copy(k[xsSTRegs:xsXMM], guest[xsSTRegs:xsXMM])
+		} else { // x87 init state: FCW 0x37f, everything else zero
+			clear(k[xsLegacyX87Lo:xsLegacyX87Hi])
+			clear(k[xsSTRegs:xsXMM])
+			binary.LittleEndian.PutUint16(k[0:], 0x37f)
+		}
+	}
+	if rfbm&2 != 0 {
+		if bv&2 != 0 {
+			copy(k[xsXMM:xsXMMEnd], guest[xsXMM:xsXMMEnd])
+		} else {
+			clear(k[xsXMM:xsXMMEnd])
+		}
+	}
+	for i := 2; i < 63; i++ {
+		if rfbm>>i&1 == 0 {
+			continue
+		}
+		dst := k[x.a.xs.Offset[i] : x.a.xs.Offset[i]+x.a.xs.Size[i]]
+		if bv>>i&1 != 0 && present>>i&1 != 0 {
+			copy(dst, guest[off[i]:off[i]+uint64(len(dst))])
+		} else {
+			clear(dst)
+		}
+	}
+	binary.LittleEndian.PutUint64(k[xsHeader:], kbv&^rfbm|bv&rfbm)
+	if err := x.c.SetXSave(ks); err != nil {
+		// KVM validates the image as hardware would: refuse it with #GP
+		return gp0(), nil
+	}
+	return nil, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

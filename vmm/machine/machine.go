@@ -1,0 +1,341 @@
+// Package machine assembles a VM from the pieces under vmm/: KVM, guest
+// memory, the boot loader, vCPUs and legacy devices, and runs it until the
+// guest ends.
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/arch/x86"
+	"github.com/kubevmm/kubevmm/vmm/assist"
+	"github.com/kubevmm/kubevmm/vmm/boot"
+	"github.com/kubevmm/kubevmm/vmm/devices/bus"
+	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
+	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
+	"github.com/kubevmm/kubevmm/vmm/devices/serial"
+	"github.com/kubevmm/kubevmm/vmm/kvm"
+	"github.com/kubevmm/kubevmm/vmm/memory"
+)
+
+// DefaultCmdline is the kernel command line when the user gives none.
+const DefaultCmdline = "console=ttyS0 reboot=k panic=-1"
+
+// ErrConfig is wrapped by errors caused by the VM's configuration or its
+// inputs (kernel, memory size, missing KVM) rather than by the guest.
+var ErrConfig = errors.New("invalid VM configuration")
+
+// Config describes a VM to build.
+type Config struct {
+	CPUs        int
+	MemoryBytes uint64
+	Kernel      []byte
+	Initrd      []byte
+	Cmdline     string
+	KVMPath     string    // default /dev/kvm
+	Console     io.Writer // guest serial output; the console hub in practice
+	// HostProfile forces (true/false) the nested-host profile; nil detects it.
+	HostProfile *bool
+	// Log, if set, receives VMM diagnostics.
+	Log io.Writer
+}
+
+// Machine is a built VM.
+type Machine struct {
+	cfg      Config
+	sys      *kvm.System
+	vm       *kvm.VM
+	Mem      *memory.Guest
+	vcpus    []*vcpu
+	pio      bus.Bus
+	mmio     bus.Bus
+	Serial   *serial.Serial
+	kbd      *i8042.Device
+	clock    *rtc.Device
+	Assist   *assist.Assister
+	Loaded   *boot.Loaded
+	Cmdline  string
+	Nested   bool
+	Metrics  Metrics
+	created  time.Time
+	started  time.Time
+	exitOnce sync.Once
+	exitCh   chan Exit
+	running  sync.WaitGroup
+}
+
+// Metrics counts VM exits the VMM handled.
+type Metrics struct {
+	ExitsIO, ExitsMMIO, ExitsIntr, ExitsOther atomic.Uint64
+	UnknownPIO, UnknownMMIO                   atomic.Uint64
+}
+
+// ExitReason says how the guest ended.
+type ExitReason string
+
+// How a guest can end.
+const (
+	ExitReset       ExitReason = "reset"        // guest rebooted (i8042 reset line, reboot=k)
+	ExitShutdown    ExitReason = "shutdown"     // guest powered off
+	ExitStopped     ExitReason = "stopped"      // the VMM was asked to stop
+	ExitTripleFault ExitReason = "triple-fault" // guest crashed the CPU
+	ExitPanic       ExitReason = "guest-panic"
+	ExitError       ExitReason = "error" // the VMM could not continue (Err says why)
+)
+
+// Exit is the end of a VM.
+type Exit struct {
+	Reason ExitReason
+	VCPU   int
+	Err    error
+}
+
+// Failed reports whether the exit means the guest failed.
+func (e Exit) Failed() bool {
+	switch e.Reason {
+	case ExitReset, ExitShutdown, ExitStopped:
+		return false
+	}
+	return true
+}
+
+func (e Exit) String() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s on vCPU %d: %v", e.Reason, e.VCPU, e.Err)
+	}
+	return string(e.Reason)
+}
+
+func configErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+}
+
+// New builds the VM: KVM objects, guest RAM with the kernel loaded, vCPUs
+// in their boot state and the legacy devices. Nothing runs until Run.
+func New(cfg Config) (m *Machine, err error) {
+	if cfg.CPUs < 1 || cfg.CPUs > x86.MaxCPUs {
+		return nil, configErr("%d vCPUs: must be between 1 and %d", cfg.CPUs, x86.MaxCPUs)
+	}
+	if _, err := x86.RAMLayout(cfg.MemoryBytes); err != nil {
+		return nil, configErr("%v", err)
+	}
+	if cfg.KVMPath == "" {
+		cfg.KVMPath = "/dev/kvm"
+	}
+	if cfg.Console == nil {
+		cfg.Console = io.Discard
+	}
+	if cfg.Cmdline == "" {
+		cfg.Cmdline = DefaultCmdline
+	}
+	m = &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1)}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	m.Nested = x86.EmulatedKernelMode()
+	if cfg.HostProfile != nil {
+		m.Nested = *cfg.HostProfile
+	}
+	m.Cmdline = cfg.Cmdline
+	if extra := x86.HostKernelArgs(m.Nested); extra != "" {
+		m.Cmdline += " " + extra
+	}
+
+	if m.sys, err = kvm.Open(cfg.KVMPath); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if max, err := m.sys.CheckExtension(kvm.CapMaxVCPUs); err == nil && max > 0 && cfg.CPUs > max {
+		return nil, configErr("%d vCPUs: KVM on this host allows %d", cfg.CPUs, max)
+	}
+	if m.vm, err = m.sys.CreateVM(); err != nil {
+		return nil, err
+	}
+	if err := m.setupVM(); err != nil {
+		return nil, err
+	}
+	if err := m.setupMemory(); err != nil {
+		return nil, err
+	}
+	if err := m.loadGuest(); err != nil {
+		return nil, err
+	}
+	if err := m.setupDevices(); err != nil {
+		return nil, err
+	}
+	if err := m.setupVCPUs(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Machine) logf(format string, a ...any) {
+	if m.cfg.Log != nil {
+		fmt.Fprintf(m.cfg.Log, "vmm: "+format+"\n", a...)
+	}
+}
+
+func (m *Machine) setupVM() error {
+	if err := m.vm.SetTSSAddr(x86.TSSAddr); err != nil {
+		return err
+	}
+	if err := m.vm.SetIdentityMapAddr(x86.IdentityMapAddr); err != nil {
+		return err
+	}
+	if err := m.vm.CreateIRQChip(); err != nil {
+		return err
+	}
+	return m.vm.CreatePIT2(kvm.PITSpeakerDummy)
+}
+
+func (m *Machine) setupMemory() error {
+	layout, err := x86.RAMLayout(m.cfg.MemoryBytes)
+	if err != nil {
+		return configErr("%v", err)
+	}
+	if m.Mem, err = memory.New(layout); err != nil {
+		return err
+	}
+	for _, r := range m.Mem.Regions() {
+		err := m.vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
+			Slot:          r.Slot,
+			GuestPhysAddr: r.GPA,
+			MemorySize:    r.Size,
+			UserspaceAddr: uint64(uintptrOf(r.Data)),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Machine) loadGuest() error {
+	if err := x86.WriteBootTables(m.Mem); err != nil {
+		return err
+	}
+	if _, err := x86.WriteMPTable(m.Mem, m.cfg.CPUs); err != nil {
+		return err
+	}
+	layout, _ := x86.RAMLayout(m.cfg.MemoryBytes)
+	l, err := boot.Load(m.Mem, boot.Params{
+		Kernel:  m.cfg.Kernel,
+		Initrd:  m.cfg.Initrd,
+		Cmdline: m.Cmdline,
+		E820:    x86.E820(layout),
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	m.Loaded = l
+	m.logf("%s kernel at %#x-%#x, entry %#x, initrd %d bytes at %#x, cmdline %q",
+		l.Format, l.KernelStart, l.KernelEnd, l.Entry, len(m.cfg.Initrd), l.InitrdAddr, m.Cmdline)
+	return nil
+}
+
+// Legacy PC ports.
+const (
+	com1Port  = 0x3f8
+	com1IRQ   = 4
+	postPort  = 0x80 // POST diagnostic port, written as an I/O delay
+	pciConfig = 0xcf8
+)
+
+type sink struct{}
+
+func (sink) Read(_ uint64, data []byte) { clear(data) }
+func (sink) Write(uint64, []byte)       {}
+
+func (m *Machine) setupDevices() error {
+	m.Serial = serial.New(m.cfg.Console, func(level bool) {
+		if err := m.vm.IRQLine(com1IRQ, level); err != nil {
+			m.stop(Exit{Reason: ExitError, Err: err})
+		}
+	})
+	m.kbd = i8042.New(func() { m.stop(Exit{Reason: ExitReset}) })
+	m.clock = rtc.New()
+	for _, d := range []struct {
+		name       string
+		base, size uint64
+		dev        bus.Device
+	}{
+		{"serial0", com1Port, serial.Size, m.Serial},
+		{"i8042", i8042.Base, i8042.Size, m.kbd},
+		{"rtc", rtc.Base, rtc.Size, m.clock},
+		{"post", postPort, 1, sink{}},
+	} {
+		if err := m.pio.Insert(d.name, d.base, d.size, d.dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases everything. The VM must not be running.
+func (m *Machine) Close() error {
+	for _, v := range m.vcpus {
+		v.c.Close()
+	}
+	m.vcpus = nil
+	if m.Mem != nil {
+		m.Mem.Close()
+		m.Mem = nil
+	}
+	if m.vm != nil {
+		m.vm.Close()
+		m.vm = nil
+	}
+	if m.sys != nil {
+		m.sys.Close()
+		m.sys = nil
+	}
+	return nil
+}
+
+// stop records the first reason the VM ends and kicks every vCPU out.
+func (m *Machine) stop(e Exit) {
+	m.exitOnce.Do(func() {
+		m.exitCh <- e
+		for _, v := range m.vcpus {
+			v.request(reqStop)
+		}
+	})
+}
+
+// Stop asks the VM to stop; Run returns ExitStopped.
+func (m *Machine) Stop() { m.stop(Exit{Reason: ExitStopped}) }
+
+// Run starts every vCPU and blocks until the guest ends or Stop is called.
+// All vCPU threads have exited when it returns.
+func (m *Machine) Run() Exit {
+	m.started = time.Now()
+	for _, v := range m.vcpus {
+		m.running.Add(1)
+		go v.loop()
+	}
+	e := <-m.exitCh
+	m.running.Wait()
+	return e
+}
+
+// Started is when Run began.
+func (m *Machine) Started() time.Time { return m.started }
+
+// Stats is a summary for logs and benchmarks.
+func (m *Machine) Stats() map[string]any {
+	return map[string]any{
+		"exits_io":     m.Metrics.ExitsIO.Load(),
+		"exits_mmio":   m.Metrics.ExitsMMIO.Load(),
+		"exits_intr":   m.Metrics.ExitsIntr.Load(),
+		"exits_other":  m.Metrics.ExitsOther.Load(),
+		"unknown_pio":  m.Metrics.UnknownPIO.Load(),
+		"unknown_mmio": m.Metrics.UnknownMMIO.Load(),
+		"assists":      m.Assist.Counts(),
+		"serial_tx":    m.Serial.Metrics.TxBytes.Load(),
+	}
+}
