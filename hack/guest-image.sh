@@ -21,6 +21,14 @@ if [ -f "$out/done" ]; then
   echo "$out"
   exit 0
 fi
+# One build at a time: concurrent callers (parallel test runs) wait for it.
+mkdir -p "$cache/guest"
+exec 9>"$cache/guest/.lock"
+flock 9
+if [ -f "$out/done" ]; then
+  echo "$out"
+  exit 0
+fi
 
 log() { echo "guest-image: $*" >&2; }
 work=$cache/guest/build-$inputs_hash

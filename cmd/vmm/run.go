@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ type runFlags struct {
 	console                 string
 	verbose                 bool
 	report                  string
+	profile                 string
 	marks                   multiFlag
 }
 
@@ -45,6 +47,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	fs.StringVar(&f.console, "console", "stdio", "serial console: stdio, socket:PATH, or none")
 	fs.BoolVar(&f.verbose, "v", false, "log VMM diagnostics and exit statistics to stderr")
 	fs.StringVar(&f.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
+	fs.StringVar(&f.profile, "profile", "", "sample guest RIPs at 100 Hz and write them, symbolized with System.map beside the kernel if present, to this file")
 	fs.Var(&f.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -135,8 +138,17 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 		}
 	}()
 
+	var prof *machine.Profiler
+	if f.profile != "" {
+		prof = m.StartProfile(10 * time.Millisecond)
+	}
 	setup := time.Since(start)
 	exit := m.Run()
+	if prof != nil {
+		if err := writeProfile(f.profile, prof.Stop(), filepath.Join(filepath.Dir(f.kernel), "System.map")); err != nil {
+			fmt.Fprintf(stderr, "vmm: write profile: %v\n", err)
+		}
+	}
 	total := time.Since(start)
 	con.Close()
 

@@ -172,17 +172,17 @@ func (x *exec) mode() mode { return mode{s: x.s, rflags: x.r.RFLAGS, user: x.cpl
 func (a *Assister) Complete(c VCPU, id int, ie kvm.InternalError) (Kind, error) {
 	r, err := c.GetRegs()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("assist vCPU %d: %w", id, err)
 	}
 	s, err := c.GetSregs()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("assist vCPU %d: %w", id, err)
 	}
 	x := &exec{a: a, c: c, r: r, s: s, cpl: int(s.CS.Selector & 3)}
 	x.in.b = a.fetch(x, ie)
 	kind, ex, advance, err := x.dispatch()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("assist vCPU %d at RIP %#x [%s]: %w", id, r.RIP, hexBytes(x.in.decoded()), err)
 	}
 	if kind < 0 {
 		return 0, &UnhandledError{RIP: r.RIP, Bytes: x.in.b, CPL: x.cpl}
@@ -196,20 +196,20 @@ func (a *Assister) Complete(c VCPU, id int, ie kvm.InternalError) (Kind, error) 
 	}
 	if x.sregs {
 		if err := c.SetSregs(s); err != nil {
-			return kind, err
+			return kind, fmt.Errorf("assist vCPU %d: complete %v: %w", id, kind, err)
 		}
 	}
 	if err := c.SetRegs(r); err != nil {
-		return kind, err
+		return kind, fmt.Errorf("assist vCPU %d: complete %v: %w", id, kind, err)
 	}
 	if ex != nil {
 		if err := inject(c, ex); err != nil {
-			return kind, err
+			return kind, fmt.Errorf("assist vCPU %d: inject vector %d for %v: %w", id, ex.vector, kind, err)
 		}
 	}
 	a.counts[kind].Add(1)
 	if a.Trace != nil {
-		a.Trace(id, kind, r.RIP, x.in.b[:max(x.in.len, x.in.pos)])
+		a.Trace(id, kind, r.RIP, x.in.decoded())
 	}
 	return kind, nil
 }

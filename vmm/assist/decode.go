@@ -199,6 +199,9 @@ func (in *insn) checkLen() error {
 // finish marks the instruction as ending at the current position (no ModRM).
 func (in *insn) finish() { in.len = in.pos }
 
+// decoded is the bytes decoded so far (the whole instruction once known).
+func (in *insn) decoded() []byte { return in.b[:min(max(in.len, in.pos), len(in.b))] }
+
 func b2i(b bool) int {
 	if b {
 		return 1

@@ -53,10 +53,11 @@ func translate(mem *memory.Guest, m mode, gva uint64, write bool) (uint64, *exce
 	if s.CR4&cr4LA57 != 0 {
 		levels = 5
 	}
-	// non-canonical addresses fault with #GP, not #PF
+	// non-canonical addresses fault with #GP(0), not #PF; #GP always
+	// pushes an error code, and the guest's handler expects one on its stack
 	bits := uint(12 + 9*levels)
 	if top := int64(gva) >> (bits - 1); top != 0 && top != -1 {
-		return 0, &exception{vector: vecGP}, nil
+		return 0, gp0(), nil
 	}
 	errCode := uint32(0)
 	if write {
@@ -122,11 +123,15 @@ func orUint64(p *uint64, bits uint64) {
 // checkRange verifies that every page of [gva, gva+n) is accessible, so that
 // an instruction that faults leaves memory untouched, as hardware does.
 func checkRange(mem *memory.Guest, m mode, gva, n uint64, write bool) (*exception, error) {
-	end := gva + n
-	for p := gva; p < end; p = p&^0xfff + 0x1000 {
+	// Count bytes rather than compare addresses: gva+n may wrap at 2^64,
+	// and an address loop would then skip the check or walk the whole
+	// address space.
+	for done := uint64(0); done < n; {
+		p := gva + done
 		if _, ex, err := translate(mem, m, p, write); ex != nil || err != nil {
 			return ex, err
 		}
+		done += 0x1000 - p&0xfff
 	}
 	return nil, nil
 }

@@ -93,6 +93,14 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 	if end > uint64(len(k)) {
 		return nil, fmt.Errorf("XSAVE area of %d bytes exceeds KVM's %d", end, len(k))
 	}
+	// KVM's copy is in the standard format: each component copied below
+	// must lie inside it whatever its place in the guest's (compacted) area.
+	for i := 2; i < 63; i++ {
+		if rfbm>>i&1 != 0 && uint64(x.a.xs.Offset[i])+uint64(x.a.xs.Size[i]) > uint64(len(k)) {
+			return nil, fmt.Errorf("XSAVE component %d at [%d+%d] lies outside KVM's %d-byte XSAVE area",
+				i, x.a.xs.Offset[i], x.a.xs.Size[i], len(k))
+		}
+	}
 	kbv := binary.LittleEndian.Uint64(k[xsHeader:])
 	guest := make([]byte, end)
 	if err := access(x.a.mem, m, ea, guest, false); err != nil {

@@ -25,21 +25,31 @@ const (
 	maxPending = 1 << 20
 )
 
+// clientWriteTimeout is how long a socket client may take to accept
+// output before it is detached (a variable so tests need not wait).
+var clientWriteTimeout = 5 * time.Second
+
 // Console is the output/input hub of one guest console.
 type Console struct {
-	mu       sync.Mutex
-	history  []byte
-	pending  []byte
-	dropped  uint64
-	kick     chan struct{}
-	done     chan struct{}
-	closed   bool
-	sinks    []io.Writer // always-on outputs (stdout, log file)
-	client   net.Conn
-	input    func([]byte)
-	watchers []*watcher
-	listener net.Listener
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	history []byte
+	pending []byte
+	dropped uint64
+	kick    chan struct{}
+	done    chan struct{}
+	closed  bool
+	sinks   []io.Writer // always-on outputs (stdout, log file)
+	client  net.Conn
+	// replay is the history a newly attached client still has to get;
+	// the flusher sends it before any live output, so the two can't
+	// interleave. replaySkip is how much of pending the replay already
+	// holds (output written before the attach but not yet flushed).
+	replay     []byte
+	replaySkip int
+	input      func([]byte)
+	watchers   []*watcher
+	listener   net.Listener
+	wg         sync.WaitGroup
 }
 
 type watcher struct {
@@ -80,6 +90,7 @@ func (c *Console) Write(p []byte) (int, error) {
 	if over := len(c.pending) - maxPending; over > 0 {
 		c.dropped += uint64(over)
 		c.pending = append(c.pending[:0], c.pending[over:]...)
+		c.replaySkip = max(0, c.replaySkip-over)
 	}
 	now := time.Time{}
 	for _, w := range c.watchers {
@@ -156,16 +167,23 @@ func (c *Console) flush() {
 	c.pending = nil
 	sinks := c.sinks
 	client := c.client
-	c.mu.Unlock()
-	if len(p) == 0 {
-		return
-	}
-	for _, s := range sinks {
-		s.Write(p)
-	}
+	var out []byte
 	if client != nil {
-		client.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		if _, err := client.Write(p); err != nil {
+		out = p[min(c.replaySkip, len(p)):]
+		if c.replay != nil {
+			out = append(c.replay, out...)
+		}
+	}
+	c.replay, c.replaySkip = nil, 0
+	c.mu.Unlock()
+	if len(p) > 0 {
+		for _, s := range sinks {
+			s.Write(p)
+		}
+	}
+	if client != nil && len(out) > 0 {
+		client.SetWriteDeadline(time.Now().Add(clientWriteTimeout))
+		if _, err := client.Write(out); err != nil {
 			// a client that stops reading is detached, not waited for
 			c.detach(client)
 		}
@@ -176,6 +194,7 @@ func (c *Console) detach(conn net.Conn) {
 	c.mu.Lock()
 	if c.client == conn {
 		c.client = nil
+		c.replay, c.replaySkip = nil, 0
 	}
 	c.mu.Unlock()
 	conn.Close()
@@ -198,15 +217,17 @@ func (c *Console) Attach(conn net.Conn) {
 	if len(hist) > HistorySize {
 		hist = hist[len(hist)-HistorySize:]
 	}
-	hist = append([]byte(nil), hist...)
+	// The flusher replays the history: writing it here would race with
+	// the flusher's live output (out of order, or pending output twice).
+	c.replay = append([]byte(nil), hist...)
+	c.replaySkip = len(c.pending)
 	c.mu.Unlock()
 	if old != nil {
 		old.Close()
 	}
-	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(hist); err != nil {
-		c.detach(conn)
-		return
+	select {
+	case c.kick <- struct{}{}:
+	default:
 	}
 	buf := make([]byte, 4096)
 	for {

@@ -61,6 +61,8 @@ type Machine struct {
 	Cmdline  string
 	Nested   bool
 	Metrics  Metrics
+	msrList  []uint32 // MSRs saved in snapshots, probed on first use
+	profiler atomic.Pointer[Profiler]
 	created  time.Time
 	started  time.Time
 	exitOnce sync.Once
@@ -116,7 +118,7 @@ func configErr(format string, a ...any) error {
 
 // New builds the VM: KVM objects, guest RAM with the kernel loaded, vCPUs
 // in their boot state and the legacy devices. Nothing runs until Run.
-func New(cfg Config) (m *Machine, err error) {
+func New(cfg Config) (*Machine, error) {
 	if cfg.CPUs < 1 || cfg.CPUs > x86.MaxCPUs {
 		return nil, configErr("%d vCPUs: must be between 1 and %d", cfg.CPUs, x86.MaxCPUs)
 	}
@@ -132,9 +134,10 @@ func New(cfg Config) (m *Machine, err error) {
 	if cfg.Cmdline == "" {
 		cfg.Cmdline = DefaultCmdline
 	}
-	m = &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1)}
+	m := &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1)}
+	built := false
 	defer func() {
-		if err != nil {
+		if !built {
 			m.Close()
 		}
 	}()
@@ -147,6 +150,7 @@ func New(cfg Config) (m *Machine, err error) {
 		m.Cmdline += " " + extra
 	}
 
+	var err error
 	if m.sys, err = kvm.Open(cfg.KVMPath); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -171,6 +175,7 @@ func New(cfg Config) (m *Machine, err error) {
 	if err := m.setupVCPUs(); err != nil {
 		return nil, err
 	}
+	built = true
 	return m, nil
 }
 

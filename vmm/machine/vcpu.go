@@ -34,7 +34,8 @@ type vcpu struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	req     request
-	paused  bool
+	paused  bool // parked in checkpoint by a pause request
+	exited  bool // the thread left its loop (or never started and was stopped)
 	started bool
 }
 
@@ -130,6 +131,12 @@ func (v *vcpu) checkpoint() bool {
 
 func (v *vcpu) loop() {
 	defer v.m.running.Done()
+	defer func() {
+		v.mu.Lock()
+		v.exited = true
+		v.cond.Broadcast()
+		v.mu.Unlock()
+	}()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	v.mu.Lock()
@@ -140,6 +147,11 @@ func (v *vcpu) loop() {
 		err := v.c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
 			v.m.Metrics.ExitsIntr.Add(1)
+			if p := v.m.profiler.Load(); p != nil {
+				if r, err := v.c.GetRegs(); err == nil {
+					p.record(r.RIP)
+				}
+			}
 			continue
 		}
 		if err != nil {

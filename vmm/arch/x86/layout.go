@@ -14,7 +14,7 @@ import (
 // PCI BARs).
 const (
 	GDTAddr         = 0x500
-	IDTAddr         = 0x520
+	IDTAddr         = 0x530 // after the 5-entry (40-byte) GDT, 16-byte aligned
 	BootParamsAddr  = 0x7000
 	BootStackTop    = 0x8ff0
 	PML4Addr        = 0x9000

@@ -26,6 +26,7 @@ const (
 	regCentury  = 0x32
 	statusBBin  = 0x04 // binary (not BCD) values
 	statusB24h  = 0x02
+	statusBSet  = 0x80 // SET: the clock is halted while the guest writes it
 	statusDVald = 0x80 // RTC has power, time is valid
 )
 
@@ -37,7 +38,32 @@ type Device struct {
 	cmos   [128]byte
 	offset time.Duration
 	now    func() time.Time
+	// held is the time the guest is writing while SET is on. Fields are
+	// written one at a time (Linux: year, month, day, hours, minutes,
+	// seconds), so applying each to the running clock would normalise
+	// passing dates: from Jan 31, writing month 2 gives "Feb 31" = Mar 3.
+	held *fields
 }
+
+// fields is a broken-down time; it may be invalid until all are written.
+type fields struct {
+	year, day, hour, min, sec, nsec int
+	month                           time.Month
+}
+
+func split(t time.Time) fields {
+	f := fields{nsec: t.Nanosecond()}
+	f.year, f.month, f.day = t.Date()
+	f.hour, f.min, f.sec = t.Clock()
+	return f
+}
+
+func (f fields) time() time.Time {
+	return time.Date(f.year, f.month, f.day, f.hour, f.min, f.sec, f.nsec, time.UTC)
+}
+
+// guestTime is what the guest's clock reads now.
+func (d *Device) guestTime() time.Time { return d.now().UTC().Add(d.offset) }
 
 // New returns an RTC in 24-hour BCD mode, the PC default.
 func New() *Device {
@@ -63,14 +89,17 @@ func (d *Device) decode(b byte) int {
 }
 
 func (d *Device) timeRegister(reg byte) (byte, bool) {
-	t := d.now().UTC().Add(d.offset)
+	t := split(d.guestTime())
+	if d.held != nil {
+		t = *d.held
+	}
 	switch reg {
 	case regSeconds:
-		return d.encode(t.Second()), true
+		return d.encode(t.sec), true
 	case regMinutes:
-		return d.encode(t.Minute()), true
+		return d.encode(t.min), true
 	case regHours:
-		h := t.Hour()
+		h := t.hour
 		if d.cmos[regStatusB]&statusB24h == 0 {
 			pm := h >= 12
 			h %= 12
@@ -85,15 +114,15 @@ func (d *Device) timeRegister(reg byte) (byte, bool) {
 		}
 		return d.encode(h), true
 	case regWeekday:
-		return d.encode(int(t.Weekday()) + 1), true
+		return d.encode(int(t.time().Weekday()) + 1), true
 	case regDay:
-		return d.encode(t.Day()), true
+		return d.encode(t.day), true
 	case regMonth:
-		return d.encode(int(t.Month())), true
+		return d.encode(int(t.month)), true
 	case regYear:
-		return d.encode(t.Year() % 100), true
+		return d.encode(t.year % 100), true
 	case regCentury:
-		return d.encode(t.Year() / 100), true
+		return d.encode(t.year / 100), true
 	}
 	return 0, false
 }
@@ -103,7 +132,7 @@ func (d *Device) Read(off uint64, data []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	clear(data)
-	if off != 1 {
+	if off != 1 || len(data) == 0 {
 		return
 	}
 	if v, ok := d.timeRegister(d.index); ok {
@@ -133,6 +162,17 @@ func (d *Device) Write(off uint64, data []byte) {
 		d.setTime(d.index, v)
 	case regStatusA:
 		d.cmos[regStatusA] = v &^ 0x80 // UIP is read-only
+	case regStatusB:
+		switch {
+		case v&statusBSet != 0 && d.held == nil:
+			f := split(d.guestTime())
+			d.held = &f
+		case v&statusBSet == 0 && d.held != nil:
+			// the clock restarts from the time the guest wrote
+			d.offset = d.held.time().Sub(d.now().UTC())
+			d.held = nil
+		}
+		d.cmos[regStatusB] = v
 	case regStatusC, regStatusD:
 		// read-only
 	case regWeekday:
@@ -142,34 +182,41 @@ func (d *Device) Write(off uint64, data []byte) {
 	}
 }
 
-// setTime moves the guest's clock so that the written field reads back v.
+// setTime makes the written field read back v: in the held time while
+// SET is on, else by moving the guest's clock.
 func (d *Device) setTime(reg, v byte) {
-	t := d.now().UTC().Add(d.offset)
-	year, month, day := t.Date()
-	hour, min, sec := t.Clock()
+	if d.held != nil {
+		d.setField(d.held, reg, v)
+		return
+	}
+	t := d.guestTime()
+	f := split(t)
+	d.setField(&f, reg, v)
+	d.offset += f.time().Sub(t)
+}
+
+func (d *Device) setField(f *fields, reg, v byte) {
 	n := d.decode(v & 0x7f)
 	switch reg {
 	case regSeconds:
-		sec = n
+		f.sec = n
 	case regMinutes:
-		min = n
+		f.min = n
 	case regHours:
-		hour = n
+		f.hour = n
 		if d.cmos[regStatusB]&statusB24h == 0 {
-			hour %= 12
+			f.hour %= 12
 			if v&0x80 != 0 {
-				hour += 12
+				f.hour += 12
 			}
 		}
 	case regDay:
-		day = n
+		f.day = n
 	case regMonth:
-		month = time.Month(n)
+		f.month = time.Month(n)
 	case regYear:
-		year = year/100*100 + n
+		f.year = f.year/100*100 + n
 	case regCentury:
-		year = n*100 + year%100
+		f.year = n*100 + f.year%100
 	}
-	want := time.Date(year, month, day, hour, min, sec, t.Nanosecond(), time.UTC)
-	d.offset += want.Sub(t)
 }
