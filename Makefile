@@ -25,6 +25,7 @@ vet:
 
 # Unit tests, then the guest boots (tests that boot Linux read KUBEVMM_GUEST_DIR).
 test: vet
+	@hack/deps.sh qemu
 	@guest=$$(hack/guest-image.sh) && \
 	KUBEVMM_GUEST_DIR=$$guest $(GO) test -timeout 60m -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz

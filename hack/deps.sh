@@ -8,7 +8,7 @@ for want in "$@"; do
   case "$want" in
     # kernel build (tinyconfig needs no ssl/elf headers beyond these), busybox for the initramfs
     guest) pkgs+=(linux-source-6.1 build-essential bc flex bison libelf-dev xz-utils busybox-static) ;;
-    qemu) pkgs+=(qemu-system-x86 qemu-utils) ;;
+    qemu) pkgs+=(qemu-system-x86 qemu-utils ovmf) ;;
     net) pkgs+=(iproute2 iputils-ping) ;;
     cluster) pkgs+=(containerd runc containernetworking-plugins busybox-static iptables socat) ;;
     *) echo "deps.sh: unknown set '$want' (guest|qemu|net|cluster)" >&2; exit 2 ;;

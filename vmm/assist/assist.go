@@ -629,7 +629,7 @@ func (x *exec) cmpxchg16b() (Kind, *exception, bool, error) {
 	if ex != nil || err != nil {
 		return KindCMPXCHG16B, ex, false, err
 	}
-	h, err := x.a.mem.Slice(gpa, 16)
+	h, err := x.a.mem.SliceForWrite(gpa, 16)
 	if err != nil {
 		return 0, nil, false, err
 	}

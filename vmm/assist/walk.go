@@ -69,6 +69,7 @@ func translate(mem *memory.Guest, m mode, gva uint64, write bool) (uint64, *exce
 	table := s.CR3 & pteAddrMask
 	allWritable, allUser := true, true
 	var ptes []*uint64
+	var pteAddrs []uint64
 	for lvl := levels; lvl >= 1; lvl-- {
 		shift := uint(12 + 9*(lvl-1))
 		ea := table + (gva>>shift&0x1ff)*8
@@ -84,6 +85,7 @@ func translate(mem *memory.Guest, m mode, gva uint64, write bool) (uint64, *exce
 		allWritable = allWritable && e&pteWritable != 0
 		allUser = allUser && e&pteUser != 0
 		ptes = append(ptes, p)
+		pteAddrs = append(pteAddrs, ea)
 		leaf := lvl == 1 || (lvl <= 3 && e&pteLarge != 0)
 		if !leaf {
 			table = e & pteAddrMask
@@ -103,7 +105,9 @@ func translate(mem *memory.Guest, m mode, gva uint64, write bool) (uint64, *exce
 			if write && i == len(ptes)-1 {
 				set |= pteDirty
 			}
-			orUint64(q, set)
+			if orUint64(q, set) {
+				mem.MarkDirty(pteAddrs[i], 8) // a page-table write migration must carry
+			}
 		}
 		mask := uint64(1)<<shift - 1
 		return e&pteAddrMask&^mask | gva&mask, nil, nil
@@ -111,11 +115,15 @@ func translate(mem *memory.Guest, m mode, gva uint64, write bool) (uint64, *exce
 	return 0, nil, fmt.Errorf("page walk for %#x ended without a leaf", gva)
 }
 
-func orUint64(p *uint64, bits uint64) {
+// orUint64 sets bits in *p atomically and reports whether it changed *p.
+func orUint64(p *uint64, bits uint64) bool {
 	for {
 		old := atomic.LoadUint64(p)
-		if old&bits == bits || atomic.CompareAndSwapUint64(p, old, old|bits) {
-			return
+		if old&bits == bits {
+			return false
+		}
+		if atomic.CompareAndSwapUint64(p, old, old|bits) {
+			return true
 		}
 	}
 }
@@ -148,7 +156,11 @@ func access(mem *memory.Guest, m mode, gva uint64, b []byte, write bool) error {
 			return fmt.Errorf("guest address %#x faulted (vector %d) after its range was checked", gva, ex.vector)
 		}
 		n := min(uint64(len(b)), 0x1000-gva&0xfff)
-		h, err := mem.Slice(gpa, n)
+		slice := mem.Slice
+		if write {
+			slice = mem.SliceForWrite
+		}
+		h, err := slice(gpa, n)
 		if err != nil {
 			return fmt.Errorf("guest address %#x maps to %#x: %w", gva, gpa, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,7 @@ type Region struct {
 	Size   uint64
 	Offset int64  // offset of this region in the backing file
 	Data   []byte // host mapping
+	dirty  atomic.Pointer[dirtyLog]
 }
 
 // End is the first guest-physical address after the region.
@@ -159,7 +161,7 @@ func (g *Guest) ReadAt(b []byte, gpa uint64) error {
 
 // WriteAt copies b into guest memory at gpa.
 func (g *Guest) WriteAt(b []byte, gpa uint64) error {
-	s, err := g.Slice(gpa, uint64(len(b)))
+	s, err := g.SliceForWrite(gpa, uint64(len(b)))
 	if err != nil {
 		return err
 	}
@@ -178,7 +180,7 @@ func (g *Guest) Uint64(gpa uint64) (uint64, error) {
 
 // PutUint64 writes a little-endian 64-bit value.
 func (g *Guest) PutUint64(gpa, v uint64) error {
-	s, err := g.Slice(gpa, 8)
+	s, err := g.SliceForWrite(gpa, 8)
 	if err != nil {
 		return err
 	}
@@ -206,7 +208,7 @@ func (g *Guest) Uint16(gpa uint64) (uint16, error) {
 
 // PutUint16 writes a little-endian 16-bit value.
 func (g *Guest) PutUint16(gpa uint64, v uint16) error {
-	s, err := g.Slice(gpa, 2)
+	s, err := g.SliceForWrite(gpa, 2)
 	if err != nil {
 		return err
 	}
@@ -216,7 +218,7 @@ func (g *Guest) PutUint16(gpa uint64, v uint16) error {
 
 // PutUint32 writes a little-endian 32-bit value.
 func (g *Guest) PutUint32(gpa uint64, v uint32) error {
-	s, err := g.Slice(gpa, 4)
+	s, err := g.SliceForWrite(gpa, 4)
 	if err != nil {
 		return err
 	}
