@@ -44,6 +44,7 @@ type Layout struct {
 type Guest struct {
 	regions []*Region
 	file    *os.File // memfd (or snapshot file) backing all regions
+	shared  bool     // mapped MAP_SHARED: the file holds exactly guest RAM
 }
 
 // New creates guest RAM for the given layout, backed by one memfd (so a
@@ -77,7 +78,7 @@ func New(layout []Layout) (*Guest, error) {
 // MAP_PRIVATE the file (e.g. a snapshot's memory file) is read lazily, page
 // by page, as the guest touches it, and never written back.
 func Map(f *os.File, layout []Layout, flags int) (*Guest, error) {
-	g := &Guest{file: f}
+	g := &Guest{file: f, shared: flags&unix.MAP_SHARED != 0}
 	var off int64
 	for i, l := range layout {
 		data, err := unix.Mmap(int(f.Fd()), off, int(l.Size), unix.PROT_READ|unix.PROT_WRITE, flags|unix.MAP_NORESERVE)

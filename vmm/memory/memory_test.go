@@ -109,3 +109,34 @@ func TestDirtyTrackingOfVMMWrites(t *testing.T) {
 	r0.TakeDirty(b0)
 	assert.Zero(t, b0[0])
 }
+
+func TestPopulatedSkipsPagesNeverWritten(t *testing.T) {
+	g, err := New([]Layout{{GPA: 0, Size: 64 * PageSize}, {GPA: 0x100000, Size: 16 * PageSize}})
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, g.WriteAt([]byte{1}, 5*PageSize+10))
+	require.NoError(t, g.WriteAt(make([]byte, 2*PageSize), 9*PageSize))
+	require.NoError(t, g.WriteAt([]byte{1}, 0x100000+15*PageSize))
+	r0, r1 := g.Regions()[0], g.Regions()[1]
+	covered := func(rs []Range, off uint64) bool {
+		for _, r := range rs {
+			if off >= r.Off && off < r.Off+r.Len {
+				return true
+			}
+		}
+		return false
+	}
+	p0 := g.Populated(r0)
+	assert.True(t, covered(p0, 5*PageSize))
+	assert.True(t, covered(p0, 9*PageSize), "written zeros still count as data")
+	assert.True(t, covered(p0, 10*PageSize))
+	assert.False(t, covered(p0, 30*PageSize), "never-touched page is a hole")
+	var total uint64
+	for _, r := range p0 {
+		total += r.Len
+	}
+	assert.Less(t, total, r0.Size)
+	p1 := g.Populated(r1)
+	assert.True(t, covered(p1, 15*PageSize))
+	assert.False(t, covered(p1, 0))
+}

@@ -170,8 +170,14 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	if err := src.SyncDirty(bitmaps); err != nil {
 		return st, fmt.Errorf("sync dirty log: %w", err)
 	}
+	// Pages the guest never touched are holes in the memfd and zero on
+	// the target already: only populated ranges are sent (or scanned,
+	// which would allocate them here).
+	mem := src.Memory()
 	for i, r := range regions {
-		setAll(bitmaps[i], r.Size/pageSize)
+		for _, rg := range mem.Populated(r) {
+			setRange(bitmaps[i], rg.Off/pageSize, (rg.Off+rg.Len+pageSize-1)/pageSize)
+		}
 	}
 
 	s.st.Phase = "precopy"
@@ -382,12 +388,10 @@ func putRun(b []byte, gpa uint64, n uint32, zero bool) {
 	}
 }
 
-func setAll(bm []uint64, pages uint64) {
-	for i := range bm {
-		bm[i] = ^uint64(0)
-	}
-	if rem := pages % 64; rem != 0 && len(bm) > 0 {
-		bm[len(bm)-1] = 1<<rem - 1
+// setRange sets the bits of pages [from, to).
+func setRange(bm []uint64, from, to uint64) {
+	for p := from; p < to; p++ {
+		bm[p/64] |= 1 << (p % 64)
 	}
 }
 

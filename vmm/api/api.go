@@ -1,0 +1,100 @@
+// Package api is the control API of a running VMM: HTTP/1.1 with JSON
+// bodies on a unix socket, as Firecracker's. The `vmm` CLI, virt-launcher
+// and virt-handler all speak it.
+//
+//	GET    /v1/vm             state, config summary, exit reason once ended
+//	PUT    /v1/vm/pause       stop vCPUs and device I/O
+//	PUT    /v1/vm/resume
+//	PUT    /v1/vm/stop        end the VM now (the VMM process exits)
+//	PUT    /v1/vm/snapshot    {"dir": D, "resume": bool}: pause, write D, resume unless told not to
+//	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", ...}: start a live migration
+//	GET    /v1/vm/migration   progress and statistics of the current/last migration
+//	DELETE /v1/vm/migration   cancel it (the VM keeps running here)
+//	GET    /v1/metrics        VMM counters
+//
+// Errors come back as {"error": "..."} with a 4xx status for bad requests
+// and conflicts (e.g. pausing a stopped VM) and 5xx for failures.
+package api
+
+import (
+	"errors"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/migration"
+)
+
+// State of a VM as the API reports it.
+type State string
+
+// VM states.
+const (
+	StateRunning   State = "Running"
+	StatePaused    State = "Paused"
+	StateMigrating State = "Migrating"
+	StateMigrated  State = "Migrated" // the guest now runs elsewhere
+	StateStopped   State = "Stopped"  // the guest ended (see Info.Exit)
+	StateIncoming  State = "Incoming" // waiting for a migration stream
+)
+
+// Info describes the VM.
+type Info struct {
+	State     State     `json:"state"`
+	CPUs      int       `json:"cpus"`
+	MemoryMiB uint64    `json:"memory_mib"`
+	Backend   string    `json:"backend"` // "kubevmm" or "qemu"
+	Started   time.Time `json:"started,omitempty"`
+	Exit      string    `json:"exit,omitempty"`  // how the guest ended
+	Error     string    `json:"error,omitempty"` // why, if it failed
+}
+
+// SnapshotRequest asks for a snapshot into Dir.
+type SnapshotRequest struct {
+	Dir string `json:"dir"`
+	// Resume the VM after the snapshot is written (default true). With
+	// false the VM stays paused, e.g. to be stopped next.
+	Resume *bool `json:"resume,omitempty"`
+}
+
+// SnapshotResult says what was written.
+type SnapshotResult struct {
+	Dir         string  `json:"dir"`
+	MemoryBytes int64   `json:"memory_bytes"` // allocated on disk (zero pages are holes)
+	PausedMs    float64 `json:"paused_ms"`
+}
+
+// MigrateRequest starts a live migration.
+type MigrateRequest struct {
+	To              string `json:"to"`                           // tcp:HOST:PORT or unix:PATH
+	BandwidthMBps   int64  `json:"bandwidth_mbps,omitempty"`     // cap in MiB/s (0: none)
+	DowntimeMs      int64  `json:"downtime_ms,omitempty"`        // default 300
+	AutoConverge    bool   `json:"auto_converge,omitempty"`      //
+	ProgressTimeout int64  `json:"progress_timeout_s,omitempty"` // default 150
+	Timeout         int64  `json:"timeout_s,omitempty"`          // completion timeout (0: none)
+}
+
+// MigrationStatus is the state of the current or last migration.
+type MigrationStatus struct {
+	Active bool            `json:"active"`
+	Stats  migration.Stats `json:"stats"`
+}
+
+// Errors a VM implementation returns to get the right HTTP status.
+var (
+	// ErrConflict: the request doesn't fit the VM's state (409).
+	ErrConflict = errors.New("not possible in the VM's current state")
+	// ErrBadRequest: the request itself is wrong (400).
+	ErrBadRequest = errors.New("bad request")
+)
+
+// VM is what the server controls.
+type VM interface {
+	Info() Info
+	Pause() error
+	Resume() error
+	Stop() error
+	Snapshot(SnapshotRequest) (SnapshotResult, error)
+	Migrate(MigrateRequest) error
+	Migration() MigrationStatus
+	CancelMigration() error
+	Metrics() map[string]any
+}

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// maxBody bounds request bodies; every request here is a few hundred bytes.
+const maxBody = 64 << 10
+
+// Server serves the API for one VM.
+type Server struct {
+	vm  VM
+	srv *http.Server
+	l   net.Listener
+}
+
+// Listen creates the socket at path (replacing a stale one) and serves vm
+// on it in the background until Close.
+func Listen(path string, vm VM) (*Server, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control API socket: %w", err)
+	}
+	s := &Server{vm: vm, l: l}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go s.srv.Serve(l)
+	return s, nil
+}
+
+// Close stops serving and removes the socket.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	os.Remove(s.l.Addr().String())
+	return err
+}
+
+// Handler returns the HTTP routes (for tests and embedding).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/vm", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, s.vm.Info())
+	})
+	mux.HandleFunc("PUT /v1/vm/pause", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.Pause())
+	})
+	mux.HandleFunc("PUT /v1/vm/resume", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.Resume())
+	})
+	mux.HandleFunc("PUT /v1/vm/stop", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.Stop())
+	})
+	mux.HandleFunc("PUT /v1/vm/snapshot", func(w http.ResponseWriter, r *http.Request) {
+		var req SnapshotRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if req.Dir == "" {
+			fail(w, fmt.Errorf("%w: snapshot needs \"dir\"", ErrBadRequest))
+			return
+		}
+		res, err := s.vm.Snapshot(req)
+		result(w, res, err)
+	})
+	mux.HandleFunc("PUT /v1/vm/migrate", func(w http.ResponseWriter, r *http.Request) {
+		var req MigrateRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if _, _, err := ParseAddress(req.To); err != nil {
+			fail(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+			return
+		}
+		if err := s.vm.Migrate(req); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	mux.HandleFunc("GET /v1/vm/migration", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, s.vm.Migration())
+	})
+	mux.HandleFunc("DELETE /v1/vm/migration", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.CancelMigration())
+	})
+	mux.HandleFunc("GET /v1/metrics", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, s.vm.Metrics())
+	})
+	return mux
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		fail(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return false
+	}
+	return true
+}
+
+func result(w http.ResponseWriter, v any, err error) {
+	switch {
+	case err != nil:
+		fail(w, err)
+	case v == nil:
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		reply(w, http.StatusOK, v)
+	}
+}
+
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, ErrConflict):
+		code = http.StatusConflict
+	}
+	reply(w, code, map[string]string{"error": err.Error()})
+}
+
+func reply(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ParseAddress splits a migration address "tcp:HOST:PORT" or "unix:PATH"
+// into the network and address net.Dial/Listen take.
+func ParseAddress(s string) (network, addr string, err error) {
+	switch {
+	case len(s) > 4 && s[:4] == "tcp:":
+		if _, _, err := net.SplitHostPort(s[4:]); err != nil {
+			return "", "", fmt.Errorf("address %q: %v", s, err)
+		}
+		return "tcp", s[4:], nil
+	case len(s) > 5 && s[:5] == "unix:":
+		return "unix", s[5:], nil
+	}
+	return "", "", fmt.Errorf("address %q: want tcp:HOST:PORT or unix:PATH", s)
+}
