@@ -1,0 +1,162 @@
+package v1
+
+import (
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Labels, annotations and finalizers, spelled as KubeVirt spells them so that
+// tooling written against KubeVirt (selectors, dashboards) keeps working.
+const (
+	// AppLabel marks kubevirt objects; virt-launcher pods carry
+	// kubevirt.io=virt-launcher.
+	AppLabel = "kubevirt.io"
+	// CreatedByLabel on a launcher pod is the UID of its VMI.
+	CreatedByLabel = "kubevirt.io/created-by"
+	// NodeNameLabel on a VMI is the node it runs on.
+	NodeNameLabel = "kubevirt.io/nodeName"
+	// VirtualMachineLabel on a VMI created by a VM is the VM's name.
+	VirtualMachineLabel = AppLabel + "/vm"
+	// VirtualMachineNameLabel on a launcher pod is the VM's name
+	// (KubeVirt's vm.kubevirt.io/name).
+	VirtualMachineNameLabel = "vm.kubevirt.io/name"
+	// DomainAnnotation on a launcher pod is the VMI's name.
+	DomainAnnotation = "kubevirt.io/domain"
+
+	// VirtualMachineInstanceFinalizer keeps a VMI until its launcher pod is
+	// gone, so the guest gets its graceful shutdown.
+	VirtualMachineInstanceFinalizer = "kubevirt.io/foregroundDeleteVirtualMachine"
+	// VirtualMachineControllerFinalizer keeps a VM until its VMI is gone.
+	VirtualMachineControllerFinalizer = "kubevirt.io/virtualMachineControllerFinalize"
+	// VirtualMachineInstanceMigrationFinalizer keeps a migration until its
+	// target pod is cleaned up.
+	VirtualMachineInstanceMigrationFinalizer = "kubevirt.io/migrationJobFinalize"
+
+	// KVMResource and TunResource are the device-plugin resources a launcher
+	// pod requests to get /dev/kvm and /dev/net/tun.
+	KVMResource corev1.ResourceName = "devices.kubevirt.io/kvm"
+	TunResource corev1.ResourceName = "devices.kubevirt.io/tun"
+
+	// StartRequestDataPausedKey in a Start request's data asks for a paused start.
+	StartRequestDataPausedKey = "paused"
+)
+
+// ErrRunningAndRunStrategy is returned when a VM sets both spec.running and
+// spec.runStrategy.
+var ErrRunningAndRunStrategy = errors.New("spec.running and spec.runStrategy are mutually exclusive")
+
+// RunStrategy returns the run strategy in effect: spec.runStrategy, or
+// Always/Halted from spec.running, or Halted when neither is set.
+func (vm *VirtualMachine) RunStrategy() (VirtualMachineRunStrategy, error) {
+	switch {
+	case vm.Spec.Running != nil && vm.Spec.RunStrategy != nil:
+		return RunStrategyUnknown, ErrRunningAndRunStrategy
+	case vm.Spec.RunStrategy != nil:
+		return *vm.Spec.RunStrategy, nil
+	case vm.Spec.Running != nil && *vm.Spec.Running:
+		return RunStrategyAlways, nil
+	default:
+		return RunStrategyHalted, nil
+	}
+}
+
+// IsFinal reports whether the VMI reached a phase it never leaves.
+func (vmi *VirtualMachineInstance) IsFinal() bool {
+	return vmi.Status.Phase == Succeeded || vmi.Status.Phase == Failed
+}
+
+// IsRunning reports whether virt-handler says the guest runs.
+func (vmi *VirtualMachineInstance) IsRunning() bool {
+	return vmi.Status.Phase == Running
+}
+
+// GetCondition returns the VMI condition of that type, or nil.
+func (vmi *VirtualMachineInstance) GetCondition(t VirtualMachineInstanceConditionType) *VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// GetCondition returns the VM condition of that type, or nil.
+func (vm *VirtualMachine) GetCondition(t VirtualMachineConditionType) *VirtualMachineCondition {
+	for i := range vm.Status.Conditions {
+		if vm.Status.Conditions[i].Type == t {
+			return &vm.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// IsFinal reports whether the migration ended.
+func (m *VirtualMachineInstanceMigration) IsFinal() bool {
+	return m.Status.Phase == MigrationSucceeded || m.Status.Phase == MigrationFailed
+}
+
+var unmodeledType = reflect.TypeOf(Unmodeled{})
+
+// UnmodeledFields lists the JSON paths (relative to the value given, e.g.
+// "domain.devices.gpus[0]") of every KubeVirt field that is set but that
+// kubevmm does not implement. Admission uses it to refuse such objects with
+// a message naming the field; an empty result means nothing unmodeled is set.
+func UnmodeledFields(v any) []string {
+	var out []string
+	walkUnmodeled(reflect.ValueOf(v), "", &out)
+	return out
+}
+
+func walkUnmodeled(v reflect.Value, path string, out *[]string) {
+	if !v.IsValid() {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return
+		}
+		walkUnmodeled(v.Elem(), path, out)
+	case reflect.Struct:
+		if v.Type() == unmodeledType {
+			if raw := v.Interface().(Unmodeled); len(raw.Raw) > 0 || raw.Object != nil {
+				*out = append(*out, path)
+			}
+			return
+		}
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" {
+				continue
+			}
+			p := path
+			// Inline (embedded) structs share their parent's path.
+			if name != "" {
+				p = joinPath(path, name)
+			}
+			walkUnmodeled(v.Field(i), p, out)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < v.Len(); i++ {
+			walkUnmodeled(v.Index(i), path+"["+strconv.Itoa(i)+"]", out)
+		}
+	case reflect.Map:
+		// Maps in these types hold strings and quantities, never unmodeled fields.
+	}
+}
+
+func joinPath(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
+}

@@ -1,0 +1,95 @@
+// Command virt-controller runs the cluster-wide kubevirt.io reconcilers
+// (VirtualMachine -> VirtualMachineInstance -> virt-launcher pod, and the
+// migration placeholder) as one controller-runtime manager.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/controller"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "virt-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		launcherImage string
+		pullPolicy    string
+		leaderElect   bool
+		leaderElectNS string
+		metricsAddr   string
+		probeAddr     string
+	)
+	flag.StringVar(&launcherImage, "launcher-image", "localhost/kubevmm/virt-launcher:devel", "image of the virt-launcher pods")
+	flag.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the virt-launcher image (Always, IfNotPresent, Never)")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
+	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint; 0 disables it")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	switch corev1.PullPolicy(pullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("--launcher-image-pull-policy %q: want Always, IfNotPresent or Never", pullPolicy)
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering client-go types: %w", err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering kubevirt.io/v1 types: %w", err)
+	}
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "virt-controller.kubevirt.io",
+		LeaderElectionNamespace: leaderElectNS,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := controller.Setup(mgr, controller.Options{Launcher: controller.LauncherConfig{
+		Image: launcherImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy),
+	}}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	ctrl.Log.Info("starting virt-controller", "launcherImage", launcherImage)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}

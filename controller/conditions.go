@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Event and condition reasons, as KubeVirt spells them.
+const (
+	ReasonSuccessfulCreate = "SuccessfulCreate"
+	ReasonFailedCreate     = "FailedCreate"
+	ReasonSuccessfulDelete = "SuccessfulDelete"
+	ReasonFailedDelete     = "FailedDelete"
+	ReasonInvalidSpec      = "InvalidSpec"
+	ReasonVMINotExists     = "VMINotExists"
+	ReasonVMICondMissing   = "VMIConditionMissing"
+	ReasonErrImagePull     = "ErrImagePull"
+	ReasonImagePullBackOff = "ImagePullBackOff"
+)
+
+// setVMICondition sets or replaces a VMI condition. LastTransitionTime only
+// moves when the status changes, so that an unchanged condition produces no
+// write (reconciles must be idempotent).
+func setVMICondition(conds []v1.VirtualMachineInstanceCondition, c v1.VirtualMachineInstanceCondition, now metav1.Time) []v1.VirtualMachineInstanceCondition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		if conds[i].Status == c.Status {
+			c.LastTransitionTime = conds[i].LastTransitionTime
+		} else {
+			c.LastTransitionTime = now
+		}
+		if c.LastProbeTime.IsZero() {
+			c.LastProbeTime = conds[i].LastProbeTime
+		}
+		conds[i] = c
+		return conds
+	}
+	c.LastTransitionTime = now
+	return append(conds, c)
+}
+
+func removeVMICondition(conds []v1.VirtualMachineInstanceCondition, t v1.VirtualMachineInstanceConditionType) []v1.VirtualMachineInstanceCondition {
+	out := conds[:0]
+	for _, c := range conds {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func setVMCondition(conds []v1.VirtualMachineCondition, c v1.VirtualMachineCondition, now metav1.Time) []v1.VirtualMachineCondition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		if c.LastTransitionTime.IsZero() {
+			if conds[i].Status == c.Status {
+				c.LastTransitionTime = conds[i].LastTransitionTime
+			} else {
+				c.LastTransitionTime = now
+			}
+		}
+		conds[i] = c
+		return conds
+	}
+	if c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = now
+	}
+	return append(conds, c)
+}
+
+func removeVMCondition(conds []v1.VirtualMachineCondition, t v1.VirtualMachineConditionType) []v1.VirtualMachineCondition {
+	out := conds[:0]
+	for _, c := range conds {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// podIsDown: the launcher ended or is being torn down.
+func podIsDown(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// setPhase moves the VMI to a phase and records when, as KubeVirt does in
+// status.phaseTransitionTimestamps.
+func setPhase(st *v1.VirtualMachineInstanceStatus, p v1.VirtualMachineInstancePhase, now metav1.Time) {
+	if st.Phase == p {
+		return
+	}
+	st.Phase = p
+	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, v1.VirtualMachineInstancePhaseTransitionTimestamp{
+		Phase: p, PhaseTransitionTimestamp: now,
+	})
+}
+
+// wasRunning reports whether the VMI ever reached Running (its guest booted).
+func wasRunning(vmi *v1.VirtualMachineInstance) bool {
+	for _, t := range vmi.Status.PhaseTransitionTimestamps {
+		if t.Phase == v1.Running {
+			return true
+		}
+	}
+	return vmi.Status.Phase == v1.Running
+}
+
+// imagePullError returns the launcher container's image pull failure, if
+// it is waiting on one, so that the VMI (and VM) can show it.
+func imagePullError(pod *corev1.Pod) *syncError {
+	if pod == nil {
+		return nil
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		w := cs.State.Waiting
+		if cs.Name != ComputeContainerName || w == nil {
+			continue
+		}
+		if w.Reason == ReasonErrImagePull || w.Reason == ReasonImagePullBackOff {
+			return &syncError{reason: w.Reason, err: fmt.Errorf("%s", w.Message)}
+		}
+	}
+	return nil
+}
+
+// quiet filters a reconcile's error: an optimistic-lock conflict becomes a
+// quiet retry (we acted on a stale copy, and the newer version's watch
+// event re-queues the object anyway; the short requeue is only a backstop),
+// and errors caused by the manager shutting down are dropped.
+func quiet(ctx context.Context) func(ctrl.Result, error) (ctrl.Result, error) {
+	return func(res ctrl.Result, err error) (ctrl.Result, error) {
+		switch {
+		case err == nil:
+			return res, nil
+		case ctx.Err() != nil:
+			return ctrl.Result{}, nil
+		case apierrors.IsConflict(err):
+			return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		}
+		return res, err
+	}
+}
+
+const conflictRequeue = 200 * time.Millisecond

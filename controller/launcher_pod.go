@@ -1,0 +1,304 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// The contract between virt-controller and virt-launcher. The launcher gets
+// everything it needs from its pod, without API access (launcher pods run
+// without a service-account token):
+//
+//   - KUBEVMM_VMI_FILE: the VMI (apiVersion, kind, name, namespace, uid,
+//     labels, annotations, spec) as JSON, projected by the downward API from
+//     the pod annotation VMIAnnotation;
+//   - KUBEVMM_VMI_NAME, KUBEVMM_VMI_NAMESPACE, KUBEVMM_VMI_UID, POD_NAME;
+//   - KUBEVMM_SOCKET_DIR: a directory shared with virt-handler on the node
+//     (hostPath /var/run/kubevmm/sockets/<vmi uid>), where the launcher
+//     serves its control socket;
+//   - SIGTERM means: shut the guest down (ACPI), within the pod's
+//     terminationGracePeriodSeconds, which is the VMI's plus LauncherGraceMargin.
+const (
+	// ComputeContainerName is the launcher container's name, as KubeVirt's.
+	ComputeContainerName = "compute"
+	// LauncherLabelValue is the value of the kubevirt.io label on launcher pods.
+	LauncherLabelValue = "virt-launcher"
+	// VMIAnnotation holds the VMI JSON the launcher reads at start.
+	VMIAnnotation = "kubevmm.io/vmi"
+	// MigrationJobLabel marks a migration target pod (phase 2) with the
+	// migration UID; such pods are not the VMI's active launcher.
+	MigrationJobLabel = "kubevirt.io/migrationJobUID"
+	// NodeSchedulableLabel is set to "true" by virt-handler on nodes that
+	// can run VMs; launcher pods select it, as in KubeVirt.
+	NodeSchedulableLabel = "kubevirt.io/schedulable"
+
+	// SocketRootDir is the node directory holding one socket directory per VMI.
+	SocketRootDir = "/var/run/kubevmm/sockets"
+	// VMIFileDir is where the downward-API VMI file is mounted.
+	VMIFileDir = "/var/run/kubevmm/vmi"
+	// VMIFileName is the VMI file's name inside VMIFileDir.
+	VMIFileName = "vmi.json"
+
+	// LauncherGraceMargin is added to the VMI's grace period for the pod's:
+	// the guest gets the VMI's full grace period for its ACPI shutdown and
+	// the launcher still has time to tear down before the kubelet kills it
+	// (KubeVirt uses the same 15 s).
+	LauncherGraceMargin int64 = 15
+)
+
+// Memory overhead of a launcher pod on top of guest memory. Our VMM is one Go
+// process, far smaller than libvirt+QEMU, but it still needs: a fixed part
+// for the launcher and the VMM runtime, a part per vCPU (thread stacks,
+// kvm_run pages, per-vCPU state), and a part proportional to guest memory
+// (KVM shadow structures and the dirty bitmap for live migration: 1/512).
+var (
+	overheadFixed   = resource.MustParse("96Mi")
+	overheadPerVCPU = resource.MustParse("8Mi")
+)
+
+const overheadGuestMemoryDivisor = 512
+
+// LauncherConfig are the cluster-wide settings for launcher pods.
+type LauncherConfig struct {
+	// Image is the virt-launcher image.
+	Image string
+	// ImagePullPolicy for the launcher image; IfNotPresent when empty.
+	ImagePullPolicy corev1.PullPolicy
+}
+
+// GuestMemory is the memory the guest sees: domain.memory.guest, else the
+// memory request, else the memory limit (KubeVirt's defaulting order).
+func GuestMemory(vmi *v1.VirtualMachineInstance) (resource.Quantity, error) {
+	d := vmi.Spec.Domain
+	if d.Memory != nil && d.Memory.Guest != nil {
+		return d.Memory.Guest.DeepCopy(), nil
+	}
+	if q, ok := d.Resources.Requests[corev1.ResourceMemory]; ok {
+		return q.DeepCopy(), nil
+	}
+	if q, ok := d.Resources.Limits[corev1.ResourceMemory]; ok {
+		return q.DeepCopy(), nil
+	}
+	return resource.Quantity{}, fmt.Errorf("no guest memory: set spec.domain.memory.guest or spec.domain.resources.requests.memory")
+}
+
+// VCPUs is sockets*cores*threads, each defaulting to 1.
+func VCPUs(vmi *v1.VirtualMachineInstance) int64 {
+	c := vmi.Spec.Domain.CPU
+	if c == nil {
+		return 1
+	}
+	n := int64(1)
+	for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
+		if v > 0 {
+			n *= int64(v)
+		}
+	}
+	return n
+}
+
+// MemoryOverhead is what the launcher pod needs on top of guest memory.
+func MemoryOverhead(vmi *v1.VirtualMachineInstance, guest resource.Quantity) resource.Quantity {
+	o := overheadFixed.DeepCopy()
+	perCPU := overheadPerVCPU.DeepCopy()
+	perCPU.Mul(VCPUs(vmi))
+	o.Add(perCPU)
+	o.Add(*resource.NewQuantity(guest.Value()/overheadGuestMemoryDivisor, resource.BinarySI))
+	return o
+}
+
+// GracePeriodSeconds is the VMI's shutdown grace period (default 30 s).
+func GracePeriodSeconds(vmi *v1.VirtualMachineInstance) int64 {
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		return *g
+	}
+	return v1.DefaultGracePeriodSeconds
+}
+
+// launcherVMI is the part of the VMI the launcher gets. Status is left out:
+// it changes all the time and the launcher must not act on it.
+type launcherVMI struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              v1.VirtualMachineInstanceSpec `json:"spec"`
+}
+
+// RenderLauncherPod builds the virt-launcher pod for a VMI. It is a pure
+// function of its inputs so that it can be tested without an API server.
+func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*corev1.Pod, error) {
+	guest, err := GuestMemory(vmi)
+	if err != nil {
+		return nil, err
+	}
+	vmiJSON, err := json.Marshal(launcherVMI{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1.GroupVersion.String(), Kind: "VirtualMachineInstance"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
+			Labels: vmi.Labels, Annotations: vmi.Annotations,
+		},
+		Spec: vmi.Spec,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding VMI for the launcher: %w", err)
+	}
+
+	// Labels: the VMI's own first, so that Services selecting on VMI labels
+	// reach the VM (as in KubeVirt), then ours, which must win.
+	labels := map[string]string{}
+	maps.Copy(labels, vmi.Labels)
+	labels[v1.AppLabel] = LauncherLabelValue
+	labels[v1.CreatedByLabel] = string(vmi.UID)
+	labels[v1.VirtualMachineNameLabel] = vmi.Name
+
+	nodeSelector := map[string]string{}
+	maps.Copy(nodeSelector, vmi.Spec.NodeSelector)
+	nodeSelector[NodeSchedulableLabel] = "true"
+
+	resources, err := launcherResources(vmi, guest)
+	if err != nil {
+		return nil, err
+	}
+
+	pullPolicy := cfg.ImagePullPolicy
+	if pullPolicy == "" {
+		pullPolicy = corev1.PullIfNotPresent
+	}
+	// The generated name must leave room for the 5-character suffix the API
+	// server adds; it truncates generateName to 58 characters itself.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "virt-launcher-" + vmi.Name + "-",
+			Namespace:    vmi.Namespace,
+			Labels:       labels,
+			Annotations: map[string]string{
+				v1.DomainAnnotation: vmi.Name,
+				VMIAnnotation:       string(vmiJSON),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(vmi, v1.VirtualMachineInstanceGroupVersionKind)},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(GracePeriodSeconds(vmi) + LauncherGraceMargin),
+			NodeSelector:                  nodeSelector,
+			Affinity:                      vmi.Spec.Affinity.DeepCopy(),
+			Tolerations:                   append([]corev1.Toleration(nil), vmi.Spec.Tolerations...),
+			TopologySpreadConstraints:     append([]corev1.TopologySpreadConstraint(nil), vmi.Spec.TopologySpreadConstraints...),
+			SchedulerName:                 vmi.Spec.SchedulerName,
+			PriorityClassName:             vmi.Spec.PriorityClassName,
+			Hostname:                      vmi.Spec.Hostname,
+			Subdomain:                     vmi.Spec.Subdomain,
+			DNSPolicy:                     vmi.Spec.DNSPolicy,
+			DNSConfig:                     vmi.Spec.DNSConfig.DeepCopy(),
+			ServiceAccountName:            vmi.Spec.ServiceAccountName,
+			// The launcher needs no API access; a token in the pod would
+			// only be something for a compromised guest escape to steal.
+			AutomountServiceAccountToken: ptr.To(vmi.Spec.ServiceAccountName != ""),
+			Containers: []corev1.Container{{
+				Name:            ComputeContainerName,
+				Image:           cfg.Image,
+				ImagePullPolicy: pullPolicy,
+				Env: []corev1.EnvVar{
+					{Name: "KUBEVMM_VMI_NAME", Value: vmi.Name},
+					{Name: "KUBEVMM_VMI_NAMESPACE", Value: vmi.Namespace},
+					{Name: "KUBEVMM_VMI_UID", Value: string(vmi.UID)},
+					{Name: "KUBEVMM_VMI_FILE", Value: VMIFileDir + "/" + VMIFileName},
+					{Name: "KUBEVMM_SOCKET_DIR", Value: SocketRootDir},
+					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				},
+				Resources: resources,
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "sockets", MountPath: SocketRootDir},
+					{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
+				},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{
+						Drop: []corev1.Capability{"ALL"},
+						// Binding low ports for masquerade port forwarding.
+						Add: []corev1.Capability{"NET_BIND_SERVICE"},
+					},
+				},
+			}},
+			Volumes: []corev1.Volume{
+				{
+					// One directory per VMI, so a launcher can only reach its
+					// own sockets; virt-handler finds it from the VMI UID.
+					Name: "sockets",
+					VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+						Path: SocketRootDir + "/" + string(vmi.UID),
+						Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+					}},
+				},
+				{
+					Name: "vmi",
+					VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+						Items: []corev1.DownwardAPIVolumeFile{{
+							Path:     VMIFileName,
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + VMIAnnotation + "']"},
+						}},
+					}},
+				},
+			},
+		},
+	}
+	return pod, nil
+}
+
+// launcherResources are the compute container's requests and limits: the
+// VMI's, with memory raised by the launcher overhead, plus one KVM and one
+// TUN device from the device plugins.
+func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) (corev1.ResourceRequirements, error) {
+	d := vmi.Spec.Domain.Resources
+	req := corev1.ResourceList{}
+	lim := corev1.ResourceList{}
+	for k, q := range d.Requests {
+		req[k] = q.DeepCopy()
+	}
+	for k, q := range d.Limits {
+		lim[k] = q.DeepCopy()
+	}
+
+	overhead := MemoryOverhead(vmi, guest)
+	mem := guest.DeepCopy()
+	if q, ok := req[corev1.ResourceMemory]; ok && q.Cmp(guest) > 0 {
+		mem = q.DeepCopy()
+	}
+	if !d.OvercommitGuestOverhead {
+		mem.Add(overhead)
+	}
+	req[corev1.ResourceMemory] = mem
+	if q, ok := lim[corev1.ResourceMemory]; ok {
+		// A limit below what the guest plus launcher needs would get the pod
+		// OOM-killed under load; the overhead always goes on top.
+		q.Add(overhead)
+		lim[corev1.ResourceMemory] = q
+	}
+	if _, ok := req[corev1.ResourceCPU]; !ok {
+		if l, ok := lim[corev1.ResourceCPU]; ok {
+			req[corev1.ResourceCPU] = l.DeepCopy()
+		} else {
+			// KubeVirt's default CPU allocation ratio of 10: 100m per vCPU.
+			req[corev1.ResourceCPU] = *resource.NewMilliQuantity(100*VCPUs(vmi), resource.DecimalSI)
+		}
+	}
+	// Extended resources cannot be overcommitted: request == limit.
+	one := resource.MustParse("1")
+	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource} {
+		req[r] = one.DeepCopy()
+		lim[r] = one.DeepCopy()
+	}
+	if lq, ok := lim[corev1.ResourceMemory]; ok {
+		if rq := req[corev1.ResourceMemory]; rq.Cmp(lq) > 0 {
+			return corev1.ResourceRequirements{}, fmt.Errorf("spec.domain.resources: memory request %s exceeds limit %s", rq.String(), lq.String())
+		}
+	}
+	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
+}

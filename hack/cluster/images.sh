@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds container images from Go commands of this repository (static,
+# CGO_ENABLED=0) with hack/image and imports them into the dev cluster's
+# containerd, where the kubelet finds them (there is no registry).
+#
+#   hack/cluster/images.sh pause              the pod sandbox image (cluster-up)
+#   hack/cluster/images.sh virt-controller    localhost/kubevmm/virt-controller:devel
+#
+# Each NAME is ./cmd/NAME (or ./hack/image/NAME), built as /usr/bin/NAME and
+# tagged localhost/kubevmm/NAME:devel. Prints one line per image.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+[ $# -gt 0 ] || die "usage: images.sh NAME..."
+out=$KUBEVMM_CACHE/images
+mkdir -p "$out/bin"
+cd "$REPO_DIR"
+export CGO_ENABLED=0
+go build -trimpath -o "$out/bin/image-tool" ./hack/image
+for name in "$@"; do
+  pkg=./cmd/$name
+  [ -d "$pkg" ] || pkg=./hack/image/$name
+  [ -d "$pkg" ] || die "images.sh: no ./cmd/$name or ./hack/image/$name"
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/$name" "$pkg"
+  tag=localhost/kubevmm/$name:devel
+  user=65532
+  # The sandbox's pause runs as root like upstream's (it must be able to
+  # reap any process of the pod).
+  [ "$name" = pause ] && user=0
+  "$out/bin/image-tool" -o "$out/$name.tar" -t "$tag" -user "$user" \
+    -entrypoint "/usr/bin/$name" -file "/usr/bin/$name=$out/bin/$name:0755" \
+    -label org.opencontainers.image.source=https://github.com/kubevmm/kubevmm >/dev/null
+  if ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1; then
+    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$out/$name.tar" >/dev/null
+    echo "$tag imported ($out/$name.tar)"
+  else
+    echo "$tag built ($out/$name.tar); containerd not running, not imported"
+  fi
+done
