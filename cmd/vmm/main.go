@@ -32,7 +32,14 @@ func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(form
 const topUsage = `usage: vmm <command> [flags]
 
 commands:
-  run       boot a Linux kernel in a new VM
+  run       boot a Linux kernel in a new VM (or, with --incoming, receive a migrated one)
+  restore   run a VM from a snapshot
+  snapshot  snapshot a running VM                     (talks to 'run --api')
+  migrate   live-migrate a running VM to another VMM  (talks to 'run --api')
+  pause     pause a running VM
+  resume    resume a paused VM
+  status    print a running VM's state
+  stop      stop a running VM
   version   print the version
 
 Run 'vmm <command> --help' for a command's flags.
@@ -49,10 +56,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
-	case "run":
+	case "run", "restore", "snapshot", "migrate", "pause", "resume", "status", "stop":
 		var code int
-		code, err = cmdRun(args[1:], stdin, stdout, stderr)
+		switch args[0] {
+		case "run":
+			code, err = cmdRun(args[1:], stdin, stdout, stderr)
+		case "restore":
+			code, err = cmdRestore(args[1:], stdin, stdout, stderr)
+		case "snapshot":
+			code, err = cmdSnapshot(args[1:], stdout)
+		case "migrate":
+			code, err = cmdMigrate(args[1:], stdout)
+		default:
+			code, err = cmdControl(args[0], args[1:], stdout)
+		}
 		if err == nil {
+			return code
+		}
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			// an operation that failed at run time, not bad usage
+			fmt.Fprintf(stderr, "vmm: %s\n", oneLine(err.Error()))
 			return code
 		}
 	case "version", "--version":
@@ -64,10 +88,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	default:
 		err = usagef("unknown command %q (try 'vmm --help')", args[0])
 	}
-	var ue *usageError
-	if errors.As(err, &ue) || err != nil {
-		fmt.Fprintf(stderr, "vmm: %s\n", oneLine(err.Error()))
-	}
+	fmt.Fprintf(stderr, "vmm: %s\n", oneLine(err.Error()))
 	return exitConfig
 }
 

@@ -14,19 +14,41 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/console"
 	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/migration"
+	"github.com/kubevmm/kubevmm/vmm/runner"
 )
 
 type runFlags struct {
 	kernel, initrd, cmdline string
 	cpus                    int
 	memory                  string
-	console                 string
-	verbose                 bool
-	report                  string
 	profile                 string
-	marks                   multiFlag
+	disks, nics             multiFlag
+	rng                     bool
+	vsock                   string
+	incoming                string
+	session                 sessionFlags
+}
+
+// sessionFlags are the flags of every command that runs a VM in this
+// process (run, restore): how to reach it, and what to report.
+type sessionFlags struct {
+	console string
+	api     string
+	verbose bool
+	report  string
+	marks   multiFlag
+}
+
+func (s *sessionFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.console, "console", "stdio", "serial console: stdio, socket:PATH, or none")
+	fs.StringVar(&s.api, "api", "", "serve the control API (pause, snapshot, migrate, ...) on this unix socket")
+	fs.BoolVar(&s.verbose, "v", false, "log VMM diagnostics and exit statistics to stderr")
+	fs.StringVar(&s.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
+	fs.Var(&s.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
 }
 
 type multiFlag []string
@@ -34,32 +56,58 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// parseFlags parses args for command name; it reports help as done.
+func parseFlags(fs *flag.FlagSet, name, usage string, args []string, stdout io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "usage: vmm %s %s\n\nflags:\n", name, usage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return true, nil
+		}
+		return false, usagef("%s: %v", name, err)
+	}
+	if fs.NArg() > 0 {
+		return false, usagef("%s: unexpected argument %q", name, fs.Arg(0))
+	}
+	return false, nil
+}
+
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	start := time.Now()
 	var f runFlags
 	fs := flag.NewFlagSet("vmm run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&f.kernel, "kernel", "", "Linux kernel: ELF vmlinux or bzImage (required)")
+	fs.StringVar(&f.kernel, "kernel", "", "Linux kernel: ELF vmlinux or bzImage (required unless --incoming)")
 	fs.StringVar(&f.initrd, "initrd", "", "initrd / initramfs image")
 	fs.StringVar(&f.cmdline, "cmdline", machine.DefaultCmdline, "kernel command line")
 	fs.IntVar(&f.cpus, "cpus", 1, "number of vCPUs")
 	fs.StringVar(&f.memory, "memory", "256M", "guest RAM, e.g. 512M or 2G")
-	fs.StringVar(&f.console, "console", "stdio", "serial console: stdio, socket:PATH, or none")
-	fs.BoolVar(&f.verbose, "v", false, "log VMM diagnostics and exit statistics to stderr")
-	fs.StringVar(&f.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
 	fs.StringVar(&f.profile, "profile", "", "sample guest RIPs at 100 Hz and write them, symbolized with System.map beside the kernel if present, to this file")
-	fs.Var(&f.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "usage: vmm run --kernel FILE [flags]\n\nflags:\n")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return exitOK, nil
-		}
-		return 0, usagef("run: %v", err)
+	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S] (repeatable; ,, is a comma in PATH)")
+	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
+	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
+	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
+	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it")
+	f.session.register(fs)
+	if done, err := parseFlags(fs, "run", "--kernel FILE [flags] | --incoming ADDR [flags]", args, stdout); done || err != nil {
+		return exitOK, err
 	}
-	if fs.NArg() > 0 {
-		return 0, usagef("run: unexpected argument %q", fs.Arg(0))
+	sess, err := newSession(f.session, stdin, stdout, stderr, start)
+	if err != nil {
+		return 0, err
+	}
+	defer sess.close()
+
+	if f.incoming != "" {
+		if f.kernel != "" || f.initrd != "" || len(f.disks) > 0 || len(f.nics) > 0 {
+			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--disk/--net")
+		}
+		m, err := receiveIncoming(f.incoming, sess)
+		if err != nil {
+			return 0, err
+		}
+		return sess.serve(m, "")
 	}
 	if f.kernel == "" {
 		return 0, usagef("run: --kernel is required")
@@ -81,76 +129,150 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 			return 0, usagef("run: --initrd: %v", err)
 		}
 	}
+	devs, err := parseDevices(&f)
+	if err != nil {
+		return 0, err
+	}
+	cfg := sess.baseConfig()
+	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel, cfg.Initrd, cfg.Cmdline = f.cpus, mem, kernel, initrd, f.cmdline
+	cfg.Disks, cfg.NICs, cfg.RNG, cfg.Vsock = devs.Disks, devs.NICs, devs.RNG, devs.Vsock
+	m, err := machine.New(cfg)
+	if err != nil {
+		return 0, usagef("%v", err)
+	}
+	profile := ""
+	if f.profile != "" {
+		profile = f.profile + "|" + filepath.Join(filepath.Dir(f.kernel), "System.map")
+	}
+	return sess.serve(m, profile)
+}
 
+func cmdRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	start := time.Now()
+	var dir string
+	var sf sessionFlags
+	fs := flag.NewFlagSet("vmm restore", flag.ContinueOnError)
+	fs.StringVar(&dir, "snapshot", "", "snapshot directory written by 'vmm snapshot' (required)")
+	sf.register(fs)
+	if done, err := parseFlags(fs, "restore", "--snapshot DIR [flags]", args, stdout); done || err != nil {
+		return exitOK, err
+	}
+	if dir == "" {
+		return 0, usagef("restore: --snapshot is required")
+	}
+	sess, err := newSession(sf, stdin, stdout, stderr, start)
+	if err != nil {
+		return 0, err
+	}
+	defer sess.close()
+	m, err := machine.Restore(dir, sess.baseConfig())
+	if err != nil {
+		return 0, usagef("%v", err)
+	}
+	sess.logf("restored %s in %v", dir, time.Since(start).Round(time.Microsecond))
+	return sess.serve(m, "")
+}
+
+// session is one VM run in this process: its console, control socket,
+// signals and report.
+type session struct {
+	f           sessionFlags
+	start       time.Time
+	stdin       io.Reader
+	stdout      io.Writer
+	stderr      io.Writer
+	con         *console.Console
+	socketPath  string
+	marks       map[string]<-chan time.Time
+	firstOutput <-chan time.Time
+	restoreTTY  func()
+}
+
+func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start time.Time) (*session, error) {
+	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {}}
 	var sinks []io.Writer
-	var socketPath string
 	switch {
 	case f.console == "stdio":
 		sinks = append(sinks, stdout)
 	case f.console == "none":
 	case strings.HasPrefix(f.console, "socket:") && len(f.console) > len("socket:"):
-		socketPath = strings.TrimPrefix(f.console, "socket:")
+		s.socketPath = strings.TrimPrefix(f.console, "socket:")
 	default:
-		return 0, usagef("run: --console %q: want stdio, socket:PATH or none", f.console)
+		return nil, usagef("--console %q: want stdio, socket:PATH or none", f.console)
 	}
-	con := console.New(sinks...)
-	defer con.Close()
-	marks := map[string]<-chan time.Time{}
-	for _, s := range f.marks {
-		marks[s] = con.Watch(s)
+	s.con = console.New(sinks...)
+	s.marks = map[string]<-chan time.Time{}
+	for _, m := range f.marks {
+		s.marks[m] = s.con.Watch(m)
 	}
-	firstOutput := con.Watch("")
+	s.firstOutput = s.con.Watch("")
+	return s, nil
+}
 
-	var logw io.Writer
-	if f.verbose {
-		logw = stderr
+func (s *session) close() {
+	s.con.Close()
+	s.restoreTTY()
+}
+
+func (s *session) logf(format string, a ...any) {
+	if s.f.verbose {
+		fmt.Fprintf(s.stderr, "vmm: "+format+"\n", a...)
 	}
-	m, err := machine.New(machine.Config{
-		CPUs:        f.cpus,
-		MemoryBytes: mem,
-		Kernel:      kernel,
-		Initrd:      initrd,
-		Cmdline:     f.cmdline,
-		Console:     con,
-		Log:         logw,
-	})
-	if err != nil {
-		return 0, usagef("%v", err)
+}
+
+// baseConfig is the runtime part of a machine's configuration.
+func (s *session) baseConfig() machine.Config {
+	c := machine.Config{Console: s.con}
+	if s.f.verbose {
+		c.Log = s.stderr
 	}
+	return c
+}
+
+// serve connects the console and the API to m, runs it until it ends and
+// reports. profile is "OUT|SYSTEM.MAP" to sample guest RIPs.
+func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	defer m.Close()
-	con.SetInput(m.Serial.Input)
-	if socketPath != "" {
-		if err := con.Listen(socketPath); err != nil {
-			return 0, usagef("run: --console: %v", err)
+	r := runner.New(m, m.Config().CPUs, m.Config().MemoryBytes)
+	s.con.SetInput(m.Serial.Input)
+	if s.socketPath != "" {
+		if err := s.con.Listen(s.socketPath); err != nil {
+			return 0, usagef("--console: %v", err)
 		}
-	} else if f.console == "stdio" {
-		restore := rawTerminal(stdin)
-		defer restore()
-		go con.ReadInput(stdin)
+	} else if s.f.console == "stdio" {
+		s.restoreTTY = rawTerminal(s.stdin)
+		go s.con.ReadInput(s.stdin)
 	}
-
+	if s.f.api != "" {
+		srv, err := api.Listen(s.f.api, r)
+		if err != nil {
+			return 0, usagef("--api: %v", err)
+		}
+		defer srv.Close()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	go func() {
 		if _, ok := <-sigs; ok {
-			m.Stop()
+			r.Stop()
 		}
 	}()
 
 	var prof *machine.Profiler
-	if f.profile != "" {
+	if profile != "" {
 		prof = m.StartProfile(10 * time.Millisecond)
 	}
-	setup := time.Since(start)
-	exit := m.Run()
+	setup := time.Since(s.start)
+	exit := r.Run()
 	if prof != nil {
-		if err := writeProfile(f.profile, prof.Stop(), filepath.Join(filepath.Dir(f.kernel), "System.map")); err != nil {
-			fmt.Fprintf(stderr, "vmm: write profile: %v\n", err)
+		out, symbols, _ := strings.Cut(profile, "|")
+		if err := writeProfile(out, prof.Stop(), symbols); err != nil {
+			fmt.Fprintf(s.stderr, "vmm: write profile: %v\n", err)
 		}
 	}
-	total := time.Since(start)
-	con.Close()
+	total := time.Since(s.start)
+	s.con.Close()
 
 	rep := report{
 		Exit:     string(exit.Reason),
@@ -160,38 +282,39 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 		Stats:    m.Stats(),
 		RSS:      readRSS(),
 		Cmdline:  m.Cmdline,
-		CPUs:     f.cpus,
-		MemoryMB: mem >> 20,
+		CPUs:     m.Config().CPUs,
+		MemoryMB: m.Config().MemoryBytes >> 20,
 	}
 	if exit.Err != nil {
 		rep.Error = exit.Err.Error()
 	}
-	rep.VCPUEntryMs = ms(m.Started().Sub(start))
-	if t, ok := received(firstOutput); ok {
-		rep.FirstOutputMs = ms(t.Sub(start))
+	if mig := r.Migration(); mig.Stats.Phase != "" {
+		rep.Migration = &mig.Stats
 	}
-	for s, ch := range marks {
+	rep.VCPUEntryMs = ms(m.Started().Sub(s.start))
+	if t, ok := received(s.firstOutput); ok {
+		rep.FirstOutputMs = ms(t.Sub(s.start))
+	}
+	for str, ch := range s.marks {
 		if t, ok := received(ch); ok {
-			rep.Marks[s] = ms(t.Sub(start))
+			rep.Marks[str] = ms(t.Sub(s.start))
 		}
 	}
-	if f.verbose {
+	if s.f.verbose {
 		b, _ := json.Marshal(rep)
-		fmt.Fprintf(stderr, "vmm: %s\n", b)
+		fmt.Fprintf(s.stderr, "vmm: %s\n", b)
 	}
-	if f.report != "" {
+	if s.f.report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(f.report, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(stderr, "vmm: write report: %v\n", err)
+		if err := os.WriteFile(s.f.report, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(s.stderr, "vmm: write report: %v\n", err)
 		}
 	}
 	if exit.Failed() {
-		fmt.Fprintf(stderr, "vmm: guest failed: %s\n", oneLine(exit.String()))
+		fmt.Fprintf(s.stderr, "vmm: guest failed: %s\n", oneLine(exit.String()))
 		return exitGuest, nil
 	}
-	if f.verbose {
-		fmt.Fprintf(stderr, "vmm: guest ended: %s\n", exit)
-	}
+	s.logf("guest ended: %s", exit)
 	return exitOK, nil
 }
 
@@ -208,6 +331,7 @@ type report struct {
 	TotalMs       float64            `json:"total_ms"`
 	RSS           map[string]uint64  `json:"rss_kib"`
 	Stats         map[string]any     `json:"stats"`
+	Migration     *migration.Stats   `json:"migration,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -42,6 +42,12 @@ type Config struct {
 	HostProfile *bool
 	// Log, if set, receives VMM diagnostics.
 	Log io.Writer
+
+	// Virtio devices (see virtio.go).
+	Disks []DiskConfig
+	NICs  []NICConfig
+	RNG   bool
+	Vsock *VsockConfig
 }
 
 // Machine is a built VM.
@@ -62,12 +68,22 @@ type Machine struct {
 	Nested   bool
 	Metrics  Metrics
 	msrList  []uint32 // MSRs saved in snapshots, probed on first use
+	virtio   []*VirtioDevice
 	profiler atomic.Pointer[Profiler]
-	created  time.Time
-	started  time.Time
-	exitOnce sync.Once
-	exitCh   chan Exit
-	running  sync.WaitGroup
+
+	// live migration (migrate.go)
+	manualProtect  bool // KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled
+	dirtyMu        sync.Mutex
+	dirtyBufs      [][]uint64
+	throttleMu     sync.Mutex
+	throttleStop   chan struct{}
+	throttleDone   chan struct{}
+	releaseDevices chan struct{}
+	created        time.Time
+	started        time.Time
+	exitOnce       sync.Once
+	exitCh         chan Exit
+	running        sync.WaitGroup
 }
 
 // Metrics counts VM exits the VMM handled.
@@ -84,6 +100,7 @@ const (
 	ExitReset       ExitReason = "reset"        // guest rebooted (i8042 reset line, reboot=k)
 	ExitShutdown    ExitReason = "shutdown"     // guest powered off
 	ExitStopped     ExitReason = "stopped"      // the VMM was asked to stop
+	ExitMigrated    ExitReason = "migrated"     // the guest now runs on a migration target
 	ExitTripleFault ExitReason = "triple-fault" // guest crashed the CPU
 	ExitPanic       ExitReason = "guest-panic"
 	ExitError       ExitReason = "error" // the VMM could not continue (Err says why)
@@ -99,7 +116,7 @@ type Exit struct {
 // Failed reports whether the exit means the guest failed.
 func (e Exit) Failed() bool {
 	switch e.Reason {
-	case ExitReset, ExitShutdown, ExitStopped:
+	case ExitReset, ExitShutdown, ExitStopped, ExitMigrated:
 		return false
 	}
 	return true
@@ -118,7 +135,14 @@ func configErr(format string, a ...any) error {
 
 // New builds the VM: KVM objects, guest RAM with the kernel loaded, vCPUs
 // in their boot state and the legacy devices. Nothing runs until Run.
-func New(cfg Config) (*Machine, error) {
+func New(cfg Config) (*Machine, error) { return build(cfg, nil) }
+
+// build makes a machine. With mem == nil it is a fresh boot: new RAM, the
+// kernel loaded, the BSP at the kernel's entry. Otherwise (restore,
+// incoming migration) RAM is mem (or new, empty RAM if mem is the
+// sentinel fresh), nothing is loaded, and the caller restores the state.
+func build(cfg Config, from *memory.Guest) (*Machine, error) {
+	booting := from == nil
 	if cfg.CPUs < 1 || cfg.CPUs > x86.MaxCPUs {
 		return nil, configErr("%d vCPUs: must be between 1 and %d", cfg.CPUs, x86.MaxCPUs)
 	}
@@ -146,7 +170,7 @@ func New(cfg Config) (*Machine, error) {
 		m.Nested = *cfg.HostProfile
 	}
 	m.Cmdline = cfg.Cmdline
-	if extra := x86.HostKernelArgs(m.Nested); extra != "" {
+	if extra := x86.HostKernelArgs(m.Nested); extra != "" && booting {
 		m.Cmdline += " " + extra
 	}
 
@@ -163,16 +187,24 @@ func New(cfg Config) (*Machine, error) {
 	if err := m.setupVM(); err != nil {
 		return nil, err
 	}
-	if err := m.setupMemory(); err != nil {
+	if err := m.setupMemory(from); err != nil {
 		return nil, err
 	}
-	if err := m.loadGuest(); err != nil {
+	cmdline := m.Cmdline
+	if err := m.setupVirtio(); err != nil {
 		return nil, err
+	}
+	if booting {
+		if err := m.loadGuest(); err != nil {
+			return nil, err
+		}
+	} else {
+		m.Cmdline = cmdline // the restored guest booted with the saved one
 	}
 	if err := m.setupDevices(); err != nil {
 		return nil, err
 	}
-	if err := m.setupVCPUs(); err != nil {
+	if err := m.setupVCPUs(booting); err != nil {
 		return nil, err
 	}
 	built = true
@@ -195,15 +227,29 @@ func (m *Machine) setupVM() error {
 	if err := m.vm.CreateIRQChip(); err != nil {
 		return err
 	}
+	// With manual protection, reading the dirty log doesn't write-protect
+	// every page at once; migration re-protects just the pages it sends.
+	if n, _ := m.vm.CheckExtension(kvm.CapManualDirtyLogProtect2); n != 0 {
+		if err := m.vm.EnableCap(kvm.CapManualDirtyLogProtect2, kvm.DirtyLogManualProtectEnable); err == nil {
+			m.manualProtect = true
+		}
+	}
 	return m.vm.CreatePIT2(kvm.PITSpeakerDummy)
 }
 
-func (m *Machine) setupMemory() error {
+// setupMemory gives the VM its RAM: mem if given (a snapshot's mapping),
+// else new, empty RAM for the configured size.
+func (m *Machine) setupMemory(mem *memory.Guest) error {
 	layout, err := x86.RAMLayout(m.cfg.MemoryBytes)
 	if err != nil {
 		return configErr("%v", err)
 	}
-	if m.Mem, err = memory.New(layout); err != nil {
+	if mem != nil && mem != freshRAM {
+		if err := sameLayout(mem, layout); err != nil {
+			return err
+		}
+		m.Mem = mem
+	} else if m.Mem, err = memory.New(layout); err != nil {
 		return err
 	}
 	for _, r := range m.Mem.Regions() {
@@ -283,6 +329,7 @@ func (m *Machine) setupDevices() error {
 
 // Close releases everything. The VM must not be running.
 func (m *Machine) Close() error {
+	m.closeVirtio()
 	for _, v := range m.vcpus {
 		v.c.Close()
 	}
@@ -315,6 +362,10 @@ func (m *Machine) stop(e Exit) {
 // Stop asks the VM to stop; Run returns ExitStopped.
 func (m *Machine) Stop() { m.stop(Exit{Reason: ExitStopped}) }
 
+// EndMigrated ends a VM whose guest a migration handed to its target; Run
+// returns ExitMigrated.
+func (m *Machine) EndMigrated() { m.stop(Exit{Reason: ExitMigrated}) }
+
 // Run starts every vCPU and blocks until the guest ends or Stop is called.
 // All vCPU threads have exited when it returns.
 func (m *Machine) Run() Exit {
@@ -342,5 +393,10 @@ func (m *Machine) Stats() map[string]any {
 		"unknown_mmio": m.Metrics.UnknownMMIO.Load(),
 		"assists":      m.Assist.Counts(),
 		"serial_tx":    m.Serial.Metrics.TxBytes.Load(),
+		"virtio":       m.virtioStats(),
 	}
 }
+
+// Config is the configuration the machine was built with (for a restored
+// or migrated machine, the saved one).
+func (m *Machine) Config() Config { return m.cfg }

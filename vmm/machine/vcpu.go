@@ -39,7 +39,10 @@ type vcpu struct {
 	started bool
 }
 
-func (m *Machine) setupVCPUs() error {
+// setupVCPUs creates the vCPUs with this host's CPUID policy; when
+// booting, the BSP is put at the kernel's entry (a restore overwrites all
+// of it with the saved state).
+func (m *Machine) setupVCPUs(booting bool) error {
 	supported, err := m.sys.SupportedCPUID()
 	if err != nil {
 		return err
@@ -71,7 +74,7 @@ func (m *Machine) setupVCPUs() error {
 		}
 		// Application processors wait in the in-kernel LAPIC for the
 		// guest's INIT/SIPI; only the BSP starts at the kernel entry.
-		if i == 0 {
+		if i == 0 && booting {
 			if err := x86.SetupLongMode(c, m.Loaded.Entry); err != nil {
 				return err
 			}

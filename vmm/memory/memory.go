@@ -108,7 +108,9 @@ func (g *Guest) Close() error {
 		}
 	}
 	if g.file != nil {
-		return g.file.Close()
+		f := g.file
+		g.file = nil
+		return f.Close()
 	}
 	return nil
 }

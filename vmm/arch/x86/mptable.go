@@ -31,9 +31,11 @@ const (
 	lapicVersion  = 0x14
 	ioapicVersion = 0x11
 	isaBusID      = 0
-	// ISA IRQs 0-15 go to IOAPIC pins 0-15: KVM's default GSI routing is
-	// the identity, unlike PC firmware which moves the PIT to pin 2.
-	isaIRQs = 16
+	// IRQs 0-23 go to IOAPIC pins 0-23: KVM's default GSI routing is the
+	// identity (unlike PC firmware, which moves the PIT to pin 2). Pins
+	// 16-23 are described as ISA interrupts too, as Firecracker does, so
+	// that virtio-mmio devices announced on the command line can use them.
+	ioapicPins = 24
 )
 
 // MaxCPUs is the most vCPUs an MP table can describe: APIC IDs are 8 bits
@@ -82,7 +84,7 @@ func BuildMPTable(base uint64, ncpus int) []byte {
 	ioapic := []byte{mpEntryIOAPIC, ioapicID, ioapicVersion, 0x01, 0, 0, 0, 0}
 	le.PutUint32(ioapic[4:], IOAPICAddr)
 	add(ioapic)
-	for irq := 0; irq < isaIRQs; irq++ {
+	for irq := 0; irq < ioapicPins; irq++ {
 		// flags 0: polarity and trigger conform to the bus (ISA: edge, active high)
 		add([]byte{mpEntryIOIntr, mpIntINT, 0, 0, isaBusID, byte(irq), ioapicID, byte(irq)})
 	}

@@ -114,12 +114,12 @@ func TestMPTable(t *testing.T) {
 			assert.Equal(t, byte(ncpus), m.ioapicID, "IOAPIC ID after the CPUs'")
 			assert.Equal(t, uint32(IOAPICAddr), m.ioapic)
 			require.GreaterOrEqual(t, m.busISA, 0, "an ISA bus")
-			require.Len(t, m.ioIntrs, 16)
+			require.Len(t, m.ioIntrs, 24, "one entry per IOAPIC pin")
 			for i, in := range m.ioIntrs {
 				assert.Equal(t, byte(m.busISA), in.srcBus)
 				assert.Equal(t, byte(i), in.srcIRQ)
 				assert.Equal(t, m.ioapicID, in.dstAPIC)
-				assert.Equal(t, byte(i), in.dstPin, "ISA IRQ %d identity-mapped to its IOAPIC pin", i)
+				assert.Equal(t, byte(i), in.dstPin, "IRQ %d identity-mapped to its IOAPIC pin", i)
 			}
 			assert.Equal(t, []struct{ typ, dstPin byte }{{3, 0}, {1, 1}}, m.locals, "ExtINT on LINT0, NMI on LINT1")
 		})

@@ -4,7 +4,10 @@
 // end, as Firecracker does.
 package i8042
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+)
 
 // Ports, relative to the device's base (0x60): data at 0, command/status at 4.
 const (
@@ -102,4 +105,31 @@ func (d *Device) Write(off uint64, data []byte) {
 func (d *Device) put(b byte) {
 	d.out = b
 	d.status |= statusOBF
+}
+
+// StateVersion is the version of State this code writes and reads.
+const StateVersion = 1
+
+// State is the controller's state for snapshots.
+type State struct {
+	Version                   int
+	Ctr, Status, Out, Pending byte
+}
+
+// Save returns the controller's state.
+func (d *Device) Save() State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return State{Version: StateVersion, Ctr: d.ctr, Status: d.status, Out: d.out, Pending: d.pending}
+}
+
+// Restore loads a saved state.
+func (d *Device) Restore(s State) error {
+	if s.Version != StateVersion {
+		return fmt.Errorf("i8042 state version %d, this VMM reads %d", s.Version, StateVersion)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ctr, d.status, d.out, d.pending = s.Ctr, s.Status, s.Out, s.Pending
+	return nil
 }

@@ -104,3 +104,16 @@ func TestOddAccesses(t *testing.T) {
 	d.Read(offCommand, wide)
 	assert.Equal(t, []byte{statusSysFlag, 0}, wide, "bytes past the register read as zero")
 }
+
+func TestSaveRestore(t *testing.T) {
+	d := New(nil)
+	d.Write(offCommand, []byte{cmdSelfTest}) // leaves 0x55 waiting for the guest
+	e := New(nil)
+	require.NoError(t, e.Restore(d.Save()))
+	b := []byte{0}
+	e.Read(offData, b)
+	assert.Equal(t, byte(selfTestOK), b[0])
+	s := d.Save()
+	s.Version = 7
+	assert.Error(t, e.Restore(s))
+}

@@ -219,3 +219,20 @@ func TestGarbageWrites(t *testing.T) {
 		d.Write(1, nil)
 	})
 }
+
+func TestSaveRestoreKeepsGuestClockOffsetAndCMOS(t *testing.T) {
+	d := New()
+	d.Write(0, []byte{0x30})
+	d.Write(1, []byte{0xab}) // a CMOS byte
+	d.offset = 3 * time.Hour
+	s := d.Save()
+	e := New()
+	require.NoError(t, e.Restore(s))
+	assert.Equal(t, 3*time.Hour, e.offset)
+	e.Write(0, []byte{0x30})
+	b := []byte{0}
+	e.Read(1, b)
+	assert.Equal(t, byte(0xab), b[0])
+	s.Version = 2
+	assert.ErrorContains(t, e.Restore(s), "version 2")
+}

@@ -4,6 +4,7 @@
 package serial
 
 import (
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -67,8 +68,12 @@ type Metrics struct {
 	InterruptsUp atomic.Uint64
 }
 
+// StateVersion is the version of State this code writes and reads.
+const StateVersion = 1
+
 // State is the UART's register state (for snapshots).
 type State struct {
+	Version                                     int
 	IER, LCR, MCR, LSR, MSR, SCR, DLL, DLM, FCR uint8
 	THRPending                                  bool
 	Rx                                          []byte
@@ -268,12 +273,19 @@ func (u *Serial) Save() State {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := u.s
+	s.Version = StateVersion
 	s.Rx = append([]byte(nil), u.s.Rx...)
 	return s
 }
 
 // Restore loads a saved register state and re-evaluates the interrupt line.
-func (u *Serial) Restore(s State) {
+func (u *Serial) Restore(s State) error {
+	if s.Version != StateVersion {
+		return fmt.Errorf("serial state version %d, this VMM reads %d", s.Version, StateVersion)
+	}
+	if len(s.Rx) > RxBufferSize {
+		return fmt.Errorf("serial state holds %d bytes of input, more than the %d-byte buffer", len(s.Rx), RxBufferSize)
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.s = s
@@ -283,4 +295,5 @@ func (u *Serial) Restore(s State) {
 		u.irq(false)
 	}
 	u.update()
+	return nil
 }

@@ -121,7 +121,7 @@ func TestSaveRestoreKeepsPendingInput(t *testing.T) {
 	u.Input([]byte("q"))
 	s := u.Save()
 	v, _, irq := newUART()
-	v.Restore(s)
+	require.NoError(t, v.Restore(s))
 	assert.True(t, irq.level, "a restored pending interrupt is re-raised")
 	assert.Equal(t, byte('q'), rd(v, regData))
 }
@@ -132,4 +132,14 @@ func TestShortAndOutOfRangeAccessesAreHarmless(t *testing.T) {
 	u.Read(regData, nil)
 	u.Write(99, []byte{1})
 	assert.Equal(t, byte(0), rd(u, 99))
+}
+
+func TestRestoreRefusesOtherVersions(t *testing.T) {
+	u, _, _ := newUART()
+	s := u.Save()
+	s.Version = 99
+	assert.ErrorContains(t, u.Restore(s), "version 99")
+	s = u.Save()
+	s.Rx = make([]byte, RxBufferSize+1)
+	assert.Error(t, u.Restore(s))
 }

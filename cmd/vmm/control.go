@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/migration"
+)
+
+// receiveIncoming listens on addr for one migration stream, builds the VM
+// it carries and returns it ready to run.
+func receiveIncoming(addr string, s *session) (*machine.Machine, error) {
+	network, a, err := api.ParseAddress(addr)
+	if err != nil {
+		return nil, usagef("run: --incoming: %v", err)
+	}
+	if network == "unix" {
+		if fi, err := os.Lstat(a); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			os.Remove(a)
+		}
+	}
+	l, err := net.Listen(network, a)
+	if err != nil {
+		return nil, usagef("run: --incoming: %v", err)
+	}
+	defer l.Close()
+	s.logf("waiting for a migration on %s", l.Addr())
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return nil, usagef("run: --incoming: %v", err)
+		}
+		in := machine.NewIncoming(s.baseConfig())
+		start := time.Now()
+		st, err := migration.Receive(context.Background(), conn, in)
+		conn.Close()
+		if err != nil {
+			// A failed attempt leaves nothing behind here and the source
+			// keeps its guest: wait for the next attempt.
+			fmt.Fprintf(s.stderr, "vmm: incoming migration failed, waiting for another: %s\n", oneLine(err.Error()))
+			continue
+		}
+		s.logf("received VM in %v: %d rounds, %d data pages, %d zero pages",
+			time.Since(start).Round(time.Millisecond), st.Rounds, st.DataPages, st.ZeroPages)
+		return in.Machine, nil
+	}
+}
+
+// clientFlags are the flags of commands that talk to a running VMM.
+func clientFlags(fs *flag.FlagSet) *string {
+	return fs.String("api", "", "the VMM's control socket (vmm run --api) (required)")
+}
+
+func client(sock string, name string) (*api.Client, error) {
+	if sock == "" {
+		return nil, usagef("%s: --api is required", name)
+	}
+	return api.NewClient(sock), nil
+}
+
+// cmdControl runs pause, resume, stop and status.
+func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("vmm "+name, flag.ContinueOnError)
+	sock := clientFlags(fs)
+	if done, err := parseFlags(fs, name, "--api SOCKET", args, stdout); done || err != nil {
+		return exitOK, err
+	}
+	c, err := client(*sock, name)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	switch name {
+	case "pause":
+		err = c.Pause(ctx)
+	case "resume":
+		err = c.Resume(ctx)
+	case "stop":
+		err = c.Stop(ctx)
+	case "status":
+		var info api.Info
+		if info, err = c.Info(ctx); err == nil {
+			b, _ := json.MarshalIndent(info, "", "  ")
+			fmt.Fprintf(stdout, "%s\n", b)
+		}
+	}
+	if err != nil {
+		return exitGuest, fmt.Errorf("%s: %w", name, err)
+	}
+	return exitOK, nil
+}
+
+func cmdSnapshot(args []string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("vmm snapshot", flag.ContinueOnError)
+	sock := clientFlags(fs)
+	dir := fs.String("dir", "", "directory to write the snapshot into (required)")
+	stop := fs.Bool("stop", false, "end the VM after the snapshot instead of resuming it")
+	if done, err := parseFlags(fs, "snapshot", "--api SOCKET --dir DIR [--stop]", args, stdout); done || err != nil {
+		return exitOK, err
+	}
+	c, err := client(*sock, "snapshot")
+	if err != nil {
+		return 0, err
+	}
+	if *dir == "" {
+		return 0, usagef("snapshot: --dir is required")
+	}
+	abs, err := absPath(*dir)
+	if err != nil {
+		return 0, usagef("snapshot: --dir: %v", err)
+	}
+	ctx := context.Background()
+	resume := !*stop
+	res, err := c.Snapshot(ctx, api.SnapshotRequest{Dir: abs, Resume: &resume})
+	if err != nil {
+		return exitGuest, fmt.Errorf("snapshot: %w", err)
+	}
+	fmt.Fprintf(stdout, "snapshot written to %s: %.1f MiB of RAM stored, VM paused %.1f ms\n",
+		res.Dir, float64(res.MemoryBytes)/(1<<20), res.PausedMs)
+	if *stop {
+		if err := c.Stop(ctx); err != nil {
+			return exitGuest, fmt.Errorf("snapshot: stop after snapshot: %w", err)
+		}
+	}
+	return exitOK, nil
+}
+
+func cmdMigrate(args []string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("vmm migrate", flag.ContinueOnError)
+	sock := clientFlags(fs)
+	to := fs.String("to", "", "the target VMM's --incoming address: tcp:HOST:PORT or unix:PATH (required)")
+	bw := fs.String("bandwidth", "", "bandwidth cap per second, e.g. 100M (default: none)")
+	downtime := fs.Duration("downtime", 300*time.Millisecond, "longest acceptable pause for the final copy")
+	autoConverge := fs.Bool("auto-converge", false, "throttle vCPUs when the guest dirties memory faster than it can be sent")
+	progressTimeout := fs.Duration("progress-timeout", 150*time.Second, "give up when no progress is made for this long")
+	timeout := fs.Duration("timeout", 0, "give up after this long in total (0: never)")
+	if done, err := parseFlags(fs, "migrate", "--api SOCKET --to ADDR [flags]", args, stdout); done || err != nil {
+		return exitOK, err
+	}
+	c, err := client(*sock, "migrate")
+	if err != nil {
+		return 0, err
+	}
+	if _, _, err := api.ParseAddress(*to); err != nil {
+		return 0, usagef("migrate: --to: %v", err)
+	}
+	req := api.MigrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge,
+		ProgressTimeout: int64(progressTimeout.Seconds()), Timeout: int64(timeout.Seconds())}
+	if *bw != "" {
+		b, err := parseSize(*bw)
+		if err != nil || b < 1<<20 {
+			return 0, usagef("migrate: --bandwidth %q: want at least 1M", *bw)
+		}
+		req.BandwidthMBps = int64(b >> 20)
+	}
+	ctx := context.Background()
+	if err := c.Migrate(ctx, req); err != nil {
+		return exitGuest, fmt.Errorf("migrate: %w", err)
+	}
+	final, err := c.WaitMigration(ctx, 500*time.Millisecond, func(s api.MigrationStatus) {
+		st := s.Stats
+		fmt.Fprintf(stdout, "\rmigrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
+			st.Phase, st.Rounds, mib(st.BytesSent), mib(st.Remaining), st.Bandwidth/(1<<20), st.Throttle*100)
+	})
+	fmt.Fprintln(stdout)
+	if err != nil {
+		return exitGuest, fmt.Errorf("migrate: %w", err)
+	}
+	st := final.Stats
+	if st.Phase != "completed" {
+		return exitGuest, fmt.Errorf("migrate: failed, the VM keeps running here: %s", st.Error)
+	}
+	fmt.Fprintf(stdout, "migrate: completed in %v: %d rounds, %.1f MiB sent (%d data + %d zero pages), downtime %v\n",
+		st.Total.Round(time.Millisecond), st.Rounds, mib(st.BytesSent), st.DataPages, st.ZeroPages, st.Downtime.Round(time.Microsecond))
+	return exitOK, nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func absPath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") {
+		return p, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	return wd + "/" + p, nil
+}

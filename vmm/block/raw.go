@@ -1,0 +1,189 @@
+package block
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Raw is a raw image file or block device.
+type Raw struct {
+	f    *os.File
+	size uint64
+	ro   bool
+}
+
+// OpenRaw opens a raw image.
+func OpenRaw(path string, readOnly bool) (*Raw, error) {
+	flag := os.O_RDWR
+	if readOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open raw image: %w", err)
+	}
+	// Seek works for regular files and block devices alike.
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size of raw image %s: %w", path, err)
+	}
+	return &Raw{f: f, size: uint64(end), ro: readOnly}, nil
+}
+
+// Size is the image size in bytes.
+func (r *Raw) Size() uint64 { return r.size }
+
+// ReadOnly reports whether writes are refused.
+func (r *Raw) ReadOnly() bool { return r.ro }
+
+// ReadAt reads from the image; past the end it returns io.EOF.
+func (r *Raw) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+
+// WriteAt writes to the image.
+func (r *Raw) WriteAt(p []byte, off int64) (int, error) {
+	if r.ro {
+		return 0, ErrReadOnly
+	}
+	return r.f.WriteAt(p, off)
+}
+
+// Flush makes written data durable.
+func (r *Raw) Flush() error {
+	if err := unix.Fdatasync(int(r.f.Fd())); err != nil {
+		return fmt.Errorf("fdatasync %s: %w", r.f.Name(), err)
+	}
+	return nil
+}
+
+// Discard punches a hole: the range reads as zeros and frees its space.
+func (r *Raw) Discard(off, n int64) error {
+	if r.ro {
+		return ErrReadOnly
+	}
+	if err := unix.Fallocate(int(r.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
+		return fmt.Errorf("punch hole [%d+%d]: %w", off, n, err)
+	}
+	return nil
+}
+
+// WriteZeroes zeroes a range, by fallocate where the file system can and
+// by writing zeros where it can't.
+func (r *Raw) WriteZeroes(off, n int64, unmap bool) error {
+	if r.ro {
+		return ErrReadOnly
+	}
+	fd := int(r.f.Fd())
+	mode := unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+	if unmap {
+		mode = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	}
+	err := unix.Fallocate(fd, uint32(mode), off, n)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("zero range [%d+%d]: %w", off, n, err)
+	}
+	return writeZeros(r, off, n)
+}
+
+func writeZeros(w io.WriterAt, off, n int64) error {
+	buf := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		c := min(n, int64(len(buf)))
+		if _, err := w.WriteAt(buf[:c], off); err != nil {
+			return err
+		}
+		off += c
+		n -= c
+	}
+	return nil
+}
+
+// Close closes the file.
+func (r *Raw) Close() error { return r.f.Close() }
+
+// VectorIO is a Disk that transfers a scatter-gather list in one call.
+type VectorIO interface {
+	ReadvAt(bufs [][]byte, off int64) error
+	WritevAt(bufs [][]byte, off int64) error
+}
+
+// iovMax is Linux's UIO_MAXIOV.
+const iovMax = 1024
+
+// ReadvAt fills bufs from off with preadv; a short read (past the end of
+// the file) is an error.
+func (r *Raw) ReadvAt(bufs [][]byte, off int64) error {
+	for len(bufs) > 0 {
+		chunk := bufs[:min(len(bufs), iovMax)]
+		want := 0
+		for _, b := range chunk {
+			want += len(b)
+		}
+		n, err := unix.Preadv(int(r.f.Fd()), chunk, off)
+		if err != nil {
+			return fmt.Errorf("preadv %s at %d: %w", r.f.Name(), off, err)
+		}
+		if n != want {
+			// rare (signals, end of file): finish buffer by buffer
+			return r.finish(chunk, off, n, false)
+		}
+		bufs, off = bufs[len(chunk):], off+int64(n)
+	}
+	return nil
+}
+
+// WritevAt writes bufs at off with pwritev.
+func (r *Raw) WritevAt(bufs [][]byte, off int64) error {
+	if r.ro {
+		return ErrReadOnly
+	}
+	for len(bufs) > 0 {
+		chunk := bufs[:min(len(bufs), iovMax)]
+		want := 0
+		for _, b := range chunk {
+			want += len(b)
+		}
+		n, err := unix.Pwritev(int(r.f.Fd()), chunk, off)
+		if err != nil {
+			return fmt.Errorf("pwritev %s at %d: %w", r.f.Name(), off, err)
+		}
+		if n != want {
+			return r.finish(chunk, off, n, true)
+		}
+		bufs, off = bufs[len(chunk):], off+int64(n)
+	}
+	return nil
+}
+
+// finish completes a partial vectored transfer of chunk that moved done
+// bytes, with plain ReadAt/WriteAt.
+func (r *Raw) finish(chunk [][]byte, off int64, done int, write bool) error {
+	for _, b := range chunk {
+		if done >= len(b) {
+			done -= len(b)
+			off += int64(len(b))
+			continue
+		}
+		b = b[done:]
+		off += int64(done)
+		done = 0
+		var err error
+		if write {
+			_, err = r.f.WriteAt(b, off)
+		} else {
+			_, err = r.f.ReadAt(b, off)
+		}
+		if err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}

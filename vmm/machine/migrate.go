@@ -1,0 +1,232 @@
+package machine
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/kvm"
+	"github.com/kubevmm/kubevmm/vmm/memory"
+	"github.com/kubevmm/kubevmm/vmm/migration"
+)
+
+// Memory is the guest's RAM.
+func (m *Machine) Memory() *memory.Guest { return m.Mem }
+
+// setSlotFlags re-registers every memory slot with flags.
+func (m *Machine) setSlotFlags(flags uint32) error {
+	for _, r := range m.Mem.Regions() {
+		err := m.vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
+			Slot: r.Slot, Flags: flags, GuestPhysAddr: r.GPA, MemorySize: r.Size,
+			UserspaceAddr: uint64(uintptrOf(r.Data)),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartDirtyLog turns on KVM's dirty log for every slot and the memory
+// package's tracking of VMM writes.
+func (m *Machine) StartDirtyLog() error {
+	m.dirtyMu.Lock()
+	defer m.dirtyMu.Unlock()
+	m.Mem.StartDirtyTracking()
+	if err := m.setSlotFlags(kvm.MemLogDirtyPages); err != nil {
+		m.Mem.StopDirtyTracking()
+		return err
+	}
+	m.dirtyBufs = make([][]uint64, len(m.Mem.Regions()))
+	for i, r := range m.Mem.Regions() {
+		m.dirtyBufs[i] = make([]uint64, (r.Size/memory.PageSize+63)/64)
+	}
+	return nil
+}
+
+// SyncDirty collects the pages written since the last call. With manual
+// protection KVM keeps the pages writable until KVM_CLEAR_DIRTY_LOG, which
+// is issued here for exactly the pages reported, so a write racing with
+// the sync is never lost: it lands in the next one.
+func (m *Machine) SyncDirty(bitmaps [][]uint64) error {
+	m.dirtyMu.Lock()
+	defer m.dirtyMu.Unlock()
+	for i, r := range m.Mem.Regions() {
+		buf := m.dirtyBufs[i]
+		clear(buf)
+		if err := m.vm.GetDirtyLog(r.Slot, buf); err != nil {
+			return err
+		}
+		if m.manualProtect {
+			if err := m.vm.ClearDirtyLog(r.Slot, 0, uint32(r.Size/memory.PageSize), buf); err != nil {
+				return err
+			}
+		}
+		for w := range buf {
+			bitmaps[i][w] |= buf[w]
+		}
+		r.TakeDirty(bitmaps[i])
+	}
+	return nil
+}
+
+// StopDirtyLog ends dirty tracking.
+func (m *Machine) StopDirtyLog() error {
+	m.dirtyMu.Lock()
+	defer m.dirtyMu.Unlock()
+	m.Mem.StopDirtyTracking()
+	m.dirtyBufs = nil
+	return m.setSlotFlags(0)
+}
+
+// Throttle holds the vCPUs for the given fraction of every 100 ms
+// (auto-converge); 0 stops throttling. It never leaves the VM paused.
+func (m *Machine) Throttle(fraction float64) {
+	m.throttleMu.Lock()
+	defer m.throttleMu.Unlock()
+	if m.throttleStop != nil {
+		close(m.throttleStop)
+		<-m.throttleDone
+		m.throttleStop, m.throttleDone = nil, nil
+	}
+	if fraction <= 0 {
+		return
+	}
+	fraction = min(fraction, 0.99)
+	stop, done := make(chan struct{}), make(chan struct{})
+	m.throttleStop, m.throttleDone = stop, done
+	const period = 100 * time.Millisecond
+	held := time.Duration(float64(period) * fraction)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(period - held):
+			}
+			if err := m.Pause(); err != nil {
+				return // the VM ended
+			}
+			select {
+			case <-stop:
+				m.Resume()
+				return
+			case <-time.After(held):
+			}
+			m.Resume()
+		}
+	}()
+}
+
+// migrationPause pauses vCPUs and holds every device still until
+// migrationResume; the migration's stop-and-copy runs in between.
+func (m *Machine) migrationPause() error {
+	m.Throttle(0)
+	if err := m.Pause(); err != nil {
+		return err
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	m.releaseDevices = release
+	go m.quiesceDevices(func() {
+		close(held)
+		<-release
+	})
+	<-held
+	return nil
+}
+
+func (m *Machine) migrationResume() {
+	if m.releaseDevices != nil {
+		close(m.releaseDevices)
+		m.releaseDevices = nil
+	}
+	m.Resume()
+}
+
+// Header describes the VM's hardware for the target.
+func (m *Machine) Header() ([]byte, error) { return json.Marshal(m.savedConfig()) }
+
+// State is the complete VM state; the VM is paused by the migration.
+func (m *Machine) State() ([]byte, error) {
+	s, err := m.saveState()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(s)
+}
+
+// migrationSource adapts a machine to migration.Source: Pause/Resume there
+// also quiesce devices.
+type migrationSource struct{ *Machine }
+
+func (s migrationSource) Pause() error { return s.migrationPause() }
+func (s migrationSource) Resume()      { s.migrationResume() }
+
+var _ migration.Source = migrationSource{}
+
+// AsMigrationSource is the machine as the source of a live migration.
+func (m *Machine) AsMigrationSource() migration.Source { return migrationSource{m} }
+
+// Incoming is the target side of a migration: it builds the machine the
+// source describes and loads its state. After migration.Receive succeeds,
+// Machine is ready to Run.
+type Incoming struct {
+	base    Config
+	Machine *Machine
+}
+
+// NewIncoming prepares to receive a VM; base supplies console, log and
+// KVM path.
+func NewIncoming(base Config) *Incoming { return &Incoming{base: base} }
+
+var _ migration.Target = (*Incoming)(nil)
+
+// Prepare builds an empty machine from the source's header.
+func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
+	var sc SavedConfig
+	if err := json.Unmarshal(header, &sc); err != nil {
+		return nil, fmt.Errorf("migration header: %w", err)
+	}
+	cfg, err := configFrom(sc, in.base)
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(cfg, freshRAM)
+	if err != nil {
+		return nil, err
+	}
+	in.Machine = m
+	return m.Mem, nil
+}
+
+// Restore loads the state sent at the end of the migration.
+func (in *Incoming) Restore(state []byte) error {
+	var s State
+	if err := json.Unmarshal(state, &s); err != nil {
+		return fmt.Errorf("migrated state: %w", err)
+	}
+	if err := checkConfig(&s.Config, in.Machine); err != nil {
+		return err
+	}
+	return in.Machine.loadState(&s)
+}
+
+func checkConfig(sc *SavedConfig, m *Machine) error {
+	if sc.CPUs != m.cfg.CPUs || sc.MemoryBytes != m.cfg.MemoryBytes {
+		return fmt.Errorf("state is for %d vCPUs / %d MiB, the prepared VM has %d / %d MiB",
+			sc.CPUs, sc.MemoryBytes>>20, m.cfg.CPUs, m.cfg.MemoryBytes>>20)
+	}
+	return nil
+}
+
+// Start is a no-op: the caller runs Machine once Receive returns.
+func (in *Incoming) Start() error { return nil }
+
+// Discard throws the half-built VM away.
+func (in *Incoming) Discard() {
+	if in.Machine != nil {
+		in.Machine.Close()
+		in.Machine = nil
+	}
+}

@@ -1,0 +1,82 @@
+package machine
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/kubevmm/kubevmm/vmm/arch/x86"
+	"github.com/kubevmm/kubevmm/vmm/assist"
+	"github.com/kubevmm/kubevmm/vmm/memory"
+	"github.com/kubevmm/kubevmm/vmm/snapshot"
+)
+
+// freshRAM asks build for new, empty RAM without loading a kernel (an
+// incoming migration fills it).
+var freshRAM = &memory.Guest{}
+
+func sameLayout(mem *memory.Guest, layout []memory.Layout) error {
+	rs := mem.Regions()
+	if len(rs) != len(layout) {
+		return fmt.Errorf("saved RAM has %d regions, the VM needs %d", len(rs), len(layout))
+	}
+	for i, r := range rs {
+		if r.GPA != layout[i].GPA || r.Size != layout[i].Size {
+			return fmt.Errorf("saved RAM region %d is [%#x+%#x], the VM needs [%#x+%#x]", i, r.GPA, r.Size, layout[i].GPA, layout[i].Size)
+		}
+	}
+	return nil
+}
+
+// Restore rebuilds the VM saved in dir, in this process, ready to Run from
+// where it was. RAM is mapped privately from the snapshot and read lazily.
+// base supplies what isn't part of a VM's state: console, log, KVM path.
+func Restore(dir string, base Config) (*Machine, error) {
+	man, mem, err := snapshot.Read(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	var s State
+	if err := json.Unmarshal(man.State, &s); err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("%w: snapshot state: %v", ErrConfig, err)
+	}
+	m, err := fromState(&s, base, mem)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// fromState builds a machine for s's configuration around mem and loads s.
+func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
+	if s.Version != StateVersion {
+		mem.Close()
+		return nil, fmt.Errorf("%w: VM state version %d, this VMM reads %d", ErrConfig, s.Version, StateVersion)
+	}
+	cfg, err := configFrom(s.Config, base)
+	if err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	m, err := build(cfg, mem)
+	if err != nil {
+		mem.Close() // idempotent: build may have closed it already
+		return nil, err
+	}
+	if err := m.loadState(s); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Machine) loadState(s *State) error {
+	if err := m.restoreState(s); err != nil {
+		return err
+	}
+	// The assists follow the XSAVE layout the guest was given.
+	if len(s.VCPUs) > 0 {
+		m.Assist = assist.New(m.Mem, x86.XSaveLayoutOf(s.VCPUs[0].CPUID))
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package machine
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
+	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
+	"github.com/kubevmm/kubevmm/vmm/devices/serial"
+	"github.com/kubevmm/kubevmm/vmm/snapshot"
+	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
+	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
+	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
+	"github.com/kubevmm/kubevmm/vmm/virtio/rng"
+	"github.com/kubevmm/kubevmm/vmm/virtio/vsock"
+)
+
+// StateVersion is the version of State; each device's own state carries
+// its own version too, checked by the device.
+const StateVersion = 1
+
+// SavedConfig is the part of Config that describes the VM's hardware: what
+// a snapshot or a migration target needs to rebuild the same machine.
+type SavedConfig struct {
+	CPUs        int          `json:"cpus"`
+	MemoryBytes uint64       `json:"memory_bytes"`
+	Cmdline     string       `json:"cmdline"` // as the guest booted with it
+	Nested      bool         `json:"nested_profile"`
+	Disks       []DiskConfig `json:"disks,omitempty"`
+	NICs        []savedNIC   `json:"nics,omitempty"`
+	RNG         bool         `json:"rng,omitempty"`
+	Vsock       *VsockConfig `json:"vsock,omitempty"`
+}
+
+type savedNIC struct {
+	Tap string `json:"tap"`
+	MAC string `json:"mac"`
+}
+
+// State is a VM's complete state apart from guest RAM.
+type State struct {
+	Version int           `json:"version"`
+	Config  SavedConfig   `json:"config"`
+	VM      *VMState      `json:"vm"`
+	VCPUs   []*VCPUState  `json:"vcpus"`
+	Serial  serial.State  `json:"serial"`
+	I8042   i8042.State   `json:"i8042"`
+	RTC     rtc.State     `json:"rtc"`
+	Virtio  []VirtioState `json:"virtio,omitempty"`
+}
+
+// VirtioState is one virtio device: its transport and its own state.
+type VirtioState struct {
+	Name      string          `json:"name"`
+	Transport mmio.State      `json:"transport"`
+	Device    json.RawMessage `json:"device"`
+}
+
+func (m *Machine) savedConfig() SavedConfig {
+	c := SavedConfig{
+		CPUs: m.cfg.CPUs, MemoryBytes: m.cfg.MemoryBytes, Cmdline: m.Cmdline, Nested: m.Nested,
+		Disks: m.cfg.Disks, RNG: m.cfg.RNG, Vsock: m.cfg.Vsock,
+	}
+	for _, n := range m.cfg.NICs {
+		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String()})
+	}
+	return c
+}
+
+// configFrom turns a saved configuration back into a Config; runtime
+// parts (console, log) come from base.
+func configFrom(sc SavedConfig, base Config) (Config, error) {
+	c := base
+	c.CPUs, c.MemoryBytes, c.Cmdline = sc.CPUs, sc.MemoryBytes, sc.Cmdline
+	nested := sc.Nested
+	c.HostProfile = &nested
+	c.Disks, c.RNG, c.Vsock = sc.Disks, sc.RNG, sc.Vsock
+	c.NICs = nil
+	for _, n := range sc.NICs {
+		mac, err := net.ParseMAC(n.MAC)
+		if err != nil {
+			return c, fmt.Errorf("saved NIC %s: %w", n.Tap, err)
+		}
+		c.NICs = append(c.NICs, NICConfig{Tap: n.Tap, MAC: mac})
+	}
+	return c, nil
+}
+
+// quiesceDevices runs f with every virtio device's worker held still, so
+// no device touches guest RAM or its queues while f saves them.
+func (m *Machine) quiesceDevices(f func()) {
+	var hold func(i int)
+	hold = func(i int) {
+		if i == len(m.virtio) {
+			f()
+			return
+		}
+		if q, ok := m.virtio[i].Device.(mmio.Quiescer); ok {
+			q.Quiesce(func() { hold(i + 1) })
+			return
+		}
+		hold(i + 1)
+	}
+	hold(0)
+}
+
+// SaveState captures the complete state (without RAM). vCPUs must be
+// paused and devices quiesced.
+func (m *Machine) saveState() (*State, error) {
+	s := &State{Version: StateVersion, Config: m.savedConfig()}
+	var err error
+	if s.VM, err = m.saveVM(); err != nil {
+		return nil, err
+	}
+	for _, v := range m.vcpus {
+		vs, err := m.saveVCPU(v)
+		if err != nil {
+			return nil, err
+		}
+		s.VCPUs = append(s.VCPUs, vs)
+	}
+	s.Serial, s.I8042, s.RTC = m.Serial.Save(), m.kbd.Save(), m.clock.Save()
+	for _, d := range m.virtio {
+		var ds any
+		switch dev := d.Device.(type) {
+		case *blk.Device:
+			ds = dev.Save()
+		case *vnet.Device:
+			ds = dev.Save()
+		case *rng.Device:
+			ds = dev.Save()
+		case *vsock.Device:
+			ds = dev.Save()
+		default:
+			return nil, fmt.Errorf("%s: device cannot be saved", d.Name)
+		}
+		b, err := json.Marshal(ds)
+		if err != nil {
+			return nil, err
+		}
+		s.Virtio = append(s.Virtio, VirtioState{Name: d.Name, Transport: d.Transport.Save(), Device: b})
+	}
+	return s, nil
+}
+
+// restoreState loads s into a machine built from the same SavedConfig
+// (vCPUs created, devices attached, RAM already holding the guest's).
+func (m *Machine) restoreState(s *State) error {
+	if s.Version != StateVersion {
+		return fmt.Errorf("VM state version %d, this VMM reads %d", s.Version, StateVersion)
+	}
+	if len(s.VCPUs) != len(m.vcpus) {
+		return fmt.Errorf("state has %d vCPUs, the VM %d", len(s.VCPUs), len(m.vcpus))
+	}
+	if len(s.Virtio) != len(m.virtio) {
+		return fmt.Errorf("state has %d virtio devices, the VM %d", len(s.Virtio), len(m.virtio))
+	}
+	if s.VM == nil {
+		return fmt.Errorf("state has no irqchip/PIT/clock section")
+	}
+	// VM-wide state first: the LAPICs restored with the vCPUs below
+	// deliver into the restored IOAPIC/PIC.
+	if err := m.restoreVM(s.VM); err != nil {
+		return err
+	}
+	for i, vs := range s.VCPUs {
+		if err := restoreVCPU(m.vcpus[i].c, vs); err != nil {
+			return fmt.Errorf("vCPU %d: %w", i, err)
+		}
+	}
+	if err := m.Serial.Restore(s.Serial); err != nil {
+		return err
+	}
+	if err := m.kbd.Restore(s.I8042); err != nil {
+		return err
+	}
+	if err := m.clock.Restore(s.RTC); err != nil {
+		return err
+	}
+	for i, vs := range s.Virtio {
+		d := m.virtio[i]
+		if vs.Name != d.Name {
+			return fmt.Errorf("virtio device %d is %s in the state, %s in the VM", i, vs.Name, d.Name)
+		}
+		var err error
+		switch dev := d.Device.(type) {
+		case *blk.Device:
+			err = restoreJSON(vs.Device, dev.Restore)
+		case *vnet.Device:
+			err = restoreJSON(vs.Device, dev.Restore)
+		case *rng.Device:
+			err = restoreJSON(vs.Device, dev.Restore)
+		case *vsock.Device:
+			err = restoreJSON(vs.Device, dev.Restore)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+		if err := d.Transport.Restore(vs.Transport); err != nil {
+			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+	}
+	return nil
+}
+
+func restoreJSON[T any](b []byte, restore func(T) error) error {
+	var s T
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("device state: %w", err)
+	}
+	return restore(s)
+}
+
+// SnapshotResult describes a written snapshot.
+type SnapshotResult struct {
+	StoredBytes int64
+	Paused      time.Duration
+}
+
+// Snapshot pauses the VM, writes its state and RAM to dir, and resumes it
+// unless resume is false.
+func (m *Machine) Snapshot(dir string, resume bool) (SnapshotResult, error) {
+	start := time.Now()
+	if err := m.Pause(); err != nil {
+		return SnapshotResult{}, err
+	}
+	var res SnapshotResult
+	var err error
+	m.quiesceDevices(func() {
+		var s *State
+		if s, err = m.saveState(); err != nil {
+			return
+		}
+		res.StoredBytes, err = snapshot.Write(dir, m.Mem, s)
+	})
+	res.Paused = time.Since(start)
+	if resume {
+		m.Resume()
+	}
+	if err != nil {
+		return res, fmt.Errorf("snapshot to %s: %w", dir, err)
+	}
+	return res, nil
+}

@@ -1,0 +1,186 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/kubevmm/kubevmm/net/tap"
+	"github.com/kubevmm/kubevmm/vmm/block"
+	"github.com/kubevmm/kubevmm/vmm/virtio"
+	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
+	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
+	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
+	"github.com/kubevmm/kubevmm/vmm/virtio/rng"
+	"github.com/kubevmm/kubevmm/vmm/virtio/vsock"
+)
+
+// DiskConfig is one virtio-blk disk.
+type DiskConfig struct {
+	Path     string
+	Format   block.Format // raw (default) or qcow2
+	ReadOnly bool
+	Serial   string // up to 20 bytes, the guest's /sys/block/vdX/serial
+}
+
+// NICConfig is one virtio-net NIC on a tap device.
+type NICConfig struct {
+	Tap string // opened (created if missing) by name in the VMM's netns
+	MAC net.HardwareAddr
+}
+
+// Virtio devices sit in the 32-bit MMIO hole, one 4 KiB window each from
+// VirtioMMIOBase, each on an IOAPIC pin the PC platform leaves free (4 is
+// COM1, 8 the RTC); the MP table describes all 24 pins.
+const VirtioMMIOBase = 0xd0000000
+
+var virtioGSIs = []uint32{5, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+
+// VirtioDevice is one attached virtio device.
+type VirtioDevice struct {
+	Name      string
+	Transport *mmio.Transport
+	Device    virtio.Device
+	closers   []io.Closer
+}
+
+// Metrics returns the device's and its transport's counters.
+func (d *VirtioDevice) Metrics() map[string]uint64 {
+	out := map[string]uint64{}
+	switch dev := d.Device.(type) {
+	case *blk.Device:
+		out = dev.Metrics.Snapshot()
+	case *vnet.Device:
+		out = dev.Metrics.Snapshot()
+	case *vsock.Device:
+		out = dev.Metrics.Snapshot()
+	case *rng.Device:
+		out["bytes"] = dev.Metrics.Bytes.Load()
+		out["requests"] = dev.Metrics.Requests.Load()
+	}
+	t := &d.Transport.Metrics
+	out["interrupts"] = t.Interrupts.Load()
+	out["slow_notifies"] = t.SlowNotifies.Load()
+	out["needs_reset"] = t.NeedsResetEvents.Load()
+	return out
+}
+
+// setupVirtio creates the configured virtio devices and appends their
+// virtio_mmio.device= arguments to the kernel command line. It runs after
+// the irqchip and guest RAM exist and before the kernel is loaded.
+func (m *Machine) setupVirtio() error {
+	for i, d := range m.cfg.Disks {
+		if err := m.addDisk(i, d); err != nil {
+			return err
+		}
+	}
+	for i, n := range m.cfg.NICs {
+		if err := m.addNIC(i, n); err != nil {
+			return err
+		}
+	}
+	if m.cfg.RNG {
+		if err := m.addVirtio("rng0", rng.New()); err != nil {
+			return err
+		}
+	}
+	if v := m.cfg.Vsock; v != nil {
+		dev, err := vsock.New(vsock.Config{CID: v.CID, Socket: v.Socket})
+		if err != nil {
+			return configErr("vsock: %v", err)
+		}
+		if err := m.addVirtio("vsock0", dev, dev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Machine) addDisk(i int, c DiskConfig) error {
+	disk, err := block.Open(c.Path, block.Options{Format: c.Format, ReadOnly: c.ReadOnly})
+	if err != nil {
+		return configErr("disk %d: %v", i, err)
+	}
+	dev, err := blk.New(blk.Config{Disk: disk, Serial: c.Serial})
+	if err != nil {
+		disk.Close()
+		return configErr("disk %d: %v", i, err)
+	}
+	return m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk)
+}
+
+func (m *Machine) addNIC(i int, c NICConfig) error {
+	t, err := tap.Open(c.Tap)
+	if err != nil {
+		return configErr("nic %d: %v", i, err)
+	}
+	dev, err := vnet.New(vnet.Config{Tap: t, MAC: c.MAC})
+	if err != nil {
+		t.Close()
+		return configErr("nic %d: %v", i, err)
+	}
+	return m.addVirtio(fmt.Sprintf("net%d", i), dev, t)
+}
+
+// addVirtio places dev behind a new virtio-mmio window; closers (the
+// disk, the tap) are closed with the machine, after the device stops.
+func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer) error {
+	n := len(m.virtio)
+	if n >= len(virtioGSIs) {
+		for _, c := range closers {
+			c.Close()
+		}
+		return configErr("%s: at most %d virtio devices", name, len(virtioGSIs))
+	}
+	base := uint64(VirtioMMIOBase + n*mmio.Size)
+	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Log: m.logf})
+	if err != nil {
+		for _, c := range closers {
+			c.Close()
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	m.virtio = append(m.virtio, &VirtioDevice{Name: name, Transport: t, Device: dev, closers: closers})
+	if err := m.mmio.Insert(name, base, mmio.Size, t); err != nil {
+		return err
+	}
+	m.Cmdline += " " + t.Cmdline()
+	m.logf("%s: virtio-%s at %#x, GSI %d", name, dev.Type(), base, virtioGSIs[n])
+	return nil
+}
+
+// Virtio lists the attached virtio devices.
+func (m *Machine) Virtio() []*VirtioDevice { return m.virtio }
+
+// closeVirtio stops every device (before guest RAM goes away) and closes
+// their disks and taps.
+func (m *Machine) closeVirtio() error {
+	var errs []error
+	for _, d := range m.virtio {
+		m.mmio.Remove(d.Transport.Base())
+		errs = append(errs, d.Transport.Close())
+		for _, c := range d.closers {
+			errs = append(errs, c.Close())
+		}
+	}
+	m.virtio = nil
+	return errors.Join(errs...)
+}
+
+func (m *Machine) virtioStats() map[string]map[string]uint64 {
+	out := map[string]map[string]uint64{}
+	for _, d := range m.virtio {
+		out[d.Name] = d.Metrics()
+	}
+	return out
+}
+
+// VsockConfig is the virtio-vsock device: the guest's context ID and the
+// host unix socket that multiplexes its connections (Firecracker's
+// protocol: a host client connects to Socket and sends "CONNECT <port>\n";
+// a guest connecting to the host's port P reaches Socket_P).
+type VsockConfig struct {
+	CID    uint64
+	Socket string
+}

@@ -1,0 +1,235 @@
+// Package runner owns one running VM for its whole life and implements the
+// control API (vmm/api) on it: pause/resume, snapshots, live migration in
+// the background, stop. The `vmm` CLI and virt-launcher both use it.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/migration"
+)
+
+// Runner runs a machine and serves the API for it.
+type Runner struct {
+	m       *machine.Machine
+	cpus    int
+	memMiB  uint64
+	started time.Time
+
+	mu       sync.Mutex
+	paused   bool
+	migrated bool
+	exited   *machine.Exit
+	mig      *migrationJob
+	done     chan struct{}
+}
+
+type migrationJob struct {
+	cancel context.CancelFunc
+	active bool
+	stats  migration.Stats
+}
+
+// New wraps a built machine; Run starts it.
+func New(m *machine.Machine, cpus int, memBytes uint64) *Runner {
+	return &Runner{m: m, cpus: cpus, memMiB: memBytes >> 20, done: make(chan struct{})}
+}
+
+// Machine is the VM.
+func (r *Runner) Machine() *machine.Machine { return r.m }
+
+// Run runs the VM until it ends and returns how.
+func (r *Runner) Run() machine.Exit {
+	r.mu.Lock()
+	r.started = time.Now()
+	r.mu.Unlock()
+	e := r.m.Run()
+	r.mu.Lock()
+	r.exited = &e
+	if j := r.mig; j != nil && j.active {
+		j.cancel()
+	}
+	r.mu.Unlock()
+	close(r.done)
+	return e
+}
+
+// Done is closed when the VM has ended.
+func (r *Runner) Done() <-chan struct{} { return r.done }
+
+var _ api.VM = (*Runner)(nil)
+
+// Info implements api.VM.
+func (r *Runner) Info() api.Info {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := api.Info{CPUs: r.cpus, MemoryMiB: r.memMiB, Backend: "kubevmm", Started: r.started}
+	switch {
+	case r.exited != nil:
+		i.State = api.StateStopped
+		if r.migrated {
+			i.State = api.StateMigrated
+		}
+		i.Exit = string(r.exited.Reason)
+		if r.exited.Err != nil {
+			i.Error = r.exited.Err.Error()
+		}
+	case r.mig != nil && r.mig.active:
+		i.State = api.StateMigrating
+	case r.paused:
+		i.State = api.StatePaused
+	default:
+		i.State = api.StateRunning
+	}
+	return i
+}
+
+func (r *Runner) checkRunning(what string) error {
+	if r.exited != nil {
+		return fmt.Errorf("%w: cannot %s: the VM has ended (%s)", api.ErrConflict, what, r.exited.Reason)
+	}
+	if r.mig != nil && r.mig.active {
+		return fmt.Errorf("%w: cannot %s during a live migration", api.ErrConflict, what)
+	}
+	return nil
+}
+
+// Pause implements api.VM.
+func (r *Runner) Pause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkRunning("pause"); err != nil {
+		return err
+	}
+	if err := r.m.Pause(); err != nil {
+		return err
+	}
+	r.paused = true
+	return nil
+}
+
+// Resume implements api.VM.
+func (r *Runner) Resume() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkRunning("resume"); err != nil {
+		return err
+	}
+	r.m.Resume()
+	r.paused = false
+	return nil
+}
+
+// Stop implements api.VM: the VM ends (Run returns ExitStopped).
+func (r *Runner) Stop() error {
+	r.mu.Lock()
+	if j := r.mig; j != nil && j.active {
+		j.cancel()
+	}
+	r.mu.Unlock()
+	r.m.Stop()
+	return nil
+}
+
+// Snapshot implements api.VM.
+func (r *Runner) Snapshot(req api.SnapshotRequest) (api.SnapshotResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkRunning("snapshot"); err != nil {
+		return api.SnapshotResult{}, err
+	}
+	resume := !r.paused
+	if req.Resume != nil {
+		resume = *req.Resume
+	}
+	res, err := r.m.Snapshot(req.Dir, resume)
+	if err != nil {
+		return api.SnapshotResult{}, err
+	}
+	r.paused = !resume
+	return api.SnapshotResult{Dir: req.Dir, MemoryBytes: res.StoredBytes, PausedMs: float64(res.Paused.Microseconds()) / 1000}, nil
+}
+
+// Migrate implements api.VM: it connects to the target and migrates in the
+// background; Migration reports progress. When it completes the VM here
+// ends with ExitMigrated.
+func (r *Runner) Migrate(req api.MigrateRequest) error {
+	network, addr, err := api.ParseAddress(req.To)
+	if err != nil {
+		return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkRunning("migrate"); err != nil {
+		return err
+	}
+	if r.paused {
+		return fmt.Errorf("%w: resume the VM before migrating it", api.ErrConflict)
+	}
+	conn, err := net.DialTimeout(network, addr, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("connect to migration target %s: %w", req.To, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	job := &migrationJob{cancel: cancel, active: true, stats: migration.Stats{Phase: "connecting"}}
+	r.mig = job
+	opt := migration.Options{
+		Bandwidth:       req.BandwidthMBps << 20,
+		Downtime:        time.Duration(req.DowntimeMs) * time.Millisecond,
+		AutoConverge:    req.AutoConverge,
+		ProgressTimeout: time.Duration(req.ProgressTimeout) * time.Second,
+		Progress: func(s migration.Stats) {
+			r.mu.Lock()
+			job.stats = s
+			r.mu.Unlock()
+		},
+	}
+	if req.Timeout > 0 {
+		opt.CompletionTimeout = time.Duration(req.Timeout) * time.Second
+	}
+	go func() {
+		defer conn.Close()
+		st, err := migration.Send(ctx, conn, r.m.AsMigrationSource(), opt)
+		r.mu.Lock()
+		job.stats, job.active = st, false
+		if err == nil {
+			r.migrated = true
+		}
+		r.mu.Unlock()
+		cancel()
+		if err == nil {
+			r.m.EndMigrated()
+		}
+	}()
+	return nil
+}
+
+// Migration implements api.VM.
+func (r *Runner) Migration() api.MigrationStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mig == nil {
+		return api.MigrationStatus{}
+	}
+	return api.MigrationStatus{Active: r.mig.active, Stats: r.mig.stats}
+}
+
+// CancelMigration implements api.VM.
+func (r *Runner) CancelMigration() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mig == nil || !r.mig.active {
+		return fmt.Errorf("%w: no migration in progress", api.ErrConflict)
+	}
+	r.mig.cancel()
+	return nil
+}
+
+// Metrics implements api.VM.
+func (r *Runner) Metrics() map[string]any { return r.m.Stats() }

@@ -1,0 +1,192 @@
+// Package blk is virtio-blk (virtio 1.2 section 5.2) over a block.Disk:
+// read, write, flush (fdatasync), get-id (the serial), discard and
+// write-zeroes where the image supports them, and read-only disks.
+package blk
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kubevmm/kubevmm/vmm/block"
+	"github.com/kubevmm/kubevmm/vmm/virtio"
+	"github.com/kubevmm/kubevmm/vmm/virtio/event"
+	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
+)
+
+// Feature bits (5.2.3).
+const (
+	FSizeMax     = 1 << 1
+	FSegMax      = 1 << 2
+	FRO          = 1 << 5
+	FBlkSize     = 1 << 6
+	FFlush       = 1 << 9
+	FDiscard     = 1 << 13
+	FWriteZeroes = 1 << 14
+)
+
+const (
+	queueSize = 256
+	// segMax: data segments per request; two more descriptors carry the
+	// header and the status.
+	segMax          = queueSize - 2
+	maxDiscardSegs  = 32
+	maxDiscardSects = 1 << 22 // 2 GiB per segment
+	configSize      = 60
+)
+
+// Config describes a disk.
+type Config struct {
+	Disk   block.Disk
+	Serial string // at most 20 bytes, reported by GET_ID
+}
+
+// Device is a virtio-blk device.
+type Device struct {
+	disk     block.Disk
+	serial   []byte
+	features uint64
+	config   [configSize]byte
+
+	mu     sync.Mutex
+	loop   *event.Loop
+	q      *queue.Queue
+	irq    virtio.Interrupt
+	lim    Limits
+	chain  queue.Chain
+	req    Request
+	broken bool
+
+	Metrics Metrics
+}
+
+// New creates the device. The disk is owned by the caller (closed after
+// the device is reset).
+func New(cfg Config) (*Device, error) {
+	if len(cfg.Serial) > idBytes {
+		return nil, fmt.Errorf("virtio-blk: serial %q longer than %d bytes", cfg.Serial, idBytes)
+	}
+	d := &Device{disk: cfg.Disk, serial: []byte(cfg.Serial)}
+	d.features = virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc | FSegMax | FFlush
+	if cfg.Disk.ReadOnly() {
+		d.features |= FRO
+	} else {
+		if _, ok := cfg.Disk.(block.Discarder); ok {
+			d.features |= FDiscard
+		}
+		if _, ok := cfg.Disk.(block.ZeroWriter); ok {
+			d.features |= FWriteZeroes
+		}
+	}
+	le := binary.LittleEndian
+	le.PutUint64(d.config[0:], d.Sectors())
+	le.PutUint32(d.config[12:], segMax)
+	le.PutUint32(d.config[36:], maxDiscardSects) // max_discard_sectors
+	le.PutUint32(d.config[40:], maxDiscardSegs)  // max_discard_seg
+	le.PutUint32(d.config[44:], 8)               // discard_sector_alignment: 4 KiB
+	le.PutUint32(d.config[48:], maxDiscardSects) // max_write_zeroes_sectors
+	le.PutUint32(d.config[52:], maxDiscardSegs)  // max_write_zeroes_seg
+	d.config[56] = 1                             // write_zeroes_may_unmap
+	return d, nil
+}
+
+// Sectors is the capacity in 512-byte sectors (a trailing partial sector
+// of the image is not visible).
+func (d *Device) Sectors() uint64 { return d.disk.Size() / block.SectorSize }
+
+// Type is virtio.TypeBlock.
+func (d *Device) Type() virtio.DeviceType { return virtio.TypeBlock }
+
+// Features offered.
+func (d *Device) Features() uint64 { return d.features }
+
+// QueueMaxSizes: one request queue.
+func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize} }
+
+// ReadConfig reads struct virtio_blk_config.
+func (d *Device) ReadConfig(off uint64, data []byte) { virtio.ReadConfigBytes(d.config[:], off, data) }
+
+// WriteConfig ignores writes (the writeback toggle is not offered).
+func (d *Device) WriteConfig(uint64, []byte) {}
+
+// Activate starts the worker.
+func (d *Device) Activate(a virtio.Activation) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(a.Queues) != 1 || len(a.Notify) != 1 {
+		return fmt.Errorf("virtio-blk: want 1 queue, got %d", len(a.Queues))
+	}
+	loop, err := event.NewLoop()
+	if err != nil {
+		return err
+	}
+	kick := a.Notify[0]
+	d.q, d.irq, d.broken = a.Queues[0], a.Interrupt, false
+	d.lim = Limits{
+		Sectors:      d.Sectors(),
+		ReadOnly:     d.disk.ReadOnly(),
+		Discard:      a.Features&FDiscard != 0,
+		WriteZeroes:  a.Features&FWriteZeroes != 0,
+		MaxSegments:  maxDiscardSegs,
+		MaxSegSector: maxDiscardSects,
+	}
+	if err := loop.Add(kick.Int(), unix.EPOLLIN, func(uint32) {
+		kick.Drain()
+		d.process()
+	}); err != nil {
+		loop.Stop()
+		return err
+	}
+	d.loop = loop
+	loop.Start()
+	return nil
+}
+
+func (d *Device) process() {
+	if d.broken {
+		return
+	}
+	s, err := virtio.Serve(d.q, &d.chain, d.handle)
+	d.Metrics.MalformedChains.Add(uint64(s.Malformed))
+	if err != nil {
+		d.broken = true
+		d.irq.Fail(err)
+	}
+	if s.Chains+s.Malformed > 0 && d.q.NeedsInterrupt() {
+		d.irq.UsedBuffer()
+	}
+}
+
+func (d *Device) handle(c *queue.Chain) uint32 {
+	if err := Parse(c, &d.req); err != nil {
+		d.Metrics.MalformedChains.Add(1)
+		return 0
+	}
+	status, n := Execute(&d.req, d.disk, d.lim, d.serial, &d.Metrics)
+	d.req.Status[0] = status
+	return n + 1
+}
+
+// Reset stops the worker.
+func (d *Device) Reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loop != nil {
+		d.loop.Stop()
+		d.loop = nil
+	}
+	d.q, d.irq = nil, nil
+}
+
+// Quiesce runs f with the worker idle.
+func (d *Device) Quiesce(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loop == nil {
+		f()
+		return
+	}
+	d.loop.Do(f)
+}

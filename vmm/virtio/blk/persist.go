@@ -1,0 +1,37 @@
+package blk
+
+import "fmt"
+
+// StateVersion is the version of State this code reads and writes.
+const StateVersion = 1
+
+// State is the device's part of a snapshot. The disk itself is not in it:
+// the restoring VMM opens the same image (shared storage for migration)
+// and the state checks that it is the same size.
+type State struct {
+	Version  int
+	Features uint64
+	Sectors  uint64
+	Serial   string
+}
+
+// Save captures the device.
+func (d *Device) Save() State {
+	return State{Version: StateVersion, Features: d.features, Sectors: d.Sectors(), Serial: string(d.serial)}
+}
+
+// Restore checks s against a device built for the same disk: the guest
+// negotiated features and saw a capacity that must not change under it.
+func (d *Device) Restore(s State) error {
+	switch {
+	case s.Version != StateVersion:
+		return fmt.Errorf("virtio-blk state version %d, want %d", s.Version, StateVersion)
+	case s.Features != d.features:
+		return fmt.Errorf("virtio-blk state offers features %#x, this disk %#x", s.Features, d.features)
+	case s.Sectors != d.Sectors():
+		return fmt.Errorf("virtio-blk state has %d sectors, this disk %d", s.Sectors, d.Sectors())
+	case s.Serial != string(d.serial):
+		return fmt.Errorf("virtio-blk state has serial %q, this disk %q", s.Serial, d.serial)
+	}
+	return nil
+}

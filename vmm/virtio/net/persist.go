@@ -1,0 +1,41 @@
+package net
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+)
+
+// StateVersion is the version of State this code reads and writes.
+const StateVersion = 1
+
+// State is the device's part of a snapshot. The tap is not in it: the
+// restoring VMM opens its own. A frame received but not yet delivered is
+// dropped (the network may lose frames).
+type State struct {
+	Version  int
+	MAC      net.HardwareAddr
+	Features uint64
+	// Acked are the negotiated features, to restore the tap's offloads.
+	Acked uint64
+}
+
+// Save captures the device.
+func (d *Device) Save() State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return State{Version: StateVersion, MAC: append(net.HardwareAddr(nil), d.mac...), Features: d.features, Acked: d.acked}
+}
+
+// Restore checks s against a device built with the same configuration.
+func (d *Device) Restore(s State) error {
+	switch {
+	case s.Version != StateVersion:
+		return fmt.Errorf("virtio-net state version %d, want %d", s.Version, StateVersion)
+	case !bytes.Equal(s.MAC, d.mac):
+		return fmt.Errorf("virtio-net state has MAC %s, this device %s", s.MAC, d.mac)
+	case s.Features != d.features:
+		return fmt.Errorf("virtio-net state offers features %#x, this device %#x", s.Features, d.features)
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+package vsock
+
+import "sync/atomic"
+
+// Metrics count the device's traffic and the guest's mistakes.
+type Metrics struct {
+	Connections, ConnectFailures, BadConnects atomic.Uint64
+	RxPackets, TxPackets                      atomic.Uint64
+	RxBytes, TxBytes                          atomic.Uint64
+	BadPackets, MalformedChains               atomic.Uint64
+	CreditViolations                          atomic.Uint64
+}
+
+// Snapshot returns the counters by name.
+func (m *Metrics) Snapshot() map[string]uint64 {
+	return map[string]uint64{
+		"connections": m.Connections.Load(), "connect_failures": m.ConnectFailures.Load(),
+		"bad_connects": m.BadConnects.Load(), "rx_packets": m.RxPackets.Load(), "tx_packets": m.TxPackets.Load(),
+		"rx_bytes": m.RxBytes.Load(), "tx_bytes": m.TxBytes.Load(), "bad_packets": m.BadPackets.Load(),
+		"malformed_chains": m.MalformedChains.Load(), "credit_violations": m.CreditViolations.Load(),
+	}
+}

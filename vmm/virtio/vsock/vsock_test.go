@@ -1,0 +1,180 @@
+package vsock_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/vmm/virtio"
+	"github.com/kubevmm/kubevmm/vmm/virtio/queue/queuetest"
+	"github.com/kubevmm/kubevmm/vmm/virtio/virtiotest"
+	"github.com/kubevmm/kubevmm/vmm/virtio/vsock"
+)
+
+const guestCID = 42
+
+// guest is the test's stand-in for the Linux vsock driver.
+type guest struct {
+	t     *testing.T
+	h     *virtiotest.Harness
+	addrs map[uint16]uint64 // rx buffer address by head
+}
+
+func newGuest(t *testing.T) (*guest, *vsock.Device, string) {
+	sock := filepath.Join(t.TempDir(), "v.sock")
+	dev, err := vsock.New(vsock.Config{CID: guestCID, Socket: sock})
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Close() })
+	g := &guest{t: t, h: virtiotest.Activate(t, dev, virtio.FVersion1|virtio.FRingEventIdx), addrs: map[uint16]uint64{}}
+	for i := 0; i < 16; i++ {
+		g.post()
+	}
+	g.h.Kick(0)
+	return g, dev, sock
+}
+
+func (g *guest) post() {
+	head, a := g.h.Queues[0].Add(queuetest.Buf{Write: true, Len: vsock.HdrSize + 4096})
+	g.addrs[head] = a[0]
+}
+
+// recv waits for the next packet the device sends the guest.
+func (g *guest) recv() (vsock.Hdr, []byte) {
+	u := g.h.WaitUsed(0, 1, false)[0]
+	b := g.h.Queues[0].Read(g.addrs[uint16(u[0])], int(u[1]))
+	g.post()
+	g.h.Kick(0)
+	return vsock.ParseHdr(b), b[vsock.HdrSize:]
+}
+
+func (g *guest) send(h vsock.Hdr, payload []byte) {
+	h.Type, h.BufAlloc, h.Len = vsock.TypeStream, 64<<10, uint32(len(payload))
+	if h.SrcCID == 0 {
+		h.SrcCID = guestCID
+	}
+	if h.DstCID == 0 {
+		h.DstCID = vsock.HostCID
+	}
+	b := make([]byte, vsock.HdrSize)
+	h.Put(b)
+	g.h.Queues[1].Add(queuetest.Buf{Data: b}, queuetest.Buf{Data: payload})
+	g.h.WaitUsed(1, 1, true)
+}
+
+func TestHostConnects(t *testing.T) {
+	g, dev, sock := newGuest(t)
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT 5000\n")
+
+	req, _ := g.recv()
+	assert.Equal(t, uint16(vsock.OpRequest), req.Op)
+	assert.Equal(t, uint64(vsock.HostCID), req.SrcCID)
+	assert.Equal(t, uint64(guestCID), req.DstCID)
+	assert.Equal(t, uint32(5000), req.DstPort)
+	g.send(vsock.Hdr{Op: vsock.OpResponse, SrcPort: 5000, DstPort: req.SrcPort}, nil)
+
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("OK %d\n", req.SrcPort), line)
+
+	_, err = c.Write([]byte("ping from the host"))
+	require.NoError(t, err)
+	h, payload := g.recv()
+	assert.Equal(t, uint16(vsock.OpRW), h.Op)
+	assert.Equal(t, "ping from the host", string(payload))
+	assert.Equal(t, uint32(256<<10), h.BufAlloc)
+
+	g.send(vsock.Hdr{Op: vsock.OpRW, SrcPort: 5000, DstPort: req.SrcPort}, []byte("pong"))
+	got := make([]byte, 4)
+	_, err = io.ReadFull(r, got)
+	require.NoError(t, err)
+	assert.Equal(t, "pong", string(got))
+
+	// the host closes: the guest hears SHUTDOWN(send); the guest closes fully: RST
+	c.(*net.UnixConn).CloseWrite()
+	h, _ = g.recv()
+	assert.Equal(t, uint16(vsock.OpShutdown), h.Op)
+	assert.Equal(t, uint32(vsock.ShutdownSend), h.Flags)
+	g.send(vsock.Hdr{Op: vsock.OpShutdown, Flags: vsock.ShutdownSend | vsock.ShutdownRcv, SrcPort: 5000, DstPort: req.SrcPort}, nil)
+	h, _ = g.recv()
+	assert.Equal(t, uint16(vsock.OpRst), h.Op)
+	_, err = r.ReadByte()
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, uint64(1), dev.Metrics.Connections.Load())
+}
+
+func TestGuestConnects(t *testing.T) {
+	g, _, sock := newGuest(t)
+	l, err := net.Listen("unix", sock+"_6000")
+	require.NoError(t, err)
+	defer l.Close()
+
+	g.send(vsock.Hdr{Op: vsock.OpRequest, SrcPort: 1234, DstPort: 6000}, nil)
+	h, _ := g.recv()
+	assert.Equal(t, uint16(vsock.OpResponse), h.Op)
+	assert.Equal(t, uint32(6000), h.SrcPort)
+	assert.Equal(t, uint32(1234), h.DstPort)
+	c, err := l.Accept()
+	require.NoError(t, err)
+	defer c.Close()
+	g.send(vsock.Hdr{Op: vsock.OpRW, SrcPort: 1234, DstPort: 6000}, []byte("hello host"))
+	got := make([]byte, 10)
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	assert.Equal(t, "hello host", string(got))
+
+	// nobody listens on 6001: refused with RST
+	g.send(vsock.Hdr{Op: vsock.OpRequest, SrcPort: 1235, DstPort: 6001}, nil)
+	h, _ = g.recv()
+	assert.Equal(t, uint16(vsock.OpRst), h.Op)
+	assert.Equal(t, uint32(1235), h.DstPort)
+}
+
+func TestBadPackets(t *testing.T) {
+	g, dev, _ := newGuest(t)
+	g.send(vsock.Hdr{Op: vsock.OpRequest, SrcCID: 7, SrcPort: 1, DstPort: 2}, nil)  // spoofed source
+	g.send(vsock.Hdr{Op: vsock.OpRequest, DstCID: 99, SrcPort: 1, DstPort: 2}, nil) // not the host
+	assert.Equal(t, uint64(2), dev.Metrics.BadPackets.Load())
+	g.send(vsock.Hdr{Op: vsock.OpRW, SrcPort: 9, DstPort: 9}, []byte("x")) // no such stream
+	h, _ := g.recv()
+	assert.Equal(t, uint16(vsock.OpRst), h.Op)
+}
+
+func TestBadConnectCommand(t *testing.T) {
+	_, dev, sock := newGuest(t)
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	fmt.Fprintf(c, "HELLO\n")
+	_, err = c.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the device hangs up")
+	assert.Equal(t, uint64(1), dev.Metrics.BadConnects.Load())
+}
+
+func TestSocketPathIsNotClobbered(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "precious")
+	require.NoError(t, os.WriteFile(p, []byte("data"), 0o644))
+	_, err := vsock.New(vsock.Config{CID: 3, Socket: p})
+	require.Error(t, err, "a regular file at the socket path is not removed")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "data", string(b))
+
+	// a socket left by an earlier run is replaced
+	s := filepath.Join(t.TempDir(), "v.sock")
+	d1, err := vsock.New(vsock.Config{CID: 3, Socket: s})
+	require.NoError(t, err)
+	d2, err := vsock.New(vsock.Config{CID: 3, Socket: s})
+	require.NoError(t, err, "stale socket replaced")
+	d2.Close()
+	d1.Close()
+}
