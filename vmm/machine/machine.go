@@ -78,7 +78,7 @@ type Machine struct {
 	throttleMu     sync.Mutex
 	throttleStop   chan struct{}
 	throttleDone   chan struct{}
-	releaseDevices chan struct{}
+	releaseDevices func()
 	created        time.Time
 	started        time.Time
 	exitOnce       sync.Once
@@ -327,8 +327,12 @@ func (m *Machine) setupDevices() error {
 	return nil
 }
 
-// Close releases everything. The VM must not be running.
+// Close releases everything. A VM still running is stopped first, and its
+// vCPU threads are waited for: they must not touch kvm_run pages or guest
+// RAM once those are unmapped.
 func (m *Machine) Close() error {
+	m.stop(Exit{Reason: ExitStopped})
+	m.running.Wait()
 	m.closeVirtio()
 	for _, v := range m.vcpus {
 		v.c.Close()

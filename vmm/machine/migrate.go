@@ -126,19 +126,13 @@ func (m *Machine) migrationPause() error {
 	if err := m.Pause(); err != nil {
 		return err
 	}
-	held, release := make(chan struct{}), make(chan struct{})
-	m.releaseDevices = release
-	go m.quiesceDevices(func() {
-		close(held)
-		<-release
-	})
-	<-held
+	m.releaseDevices = m.holdDevices()
 	return nil
 }
 
 func (m *Machine) migrationResume() {
 	if m.releaseDevices != nil {
-		close(m.releaseDevices)
+		m.releaseDevices()
 		m.releaseDevices = nil
 	}
 	m.Resume()

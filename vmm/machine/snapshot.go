@@ -11,6 +11,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
 	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
+	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
 	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 	"github.com/kubevmm/kubevmm/vmm/virtio/rng"
@@ -88,22 +89,25 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 	return c, nil
 }
 
-// quiesceDevices runs f with every virtio device's worker held still, so
-// no device touches guest RAM or its queues while f saves them.
-func (m *Machine) quiesceDevices(f func()) {
-	var hold func(i int)
-	hold = func(i int) {
-		if i == len(m.virtio) {
-			f()
-			return
+// holdDevices keeps every virtio device's worker idle until the returned
+// release is called, so no device touches guest RAM or its queues while a
+// snapshot or the end of a migration saves them. vCPUs must be paused
+// (no guest MMIO can activate or reset a device meanwhile).
+func (m *Machine) holdDevices() (release func()) {
+	var held []*event.Loop
+	for _, d := range m.virtio {
+		if w, ok := d.Device.(interface{ Worker() *event.Loop }); ok {
+			if l := w.Worker(); l != nil {
+				l.Hold()
+				held = append(held, l)
+			}
 		}
-		if q, ok := m.virtio[i].Device.(mmio.Quiescer); ok {
-			q.Quiesce(func() { hold(i + 1) })
-			return
-		}
-		hold(i + 1)
 	}
-	hold(0)
+	return func() {
+		for _, l := range held {
+			l.Release()
+		}
+	}
 }
 
 // SaveState captures the complete state (without RAM). vCPUs must be
@@ -227,14 +231,12 @@ func (m *Machine) Snapshot(dir string, resume bool) (SnapshotResult, error) {
 		return SnapshotResult{}, err
 	}
 	var res SnapshotResult
-	var err error
-	m.quiesceDevices(func() {
-		var s *State
-		if s, err = m.saveState(); err != nil {
-			return
-		}
+	release := m.holdDevices()
+	s, err := m.saveState()
+	if err == nil {
 		res.StoredBytes, err = snapshot.Write(dir, m.Mem, s)
-	})
+	}
+	release()
 	res.Paused = time.Since(start)
 	if resume {
 		m.Resume()

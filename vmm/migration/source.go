@@ -116,7 +116,7 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	stopWatch := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stopWatch()
 
-	s := &sender{c: newConn(nc), src: src, opt: opt, start: start}
+	s := &sender{c: newConn(nc), src: src, opt: opt, start: start, buf: make([]byte, 0, batchBytes+maxRun*pageSize)}
 	s.c.count = s.account
 	for _, r := range src.Memory().Regions() {
 		st.RAMBytes += int64(r.Size)
@@ -291,6 +291,7 @@ type sender struct {
 	opt   Options
 	st    Stats
 	start time.Time
+	buf   []byte // page data of the batch being sent, copied out of guest RAM
 	// rate limiting
 	windowStart time.Time
 	windowBytes int64
@@ -329,7 +330,7 @@ func (s *sender) sendDirty(regions []*memory.Region, bitmaps [][]uint64) error {
 			return nil
 		}
 		err := s.c.send(msgPages, batch...)
-		batch, size = batch[:0], 0
+		batch, size, s.buf = batch[:0], 0, s.buf[:0]
 		if err != nil {
 			return fmt.Errorf("send pages: %w", err)
 		}
@@ -361,9 +362,13 @@ func (s *sender) sendDirty(regions []*memory.Region, bitmaps [][]uint64) error {
 			if zero {
 				s.st.ZeroPages += int64(n)
 			} else {
-				// The slice aliases live guest RAM: sent as it is now;
-				// a later write shows up in the next dirty sync.
-				batch = append(batch, r.Data[p*pageSize:(p+n)*pageSize])
+				// Copy out of live guest RAM first: the guest may write
+				// the page while it is being checksummed and sent, and the
+				// receiver must see the bytes the checksum covers. A write
+				// after the copy shows up in the next dirty sync.
+				off := len(s.buf)
+				s.buf = append(s.buf, r.Data[p*pageSize:(p+n)*pageSize]...)
+				batch = append(batch, s.buf[off:])
 				size += int(n) * pageSize
 				s.st.DataPages += int64(n)
 			}

@@ -438,7 +438,7 @@ func TestMachineDeviceConfigErrors(t *testing.T) {
 	}
 	img := filepath.Join(t.TempDir(), "d.img")
 	require.NoError(t, os.WriteFile(img, make([]byte, 4096), 0o644))
-	many := make([]machine.DiskConfig, 11)
+	many := make([]machine.DiskConfig, 19)
 	for i := range many {
 		many[i] = machine.DiskConfig{Path: img, ReadOnly: true}
 	}
@@ -451,7 +451,7 @@ func TestMachineDeviceConfigErrors(t *testing.T) {
 		{"missing disk", machine.Config{Disks: []machine.DiskConfig{{Path: "/nonexistent.img"}}}, "disk 0: open raw image"},
 		{"not qcow2", machine.Config{Disks: []machine.DiskConfig{{Path: img, Format: block.FormatQcow2}}}, "no qcow2 magic"},
 		{"serial too long", machine.Config{Disks: []machine.DiskConfig{{Path: img, Serial: "012345678901234567890"}}}, "serial"},
-		{"too many devices", machine.Config{Disks: many}, "at most 10 virtio devices"},
+		{"too many devices", machine.Config{Disks: many}, "at most 18 virtio devices"},
 		{"bad tap name", machine.Config{NICs: []machine.NICConfig{{Tap: "this-name-is-too-long", MAC: mac}}}, "nic 0"},
 		{"vsock CID", machine.Config{Vsock: &machine.VsockConfig{CID: 2, Socket: filepath.Join(t.TempDir(), "v")}}, "guest CID 2"},
 	} {

@@ -190,3 +190,11 @@ func (d *Device) Quiesce(f func()) {
 	}
 	d.loop.Do(f)
 }
+
+// Worker is the device's event loop while it is active (nil otherwise),
+// for callers that must hold the device still (snapshots, migration).
+func (d *Device) Worker() *event.Loop {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loop
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,6 +70,7 @@ type Loop struct {
 	handlers map[int]Handler
 	done     chan struct{}
 	started  bool
+	held     atomic.Bool // Hold is in effect: mu is taken on the holder's behalf
 }
 
 // NewLoop creates an idle loop.
@@ -156,10 +158,30 @@ func (l *Loop) run() {
 }
 
 // Do runs f while no handler runs (for snapshots and metrics readers).
+// Under Hold the loop is already idle and f runs at once: the holder (a
+// snapshot or migration) is the one asking.
 func (l *Loop) Do(f func()) {
+	if l.held.Load() {
+		f()
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f()
+}
+
+// Hold keeps every handler from running until Release, across as many
+// calls as the holder needs (a snapshot saves device state, then guest RAM;
+// no device may touch either in between).
+func (l *Loop) Hold() {
+	l.mu.Lock()
+	l.held.Store(true)
+}
+
+// Release ends Hold.
+func (l *Loop) Release() {
+	l.held.Store(false)
+	l.mu.Unlock()
 }
 
 // Stop ends the loop, waits for its goroutine and releases the epoll fd.

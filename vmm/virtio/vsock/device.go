@@ -503,3 +503,11 @@ func readConnect(uds net.Conn) (uint32, error) {
 	}
 	return 0, errors.New("command too long")
 }
+
+// Worker is the device's event loop while it is active (nil otherwise),
+// for callers that must hold the device still (snapshots, migration).
+func (d *Device) Worker() *event.Loop {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loop
+}
