@@ -182,6 +182,10 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	}
 	fmt.Fprintf(stdout, "migrate: completed in %v: %d rounds, %.1f MiB sent (%d data + %d zero pages), downtime %v\n",
 		st.Total.Round(time.Millisecond), st.Rounds, mib(st.BytesSent), st.DataPages, st.ZeroPages, st.Downtime.Round(time.Microsecond))
+	// The source holds its (paused, now stale) VM until told to go.
+	if err := c.Stop(ctx); err != nil {
+		return exitGuest, fmt.Errorf("migrate: completed, but stopping the source VMM: %w", err)
+	}
 	return exitOK, nil
 }
 

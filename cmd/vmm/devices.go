@@ -32,17 +32,32 @@ func options(s string) (first string, opts []string) {
 	return parts[0], parts[1:]
 }
 
-// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S] (a
-// comma in PATH is written ",,").
-func parseDisk(s string) (machine.DiskConfig, error) {
+// disk is a parsed --disk: the VMM's disk config plus the bus, which only
+// the QEMU backend lets differ from virtio.
+type disk struct {
+	machine.DiskConfig
+	Bus string
+}
+
+// nic is a parsed --net: plus the NIC model (QEMU backend: e1000 too).
+type nic struct {
+	machine.NICConfig
+	Model string
+}
+
+// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S][,bus=virtio|sata]
+// (a comma in PATH is written ",,").
+func parseDisk(s string) (disk, error) {
 	path, opts := options(s)
 	if path == "" {
-		return machine.DiskConfig{}, fmt.Errorf("missing image path")
+		return disk{}, fmt.Errorf("missing image path")
 	}
-	d := machine.DiskConfig{Path: path, Format: block.FormatRaw}
+	d := disk{DiskConfig: machine.DiskConfig{Path: path, Format: block.FormatRaw}, Bus: "virtio"}
 	for _, o := range opts {
 		k, v, hasV := strings.Cut(o, "=")
 		switch {
+		case k == "bus" && (v == "virtio" || v == "sata"):
+			d.Bus = v
 		case k == "ro" && !hasV:
 			d.ReadOnly = true
 		case k == "format" && hasV:
@@ -57,18 +72,23 @@ func parseDisk(s string) (machine.DiskConfig, error) {
 			}
 			d.Serial = v
 		default:
-			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S)", o)
+			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S, bus=virtio|sata)", o)
 		}
 	}
 	return d, nil
 }
 
-// parseNIC parses --net tap=NAME,mac=MAC.
-func parseNIC(s string) (machine.NICConfig, error) {
-	var n machine.NICConfig
+// parseNIC parses --net tap=NAME,mac=MAC[,model=virtio|e1000].
+func parseNIC(s string) (nic, error) {
+	n := nic{Model: "virtio"}
 	for _, o := range strings.Split(s, ",") {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
+		case "model":
+			if v != "virtio" && v != "e1000" {
+				return n, fmt.Errorf("model %q: want virtio or e1000", v)
+			}
+			n.Model = v
 		case "tap":
 			if v == "" || len(v) > 15 {
 				return n, fmt.Errorf("tap name %q: want 1..15 characters", v)
@@ -81,7 +101,7 @@ func parseNIC(s string) (machine.NICConfig, error) {
 			}
 			n.MAC = m
 		default:
-			return n, fmt.Errorf("unknown option %q (want tap=NAME,mac=MAC)", o)
+			return n, fmt.Errorf("unknown option %q (want tap=NAME,mac=MAC[,model=virtio|e1000])", o)
 		}
 	}
 	if n.Tap == "" || n.MAC == nil {
@@ -117,30 +137,57 @@ func parseVsock(s string) (machine.VsockConfig, error) {
 	return v, nil
 }
 
-// parseDevices turns the device flags into machine configuration.
-func parseDevices(f *runFlags) (machine.Config, error) {
-	var c machine.Config
+// devices are the parsed device flags.
+type devices struct {
+	disks []disk
+	nics  []nic
+	rng   bool
+	vsock *machine.VsockConfig
+}
+
+// parseDevices parses the device flags.
+func parseDevices(f *runFlags) (devices, error) {
+	var d devices
 	for _, s := range f.disks {
-		d, err := parseDisk(s)
+		x, err := parseDisk(s)
 		if err != nil {
-			return c, usagef("run: --disk %q: %v", s, err)
+			return d, usagef("run: --disk %q: %v", s, err)
 		}
-		c.Disks = append(c.Disks, d)
+		d.disks = append(d.disks, x)
 	}
 	for _, s := range f.nics {
 		n, err := parseNIC(s)
 		if err != nil {
-			return c, usagef("run: --net %q: %v", s, err)
+			return d, usagef("run: --net %q: %v", s, err)
 		}
-		c.NICs = append(c.NICs, n)
+		d.nics = append(d.nics, n)
 	}
-	c.RNG = f.rng
+	d.rng = f.rng
 	if f.vsock != "" {
 		v, err := parseVsock(f.vsock)
 		if err != nil {
-			return c, usagef("run: --vsock %q: %v", f.vsock, err)
+			return d, usagef("run: --vsock %q: %v", f.vsock, err)
 		}
-		c.Vsock = &v
+		d.vsock = &v
 	}
-	return c, nil
+	return d, nil
+}
+
+// forVMM checks the devices against what the kubevmm VMM emulates and
+// puts them in its configuration.
+func (d devices) forVMM(c *machine.Config) error {
+	for i, x := range d.disks {
+		if x.Bus != "virtio" {
+			return usagef("run: --disk %d: bus=%s needs --backend qemu (the kubevmm VMM has virtio disks)", i, x.Bus)
+		}
+		c.Disks = append(c.Disks, x.DiskConfig)
+	}
+	for i, n := range d.nics {
+		if n.Model != "virtio" {
+			return usagef("run: --net %d: model=%s needs --backend qemu (the kubevmm VMM has virtio-net)", i, n.Model)
+		}
+		c.NICs = append(c.NICs, n.NICConfig)
+	}
+	c.RNG, c.Vsock = d.rng, d.vsock
+	return nil
 }

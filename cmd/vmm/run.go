@@ -30,6 +30,7 @@ type runFlags struct {
 	rng                     bool
 	vsock                   string
 	incoming                string
+	backend, accel          string
 	session                 sessionFlags
 }
 
@@ -88,6 +89,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
+	fs.StringVar(&f.backend, "backend", "kubevmm", "kubevmm (this VMM) or qemu (QEMU over QMP: for sata disks, e1000 NICs)")
+	fs.StringVar(&f.accel, "accel", "kvm", "QEMU backend only: kvm or tcg (QEMU's emulator)")
 	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it")
 	f.session.register(fs)
 	if done, err := parseFlags(fs, "run", "--kernel FILE [flags] | --incoming ADDR [flags]", args, stdout); done || err != nil {
@@ -133,9 +136,18 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if err != nil {
 		return 0, err
 	}
+	switch f.backend {
+	case "qemu":
+		return runQEMU(&f, mem, devs, sess)
+	case "kubevmm":
+	default:
+		return 0, usagef("run: --backend %q: want kubevmm or qemu", f.backend)
+	}
 	cfg := sess.baseConfig()
 	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel, cfg.Initrd, cfg.Cmdline = f.cpus, mem, kernel, initrd, f.cmdline
-	cfg.Disks, cfg.NICs, cfg.RNG, cfg.Vsock = devs.Disks, devs.NICs, devs.RNG, devs.Vsock
+	if err := devs.forVMM(&cfg); err != nil {
+		return 0, err
+	}
 	m, err := machine.New(cfg)
 	if err != nil {
 		return 0, usagef("%v", err)

@@ -333,6 +333,13 @@ func (m *Machine) setupDevices() error {
 func (m *Machine) Close() error {
 	m.stop(Exit{Reason: ExitStopped})
 	m.running.Wait()
+	m.Throttle(0)
+	// A migrated-away VM still holds its devices still (the stop-and-copy
+	// never resumed them); let go so they can be stopped and closed.
+	if m.releaseDevices != nil {
+		m.releaseDevices()
+		m.releaseDevices = nil
+	}
 	m.closeVirtio()
 	for _, v := range m.vcpus {
 		v.c.Close()

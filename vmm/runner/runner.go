@@ -80,6 +80,8 @@ func (r *Runner) Info() api.Info {
 		if r.exited.Err != nil {
 			i.Error = r.exited.Err.Error()
 		}
+	case r.migrated:
+		i.State = api.StateMigrated
 	case r.mig != nil && r.mig.active:
 		i.State = api.StateMigrating
 	case r.paused:
@@ -91,6 +93,9 @@ func (r *Runner) Info() api.Info {
 }
 
 func (r *Runner) checkRunning(what string) error {
+	if r.migrated {
+		return fmt.Errorf("%w: cannot %s: the guest now runs on the migration target", api.ErrConflict, what)
+	}
 	if r.exited != nil {
 		return fmt.Errorf("%w: cannot %s: the VM has ended (%s)", api.ErrConflict, what, r.exited.Reason)
 	}
@@ -126,14 +131,20 @@ func (r *Runner) Resume() error {
 	return nil
 }
 
-// Stop implements api.VM: the VM ends (Run returns ExitStopped).
+// Stop implements api.VM: the VM ends (Run returns ExitStopped, or
+// ExitMigrated once its guest runs on a migration target).
 func (r *Runner) Stop() error {
 	r.mu.Lock()
 	if j := r.mig; j != nil && j.active {
 		j.cancel()
 	}
+	migrated := r.migrated
 	r.mu.Unlock()
-	r.m.Stop()
+	if migrated {
+		r.m.EndMigrated()
+	} else {
+		r.m.Stop()
+	}
 	return nil
 }
 
@@ -157,8 +168,9 @@ func (r *Runner) Snapshot(req api.SnapshotRequest) (api.SnapshotResult, error) {
 }
 
 // Migrate implements api.VM: it connects to the target and migrates in the
-// background; Migration reports progress. When it completes the VM here
-// ends with ExitMigrated.
+// background; Migration reports progress. When it completes, the VM here
+// stays paused for good (state Migrated) until Stop ends it: whoever drives
+// the migration reads the final statistics first.
 func (r *Runner) Migrate(req api.MigrateRequest) error {
 	network, addr, err := api.ParseAddress(req.To)
 	if err != nil {
@@ -203,9 +215,6 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		}
 		r.mu.Unlock()
 		cancel()
-		if err == nil {
-			r.m.EndMigrated()
-		}
 	}()
 	return nil
 }
