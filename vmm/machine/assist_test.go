@@ -117,3 +117,38 @@ func TestKernelModeInstructionsComplete(t *testing.T) {
 		assert.NotZero(t, m.Assist.Total(), "on a host that emulates kernel mode these instructions need assists")
 	}
 }
+
+// TestGuestPanicIsAFailureNotAReboot: a guest kernel that panics (with
+// panic=-1) resets through the same i8042 line as a requested reboot; the
+// VM must still end as a failure naming the panic.
+func TestGuestPanicIsAFailureNotAReboot(t *testing.T) {
+	msg := "Kernel panic - not syncing: VFS: Unable to mount root fs\r\n"
+	var code []byte
+	for _, c := range []byte(msg) {
+		code = append(code, 0xb0, c, 0x66, 0xba, 0xf8, 0x03, 0xee) // mov al, c; mov dx, 0x3f8; out dx, al
+	}
+	code = append(code, 0xb0, 0xfe, 0xe6, 0x64, 0xf4) // reset; hlt
+	var out bytes.Buffer
+	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: tinyELF(code, 0x100000), Console: &out})
+	require.NoError(t, err)
+	defer m.Close()
+	exit := m.Run()
+	assert.Equal(t, ExitPanic, exit.Reason)
+	assert.True(t, exit.Failed())
+	assert.ErrorContains(t, exit.Err, "guest kernel panicked: Kernel panic - not syncing: VFS: Unable to mount root fs")
+	assert.Equal(t, msg, out.String(), "the console still gets everything")
+}
+
+func TestPanicWatchAcrossWrites(t *testing.T) {
+	var out bytes.Buffer
+	p := &panicWatch{w: &out}
+	for _, c := range []byte("boot ok\nKernel pan") {
+		p.Write([]byte{c})
+	}
+	_, ok := p.panicked()
+	assert.False(t, ok)
+	p.Write([]byte("ic - not syncing: x\nmore\n"))
+	line, ok := p.panicked()
+	assert.True(t, ok)
+	assert.Equal(t, "Kernel panic - not syncing: x", line)
+}

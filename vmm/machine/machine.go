@@ -68,6 +68,7 @@ type Machine struct {
 	Nested   bool
 	Metrics  Metrics
 	msrList  []uint32 // MSRs saved in snapshots, probed on first use
+	panics   *panicWatch
 	virtio   []*VirtioDevice
 	profiler atomic.Pointer[Profiler]
 
@@ -303,12 +304,20 @@ func (sink) Read(_ uint64, data []byte) { clear(data) }
 func (sink) Write(uint64, []byte)       {}
 
 func (m *Machine) setupDevices() error {
-	m.Serial = serial.New(m.cfg.Console, func(level bool) {
+	m.panics = &panicWatch{w: m.cfg.Console}
+	m.Serial = serial.New(m.panics, func(level bool) {
 		if err := m.vm.IRQLine(com1IRQ, level); err != nil {
 			m.stop(Exit{Reason: ExitError, Err: err})
 		}
 	})
-	m.kbd = i8042.New(func() { m.stop(Exit{Reason: ExitReset}) })
+	m.kbd = i8042.New(func() {
+		// with panic=-1 a kernel panic ends in this reset too
+		if line, ok := m.panics.panicked(); ok {
+			m.stop(Exit{Reason: ExitPanic, Err: fmt.Errorf("guest kernel panicked: %s", line)})
+			return
+		}
+		m.stop(Exit{Reason: ExitReset})
+	})
 	m.clock = rtc.New()
 	for _, d := range []struct {
 		name       string
