@@ -80,4 +80,14 @@ test-envtest: envtest-assets
 # deepcopy + CRDs from api/core/v1, virt-controller's ClusterRole from its
 # RBAC markers (controller-gen, pinned in go.mod's tool block).
 generate:
-	$(GO) generate ./api/... ./controller/...
+	$(GO) generate ./api/... ./controller/... ./handler/...
+
+# --- Kubernetes phase 2 (issue 5): the components on the dev cluster ------
+#   make e2e             cluster-up, cluster-sync, the test guest's kernelBoot
+#                        image, then test/e2e (VM lifecycle through kubectl and
+#                        virtctl); cluster-down after, unless E2E_KEEP=1 or the
+#                        cluster was already up
+#   hack/virtctl.sh ...  virtctl against the dev cluster
+.PHONY: e2e
+e2e:
+	@hack/cluster/e2e.sh

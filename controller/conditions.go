@@ -141,9 +141,12 @@ func imagePullError(pod *corev1.Pod) *syncError {
 	if pod == nil {
 		return nil
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
+	// The compute container's image, and those of the init containers
+	// that bring kernelBoot and containerDisk images into the pod.
+	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	for _, cs := range statuses {
 		w := cs.State.Waiting
-		if cs.Name != ComputeContainerName || w == nil {
+		if w == nil {
 			continue
 		}
 		if w.Reason == ReasonErrImagePull || w.Reason == ReasonImagePullBackOff {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // The contract between virt-controller and virt-launcher. The launcher gets
@@ -24,8 +25,15 @@ import (
 //   - KUBEVMM_SOCKET_DIR: a directory shared with virt-handler on the node
 //     (hostPath /var/run/kubevmm/sockets/<vmi uid>), where the launcher
 //     serves its control socket;
-//   - SIGTERM means: shut the guest down (ACPI), within the pod's
-//     terminationGracePeriodSeconds, which is the VMI's plus LauncherGraceMargin.
+//   - the kernelBoot kernel/initrd and the containerDisk images, copied by
+//     init containers into emptyDirs at launcher/spec.KernelBootDir and
+//     spec.ContainerDiskDir (see bootFileContainers);
+//   - it runs as spec.LauncherUID, not root; virt-handler hands it the
+//     socket directory and creates its taps (package handler);
+//   - SIGTERM means: shut the guest down gracefully (package launcher: no
+//     ACPI, the VMI's kubevmm.io/shutdown-console-input, then a stop),
+//     within the pod's terminationGracePeriodSeconds, which is the VMI's
+//     plus LauncherGraceMargin.
 const (
 	// ComputeContainerName is the launcher container's name, as KubeVirt's.
 	ComputeContainerName = "compute"
@@ -171,6 +179,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 	if pullPolicy == "" {
 		pullPolicy = corev1.PullIfNotPresent
 	}
+	initContainers, computeMounts, extraVolumes, pullSecrets := bootFileContainers(vmi, cfg.Image, pullPolicy)
 	// The generated name must leave room for the 5-character suffix the API
 	// server adds; it truncates generateName to 58 characters itself.
 	pod := &corev1.Pod{
@@ -201,6 +210,17 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			// The launcher needs no API access; a token in the pod would
 			// only be something for a compromised guest escape to steal.
 			AutomountServiceAccountToken: ptr.To(vmi.Spec.ServiceAccountName != ""),
+			SecurityContext: &corev1.PodSecurityContext{
+				// Not root. The runtime gives the device-plugin devices
+				// (/dev/kvm, /dev/net/tun) to this user (containerd:
+				// device_ownership_from_security_context), so it needs to be
+				// said here, not only in the image.
+				RunAsUser:    ptr.To(int64(spec.LauncherUID)),
+				RunAsGroup:   ptr.To(int64(spec.LauncherUID)),
+				RunAsNonRoot: ptr.To(true),
+			},
+			InitContainers:   initContainers,
+			ImagePullSecrets: pullSecrets,
 			Containers: []corev1.Container{{
 				Name:            ComputeContainerName,
 				Image:           cfg.Image,
@@ -214,10 +234,10 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 				},
 				Resources: resources,
-				VolumeMounts: []corev1.VolumeMount{
+				VolumeMounts: append([]corev1.VolumeMount{
 					{Name: "sockets", MountPath: SocketRootDir},
 					{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
-				},
+				}, computeMounts...),
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities: &corev1.Capabilities{
@@ -227,7 +247,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 					},
 				},
 			}},
-			Volumes: []corev1.Volume{
+			Volumes: append([]corev1.Volume{
 				{
 					// One directory per VMI, so a launcher can only reach its
 					// own sockets; virt-handler finds it from the VMI UID.
@@ -246,7 +266,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 						}},
 					}},
 				},
-			},
+			}, extraVolumes...),
 		},
 	}
 	return pod, nil
@@ -301,4 +321,96 @@ func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) 
 		}
 	}
 	return corev1.ResourceRequirements{Requests: req, Limits: lim}, nil
+}
+
+// bootFileContainers are the init containers that bring the files of
+// foreign images into the pod: the kernel and initrd of a kernelBoot
+// container, and the disk image of each containerDisk volume. Such images
+// need not contain any program: the first init container copies the
+// launcher binary (static) into an emptyDir, and each image's init
+// container runs that copy (`virt-launcher copy`) to copy its files into
+// emptyDirs the compute container mounts. (KubeVirt does the same with its
+// container-disk binary.) A copied containerDisk is writable and ephemeral:
+// it is the VMI's overlay, gone with the pod.
+func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, launcherPull corev1.PullPolicy) (inits []corev1.Container, computeMounts []corev1.VolumeMount, vols []corev1.Volume, secrets []corev1.LocalObjectReference) {
+	const binVolume, kernelVolume, diskVolume = "kubevmm-bin", "kernel-boot", "container-disks"
+	sc := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	small := corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
+	}}
+	binMount := corev1.VolumeMount{Name: binVolume, MountPath: spec.BinDir, ReadOnly: true}
+	copyCmd := spec.BinDir + "/virt-launcher"
+	emptyDir := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
+	pull := func(p corev1.PullPolicy) corev1.PullPolicy {
+		if p == "" {
+			return corev1.PullIfNotPresent
+		}
+		return p
+	}
+	secret := func(name string) {
+		if name != "" {
+			secrets = append(secrets, corev1.LocalObjectReference{Name: name})
+		}
+	}
+
+	var kb *v1.KernelBootContainer
+	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
+		kb = fw.KernelBoot.Container
+	}
+	var disks []v1.Volume
+	for _, v := range vmi.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			disks = append(disks, v)
+		}
+	}
+	if kb == nil && len(disks) == 0 {
+		return nil, nil, nil, nil
+	}
+	inits = append(inits, corev1.Container{
+		Name: "container-disk-binary", Image: launcherImage, ImagePullPolicy: launcherPull,
+		Command:         []string{"/usr/bin/virt-launcher", "install", spec.BinDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: binVolume, MountPath: spec.BinDir}},
+		SecurityContext: sc, Resources: small,
+	})
+	vols = append(vols, emptyDir(binVolume))
+	if kb != nil {
+		cmd := []string{copyCmd, "copy"}
+		if kb.KernelPath != "" {
+			cmd = append(cmd, kb.KernelPath, spec.KernelBootDir+"/"+spec.KernelFile)
+		}
+		if kb.InitrdPath != "" {
+			cmd = append(cmd, kb.InitrdPath, spec.KernelBootDir+"/"+spec.InitrdFile)
+		}
+		inits = append(inits, corev1.Container{
+			Name: "kernel-boot", Image: kb.Image, ImagePullPolicy: pull(kb.ImagePullPolicy), Command: cmd,
+			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: kernelVolume, MountPath: spec.KernelBootDir}},
+			SecurityContext: sc, Resources: small,
+		})
+		vols = append(vols, emptyDir(kernelVolume))
+		computeMounts = append(computeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: spec.KernelBootDir, ReadOnly: true})
+		secret(kb.ImagePullSecret)
+	}
+	for _, v := range disks {
+		src := v.ContainerDisk.Path
+		if src == "" {
+			src = "/disk"
+		}
+		inits = append(inits, corev1.Container{
+			Name: "volume" + v.Name, Image: v.ContainerDisk.Image, ImagePullPolicy: pull(v.ContainerDisk.ImagePullPolicy),
+			Command:         []string{copyCmd, "copy", src, spec.ContainerDiskFile(v.Name)},
+			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: diskVolume, MountPath: spec.ContainerDiskDir}},
+			SecurityContext: sc, Resources: small,
+		})
+		secret(v.ContainerDisk.ImagePullSecret)
+	}
+	if len(disks) > 0 {
+		vols = append(vols, emptyDir(diskVolume))
+		computeMounts = append(computeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.ContainerDiskDir})
+	}
+	return inits, computeMounts, vols, secrets
 }

@@ -61,7 +61,10 @@ done
 for n in /run/netns/cni-*; do
   [ -e "$n" ] || continue
   umount "$n" 2>/dev/null || true
-  rm -f "$n"
+  # A namespace mounted before something bind-mounted /run/netns over
+  # itself (ip netns does) is hidden under that mount and cannot be
+  # removed from here; it is only a leak, not worth failing for.
+  rm -f "$n" 2>/dev/null || log "down.sh: $n is hidden under a later /run/netns mount; left in place"
 done
 # iptables chains of kube-proxy and the kubelet (all KUBE-*; this machine
 # runs no other Kubernetes).

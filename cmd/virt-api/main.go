@@ -1,0 +1,130 @@
+// Command virt-api serves kubevmm's admission webhooks and the
+// subresources.kubevirt.io aggregated API (see package virtapi).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/virtapi"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "virt-api:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var addr, certDir, handlerCertDir, namespace string
+	flag.StringVar(&addr, "listen", ":8443", "HTTPS address")
+	flag.StringVar(&certDir, "cert-dir", "/etc/virt-api/certs", "tls.crt and tls.key of the serving certificate")
+	flag.StringVar(&handlerCertDir, "handler-cert-dir", "/etc/virt-api/handler-client", "tls.crt, tls.key and ca.crt for talking to virt-handler")
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the kubevmm components")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("virt-api")
+	if namespace == "" {
+		namespace = "kubevirt"
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// The front proxy's CA and names, as the API server publishes them
+	// for extension API servers.
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "extension-apiserver-authentication"}, cm); err != nil {
+		return fmt.Errorf("reading the front-proxy settings: %w", err)
+	}
+	proxyCAs := x509.NewCertPool()
+	if !proxyCAs.AppendCertsFromPEM([]byte(cm.Data["requestheader-client-ca-file"])) {
+		return errors.New("extension-apiserver-authentication has no requestheader-client-ca-file: is the aggregation layer configured?")
+	}
+	list := func(key string) []string {
+		var out []string
+		if s := cm.Data[key]; s != "" {
+			json.Unmarshal([]byte(s), &out)
+		}
+		return out
+	}
+	handlerTLS, err := virtapi.HandlerClientTLS(handlerCertDir+"/tls.crt", handlerCertDir+"/tls.key", handlerCertDir+"/ca.crt", "kubevirt.io:system:node:virt-handler")
+	if err != nil {
+		return err
+	}
+	s := &virtapi.Server{
+		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
+		ProxyCAs: proxyCAs, ProxyNames: list("requestheader-allowed-names"),
+		UserHeaders: list("requestheader-username-headers"), GroupHeaders: list("requestheader-group-headers"),
+		Log: log,
+	}
+	if len(s.UserHeaders) == 0 {
+		s.UserHeaders = []string{"X-Remote-User"}
+	}
+	if len(s.GroupHeaders) == 0 {
+		s.GroupHeaders = []string{"X-Remote-Group"}
+	}
+	srv := &http.Server{
+		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Webhook calls come without a client certificate; proxied
+			// subresource calls with the front proxy's, checked per route.
+			ClientAuth: tls.RequestClientCert,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				// Reloaded per handshake: a rotated secret takes effect
+				// without a restart.
+				c, err := tls.LoadX509KeyPair(certDir+"/tls.crt", certDir+"/tls.key")
+				return &c, err
+			},
+		},
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	log.Info("starting virt-api", "addr", addr)
+	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

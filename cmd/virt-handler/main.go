@@ -1,0 +1,151 @@
+// Command virt-handler is the per-node daemon (see package handler): device
+// plugins for /dev/kvm and /dev/net/tun, the node's schedulable label, the
+// VMI status loop over the launchers' sockets, and the node-side API
+// virt-api uses for pause, unpause and the serial console.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/controller"
+	"github.com/kubevmm/kubevmm/handler"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "virt-handler:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		nodeName, socketRoot, pluginDir, probeAddr string
+		certDir                                    string
+		devices                                    int
+	)
+	flag.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
+	flag.StringVar(&socketRoot, "socket-root", controller.SocketRootDir, "node directory of the launchers' socket directories")
+	flag.StringVar(&pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
+	flag.StringVar(&certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt of the server virt-api talks to")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
+	flag.IntVar(&devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm and /tun offered by this node")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("virt-handler")
+	if nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering client-go types: %w", err)
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("registering kubevirt.io/v1 types: %w", err)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	// The cache holds this node's objects only: VMIs labelled with it,
+	// pods scheduled to it, and the node itself.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: probeAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{v1.NodeNameLabel: nodeName})},
+			&corev1.Pod{}:                {Field: fields.OneTermEqualSelector("spec.nodeName", nodeName)},
+			&corev1.Node{}:               {Field: fields.OneTermEqualSelector("metadata.name", nodeName)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	kick := make(chan event.GenericEvent, 64)
+	if err := (&handler.VMIReconciler{
+		Client: mgr.GetClient(), NodeName: nodeName, SocketRoot: socketRoot,
+		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the VMI controller: %w", err)
+	}
+	if err := (&handler.NodeReconciler{Client: mgr.GetClient(), NodeName: nodeName}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the node controller: %w", err)
+	}
+	for _, d := range []struct{ res, path string }{
+		{string(v1.KVMResource), "/dev/kvm"},
+		{string(v1.TunResource), "/dev/net/tun"},
+	} {
+		p := &handler.DevicePlugin{Resource: d.res, DevPath: d.path, Count: devices, Dir: pluginDir, Log: log}
+		if err := mgr.Add(manager.RunnableFunc(p.Run)); err != nil {
+			return err
+		}
+	}
+
+	gc := &handler.SocketGC{Client: mgr.GetClient(), SocketRoot: socketRoot, Log: log, MinAge: 5 * time.Minute, Interval: 10 * time.Minute}
+	if err := mgr.Add(manager.RunnableFunc(gc.Run)); err != nil {
+		return err
+	}
+
+	tlsCfg, err := handler.ServerTLS(handler.TLSFiles{Cert: certDir + "/tls.crt", Key: certDir + "/tls.key", CA: certDir + "/ca.crt"})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:   (&handler.Server{Client: mgr.GetClient(), NodeName: nodeName, SocketRoot: socketRoot, Kick: kick, Log: log}).Handler(),
+		TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(handler.Port))
+		if err != nil {
+			return fmt.Errorf("virt-handler server: %w", err)
+		}
+		go func() {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting virt-handler", "node", nodeName)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

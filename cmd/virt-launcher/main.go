@@ -1,0 +1,58 @@
+// Command virt-launcher is the main process of a VMI's pod (see package
+// launcher). Subcommands used by the pod's init containers:
+//
+//	virt-launcher install DIR           copy this binary into DIR
+//	virt-launcher copy SRC DST [...]     copy files out of an image
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kubevmm/kubevmm/launcher"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		var err error
+		switch os.Args[1] {
+		case "install":
+			if len(os.Args) != 3 {
+				err = fmt.Errorf("usage: virt-launcher install DIR")
+			} else {
+				err = launcher.Install(os.Args[2])
+			}
+		case "copy":
+			err = launcher.CopyFiles(os.Args[2:])
+		default:
+			err = fmt.Errorf("unknown subcommand %q (install, copy; none runs the VMI)", os.Args[1])
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "virt-launcher:", err)
+			os.Exit(2)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	for _, k := range []string{"KUBEVMM_VMI_FILE", "KUBEVMM_SOCKET_DIR"} {
+		if os.Getenv(k) == "" {
+			fmt.Fprintf(os.Stderr, "virt-launcher: %s is not set (this runs in a virt-launcher pod)\n", k)
+			os.Exit(2)
+		}
+	}
+	code, err := launcher.Run(ctx, launcher.Options{
+		VMIFile:    os.Getenv("KUBEVMM_VMI_FILE"),
+		Paths:      launcher.DefaultPaths(os.Getenv("KUBEVMM_SOCKET_DIR")),
+		Log:        os.Stderr,
+		Console:    os.Stdout,
+		QEMUBinary: os.Getenv("KUBEVMM_QEMU_BINARY"),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "virt-launcher:", err)
+	}
+	os.Exit(code)
+}

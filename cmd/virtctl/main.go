@@ -1,0 +1,275 @@
+// Command virtctl is kubevmm's virtctl: the KubeVirt client for the
+// subresources.kubevirt.io API, speaking to the API server with the
+// user's kubeconfig, so the same URLs (and RBAC) as KubeVirt's apply.
+//
+//	virtctl [-n NS] [--kubeconfig F] start|stop|restart|migrate VM
+//	virtctl [-n NS] pause|unpause vm|vmi NAME
+//	virtctl [-n NS] console VMI      (Ctrl+] ends it)
+//	virtctl version
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"golang.org/x/term"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Version is set by the build.
+var Version = "devel"
+
+const consoleSubprotocol = "plain.kubevirt.io"
+
+func main() {
+	code, err := run(os.Args[1:], os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "virtctl:", err)
+	}
+	os.Exit(code)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `virtctl controls KubeVirt virtual machines (kubevmm).
+
+usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
+  start VM          start a VirtualMachine
+  stop VM           stop a VirtualMachine
+  restart VM        restart a VirtualMachine
+  migrate VM        live-migrate a VirtualMachine's instance
+  pause vm|vmi NAME, unpause vm|vmi NAME
+  console VMI       connect to the serial console (Ctrl+] to quit)
+  version           client and server versions
+`)
+}
+
+func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("virtctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var ns, kubeconfig string
+	fs.StringVar(&ns, "n", "", "namespace")
+	fs.StringVar(&ns, "namespace", "", "namespace")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return 0, nil
+		}
+		return 2, err
+	}
+	rest_ := fs.Args()
+	if len(rest_) == 0 {
+		usage(os.Stderr)
+		return 2, nil
+	}
+	cmd, rest_ := rest_[0], rest_[1:]
+	if cmd == "help" {
+		usage(stdout)
+		return 0, nil
+	}
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	if ns == "" {
+		var err error
+		if ns, _, err = cc.Namespace(); err != nil {
+			return 1, fmt.Errorf("namespace: %w", err)
+		}
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return 1, fmt.Errorf("kubeconfig: %w", err)
+	}
+	c := &apiClient{cfg: cfg, ns: ns}
+
+	need := func(n int, what string) error {
+		if len(rest_) != n {
+			return fmt.Errorf("%s: want %s", cmd, what)
+		}
+		return nil
+	}
+	switch cmd {
+	case "start", "stop", "restart", "migrate":
+		if err := need(1, "VM"); err != nil {
+			return 2, err
+		}
+		if err := c.put(context.Background(), "virtualmachines", rest_[0], cmd); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "VM %s was scheduled to %s\n", rest_[0], cmd)
+	case "pause", "unpause":
+		if err := need(2, "vm|vmi NAME"); err != nil {
+			return 2, err
+		}
+		kind := map[string]string{"vm": "virtualmachines", "vmi": "virtualmachineinstances"}[strings.ToLower(rest_[0])]
+		if kind == "" {
+			return 2, fmt.Errorf("%s: %q is not vm or vmi", cmd, rest_[0])
+		}
+		if err := c.put(context.Background(), kind, rest_[1], cmd); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "VMI %s was scheduled to %s\n", rest_[1], cmd)
+	case "console":
+		if err := need(1, "VMI"); err != nil {
+			return 2, err
+		}
+		return c.console(rest_[0], stdin, stdout)
+	case "version":
+		fmt.Fprintf(stdout, "Client Version: %s\n", Version)
+		b, err := c.get(context.Background(), "/apis/"+v1.SubresourceGroupVersion.String()+"/version")
+		if err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "Server Version: %s\n", strings.TrimSpace(string(b)))
+	default:
+		usage(os.Stderr)
+		return 2, fmt.Errorf("unknown command %q", cmd)
+	}
+	return 0, nil
+}
+
+type apiClient struct {
+	cfg *rest.Config
+	ns  string
+}
+
+func (c *apiClient) url(kind, name, sub string) string {
+	return fmt.Sprintf("%s/apis/%s/namespaces/%s/%s/%s/%s", strings.TrimSuffix(c.cfg.Host, "/"), v1.SubresourceGroupVersion.String(), c.ns, kind, name, sub)
+}
+
+func (c *apiClient) do(ctx context.Context, method, url string, body io.Reader) ([]byte, error) {
+	hc, err := rest.HTTPClientFor(c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 300 {
+		return nil, statusError(resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+// statusError prints the server's metav1.Status message, as virtctl does.
+func statusError(code int, body []byte) error {
+	var st metav1.Status
+	if err := jsonUnmarshal(body, &st); err == nil && st.Message != "" {
+		return errors.New(st.Message)
+	}
+	return fmt.Errorf("the server answered %d: %s", code, strings.TrimSpace(string(body)))
+}
+
+func (c *apiClient) put(ctx context.Context, kind, name, sub string) error {
+	_, err := c.do(ctx, http.MethodPut, c.url(kind, name, sub), bytes.NewReader([]byte("{}")))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", sub, name, err)
+	}
+	return nil
+}
+
+func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, strings.TrimSuffix(c.cfg.Host, "/")+path, nil)
+}
+
+// console attaches the terminal to the VMI's serial console over a
+// websocket through the API server.
+func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int, error) {
+	tlsCfg, err := rest.TLSConfigFor(c.cfg)
+	if err != nil {
+		return 1, err
+	}
+	hdr := http.Header{}
+	if c.cfg.BearerToken != "" {
+		hdr.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	} else if c.cfg.BearerTokenFile != "" {
+		if b, err := os.ReadFile(c.cfg.BearerTokenFile); err == nil {
+			hdr.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		}
+	}
+	d := websocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{consoleSubprotocol}, HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment}
+	url := "wss" + strings.TrimPrefix(c.url("virtualmachineinstances", name, "console"), "https")
+	ws, resp, err := d.Dial(url, hdr)
+	if err != nil {
+		if resp != nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return 1, fmt.Errorf("console %s: %w", name, statusError(resp.StatusCode, b))
+		}
+		return 1, fmt.Errorf("console %s: %w", name, err)
+	}
+	defer ws.Close()
+	interactive := term.IsTerminal(int(stdin.Fd()))
+	if interactive {
+		old, err := term.MakeRaw(int(stdin.Fd()))
+		if err == nil {
+			defer term.Restore(int(stdin.Fd()), old)
+		}
+		fmt.Fprintf(os.Stderr, "Successfully connected to %s console. The escape sequence is ^]\r\n", name)
+	}
+	done := make(chan error, 2)
+	go func() {
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				done <- nil
+				return
+			}
+			if _, err := stdout.Write(data); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		buf := make([]byte, 1024)
+		for {
+			n, err := stdin.Read(buf)
+			if n > 0 {
+				data := buf[:n]
+				if i := bytes.IndexByte(data, 0x1d); i >= 0 && interactive { // Ctrl+]
+					if i > 0 {
+						ws.WriteMessage(websocket.BinaryMessage, data[:i])
+					}
+					done <- nil
+					return
+				}
+				if err := ws.WriteMessage(websocket.BinaryMessage, data); err != nil {
+					done <- nil
+					return
+				}
+			}
+			if err != nil {
+				// stdin ended (not a terminal): keep showing output.
+				return
+			}
+		}
+	}()
+	if err := <-done; err != nil {
+		return 1, err
+	}
+	return 0, nil
+}

@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+)
+
+// The launcher pod brings the files of kernelBoot and containerDisk images
+// in through init containers that run the launcher binary, copied first.
+func TestRenderLauncherPodBootFiles(t *testing.T) {
+	vmi := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ns", UID: "uid"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain: v1.DomainSpec{
+				Memory: &v1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))},
+				Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{
+					Image: "kernels:1", KernelPath: "/boot/vmlinux", InitrdPath: "/boot/initrd", ImagePullSecret: "pull"}}},
+			},
+			Volumes: []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disks:1"}}}},
+		},
+	}
+	pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
+	require.NoError(t, err)
+	require.Len(t, pod.Spec.InitContainers, 3)
+	bin, kb, disk := pod.Spec.InitContainers[0], pod.Spec.InitContainers[1], pod.Spec.InitContainers[2]
+	assert.Equal(t, "launcher:1", bin.Image)
+	assert.Equal(t, []string{"/usr/bin/virt-launcher", "install", spec.BinDir}, bin.Command)
+	assert.Equal(t, "kernels:1", kb.Image)
+	assert.Equal(t, []string{spec.BinDir + "/virt-launcher", "copy", "/boot/vmlinux", spec.KernelBootDir + "/kernel", "/boot/initrd", spec.KernelBootDir + "/initrd"}, kb.Command)
+	assert.Equal(t, "disks:1", disk.Image)
+	assert.Equal(t, []string{spec.BinDir + "/virt-launcher", "copy", "/disk", spec.ContainerDiskFile("root")}, disk.Command)
+	for _, c := range pod.Spec.InitContainers {
+		assert.Equal(t, []string{"ALL"}, []string{string(c.SecurityContext.Capabilities.Drop[0])}, c.Name)
+	}
+	mounts := map[string]string{}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	assert.Contains(t, mounts, spec.KernelBootDir)
+	assert.Contains(t, mounts, spec.ContainerDiskDir)
+	assert.Equal(t, "pull", pod.Spec.ImagePullSecrets[0].Name)
+	require.NotNil(t, pod.Spec.SecurityContext)
+	assert.Equal(t, int64(spec.LauncherUID), *pod.Spec.SecurityContext.RunAsUser)
+	assert.True(t, *pod.Spec.SecurityContext.RunAsNonRoot)
+
+	// Nothing to bring in: no init containers.
+	vmi.Spec.Domain.Firmware, vmi.Spec.Volumes = nil, nil
+	pod, err = RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
+	require.NoError(t, err)
+	assert.Empty(t, pod.Spec.InitContainers)
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make e2e`: the end-to-end test on the real dev cluster. Brings the
+# cluster up, deploys kubevmm (cluster-sync), builds the test guest's
+# kernelBoot image, runs test/e2e, and takes the cluster down again unless
+# E2E_KEEP=1 (or it was already up before).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" -eq 0 ] || die "e2e.sh: must run as root (the dev cluster needs it)"
+was_up=false
+kubectl_admin get --raw=/readyz >/dev/null 2>&1 && was_up=true
+"$HACK_DIR/cluster/up.sh"
+if ! $was_up && [ "${E2E_KEEP:-0}" != 1 ]; then
+  trap '"$HACK_DIR/cluster/down.sh" >/dev/null 2>&1 || true' EXIT
+fi
+"$HACK_DIR/cluster/sync.sh"
+"$HACK_DIR/cluster/guest-disk.sh" >/dev/null
+cd "$REPO_DIR"
+KUBEVMM_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,87 @@
+package handler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+)
+
+func vmiWithPodNIC() *v1.VirtualMachineInstance {
+	return &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{UID: "uid-1"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain:   v1.DomainSpec{Devices: v1.Devices{Interfaces: []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}}},
+			Networks: []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}},
+		},
+		Status: v1.VirtualMachineInstanceStatus{Phase: v1.Scheduled},
+	}
+}
+
+func TestStatusFromInfo(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	vmi := vmiWithPodNIC()
+
+	st := vmi.Status.DeepCopy()
+	statusFromInfo(st, vmi, api.Info{State: spec.StateStarting}, pod, now)
+	if st.Phase != v1.Scheduled {
+		t.Fatalf("a starting launcher made the VMI %s", st.Phase)
+	}
+
+	statusFromInfo(st, vmi, api.Info{State: api.StatePaused, CPUs: 2, MemoryMiB: 128}, pod, now)
+	if st.Phase != v1.Running || len(st.PhaseTransitionTimestamps) != 1 {
+		t.Fatalf("phase %s (%v), want Running", st.Phase, st.PhaseTransitionTimestamps)
+	}
+	if c := (&v1.VirtualMachineInstance{Status: *st}).GetCondition(v1.VirtualMachineInstancePaused); c == nil || c.Status != corev1.ConditionTrue {
+		t.Fatalf("no Paused condition: %+v", st.Conditions)
+	}
+	if len(st.Interfaces) != 1 || st.Interfaces[0].IP != "10.244.0.9" || st.Interfaces[0].MAC == "" {
+		t.Fatalf("interfaces %+v", st.Interfaces)
+	}
+	if st.Memory == nil || st.Memory.GuestCurrent.String() != "128Mi" || st.CurrentCPUTopology.Sockets != 2 {
+		t.Fatalf("memory %+v topology %+v", st.Memory, st.CurrentCPUTopology)
+	}
+
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, now)
+	if (&v1.VirtualMachineInstance{Status: *st}).GetCondition(v1.VirtualMachineInstancePaused) != nil {
+		t.Fatal("Paused condition stays after resume")
+	}
+
+	end := st.DeepCopy()
+	statusFromInfo(end, vmi, api.Info{State: api.StateStopped, Exit: "reset"}, pod, now)
+	if end.Phase != v1.Succeeded {
+		t.Fatalf("guest reboot (reboot=k): %s, want Succeeded", end.Phase)
+	}
+	end = st.DeepCopy()
+	statusFromInfo(end, vmi, api.Info{State: api.StateStopped, Exit: "triple-fault", Error: "boom"}, pod, now)
+	if end.Phase != v1.Failed {
+		t.Fatalf("triple fault: %s, want Failed", end.Phase)
+	}
+}
+
+func TestDevicePluginAllocate(t *testing.T) {
+	p := &DevicePlugin{Resource: "devices.kubevirt.io/tun", DevPath: "/dev/null", Count: 3}
+	if d := p.devices(); len(d) != 3 || d[0].Health != pluginapi.Healthy || d[0].ID == d[1].ID {
+		t.Fatalf("devices %+v", d)
+	}
+	r, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"null0"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := r.ContainerResponses[0].Devices
+	if len(ds) != 1 || ds[0].HostPath != "/dev/null" || ds[0].ContainerPath != "/dev/null" || ds[0].Permissions != "rw" {
+		t.Fatalf("allocation %+v", ds)
+	}
+	p.DevPath = "/dev/does-not-exist"
+	if d := p.devices(); d[0].Health != pluginapi.Unhealthy {
+		t.Fatal("missing device reported healthy")
+	}
+}

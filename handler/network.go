@@ -1,0 +1,221 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
+)
+
+// Masquerade networking, KubeVirt's default binding: the guest is
+// spec.GuestIP (10.0.2.2) on a tap in the launcher pod's network
+// namespace whose address, spec.GatewayIP, is the guest's gateway; the pod
+// routes between the tap and its own interface, and nftables NATs:
+//
+//	table ip kubevmm
+//	  prerouting:  iifname eth0 ip daddr <pod IP> dnat to 10.0.2.2
+//	  postrouting: ip saddr 10.0.2.0/24 oifname eth0 masquerade
+//
+// so every port of the pod IP reaches the guest, and the guest reaches the
+// cluster as the pod. This needs CAP_NET_ADMIN in the pod's namespace and
+// a writable net.ipv4.ip_forward, which the launcher (not root, no
+// capabilities) does not have: virt-handler, privileged, does it from
+// outside, as KubeVirt's handler does. The tap is made persistent and owned
+// by the launcher's user, so the launcher can attach to it without
+// privileges; the launcher waits for the tap to appear, and the tap is
+// created last, so its existence means the network is ready.
+
+const nftTable = "kubevmm"
+
+// SetupPodNetwork prepares the masquerade network of one pod-network NIC
+// in the network namespace of process pid. It is idempotent.
+func SetupPodNetwork(pid int, nic spec.PodNIC, owner int) error {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("network namespace of launcher pid %d: %w", pid, err)
+	}
+	defer ns.Close()
+	// The tap is created last: if it exists, everything before it was
+	// done by an earlier pass (the launcher may still be loading the
+	// kernel, so it still says Starting).
+	done := false
+	if err := inNetns(ns, func() error {
+		_, err := netlink.LinkByName(nic.Tap)
+		done = err == nil
+		return nil
+	}); err != nil {
+		return err
+	}
+	if done {
+		return nil
+	}
+	if err := setupNAT(ns); err != nil {
+		return err
+	}
+	return inNetns(ns, func() error {
+		// /proc/sys/net is the namespace of the thread that opens it.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0); err != nil {
+			return fmt.Errorf("enabling ip_forward in the pod: %w", err)
+		}
+		if _, err := netlink.LinkByName(nic.Tap); err != nil {
+			if err := createTap(nic.Tap, owner); err != nil {
+				return err
+			}
+		}
+		l, err := netlink.LinkByName(nic.Tap)
+		if err != nil {
+			return fmt.Errorf("tap %s: %w", nic.Tap, err)
+		}
+		addr, _ := netlink.ParseAddr(spec.GatewayIP + "/24")
+		if err := netlink.AddrReplace(l, addr); err != nil {
+			return fmt.Errorf("address of %s: %w", nic.Tap, err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("setting %s up: %w", nic.Tap, err)
+		}
+		return nil
+	})
+}
+
+// inNetns runs f on an OS thread inside ns.
+func inNetns(ns netns.NsHandle, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// A fresh goroutine whose thread dies with it if it cannot get
+		// back to its own namespace.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("entering the pod's network namespace: %w", err)
+			return
+		}
+		ferr := f()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, err) // thread stays locked and exits
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// createTap creates a persistent tap owned by uid/gid owner, with the
+// flags the VMM opens it with (no packet info, virtio-net header).
+func createTap(name string, owner int) error {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return fmt.Errorf("tap %s: %w", name, err)
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		return fmt.Errorf("creating tap %s: %w", name, err)
+	}
+	for _, op := range []struct {
+		req uint
+		val int
+		nm  string
+	}{{unix.TUNSETOWNER, owner, "owner"}, {unix.TUNSETGROUP, owner, "group"}, {unix.TUNSETPERSIST, 1, "persist"}} {
+		if err := unix.IoctlSetInt(fd, op.req, op.val); err != nil {
+			return fmt.Errorf("tap %s %s: %w", name, op.nm, err)
+		}
+	}
+	return nil
+}
+
+// podIPv4 is the first IPv4 address of the pod's interface.
+func podIPv4(ns netns.NsHandle) (net.IP, error) {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in the pod: %w", err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(spec.PodInterface)
+	if err != nil {
+		return nil, fmt.Errorf("pod interface %s: %w", spec.PodInterface, err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
+	}
+	for _, a := range addrs {
+		if ip := a.IP.To4(); ip != nil {
+			return ip, nil
+		}
+	}
+	return nil, fmt.Errorf("pod interface %s has no IPv4 address", spec.PodInterface)
+}
+
+func ifname(n string) []byte {
+	b := make([]byte, 16)
+	copy(b, n)
+	return b
+}
+
+// setupNAT (re)writes the kubevmm nftables table in the pod: one batch
+// that deletes the old table, if any, and adds the new one.
+func setupNAT(ns netns.NsHandle) error {
+	podIP, err := podIPv4(ns)
+	if err != nil {
+		return err
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return fmt.Errorf("nftables in the pod: %w", err)
+	}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyIPv4)
+	if err != nil {
+		return fmt.Errorf("listing nftables tables in the pod: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == nftTable {
+			c.DelTable(t)
+		}
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: nftTable})
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	guest := net.ParseIP(spec.GuestIP).To4()
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP},
+		&expr.Immediate{Register: 1, Data: guest},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+	}})
+	_, vmNet, _ := net.ParseCIDR(spec.DefaultVMNetworkCIDR)
+	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: vmNet.Mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vmNet.IP.To4()},
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Masq{},
+	}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("writing the NAT rules in the pod: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package handler
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/gorilla/websocket"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+)
+
+// Port is where virt-handler serves virt-api (KubeVirt's 8186).
+const Port = 8186
+
+// VirtAPIClientName is the common name virt-api's client certificate has;
+// only it may use the handler's server.
+const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
+
+// ConsoleSubprotocol is the websocket subprotocol of serial consoles
+// (KubeVirt's): binary messages carry the raw byte stream both ways.
+const ConsoleSubprotocol = "plain.kubevirt.io"
+
+// Server is virt-handler's API for virt-api: the operations that need the
+// node (pause, unpause, the serial console), for VMIs on this node.
+type Server struct {
+	Client     client.Client // reads VMIs (the manager's cache)
+	NodeName   string
+	SocketRoot string
+	Kick       chan<- event.GenericEvent
+	Log        logr.Logger
+}
+
+// Handler is the HTTP routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	base := "/v1/namespaces/{namespace}/virtualmachineinstances/{name}/"
+	mux.HandleFunc("PUT "+base+"pause", s.lifecycle("pause"))
+	mux.HandleFunc("PUT "+base+"unpause", s.lifecycle("unpause"))
+	mux.HandleFunc("GET "+base+"console", s.console)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	return mux
+}
+
+func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
+	vmi := &v1.VirtualMachineInstance{}
+	key := types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	if err := s.Client.Get(r.Context(), key, vmi); err != nil {
+		return nil, http.StatusNotFound, fmt.Errorf("VMI %s: %w", key, err)
+	}
+	if vmi.Status.NodeName != s.NodeName {
+		return nil, http.StatusConflict, fmt.Errorf("VMI %s does not run on node %s", key, s.NodeName)
+	}
+	if !vmi.IsRunning() {
+		return nil, http.StatusConflict, fmt.Errorf("VMI %s is not running (phase %s)", key, vmi.Status.Phase)
+	}
+	return vmi, 0, nil
+}
+
+func (s *Server) lifecycle(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		vmi, code, err := s.vmi(r)
+		if err != nil {
+			http.Error(w, err.Error(), code)
+			return
+		}
+		c := launcherConn{dir: SocketDir(s.SocketRoot, vmi.UID)}.client()
+		ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
+		defer cancel()
+		if op == "pause" {
+			err = c.Pause(ctx)
+		} else {
+			err = c.Resume(ctx)
+		}
+		if err != nil {
+			http.Error(w, fmt.Sprintf("%s VMI %s/%s: %v", op, vmi.Namespace, vmi.Name, err), http.StatusConflict)
+			return
+		}
+		// The status follows from the launcher's state; reconcile now
+		// rather than at the next poll.
+		if s.Kick != nil {
+			select {
+			case s.Kick <- event.GenericEvent{Object: vmi}:
+			default:
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+var upgrader = websocket.Upgrader{
+	Subprotocols:    []string{ConsoleSubprotocol},
+	ReadBufferSize:  32 << 10,
+	WriteBufferSize: 32 << 10,
+	// Only virt-api, authenticated by its client certificate, gets here.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+func (s *Server) console(w http.ResponseWriter, r *http.Request) {
+	vmi, code, err := s.vmi(r)
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	path := filepath.Join(SocketDir(s.SocketRoot, vmi.UID), spec.ConsoleSocket)
+	conn, err := net.DialTimeout("unix", path, launcherQueryTimeout)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("console of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	s.Log.Info("console attached", "vmi", vmi.Namespace+"/"+vmi.Name)
+	BridgeWebsocket(ws, conn)
+	s.Log.Info("console detached", "vmi", vmi.Namespace+"/"+vmi.Name)
+}
+
+// BridgeWebsocket copies between a websocket (binary messages) and a
+// stream until either side ends, then closes both.
+func BridgeWebsocket(ws *websocket.Conn, conn io.ReadWriteCloser) {
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := conn.Read(buf)
+			if n > 0 {
+				if werr := ws.WriteMessage(websocket.BinaryMessage, buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				return
+			}
+			if _, err := conn.Write(data); err != nil {
+				return
+			}
+		}
+	}()
+	<-done
+	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	ws.Close()
+	conn.Close()
+}
+
+// TLSFiles are a certificate, its key and the CA that signed its peers'.
+type TLSFiles struct{ Cert, Key, CA string }
+
+// ServerTLS is the handler's server TLS: its certificate, and client
+// certificates required, signed by the CA and named VirtAPIClientName.
+func ServerTLS(f TLSFiles) (*tls.Config, error) {
+	pool, err := caPool(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ClientCAs:  pool,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		// Reloaded per handshake: a rotated secret takes effect without a
+		// restart.
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+			return &c, err
+		},
+		VerifyPeerCertificate: func(_ [][]byte, chains [][]*x509.Certificate) error {
+			if len(chains) == 0 || chains[0][0].Subject.CommonName != VirtAPIClientName {
+				return errors.New("client certificate is not virt-api's")
+			}
+			return nil
+		},
+	}, nil
+}
+
+func caPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA bundle %s: no certificates", path)
+	}
+	return pool, nil
+}

@@ -1,0 +1,453 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+)
+
+// Poll intervals. The launcher's control API has no event stream, so the
+// handler asks: often while a launcher starts (a few seconds, and each
+// question is one local HTTP request), less often once the guest runs (to
+// notice its end). Both are what is read, never what is asserted.
+const (
+	startingPoll = 250 * time.Millisecond
+	runningPoll  = 3 * time.Second
+)
+
+// Reasons of the conditions and events the handler writes.
+const (
+	ReasonPausedByUser   = "PausedByUser"
+	ReasonStarted        = "Started"
+	ReasonStopped        = "Stopped"
+	ReasonShutdown       = "ShuttingDown"
+	ReasonGuestFailed    = "GuestFailed"
+	ReasonNetworkFailed  = "NetworkSetupFailed"
+	ReasonLauncherFailed = "LauncherFailed"
+)
+
+// VMIReconciler is virt-handler's VMI loop: for every VMI on its node it
+// asks the VMI's launcher (over the control socket in the shared socket
+// directory) what the guest does and writes that into the VMI status:
+// phase Running/Succeeded/Failed, the Paused condition, interfaces, the
+// active backend. It prepares the pod network the launcher waits for, and
+// stops a deleted VMI's guest when its grace period is over.
+//
+// All it knows comes from the launchers and the API server, so a restarted
+// handler simply reconciles every VMI again: the launchers run on,
+// untouched, and the status is rebuilt from what they say.
+type VMIReconciler struct {
+	Client     client.Client
+	NodeName   string
+	SocketRoot string
+	Recorder   events.EventRecorder
+	// Kick re-queues a VMI at once (after a pause/unpause the server did).
+	Kick chan event.GenericEvent
+	// Now is the clock; tests leave it nil.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	typed map[types.UID]bool // VMIs whose shutdown input was typed
+}
+
+// typeShutdown types the VMI's shutdown input on its console, once per
+// VMI (per handler: a restarted handler may type it once more).
+func (r *VMIReconciler) typeShutdown(vmi *v1.VirtualMachineInstance, l launcherConn) {
+	in := spec.ShutdownInput(vmi.Annotations)
+	if in == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.typed == nil {
+		r.typed = map[types.UID]bool{}
+	}
+	done := r.typed[vmi.UID]
+	r.typed[vmi.UID] = true
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	// The console has one client: this detaches a user's for a moment.
+	c, err := net.DialTimeout("unix", filepath.Join(l.dir, spec.ConsoleSocket), launcherQueryTimeout)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(launcherQueryTimeout))
+	if _, err := c.Write(in); err == nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Shutdown", "Typed %q on the guest's console (%s)", strings.TrimSpace(string(in)), spec.ShutdownInputAnnotation)
+	}
+}
+
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the reconciler: VMIs on this node (the
+// manager's cache only holds those), their launcher pods, and kicks.
+func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("virt-handler-vmi").
+		For(&v1.VirtualMachineInstance{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if o.GetLabels()[v1.AppLabel] != "virt-launcher" {
+				return nil
+			}
+			name := o.GetAnnotations()[v1.DomainAnnotation]
+			if name == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+		}))
+	if r.Kick != nil {
+		b = b.WatchesRawSource(source.Channel(r.Kick, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+func (r *VMIReconciler) now() metav1.Time {
+	if r.Now != nil {
+		return metav1.NewTime(r.Now())
+	}
+	return metav1.Now()
+}
+
+// SocketDir is the directory a VMI's launcher shares with the node.
+func SocketDir(root string, uid types.UID) string { return filepath.Join(root, string(uid)) }
+
+// Reconcile syncs one VMI with its launcher.
+func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	vmi := &v1.VirtualMachineInstance{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if vmi.Status.NodeName != r.NodeName {
+		return ctrl.Result{}, nil
+	}
+	if vmi.IsFinal() {
+		// The VMI keeps its finalizer until its launcher pod is gone:
+		// then its socket directory on the node goes too.
+		pod, err := r.launcherPod(ctx, vmi)
+		if err != nil || pod != nil {
+			return ctrl.Result{}, err
+		}
+		r.mu.Lock()
+		delete(r.typed, vmi.UID)
+		r.mu.Unlock()
+		if err := os.RemoveAll(SocketDir(r.SocketRoot, vmi.UID)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the socket directory of VMI %s: %w", req.NamespacedName, err)
+		}
+		return ctrl.Result{}, nil
+	}
+	if vmi.Status.Phase != v1.Scheduled && vmi.Status.Phase != v1.Running {
+		return ctrl.Result{}, nil
+	}
+	pod, err := r.launcherPod(ctx, vmi)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	l := launcherConn{dir: SocketDir(r.SocketRoot, vmi.UID)}
+	if err := ensureSocketDir(l.dir); err != nil {
+		return ctrl.Result{}, err
+	}
+	info, live, err := l.info(ctx)
+	if err != nil {
+		// No answer. A pod that has ended will never give one: its guest
+		// is gone, and nobody but us can say so.
+		if pod != nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) {
+			return ctrl.Result{}, r.writeStatus(ctx, vmi, func(st *v1.VirtualMachineInstanceStatus, now metav1.Time) {
+				setPhase(st, v1.Failed, now)
+				st.Reason = ReasonLauncherFailed
+			})
+		}
+		if !errors.Is(err, errNoSocket) {
+			logger.Info("launcher does not answer", "error", err.Error())
+		}
+		return ctrl.Result{RequeueAfter: startingPoll}, nil
+	}
+
+	var result ctrl.Result
+	switch {
+	case info.State == api.State(spec.StateStarting):
+		if live {
+			if err := r.setupNetwork(ctx, vmi, l); err != nil {
+				r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
+				return ctrl.Result{}, err
+			}
+		}
+		result.RequeueAfter = startingPoll
+	case info.State == api.StateStopped || info.State == api.StateMigrated:
+		// final: nothing more to ask
+	default:
+		result.RequeueAfter = runningPoll
+		if vmi.DeletionTimestamp != nil && live {
+			grace := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
+			if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+				grace = time.Duration(*g) * time.Second
+			}
+			// No ACPI, no agent: the guest is asked on its console if the
+			// VMI says how, gets its grace period to end by itself, then
+			// it is stopped (see package launcher).
+			r.typeShutdown(vmi, l)
+			if left := vmi.DeletionTimestamp.Add(grace).Sub(r.now().Time); left > 0 {
+				result.RequeueAfter = min(left, runningPoll)
+			} else {
+				qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+				err := l.client().Stop(qctx)
+				cancel()
+				if err != nil {
+					return ctrl.Result{}, fmt.Errorf("stopping the guest of deleted VMI %s: %w", req.NamespacedName, err)
+				}
+				r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Stop", "The grace period is over: the guest was stopped")
+				result.RequeueAfter = startingPoll
+			}
+		}
+	}
+
+	if err := r.syncBackendAnnotation(ctx, vmi, info); err != nil {
+		return ctrl.Result{}, err
+	}
+	before := vmi.Status.Phase
+	if err := r.writeStatus(ctx, vmi, func(st *v1.VirtualMachineInstanceStatus, now metav1.Time) {
+		statusFromInfo(st, vmi, info, pod, now)
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if after := vmi.Status.Phase; after != before {
+		switch after {
+		case v1.Running:
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStarted, "Start", "VirtualMachineInstance started on %s", info.Backend)
+		case v1.Succeeded:
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStopped, "Stop", "The guest ended: %s", info.Exit)
+		case v1.Failed:
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonGuestFailed, "Stop", "The guest failed: %s %s", info.Exit, info.Error)
+		}
+	}
+	return result, nil
+}
+
+// statusFromInfo derives the status from what the launcher said.
+func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineInstance, info api.Info, pod *corev1.Pod, now metav1.Time) {
+	switch info.State {
+	case api.State(spec.StateStarting):
+		return
+	case api.StateStopped, api.StateMigrated:
+		if info.Error != "" || failedExit(info.Exit) {
+			setPhase(st, v1.Failed, now)
+			st.Reason = ReasonGuestFailed
+		} else {
+			setPhase(st, v1.Succeeded, now)
+		}
+		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		return
+	}
+	setPhase(st, v1.Running, now)
+	if info.State == api.StatePaused {
+		st.Conditions = setCondition(st.Conditions, v1.VirtualMachineInstanceCondition{
+			Type: v1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue,
+			Reason: ReasonPausedByUser, Message: "VMI was paused by user",
+		}, now)
+	} else {
+		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+	}
+	if info.CPUs > 0 {
+		st.CurrentCPUTopology = &v1.CPUTopology{Sockets: uint32(info.CPUs), Cores: 1, Threads: 1}
+		if c := vmi.Spec.Domain.CPU; c != nil && int(max(c.Sockets, 1)*max(c.Cores, 1)*max(c.Threads, 1)) == info.CPUs {
+			st.CurrentCPUTopology = &v1.CPUTopology{Sockets: max(c.Sockets, 1), Cores: max(c.Cores, 1), Threads: max(c.Threads, 1)}
+		}
+	}
+	if info.MemoryMiB > 0 {
+		q := resource.NewQuantity(int64(info.MemoryMiB)<<20, resource.BinarySI)
+		if st.Memory == nil {
+			st.Memory = &v1.MemoryStatus{}
+		}
+		c1, c2 := q.DeepCopy(), q.DeepCopy()
+		st.Memory.GuestAtBoot, st.Memory.GuestCurrent = q, &c1
+		st.Memory.GuestRequested = &c2
+	}
+	st.Interfaces = interfaces(vmi, pod)
+}
+
+// interfaces: the pod-network NICs have the pod's IP (masquerade), as
+// KubeVirt reports them without a guest agent.
+func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMachineInstanceNetworkInterface {
+	var out []v1.VirtualMachineInstanceNetworkInterface
+	for _, n := range spec.PodNICs(&vmi.Spec) {
+		ifc := v1.VirtualMachineInstanceNetworkInterface{Name: n.Name, InfoSource: "domain", PodInterfaceName: spec.PodInterface, QueueCount: 1}
+		if mac, err := n.MACFor(string(vmi.UID)); err == nil {
+			ifc.MAC = mac.String()
+		}
+		if pod != nil && pod.Status.PodIP != "" {
+			ifc.IP = pod.Status.PodIP
+			for _, ip := range pod.Status.PodIPs {
+				ifc.IPs = append(ifc.IPs, ip.IP)
+			}
+		}
+		out = append(out, ifc)
+	}
+	return out
+}
+
+func failedExit(exit string) bool {
+	switch machine.ExitReason(exit) {
+	case machine.ExitReset, machine.ExitShutdown, machine.ExitStopped, machine.ExitMigrated:
+		return false
+	}
+	switch exit {
+	case "guest-shutdown", "host-shutdown", "killed": // the QEMU backend's
+		return false
+	}
+	return true
+}
+
+func (r *VMIReconciler) writeStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceStatus, metav1.Time)) error {
+	st := vmi.Status.DeepCopy()
+	f(st, r.now())
+	if equality.Semantic.DeepEqual(&vmi.Status, st) {
+		return nil
+	}
+	orig := vmi.DeepCopy()
+	vmi.Status = *st
+	// Optimistic lock: virt-controller writes this status too.
+	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("updating status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// syncBackendAnnotation records the backend the launcher runs the guest on.
+func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.VirtualMachineInstance, info api.Info) error {
+	if info.Backend == "" || vmi.Annotations[spec.ActiveBackendAnnotation] == info.Backend {
+		return nil
+	}
+	orig := vmi.DeepCopy()
+	if vmi.Annotations == nil {
+		vmi.Annotations = map[string]string{}
+	}
+	vmi.Annotations[spec.ActiveBackendAnnotation] = info.Backend
+	if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("recording the backend of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// launcherPod is the VMI's active launcher pod on this node, if any.
+func (r *VMIReconciler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1.CreatedByLabel: string(vmi.UID)}); err != nil {
+		return nil, fmt.Errorf("listing the launcher pods of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, ok := vmi.Status.ActivePods[p.UID]; ok && p.Spec.NodeName == r.NodeName {
+			return p, nil
+		}
+	}
+	for i := range pods.Items {
+		if pods.Items[i].Spec.NodeName == r.NodeName {
+			return &pods.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
+	nics := spec.PodNICs(&vmi.Spec)
+	if len(nics) == 0 {
+		return nil
+	}
+	if len(nics) > 1 {
+		return fmt.Errorf("VMI %s/%s: only one interface can use the pod network", vmi.Namespace, vmi.Name)
+	}
+	pid, err := l.pid(ctx)
+	if err != nil {
+		return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	if err := SetupPodNetwork(pid, nics[0], spec.LauncherUID); err != nil {
+		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// ensureSocketDir gives the launcher (not root) its socket directory: the
+// kubelet creates the hostPath directory as root, and the launcher waits
+// until it may write there.
+func ensureSocketDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid == spec.LauncherUID {
+		return nil
+	}
+	if err := os.Chown(dir, spec.LauncherUID, spec.LauncherUID); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	return nil
+}
+
+func setPhase(st *v1.VirtualMachineInstanceStatus, p v1.VirtualMachineInstancePhase, now metav1.Time) {
+	if st.Phase == p {
+		return
+	}
+	st.Phase = p
+	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: now})
+}
+
+func setCondition(conds []v1.VirtualMachineInstanceCondition, c v1.VirtualMachineInstanceCondition, now metav1.Time) []v1.VirtualMachineInstanceCondition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		c.LastTransitionTime = conds[i].LastTransitionTime
+		if conds[i].Status != c.Status {
+			c.LastTransitionTime = now
+		}
+		conds[i] = c
+		return conds
+	}
+	c.LastTransitionTime = now
+	return append(conds, c)
+}
+
+func removeCondition(conds []v1.VirtualMachineInstanceCondition, t v1.VirtualMachineInstanceConditionType) []v1.VirtualMachineInstanceCondition {
+	var out []v1.VirtualMachineInstanceCondition
+	for _, c := range conds {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,308 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/console"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/runner"
+)
+
+// StateStarting is what the control API reports before the guest runs
+// (waiting for the pod network, loading the kernel).
+const StateStarting api.State = spec.StateStarting
+
+// backend is one running guest behind the control API.
+type backend interface {
+	api.VM
+	// Done is closed when the guest has ended.
+	Done() <-chan struct{}
+	// Failed says, once Done, whether the guest's end was a failure.
+	Failed() bool
+	// Close releases what the backend holds; the guest has ended.
+	Close()
+}
+
+// switchVM is what the control socket serves for the launcher's whole
+// life: a placeholder until the backend exists, then the backend. The
+// socket is up before the guest starts so that virt-handler can find the
+// launcher (and its network namespace) while the launcher waits for it.
+type switchVM struct {
+	name string
+
+	mu      sync.Mutex
+	be      backend
+	stopped bool // Stop before the backend existed
+	err     string
+}
+
+var _ api.VM = (*switchVM)(nil)
+
+func (s *switchVM) set(b backend) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.be = b
+	return true
+}
+
+func (s *switchVM) fail(err error) {
+	s.mu.Lock()
+	s.err = err.Error()
+	s.mu.Unlock()
+}
+
+func (s *switchVM) get() (backend, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.be == nil {
+		return nil, fmt.Errorf("%w: the VM has not started yet", api.ErrConflict)
+	}
+	return s.be, nil
+}
+
+func (s *switchVM) Info() api.Info {
+	s.mu.Lock()
+	b, stopped, err := s.be, s.stopped, s.err
+	s.mu.Unlock()
+	if b != nil {
+		return b.Info()
+	}
+	i := api.Info{State: StateStarting, Backend: s.name}
+	if stopped || err != "" {
+		i.State, i.Exit, i.Error = api.StateStopped, string(machine.ExitStopped), err
+		if err != "" {
+			i.Exit = string(machine.ExitError)
+		}
+	}
+	return i
+}
+
+func (s *switchVM) Pause() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.Pause()
+}
+
+func (s *switchVM) Resume() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.Resume()
+}
+
+// Stop before the guest started means it never will.
+func (s *switchVM) Stop() error {
+	s.mu.Lock()
+	b := s.be
+	if b == nil {
+		s.stopped = true
+	}
+	s.mu.Unlock()
+	if b != nil {
+		return b.Stop()
+	}
+	return nil
+}
+
+func (s *switchVM) Snapshot(r api.SnapshotRequest) (api.SnapshotResult, error) {
+	b, err := s.get()
+	if err != nil {
+		return api.SnapshotResult{}, err
+	}
+	return b.Snapshot(r)
+}
+
+func (s *switchVM) Migrate(r api.MigrateRequest) error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.Migrate(r)
+}
+
+func (s *switchVM) Migration() api.MigrationStatus {
+	b, err := s.get()
+	if err != nil {
+		return api.MigrationStatus{}
+	}
+	return b.Migration()
+}
+
+func (s *switchVM) CancelMigration() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.CancelMigration()
+}
+
+func (s *switchVM) Metrics() map[string]any {
+	b, err := s.get()
+	if err != nil {
+		return map[string]any{}
+	}
+	return b.Metrics()
+}
+
+// kubevmmBackend is our VMM, run in this process through vmm/runner.
+type kubevmmBackend struct {
+	*runner.Runner
+	con  *console.Console
+	exit machine.Exit
+	done chan struct{}
+}
+
+// startKubevmm builds the machine, serves its console on consolePath and
+// starts the guest.
+func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog) (*kubevmmBackend, error) {
+	con := console.New(logSink)
+	mc, err := cfg.MachineConfig(con)
+	if err != nil {
+		con.Close()
+		return nil, err
+	}
+	m, err := machine.New(mc)
+	if err != nil {
+		con.Close()
+		return nil, fmt.Errorf("building the VM: %w", err)
+	}
+	con.SetInput(m.Serial.Input)
+	if err := con.Listen(consolePath); err != nil {
+		m.Close()
+		con.Close()
+		return nil, err
+	}
+	b := &kubevmmBackend{Runner: runner.New(m, mc.CPUs, mc.MemoryBytes), con: con, done: make(chan struct{})}
+	go func() {
+		b.exit = b.Run()
+		close(b.done)
+	}()
+	if cfg.StartPaused {
+		// The vCPUs may have run a few instructions by now; the guest
+		// cannot tell, and the VMM has no "created but not started" state.
+		if err := b.Pause(); err != nil {
+			return b, fmt.Errorf("starting paused: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// Type writes input to the guest's serial console, as a user would.
+func (b *kubevmmBackend) Type(input []byte) { b.Machine().Serial.Input(input) }
+
+func (b *kubevmmBackend) Done() <-chan struct{} { return b.done }
+func (b *kubevmmBackend) Failed() bool          { return b.exit.Failed() }
+func (b *kubevmmBackend) Close() {
+	b.con.Close()
+	b.Machine().Close()
+}
+
+// qemuBackend adapts a QEMU VM (launcher/qemu) to the control API.
+type qemuBackend struct {
+	vm *qemu.VM
+}
+
+const qemuCommandTimeout = 10 * time.Second
+
+func startQEMU(ctx context.Context, cfg VMConfig, p Paths, consolePath, binary string) (*qemuBackend, error) {
+	qc, err := cfg.QEMUConfig(p, consolePath)
+	if err != nil {
+		return nil, err
+	}
+	qc.Binary = binary
+	vm, err := qemu.Start(ctx, qc)
+	if err != nil {
+		return nil, err
+	}
+	return &qemuBackend{vm: vm}, nil
+}
+
+func (q *qemuBackend) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), qemuCommandTimeout)
+}
+
+func (q *qemuBackend) Info() api.Info {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	i := api.Info{Backend: string(spec.BackendQEMU)}
+	st, err := q.vm.Status(ctx)
+	switch {
+	case err != nil && st.Exit == nil:
+		i.State, i.Error = api.StateRunning, err.Error()
+	case st.Exit != nil:
+		i.State, i.Exit = api.StateStopped, string(st.Exit.Reason)
+		if q.failed(*st.Exit) {
+			i.Error = st.Exit.String()
+		}
+	case st.State == "paused":
+		i.State = api.StatePaused
+	case st.State == "inmigrate":
+		i.State = api.StateIncoming
+	case st.State == "postmigrate":
+		i.State = api.StateMigrated
+	default:
+		i.State = api.StateRunning
+	}
+	return i
+}
+
+func (q *qemuBackend) failed(e qemu.Exit) bool {
+	switch e.Reason {
+	case qemu.ExitGuestShutdown, qemu.ExitHostShutdown, qemu.ExitKilled:
+		return e.ShutdownReason == "guest-panic"
+	}
+	return true
+}
+
+func (q *qemuBackend) Pause() error {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	return q.vm.Pause(ctx)
+}
+
+func (q *qemuBackend) Resume() error {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	return q.vm.Resume(ctx)
+}
+
+func (q *qemuBackend) Stop() error {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	_, err := q.vm.Kill(ctx)
+	if errors.Is(err, qemu.ErrExited) {
+		return nil
+	}
+	return err
+}
+
+var errQEMUUnsupported = fmt.Errorf("%w: not supported by the launcher's QEMU backend yet", api.ErrBadRequest)
+
+func (q *qemuBackend) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
+	return api.SnapshotResult{}, errQEMUUnsupported
+}
+func (q *qemuBackend) Migrate(api.MigrateRequest) error { return errQEMUUnsupported }
+func (q *qemuBackend) Migration() api.MigrationStatus   { return api.MigrationStatus{} }
+func (q *qemuBackend) CancelMigration() error           { return errQEMUUnsupported }
+func (q *qemuBackend) Metrics() map[string]any {
+	return map[string]any{"backend": "qemu", "pid": q.vm.PID()}
+}
+func (q *qemuBackend) Done() <-chan struct{} { return q.vm.Done() }
+func (q *qemuBackend) Failed() bool {
+	e, err := q.vm.Wait(context.Background())
+	return err != nil || q.failed(e)
+}
+func (q *qemuBackend) Close() {}

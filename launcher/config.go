@@ -1,0 +1,277 @@
+package launcher
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/block"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+)
+
+// Paths are where the launcher finds what the pod gives it. Tests point
+// them at temporary directories.
+type Paths struct {
+	SocketDir        string
+	KernelBootDir    string
+	ContainerDiskDir string
+	// RunDir is scratch space (the QEMU backend's monitor socket).
+	RunDir string
+	// SysClassNet is /sys/class/net, where the launcher waits for the taps
+	// virt-handler creates.
+	SysClassNet string
+}
+
+// DefaultPaths are the paths in a launcher pod.
+func DefaultPaths(socketDir string) Paths {
+	return Paths{
+		SocketDir:        socketDir,
+		KernelBootDir:    spec.KernelBootDir,
+		ContainerDiskDir: spec.ContainerDiskDir,
+		RunDir:           "/tmp/kubevmm",
+		SysClassNet:      "/sys/class/net",
+	}
+}
+
+// VMConfig is the backend-neutral description of the guest the launcher
+// derives from a VMI.
+type VMConfig struct {
+	Name      string
+	CPUs      int
+	MemoryMiB int
+	Kernel    string // path; empty for firmware boot
+	Initrd    string
+	Cmdline   string
+	Disks     []DiskConfig
+	NICs      []NICConfig
+	RNG       bool
+	EFI       bool
+	HyperV    bool
+	// StartPaused: spec.startStrategy Paused.
+	StartPaused bool
+}
+
+// DiskConfig is one guest disk.
+type DiskConfig struct {
+	Name     string
+	Path     string
+	ReadOnly bool
+	Serial   string
+	Bus      v1.DiskBus
+	CDROM    bool
+	Boot     int
+}
+
+// NICConfig is one guest NIC on a tap that virt-handler prepares.
+type NICConfig struct {
+	Name  string
+	Tap   string
+	MAC   net.HardwareAddr
+	Model string
+}
+
+// BuildVMConfig turns a VMI into the guest's configuration. It checks what
+// it can without the files (those are opened by the backend).
+func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
+	s := &vmi.Spec
+	mem, err := spec.GuestMemory(s)
+	if err != nil {
+		return VMConfig{}, err
+	}
+	c := VMConfig{
+		Name:      vmi.Namespace + "_" + vmi.Name,
+		CPUs:      spec.VCPUs(s),
+		MemoryMiB: int(mem.Value() >> 20),
+		RNG:       s.Domain.Devices.Rng != nil,
+	}
+	if c.MemoryMiB < 16 {
+		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
+	}
+	fw := s.Domain.Firmware
+	if fw != nil && fw.KernelBoot != nil {
+		kb := fw.KernelBoot
+		if kb.Container != nil {
+			if kb.Container.KernelPath != "" {
+				c.Kernel = filepath.Join(p.KernelBootDir, spec.KernelFile)
+			}
+			if kb.Container.InitrdPath != "" {
+				c.Initrd = filepath.Join(p.KernelBootDir, spec.InitrdFile)
+			}
+		}
+		c.Cmdline = kb.KernelArgs
+	}
+	if c.Kernel == "" && c.Cmdline != "" {
+		return VMConfig{}, fmt.Errorf("spec.domain.firmware.kernelBoot.kernelArgs needs kernelBoot.container.kernelPath")
+	}
+	if fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
+		c.EFI = true
+	}
+	if f := s.Domain.Features; f != nil && f.Hyperv != nil {
+		c.HyperV = true
+	}
+	c.StartPaused = s.StartStrategy != nil && *s.StartStrategy == v1.StartStrategyPaused
+
+	vols := map[string]*v1.Volume{}
+	for i := range s.Volumes {
+		vols[s.Volumes[i].Name] = &s.Volumes[i]
+	}
+	for i, d := range s.Domain.Devices.Disks {
+		v := vols[d.Name]
+		if v == nil {
+			return VMConfig{}, fmt.Errorf("spec.domain.devices.disks[%d]: no volume named %q", i, d.Name)
+		}
+		dc := DiskConfig{Name: d.Name, Serial: d.Serial, Bus: v1.DiskBusVirtio}
+		switch {
+		case d.Disk != nil:
+			dc.ReadOnly = d.Disk.ReadOnly
+			if d.Disk.Bus != "" {
+				dc.Bus = d.Disk.Bus
+			}
+		case d.CDRom != nil:
+			dc.CDROM, dc.ReadOnly, dc.Bus = true, true, v1.DiskBusSATA
+		}
+		if d.BootOrder != nil {
+			dc.Boot = int(*d.BootOrder)
+		}
+		switch {
+		case v.ContainerDisk != nil:
+			dc.Path = filepath.Join(p.ContainerDiskDir, d.Name+".img")
+		default:
+			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk volumes are supported by the launcher", d.Name)
+		}
+		c.Disks = append(c.Disks, dc)
+	}
+	for _, n := range spec.PodNICs(s) {
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return VMConfig{}, err
+		}
+		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model})
+	}
+	if c.Kernel != "" {
+		if c.Cmdline == "" {
+			c.Cmdline = machine.DefaultCmdline
+		}
+		// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
+		// IP autoconfiguration takes it from ip= when built with it (we
+		// serve no DHCP yet); otherwise the parameter is ignored.
+		if len(c.NICs) > 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
+			c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth0:off", spec.GuestIP, spec.GatewayIP)
+		}
+	}
+	return c, nil
+}
+
+// MachineConfig is the VMM configuration of c, with the kernel and initrd
+// read from disk.
+func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
+	if c.Kernel == "" {
+		return machine.Config{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot)")
+	}
+	kernel, err := os.ReadFile(c.Kernel)
+	if err != nil {
+		return machine.Config{}, fmt.Errorf("reading the kernel: %w", err)
+	}
+	mc := machine.Config{
+		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
+		Kernel: kernel, Cmdline: c.Cmdline, Console: console, RNG: c.RNG,
+	}
+	if c.Initrd != "" {
+		if mc.Initrd, err = os.ReadFile(c.Initrd); err != nil {
+			return machine.Config{}, fmt.Errorf("reading the initrd: %w", err)
+		}
+	}
+	for _, d := range c.Disks {
+		if d.Bus != v1.DiskBusVirtio || d.CDROM {
+			return machine.Config{}, fmt.Errorf("disk %s: bus %s is not supported by the kubevmm VMM", d.Name, d.Bus)
+		}
+		f, err := probeFormat(d.Path)
+		if err != nil {
+			return machine.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+		serial := d.Serial
+		if len(serial) > 20 {
+			serial = serial[:20]
+		}
+		mc.Disks = append(mc.Disks, machine.DiskConfig{Path: d.Path, Format: f, ReadOnly: d.ReadOnly, Serial: serial})
+	}
+	for _, n := range c.NICs {
+		if n.Model != "virtio" {
+			return machine.Config{}, fmt.Errorf("interface %s: model %s is not supported by the kubevmm VMM", n.Name, n.Model)
+		}
+		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC})
+	}
+	return mc, nil
+}
+
+// probeFormat reads a containerDisk's format from its header. The image
+// comes from the container image, not from the guest, so probing it before
+// the guest ever ran is safe (the reason vmm/block wants it said).
+func probeFormat(path string) (block.Format, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return "", err
+	}
+	if bytes.Equal(magic, []byte{'Q', 'F', 'I', 0xfb}) {
+		return block.FormatQcow2, nil
+	}
+	return block.FormatRaw, nil
+}
+
+// QEMUConfig is the QEMU backend's configuration of c.
+func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error) {
+	qc := qemu.Config{
+		Name: strings.ReplaceAll(c.Name, "_", "."), CPUs: c.CPUs, MemoryMiB: c.MemoryMiB,
+		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline,
+		HyperV: c.HyperV, SerialSocket: consoleSocket, RunDir: p.RunDir,
+		StartPaused: c.StartPaused, NoReboot: true,
+	}
+	if c.Kernel == "" {
+		qc.Cmdline = ""
+	}
+	if c.EFI {
+		qc.Firmware = qemu.FirmwareEFI
+	}
+	for _, d := range c.Disks {
+		f, err := probeFormat(d.Path)
+		if err != nil {
+			return qemu.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
+		}
+		qd := qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(f), ReadOnly: d.ReadOnly, CDROM: d.CDROM, Serial: d.Serial, BootOrder: d.Boot}
+		switch d.Bus {
+		case v1.DiskBusSATA:
+			qd.Bus = qemu.BusSATA
+		case v1.DiskBusVirtio, "":
+			qd.Bus = qemu.BusVirtio
+		default:
+			return qemu.Config{}, fmt.Errorf("disk %s: bus %s is not supported", d.Name, d.Bus)
+		}
+		if qd.Bus == qemu.BusSATA && !qd.CDROM {
+			qd.ReadOnly = false // QEMU's ide-hd cannot be read-only
+		}
+		qc.Disks = append(qc.Disks, qd)
+	}
+	for _, n := range c.NICs {
+		qn := qemu.NIC{Tap: n.Tap, MAC: n.MAC.String(), Model: qemu.NICVirtio}
+		if n.Model == "e1000" {
+			qn.Model = qemu.NICE1000
+		}
+		qc.NICs = append(qc.NICs, qn)
+	}
+	if err := qc.Validate(); err != nil {
+		return qemu.Config{}, err
+	}
+	return qc, nil
+}

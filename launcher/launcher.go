@@ -1,0 +1,272 @@
+// Package launcher is virt-launcher: the main process of a VMI's pod. It
+// reads the VMI the controller put into the pod, picks the backend (our
+// VMM in this process, or QEMU for what only QEMU emulates), waits for the
+// pod network virt-handler prepares, boots the guest, and serves the VMM
+// control API and the serial console on sockets in the directory it shares
+// with virt-handler. It has no API access and needs no root.
+//
+// Lifecycle, as virt-handler sees it through the control socket:
+//
+//	Starting  socket up, guest not yet running (waiting for the taps)
+//	Running / Paused
+//	Stopped   the guest ended; Info says how, and exit.json records it
+//
+// After the guest ends the launcher keeps answering until its pod is
+// deleted (SIGTERM), so the handler reads the end instead of guessing it.
+//
+// SIGTERM (pod deletion) is the graceful path. Our guests have no ACPI
+// power button and no guest agent channel yet. What the launcher can do is
+// type on the guest's serial console: a VMI annotated
+// kubevmm.io/shutdown-console-input (e.g. "poweroff" for a guest with a
+// root shell on its console) gets that line typed. Then the guest has the
+// VMI's grace period to end by itself, after which it is stopped.
+// virt-handler does the same at the VMI's deletion (typing, waiting,
+// stopping through the control API), so the pod normally only ever sees
+// SIGTERM after the guest has ended.
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+)
+
+// Options configure one launcher run.
+type Options struct {
+	// VMIFile is the VMI JSON (KUBEVMM_VMI_FILE).
+	VMIFile string
+	Paths   Paths
+	// Log gets the launcher's own messages; Console the guest's serial
+	// output (both the container's stdout in a pod).
+	Log     io.Writer
+	Console io.Writer
+	// QEMUBinary for the QEMU backend ("" is qemu-system-x86_64 from PATH).
+	QEMUBinary string
+	// Linger is how long the launcher keeps answering after the guest
+	// ended without being asked to stop; 0 is until ctx ends.
+	Linger time.Duration
+}
+
+// ReadVMI reads and decodes the VMI file.
+func ReadVMI(path string) (*v1.VirtualMachineInstance, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the VMI: %w", err)
+	}
+	vmi := &v1.VirtualMachineInstance{}
+	if err := json.Unmarshal(b, vmi); err != nil {
+		return nil, fmt.Errorf("decoding the VMI from %s: %w", path, err)
+	}
+	if vmi.Name == "" || vmi.UID == "" {
+		return nil, fmt.Errorf("the VMI in %s has no name or UID", path)
+	}
+	return vmi, nil
+}
+
+// Run runs the VMI until the guest ends and ctx is done (SIGTERM), and
+// returns the process exit code: 0 if the guest ended cleanly (powered
+// off, rebooted with reboot=k, stopped), 1 if it failed.
+func Run(ctx context.Context, o Options) (int, error) {
+	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, "virt-launcher: "+format+"\n", a...) }
+	vmi, err := ReadVMI(o.VMIFile)
+	if err != nil {
+		return 1, err
+	}
+	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
+	if err != nil {
+		return 1, err
+	}
+	logf("VMI %s/%s (uid %s): backend %s (%s)", vmi.Namespace, vmi.Name, vmi.UID, backendName, why)
+	cfg, err := BuildVMConfig(vmi, o.Paths)
+	if err != nil {
+		return 1, err
+	}
+	grace := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
+	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		grace = time.Duration(*g) * time.Second
+	}
+
+	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
+		return 1, fmt.Errorf("socket directory: %w", err)
+	}
+	// A stale exit record belongs to an earlier launcher of this VMI.
+	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
+	sw := &switchVM{name: string(backendName)}
+	srv, err := listenWhenWritable(ctx, o.Paths.SocketDir, sw, logf)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		return 1, err
+	}
+	defer srv.Close()
+
+	// The taps are virt-handler's to create, in this pod's network
+	// namespace; until they exist there is nothing to attach the NICs to.
+	if err := waitForTaps(ctx, o.Paths.SysClassNet, cfg.NICs, logf); err != nil {
+		if ctx.Err() != nil {
+			logf("stopped before the guest started")
+			sw.Stop()
+			writeExit(o.Paths.SocketDir, sw.Info(), logf)
+			return 0, nil
+		}
+		return 1, err
+	}
+
+	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
+	var be backend
+	t0 := time.Now()
+	switch backendName {
+	case spec.BackendKubevmm:
+		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console})
+	case spec.BackendQEMU:
+		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
+			be, err = startQEMU(ctx, cfg, o.Paths, consolePath, o.QEMUBinary)
+		}
+	}
+	if err != nil {
+		sw.fail(err)
+		writeExit(o.Paths.SocketDir, sw.Info(), logf)
+		logf("the guest could not start: %v", err)
+		// Answer the handler until the pod goes, so it reads the reason.
+		lingerUntil(ctx, o.Linger)
+		return 1, err
+	}
+	defer be.Close()
+	if !sw.set(be) {
+		// Stopped while starting.
+		be.Stop()
+	}
+	logf("guest started on %s in %v", backendName, time.Since(t0).Round(time.Millisecond))
+
+	select {
+	case <-be.Done():
+	case <-ctx.Done():
+		if in := spec.ShutdownInput(vmi.Annotations); in != nil {
+			if t, ok := be.(interface{ Type([]byte) }); ok {
+				logf("asked to stop: typing %q on the guest's console (%s)", in, spec.ShutdownInputAnnotation)
+				t.Type(in)
+			}
+		}
+		logf("asked to stop: giving the guest %v to end by itself (no ACPI power button), then stopping it", grace)
+		select {
+		case <-be.Done():
+		case <-time.After(grace):
+			be.Stop()
+			<-be.Done()
+		}
+	}
+	info := be.Info()
+	logf("guest ended: %s %s", info.Exit, info.Error)
+	writeExit(o.Paths.SocketDir, info, logf)
+	code := 0
+	if be.Failed() {
+		code = 1
+	}
+	lingerUntil(ctx, o.Linger)
+	return code, nil
+}
+
+// listenWhenWritable serves the control API once the socket directory is
+// writable: the kubelet creates it as root, and virt-handler hands it to
+// the launcher's user when it sees the VMI on its node.
+func listenWhenWritable(ctx context.Context, dir string, vm api.VM, logf func(string, ...any)) (*api.Server, error) {
+	path := filepath.Join(dir, spec.ControlSocket)
+	logged := false
+	for {
+		srv, err := api.Listen(path, vm)
+		if err == nil || !errors.Is(err, os.ErrPermission) {
+			return srv, err
+		}
+		if !logged {
+			logf("waiting for virt-handler to hand over %s", dir)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(tapPollInterval):
+		}
+	}
+}
+
+func lingerUntil(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		<-ctx.Done()
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// writeExit records how the guest ended, for a virt-handler that comes
+// back after this launcher is gone.
+func writeExit(dir string, info api.Info, logf func(string, ...any)) {
+	b, _ := json.Marshal(info)
+	tmp := filepath.Join(dir, spec.ExitFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, spec.ExitFile))
+		if err != nil {
+			logf("recording the exit: %v", err)
+		}
+	} else {
+		logf("recording the exit: %v", err)
+	}
+}
+
+// tapPollInterval: /sys/class/net has no notification a non-root process
+// in the pod can use cheaply; the wait is a few seconds at most.
+const tapPollInterval = 100 * time.Millisecond
+
+func waitForTaps(ctx context.Context, sysClassNet string, nics []NICConfig, logf func(string, ...any)) error {
+	for i, n := range nics {
+		path := filepath.Join(sysClassNet, n.Tap)
+		logged := false
+		for {
+			if _, err := os.Stat(path); err == nil {
+				break
+			} else if !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("tap %s: %w", n.Tap, err)
+			}
+			if !logged {
+				logf("waiting for virt-handler to create %s (interface %d, %s)", n.Tap, i, n.Name)
+				logged = true
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(tapPollInterval):
+			}
+		}
+	}
+	return nil
+}
+
+// lineLog passes guest output to w (the container log). Writes never fail,
+// so a broken log cannot stall the console.
+type lineLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	if l == nil || l.w == nil {
+		return len(p), nil
+	}
+	l.mu.Lock()
+	l.w.Write(p)
+	l.mu.Unlock()
+	return len(p), nil
+}

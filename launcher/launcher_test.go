@@ -1,0 +1,201 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+)
+
+func testVMI() *v1.VirtualMachineInstance {
+	g := resource.MustParse("128Mi")
+	return &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm1", Namespace: "ns", UID: "0a7d2c1e-uid"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain: v1.DomainSpec{
+				CPU:    &v1.CPU{Cores: 2},
+				Memory: &v1.Memory{Guest: &g},
+				Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{KernelArgs: "console=ttyS0",
+					Container: &v1.KernelBootContainer{Image: "img", KernelPath: "/boot/vmlinux", InitrdPath: "/boot/initrd"}}},
+				Devices: v1.Devices{
+					Disks:      []v1.Disk{{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{}}}},
+					Interfaces: []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}},
+				},
+			},
+			Networks: []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}},
+			Volumes:  []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk"}}}},
+		},
+	}
+}
+
+func testPaths(t *testing.T) Paths {
+	d := t.TempDir()
+	p := Paths{SocketDir: filepath.Join(d, "sockets"), KernelBootDir: filepath.Join(d, "kb"),
+		ContainerDiskDir: filepath.Join(d, "disks"), RunDir: filepath.Join(d, "run"), SysClassNet: filepath.Join(d, "net")}
+	for _, dir := range []string{p.SocketDir, p.KernelBootDir, p.ContainerDiskDir, p.SysClassNet} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+func TestBuildVMConfig(t *testing.T) {
+	p := testPaths(t)
+	c, err := BuildVMConfig(testVMI(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CPUs != 2 || c.MemoryMiB != 128 {
+		t.Errorf("cpus %d memory %d MiB, want 2 and 128", c.CPUs, c.MemoryMiB)
+	}
+	if c.Kernel != filepath.Join(p.KernelBootDir, spec.KernelFile) || c.Initrd != filepath.Join(p.KernelBootDir, spec.InitrdFile) {
+		t.Errorf("kernel %s initrd %s", c.Kernel, c.Initrd)
+	}
+	if !strings.HasPrefix(c.Cmdline, "console=ttyS0 ip=10.0.2.2::10.0.2.1:") {
+		t.Errorf("cmdline %q: want the kernelArgs and the masquerade address", c.Cmdline)
+	}
+	if len(c.Disks) != 1 || c.Disks[0].Path != filepath.Join(p.ContainerDiskDir, "root.img") {
+		t.Errorf("disks %+v", c.Disks)
+	}
+	if len(c.NICs) != 1 || c.NICs[0].Tap != "tap0" || c.NICs[0].MAC[0] != 0x02 {
+		t.Errorf("nics %+v", c.NICs)
+	}
+
+	// The files: a raw disk and a qcow2 one are told apart by their header.
+	os.WriteFile(c.Kernel, []byte("kernel"), 0o644)
+	os.WriteFile(c.Initrd, []byte("initrd"), 0o644)
+	os.WriteFile(c.Disks[0].Path, append([]byte{'Q', 'F', 'I', 0xfb}, make([]byte, 60)...), 0o644)
+	mc, err := c.MachineConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(mc.Kernel) != "kernel" || string(mc.Initrd) != "initrd" || mc.Disks[0].Format != "qcow2" || mc.NICs[0].Tap != "tap0" {
+		t.Errorf("machine config %+v", mc)
+	}
+
+	vmi := testVMI()
+	vmi.Spec.Domain.Devices.Disks[0].Disk.Bus = v1.DiskBusSATA
+	vmi.Spec.Domain.Devices.Interfaces[0].Model = "e1000"
+	c, err = BuildVMConfig(vmi, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.MachineConfig(nil); err == nil {
+		t.Error("the VMM accepted a SATA disk")
+	}
+	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qc.Disks[0].Bus != qemu.BusSATA || qc.NICs[0].Model != qemu.NICE1000 || qc.SerialSocket == "" {
+		t.Errorf("qemu config %+v", qc)
+	}
+	if _, err := qc.Args(); err != nil {
+		t.Errorf("QEMU refuses the config: %v", err)
+	}
+
+	vmi = testVMI()
+	vmi.Spec.Volumes[0].ContainerDisk = nil
+	if _, err := BuildVMConfig(vmi, p); err == nil {
+		t.Error("a disk without a supported volume was accepted")
+	}
+}
+
+func TestCopyFiles(t *testing.T) {
+	d := t.TempDir()
+	os.MkdirAll(filepath.Join(d, "disk"), 0o755)
+	os.WriteFile(filepath.Join(d, "disk", "img.qcow2"), []byte("disk"), 0o644)
+	os.WriteFile(filepath.Join(d, "k"), []byte("kernel"), 0o644)
+	if err := CopyFiles([]string{filepath.Join(d, "disk"), filepath.Join(d, "out", "d.img"), filepath.Join(d, "k"), filepath.Join(d, "out", "kernel")}); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"d.img": "disk", "kernel": "kernel"} {
+		if b, _ := os.ReadFile(filepath.Join(d, "out", f)); string(b) != want {
+			t.Errorf("%s = %q", f, b)
+		}
+	}
+	os.WriteFile(filepath.Join(d, "disk", "second"), nil, 0o644)
+	if err := CopyFiles([]string{filepath.Join(d, "disk"), filepath.Join(d, "x")}); err == nil {
+		t.Error("a directory with two files was accepted")
+	}
+	if err := CopyFiles([]string{"only-one"}); err == nil {
+		t.Error("an odd argument count was accepted")
+	}
+}
+
+// TestRunWaitsForNetwork runs the launcher for a VMI whose tap never
+// appears: its control socket answers Starting (that is how virt-handler
+// finds it), and SIGTERM (ctx) ends it cleanly with the end recorded.
+func TestRunWaitsForNetwork(t *testing.T) {
+	p := testPaths(t)
+	vmi := testVMI()
+	vmi.Spec.Domain.Devices.Disks, vmi.Spec.Volumes = nil, nil
+	b, _ := json.Marshal(vmi)
+	vmiFile := filepath.Join(t.TempDir(), "vmi.json")
+	os.WriteFile(vmiFile, b, 0o644)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	var log strings.Builder
+	go func() {
+		code, err := Run(ctx, Options{VMIFile: vmiFile, Paths: p, Log: &lockedWriter{b: &log}})
+		done <- result{code, err}
+	}()
+
+	c := api.NewClient(filepath.Join(p.SocketDir, spec.ControlSocket))
+	var info api.Info
+	for {
+		// The socket appears when the launcher is up; until then the
+		// client's dial fails.
+		i, err := c.Info(context.Background())
+		if err == nil {
+			info = i
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("launcher ended early: %d %v", r.code, r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if info.State != StateStarting || info.Backend != "kubevmm" {
+		t.Fatalf("info %+v, want Starting on kubevmm", info)
+	}
+	if err := c.Pause(context.Background()); err == nil {
+		t.Error("pausing a VM that has not started succeeded")
+	}
+	cancel()
+	r := <-done
+	if r.code != 0 || r.err != nil {
+		t.Fatalf("launcher ended with %d %v", r.code, r.err)
+	}
+	rec, err := os.ReadFile(filepath.Join(p.SocketDir, spec.ExitFile))
+	if err != nil {
+		t.Fatalf("no exit record: %v", err)
+	}
+	var end api.Info
+	json.Unmarshal(rec, &end)
+	if end.State != api.StateStopped {
+		t.Errorf("exit record %+v, want Stopped", end)
+	}
+}
+
+type lockedWriter struct{ b *strings.Builder }
+
+func (w *lockedWriter) Write(p []byte) (int, error) { return len(p), nil }

@@ -1,0 +1,249 @@
+// Package spec is what virt-controller, virt-launcher, virt-handler and
+// virt-api agree on about a VMI beyond the API types: which backend runs
+// it, how much CPU and memory the guest gets, which NICs sit on the pod
+// network, and where in the launcher pod things live. It depends on the API
+// types only, so every component can import it without linking the VMM.
+package spec
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Annotations on VMIs (and VM templates).
+const (
+	// BackendAnnotation, set by the user, forces a backend: "qemu" or
+	// "kubevmm". Without it the launcher picks one (SelectBackend).
+	BackendAnnotation = "kubevmm.io/backend"
+	// ActiveBackendAnnotation is written by virt-handler with the backend
+	// the launcher reports it runs the guest on.
+	ActiveBackendAnnotation = "kubevmm.io/active-backend"
+	// ShutdownInputAnnotation is text (a line) that asks the guest to
+	// shut down when typed on its serial console, e.g. "poweroff" for a
+	// root shell. Our guests have no ACPI power button and no agent yet:
+	// this is the graceful path for guests that can take it. It is typed
+	// at the VMI's deletion (virt-handler) and on SIGTERM (the launcher);
+	// the guest then has its grace period before it is stopped.
+	ShutdownInputAnnotation = "kubevmm.io/shutdown-console-input"
+)
+
+// ShutdownInput is the annotation's text as typed (with its newline), or nil.
+func ShutdownInput(annotations map[string]string) []byte {
+	s := annotations[ShutdownInputAnnotation]
+	if s == "" {
+		return nil
+	}
+	if s[len(s)-1] != '\n' {
+		s += "\n"
+	}
+	return []byte(s)
+}
+
+// Backend is what runs the guest.
+type Backend string
+
+const (
+	// BackendKubevmm is our own VMM, in the launcher process.
+	BackendKubevmm Backend = "kubevmm"
+	// BackendQEMU is QEMU driven over QMP (launcher/qemu).
+	BackendQEMU Backend = "qemu"
+)
+
+// StateStarting is the control API's state (vmm/api.Info.State) of a
+// launcher whose guest does not run yet: it waits for the pod network, or
+// loads the kernel.
+const StateStarting = "Starting"
+
+// Files and sockets inside the launcher pod (and, for the socket
+// directory, on the node).
+const (
+	// ControlSocket is the VMM control API (vmm/api) in the socket dir.
+	ControlSocket = "vmm.sock"
+	// ConsoleSocket is the guest's serial console in the socket dir.
+	ConsoleSocket = "console.sock"
+	// ExitFile in the socket dir records how the guest ended (JSON
+	// vmm/api.Info), so the end is known after the launcher is gone.
+	ExitFile = "exit.json"
+
+	// KernelBootDir holds the kernel and initrd copied out of the
+	// kernelBoot container image by an init container.
+	KernelBootDir = "/var/run/kubevmm/kernel-boot"
+	// KernelFile and InitrdFile are their names inside KernelBootDir.
+	KernelFile = "kernel"
+	InitrdFile = "initrd"
+	// ContainerDiskDir holds one copied image per containerDisk volume,
+	// named after the volume (ContainerDiskFile).
+	ContainerDiskDir = "/var/run/kubevmm/container-disks"
+	// BinDir holds a copy of the virt-launcher binary, which the init
+	// containers of foreign images run to copy their files out.
+	BinDir = "/var/run/kubevmm/bin"
+
+	// LauncherUID is the user the launcher runs as (not root).
+	LauncherUID = 65532
+)
+
+// ContainerDiskFile is the path of a containerDisk volume's copy.
+func ContainerDiskFile(volume string) string {
+	return ContainerDiskDir + "/" + volume + ".img"
+}
+
+// Masquerade addressing (KubeVirt's defaults): the guest is 10.0.2.2 behind
+// the pod IP, its gateway 10.0.2.1 is the tap in the pod.
+const (
+	DefaultVMNetworkCIDR = "10.0.2.0/24"
+	GatewayIP            = "10.0.2.1"
+	GuestIP              = "10.0.2.2"
+	PodInterface         = "eth0"
+)
+
+// TapName is the tap device of the i-th pod-network NIC.
+func TapName(i int) string { return "tap" + strconv.Itoa(i) }
+
+// GuestMemory is the memory the guest sees: domain.memory.guest, else the
+// memory request, else the memory limit (KubeVirt's defaulting order).
+func GuestMemory(s *v1.VirtualMachineInstanceSpec) (resource.Quantity, error) {
+	d := s.Domain
+	if d.Memory != nil && d.Memory.Guest != nil {
+		return d.Memory.Guest.DeepCopy(), nil
+	}
+	if q, ok := d.Resources.Requests[corev1.ResourceMemory]; ok {
+		return q.DeepCopy(), nil
+	}
+	if q, ok := d.Resources.Limits[corev1.ResourceMemory]; ok {
+		return q.DeepCopy(), nil
+	}
+	return resource.Quantity{}, fmt.Errorf("no guest memory: set spec.domain.memory.guest or spec.domain.resources.requests.memory")
+}
+
+// VCPUs is sockets*cores*threads, each defaulting to 1.
+func VCPUs(s *v1.VirtualMachineInstanceSpec) int {
+	c := s.Domain.CPU
+	if c == nil {
+		return 1
+	}
+	n := 1
+	for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
+		if v > 0 {
+			n *= int(v)
+		}
+	}
+	return n
+}
+
+// PodNIC is a guest NIC on the pod network.
+type PodNIC struct {
+	Index int    // position in spec.domain.devices.interfaces
+	Name  string // interface (= network) name
+	Model string // virtio or e1000
+	MAC   string // from the spec; empty: the launcher derives one
+	Tap   string
+}
+
+// PodNICs are the interfaces bound to the pod network with masquerade, the
+// binding kubevmm implements; TapName numbers them in this order.
+func PodNICs(s *v1.VirtualMachineInstanceSpec) []PodNIC {
+	pod := map[string]bool{}
+	for _, n := range s.Networks {
+		if n.Pod != nil {
+			pod[n.Name] = true
+		}
+	}
+	var out []PodNIC
+	for i, ifc := range s.Domain.Devices.Interfaces {
+		if !pod[ifc.Name] || ifc.Masquerade == nil {
+			continue
+		}
+		model := ifc.Model
+		if model == "" {
+			model = "virtio"
+		}
+		out = append(out, PodNIC{Index: i, Name: ifc.Name, Model: model, MAC: ifc.MacAddress, Tap: TapName(len(out))})
+	}
+	return out
+}
+
+// MACFor is the NIC's MAC address: its macAddress, else one derived from the
+// VMI UID and the interface name, stable across launcher restarts and
+// locally administered (02:6b:76 = "kv").
+func (n PodNIC) MACFor(vmiUID string) (net.HardwareAddr, error) {
+	if n.MAC != "" {
+		m, err := net.ParseMAC(n.MAC)
+		if err != nil || len(m) != 6 || m[0]&1 != 0 {
+			return nil, fmt.Errorf("spec.domain.devices.interfaces[%d].macAddress %q: not a unicast MAC address", n.Index, n.MAC)
+		}
+		return m, nil
+	}
+	h := sha256.Sum256([]byte(vmiUID + "/" + n.Name))
+	return net.HardwareAddr{0x02, 0x6b, 0x76, h[0], h[1], h[2]}, nil
+}
+
+// QEMUReason is one thing in a VMI that only the QEMU backend provides, with
+// the field (relative to the VMI spec) that asks for it.
+type QEMUReason struct {
+	Field string
+	Why   string
+}
+
+func (r QEMUReason) String() string { return r.Field + ": " + r.Why }
+
+// NeedsQEMU lists what in the spec our VMM cannot do but QEMU can: SATA
+// disks, e1000 NICs, Hyper-V enlightenments, EFI firmware, and booting
+// from a disk through firmware (our VMM boots kernels directly only).
+func NeedsQEMU(s *v1.VirtualMachineInstanceSpec) []QEMUReason {
+	var out []QEMUReason
+	add := func(field, why string) { out = append(out, QEMUReason{Field: field, Why: why}) }
+	for i, d := range s.Domain.Devices.Disks {
+		base := "domain.devices.disks[" + strconv.Itoa(i) + "]"
+		switch {
+		case d.Disk != nil && d.Disk.Bus == v1.DiskBusSATA:
+			add(base+".disk.bus", `"sata" is not supported by the kubevmm VMM`)
+		case d.CDRom != nil:
+			add(base+".cdrom", "CD-ROMs are not supported by the kubevmm VMM")
+		}
+	}
+	for i, ifc := range s.Domain.Devices.Interfaces {
+		if ifc.Model == "e1000" {
+			add("domain.devices.interfaces["+strconv.Itoa(i)+"].model", `"e1000" is not supported by the kubevmm VMM`)
+		}
+	}
+	if f := s.Domain.Features; f != nil && f.Hyperv != nil {
+		add("domain.features.hyperv", "Hyper-V enlightenments are not supported by the kubevmm VMM")
+	}
+	fw := s.Domain.Firmware
+	if fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
+		add("domain.firmware.bootloader.efi", "EFI firmware is not supported by the kubevmm VMM")
+	}
+	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
+		add("domain.firmware.kernelBoot", "the kubevmm VMM boots kernels directly only; booting from a disk needs firmware")
+	}
+	return out
+}
+
+// SelectBackend decides which backend runs the VMI: the annotation if set,
+// else QEMU when NeedsQEMU says so, else our VMM. The reason says why.
+func SelectBackend(annotations map[string]string, s *v1.VirtualMachineInstanceSpec) (Backend, string, error) {
+	need := NeedsQEMU(s)
+	switch a := annotations[BackendAnnotation]; a {
+	case "":
+	case string(BackendQEMU):
+		return BackendQEMU, "requested by the " + BackendAnnotation + " annotation", nil
+	case string(BackendKubevmm):
+		if len(need) > 0 {
+			return "", "", fmt.Errorf("annotation %s: %q cannot run this VMI: %s", BackendAnnotation, a, need[0])
+		}
+		return BackendKubevmm, "requested by the " + BackendAnnotation + " annotation", nil
+	default:
+		return "", "", fmt.Errorf("annotation %s: %q is not a backend (want qemu or kubevmm)", BackendAnnotation, a)
+	}
+	if len(need) > 0 {
+		return BackendQEMU, need[0].String(), nil
+	}
+	return BackendKubevmm, "the kubevmm VMM supports every device of this VMI", nil
+}

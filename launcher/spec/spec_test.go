@@ -1,0 +1,108 @@
+package spec
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+func kernelBootSpec() *v1.VirtualMachineInstanceSpec {
+	g := resource.MustParse("128Mi")
+	return &v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{
+		Memory:   &v1.Memory{Guest: &g},
+		Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{Image: "k", KernelPath: "/boot/vmlinux"}}},
+	}}
+}
+
+func TestSelectBackend(t *testing.T) {
+	s := kernelBootSpec()
+	if b, _, err := SelectBackend(nil, s); err != nil || b != BackendKubevmm {
+		t.Fatalf("kernelBoot VMI: %s %v, want kubevmm", b, err)
+	}
+	if b, why, _ := SelectBackend(map[string]string{BackendAnnotation: "qemu"}, s); b != BackendQEMU || !strings.Contains(why, "annotation") {
+		t.Fatalf("annotation qemu: %s (%s)", b, why)
+	}
+	for name, mutate := range map[string]func(*v1.VirtualMachineInstanceSpec){
+		"sata": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Disks = []v1.Disk{{Name: "d", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSATA}}}}
+		},
+		"e1000": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Interfaces = []v1.Interface{{Name: "n", Model: "e1000"}}
+		},
+		"hyperv":    func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}} },
+		"efi":       func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} },
+		"disk boot": func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware = nil },
+	} {
+		s := kernelBootSpec()
+		mutate(s)
+		b, why, err := SelectBackend(nil, s)
+		if err != nil || b != BackendQEMU {
+			t.Errorf("%s: %s %v, want qemu", name, b, err)
+		}
+		if !strings.Contains(why, "domain.") {
+			t.Errorf("%s: reason %q names no field", name, why)
+		}
+		if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "kubevmm"}, s); err == nil {
+			t.Errorf("%s: forcing kubevmm was accepted", name)
+		}
+	}
+	if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "xen"}, s); err == nil {
+		t.Fatal("unknown backend accepted")
+	}
+}
+
+func TestPodNICsAndMAC(t *testing.T) {
+	s := kernelBootSpec()
+	s.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}, {Name: "other", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "x"}}}}
+	s.Domain.Devices.Interfaces = []v1.Interface{
+		{Name: "other", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}},
+		{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}},
+	}
+	nics := PodNICs(s)
+	if len(nics) != 1 || nics[0].Index != 1 || nics[0].Tap != "tap0" || nics[0].Model != "virtio" {
+		t.Fatalf("PodNICs = %+v", nics)
+	}
+	a, err := nics[0].MACFor("uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := nics[0].MACFor("uid-1")
+	c, _ := nics[0].MACFor("uid-2")
+	if a.String() != b.String() || a.String() == c.String() || a[0] != 0x02 {
+		t.Fatalf("derived MACs %s %s %s: want stable per VMI, distinct across VMIs, locally administered", a, b, c)
+	}
+	nics[0].MAC = "01:00:00:00:00:01"
+	if _, err := nics[0].MACFor("u"); err == nil {
+		t.Fatal("multicast MAC accepted")
+	}
+}
+
+func TestVCPUsAndMemory(t *testing.T) {
+	s := kernelBootSpec()
+	if VCPUs(s) != 1 {
+		t.Fatal("default vCPUs")
+	}
+	s.Domain.CPU = &v1.CPU{Sockets: 2, Cores: 2}
+	if VCPUs(s) != 4 {
+		t.Fatalf("2 sockets x 2 cores = %d", VCPUs(s))
+	}
+	s.Domain.Memory = nil
+	if _, err := GuestMemory(s); err == nil {
+		t.Fatal("no memory accepted")
+	}
+}
+
+func TestShutdownInput(t *testing.T) {
+	if ShutdownInput(nil) != nil {
+		t.Fatal("no annotation, yet input")
+	}
+	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff"})); got != "poweroff\n" {
+		t.Fatalf("%q, want the line with its newline", got)
+	}
+	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff\n"})); got != "poweroff\n" {
+		t.Fatalf("%q: newline doubled", got)
+	}
+}

@@ -1,0 +1,338 @@
+// Package e2e tests kubevmm end to end on the real dev cluster (`make
+// e2e`: cluster-up, cluster-sync, the test guest's kernelBoot image, then
+// this with KUBEVMM_E2E=1). Everything goes through the user's tools:
+// hack/kubectl.sh (kubectl v1.35.4) and hack/virtctl.sh.
+//
+// Guest boots cost minutes on the nested CI hosts, so the test boots the
+// guest twice only: once to read its console, and once after
+// `virtctl start` (to Running only; the guest's own boot is not waited for).
+// Every wait is for a condition; the bounds only turn a hang into a failure.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	ns      = "kubevmm-e2e"
+	vmName  = "testvm"
+	marker  = "kubevmm-guest: cpus="
+	envFlag = "KUBEVMM_E2E"
+)
+
+var repo = func() string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(f), "..", ".."))
+}()
+
+func run(t *testing.T, name string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(repo, "hack", name), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run(t, "kubectl.sh", args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func virtctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run(t, "virtctl.sh", append([]string{"-n", ns}, args...)...)
+	if err != nil {
+		t.Fatalf("virtctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// wait is `kubectl wait` (a watch, not a poll loop of ours).
+func wait(t *testing.T, what, cond string, bound time.Duration) {
+	t.Helper()
+	kubectl(t, "-n", ns, "wait", what, "--for="+cond, "--timeout="+strconv.Itoa(int(bound.Seconds()))+"s")
+}
+
+func jsonpath(t *testing.T, obj, path string) string {
+	t.Helper()
+	return kubectl(t, "-n", ns, "get", obj, "-o", "jsonpath="+path)
+}
+
+// console runs `virtctl console` until its output holds marker, and
+// returns the output. The guest's console history is replayed first, so a
+// marker printed before attaching counts.
+func console(t *testing.T, bound time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmName)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	stdin, err := cmd.StdinPipe() // kept open: the console stays attached
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); pw.Close() }()
+	var seen bytes.Buffer
+	r := bufio.NewReader(pr)
+	buf := make([]byte, 4096)
+	for !bytes.Contains(seen.Bytes(), []byte(marker)) {
+		n, err := r.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("virtctl console ended before the guest printed %q: %v\n%s", marker, err, seen.String())
+		}
+	}
+	// The rest of the marker's line.
+	for !bytes.Contains(seen.Bytes()[bytes.Index(seen.Bytes(), []byte(marker)):], []byte("\n")) {
+		n, err := r.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	cmd.Process.Kill()
+	return seen.String()
+}
+
+// consoleRun types line on the guest's console and reads until want
+// appears in what follows.
+func consoleRun(t *testing.T, line, want string, bound time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmName)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	go func() { cmd.Wait(); pw.Close() }()
+	if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	var seen bytes.Buffer
+	buf := make([]byte, 4096)
+	for !bytes.Contains(seen.Bytes(), []byte(want)) {
+		n, err := pr.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("the console ended before %q appeared: %v\n%s", want, err, seen.String())
+		}
+	}
+	return seen.String()
+}
+
+// pingSummary is ping's "N packets transmitted, M received" line.
+func pingSummary(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "packets transmitted") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return "(no summary)"
+}
+
+// rssKiB sums a /proc/PID/status field (VmRSS, RssShmem) of the processes
+// whose command name is comm.
+func rssKiB(comm, field string) (int, int) {
+	ents, _ := os.ReadDir("/proc")
+	total, n := 0, 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+				total += kb
+				n++
+			}
+		}
+	}
+	return total, n
+}
+
+func TestVirtualMachineLifecycle(t *testing.T) {
+	if os.Getenv(envFlag) == "" {
+		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
+	}
+	kubectl(t, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=180s")
+	kubectl(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,pods,events", "-o", "wide")
+			t.Logf("state at failure:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "ds/virt-handler", "--tail=40")
+			t.Logf("virt-handler:\n%s", out)
+			return
+		}
+		kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
+	})
+
+	t.Run("webhook refuses an unsupported field, naming it", func(t *testing.T) {
+		out, err := run(t, "kubectl.sh", "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm-unsupported.yaml"))
+		if err == nil {
+			t.Fatalf("the VM with a SCSI disk was accepted:\n%s", out)
+		}
+		want := `spec.template.spec.domain.devices.disks[0].disk.bus: "scsi" is not supported by kubevmm`
+		if !strings.Contains(out, want) || !strings.Contains(out, "admission webhook") {
+			t.Fatalf("refusal does not name the field (want %q):\n%s", want, out)
+		}
+	})
+
+	t.Run("backend selection routes a VMI to QEMU and records it", func(t *testing.T) {
+		kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-qemu.yaml"))
+		wait(t, "vmi/qemu-vmi", "jsonpath={.metadata.annotations.kubevmm\\.io/active-backend}=qemu", 3*time.Minute)
+		wait(t, "vmi/qemu-vmi", "jsonpath={.status.phase}=Failed", 3*time.Minute)
+		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=qemu-vmi,reason=GuestFailed", "-o", "jsonpath={.items[*].message}")
+		t.Logf("QEMU-backed VMI (no QEMU in the launcher image): %s", strings.TrimSpace(ev))
+		kubectl(t, "-n", ns, "delete", "vmi", "qemu-vmi", "--wait=true", "--timeout=120s")
+	})
+
+	// apply -> Running: the VMM's vCPUs run (the guest's boot is not in it).
+	t0 := time.Now()
+	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
+	wait(t, "vmi/"+vmName, "create", 2*time.Minute)
+	wait(t, "vmi/"+vmName, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	applyToRunning := time.Since(t0)
+	t.Logf("MEASURED kubectl apply -> VMI Running: %v", applyToRunning.Round(time.Millisecond))
+	if got := jsonpath(t, "vmi/"+vmName, "{.status.nodeName}"); got == "" {
+		t.Fatalf("Running VMI has no nodeName")
+	}
+	if got := jsonpath(t, "vmi/"+vmName, "{.metadata.annotations.kubevmm\\.io/active-backend}"); got != "kubevmm" {
+		t.Fatalf("active backend %q, want kubevmm", got)
+	}
+	wait(t, "vm/"+vmName, "condition=Ready", 2*time.Minute)
+
+	t.Run("virtctl console shows the guest's /init output", func(t *testing.T) {
+		t0 := time.Now()
+		out := console(t, 15*time.Minute)
+		line := out[strings.Index(out, marker):]
+		line, _, _ = strings.Cut(line, "\n")
+		t.Logf("guest: %s (console connected, marker after %v)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
+	})
+
+	t.Run("masquerade: the guest reaches the node, the pod IP reaches the guest", func(t *testing.T) {
+		// No DHCP yet: the guest configures KubeVirt's masquerade address
+		// itself. The token is computed by the guest's shell, so the
+		// echoed command line cannot match it.
+		out := consoleRun(t, "ip addr add 10.0.2.2/24 dev eth0 && ip link set eth0 up && ip route add default via 10.0.2.1 && "+
+			"ping -c 1 -W 10 10.200.0.1 && echo NET-$((40+2))", "NET-42", 5*time.Minute)
+		t.Logf("guest -> node: %s", pingSummary(out))
+		podIP := jsonpath(t, "vmi/"+vmName, "{.status.interfaces[0].ipAddress}")
+		ping, err := exec.Command("ping", "-c", "3", "-W", "10", podIP).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ping %s (the pod IP, DNATed to the guest): %v\n%s", podIP, err, ping)
+		}
+		t.Logf("node -> pod IP -> guest: %s", pingSummary(string(ping)))
+	})
+
+	t.Run("pause and unpause", func(t *testing.T) {
+		virtctl(t, "pause", "vm", vmName)
+		wait(t, "vmi/"+vmName, "condition=Paused", 2*time.Minute)
+		wait(t, "vm/"+vmName, "jsonpath={.status.printableStatus}=Paused", 2*time.Minute)
+		virtctl(t, "unpause", "vm", vmName)
+		// Unpaused, the VMI has no Paused condition at all (as in
+		// KubeVirt); the VM's status says Running again.
+		wait(t, "vm/"+vmName, "jsonpath={.status.printableStatus}=Running", 2*time.Minute)
+	})
+
+	t.Run("virt-handler restart leaves the VM running and re-syncs its status", func(t *testing.T) {
+		launcher := jsonpath(t, "pods", "{.items[0].metadata.uid}")
+		handlerPod := kubectl(t, "-n", "kubevirt", "get", "pod", "-l", "kubevirt.io=virt-handler", "-o", "name")
+		kubectl(t, "-n", "kubevirt", "delete", strings.TrimSpace(handlerPod), "--wait=true")
+		// With no handler, a status fact goes missing; only a handler that
+		// reads the launcher again can bring it back.
+		kubectl(t, "-n", ns, "patch", "vmi", vmName, "--subresource=status", "--type=json", "-p", `[{"op":"remove","path":"/status/interfaces"}]`)
+		kubectl(t, "-n", "kubevirt", "rollout", "status", "ds/virt-handler", "--timeout=180s")
+		wait(t, "vmi/"+vmName, "jsonpath={.status.interfaces[0].name}=default", 2*time.Minute)
+		if got := jsonpath(t, "vmi/"+vmName, "{.status.phase}"); got != "Running" {
+			t.Fatalf("phase %q after the handler restart", got)
+		}
+		if got := jsonpath(t, "pods", "{.items[0].metadata.uid} {.items[0].status.containerStatuses[0].restartCount}"); got != launcher+" 0" {
+			t.Fatalf("the launcher changed: %q, was %q with no restarts", got, launcher)
+		}
+		// The guest was not rebooted: its console (through the new
+		// handler) holds exactly one boot report.
+		out := console(t, 5*time.Minute)
+		if n := strings.Count(out, marker); n != 1 {
+			t.Fatalf("the guest reported %d boots on its console, want 1", n)
+		}
+	})
+
+	rss := map[string]string{}
+	for _, c := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher"} {
+		kb, n := rssKiB(c, "VmRSS")
+		rss[c] = fmt.Sprintf("%d KiB in %d process(es)", kb, n)
+		if c == "virt-launcher" {
+			// Guest RAM is a shared memfd (RssShmem); the rest is the
+			// launcher's and the VMM's own.
+			shm, _ := rssKiB(c, "RssShmem")
+			rss[c] += fmt.Sprintf(" (guest RAM touched %d KiB, launcher+VMM %d KiB)", shm, kb-shm)
+		}
+		t.Logf("MEASURED RSS %s: %s", c, rss[c])
+	}
+
+	t.Run("virtctl stop ends the VM and its VMI goes away", func(t *testing.T) {
+		t0 := time.Now()
+		virtctl(t, "stop", vmName)
+		wait(t, "vmi/"+vmName, "delete", 3*time.Minute)
+		t.Logf("MEASURED virtctl stop -> VMI gone: %v", time.Since(t0).Round(time.Millisecond))
+		// The graceful path: the shutdown line typed on the console made
+		// the guest reboot (reboot=k: the VM's end) before its grace
+		// period was over, so it was never stopped by force.
+		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.kind=VirtualMachineInstance,involvedObject.name="+vmName+",reason=Stopped",
+			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		t.Logf("the guest's end: %s", strings.TrimSpace(ev))
+		if !strings.Contains(ev, "The guest ended: reset") {
+			t.Fatalf("the guest did not end by itself (want \"The guest ended: reset\"): %q", ev)
+		}
+		wait(t, "vm/"+vmName, "jsonpath={.status.printableStatus}=Stopped", 2*time.Minute)
+	})
+
+	t.Run("virtctl start brings it back", func(t *testing.T) {
+		t0 := time.Now()
+		virtctl(t, "start", vmName)
+		wait(t, "vmi/"+vmName, "create", 2*time.Minute)
+		wait(t, "vmi/"+vmName, "jsonpath={.status.phase}=Running", 5*time.Minute)
+		t.Logf("MEASURED virtctl start -> VMI Running: %v", time.Since(t0).Round(time.Millisecond))
+	})
+
+	kubectl(t, "-n", ns, "delete", "vm", vmName, "--wait=true", "--timeout=180s")
+}

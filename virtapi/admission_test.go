@@ -1,0 +1,125 @@
+package virtapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// review posts an AdmissionReview for obj to the server's path, as the
+// API server does, and returns the response.
+func review(t *testing.T, path string, op admissionv1.Operation, obj []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	srv := httptest.NewServer((&Server{}).Handler())
+	defer srv.Close()
+	ar := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &admissionv1.AdmissionRequest{UID: "u1", Operation: op, Object: runtime.RawExtension{Raw: obj}},
+	}
+	b, _ := json.Marshal(ar)
+	resp, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Response == nil || out.Response.UID != "u1" {
+		t.Fatalf("response %+v does not answer the request", out.Response)
+	}
+	return out.Response
+}
+
+func testdata(t *testing.T, name string) []byte {
+	b, err := os.ReadFile(filepath.Join("..", "test", "e2e", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestValidateVM(t *testing.T) {
+	if r := review(t, PathValidateVM, admissionv1.Create, testdata(t, "vm.yaml")); !r.Allowed {
+		t.Fatalf("the e2e VM is refused: %s", r.Result.Message)
+	}
+	r := review(t, PathValidateVM, admissionv1.Create, testdata(t, "vm-unsupported.yaml"))
+	want := `spec.template.spec.domain.devices.disks[0].disk.bus: "scsi" is not supported by kubevmm`
+	if r.Allowed || !strings.Contains(r.Result.Message, want) {
+		t.Fatalf("SCSI disk: allowed=%v %q, want a refusal naming the field", r.Allowed, r.Result.Message)
+	}
+
+	// An unmodeled KubeVirt field, and what only QEMU serves (accepted).
+	vm := &v1.VirtualMachine{}
+	json.Unmarshal(testdata(t, "vm.yaml"), vm)
+	vm.Spec.Template.Spec.Domain.Devices.GPUs = []v1.Unmodeled{{Raw: []byte(`{"name":"gpu1"}`)}}
+	b, _ := json.Marshal(vm)
+	if r := review(t, PathValidateVM, admissionv1.Create, b); r.Allowed || !strings.Contains(r.Result.Message, "spec.template.spec.domain.devices.gpus[0]: is not supported") {
+		t.Fatalf("GPU: allowed=%v %q", r.Allowed, r.Result.Message)
+	}
+	vm.Spec.Template.Spec.Domain.Devices.GPUs = nil
+	vm.Spec.Template.Spec.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}}
+	b, _ = json.Marshal(vm)
+	if r := review(t, PathValidateVM, admissionv1.Create, b); !r.Allowed {
+		t.Fatalf("Hyper-V (QEMU backend) refused: %s", r.Result.Message)
+	}
+	vm.Spec.Template.ObjectMeta.Annotations = map[string]string{"kubevmm.io/backend": "kubevmm"}
+	b, _ = json.Marshal(vm)
+	if r := review(t, PathValidateVM, admissionv1.Create, b); r.Allowed || !strings.Contains(r.Result.Message, "metadata.annotations") {
+		t.Fatalf("Hyper-V forced onto the kubevmm VMM: allowed=%v %q", r.Allowed, r.Result.Message)
+	}
+}
+
+func TestMutateVMI(t *testing.T) {
+	vm := &v1.VirtualMachine{}
+	json.Unmarshal(testdata(t, "vm.yaml"), vm)
+	vmi := &v1.VirtualMachineInstance{TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance"},
+		ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: vm.Spec.Template.Spec}
+	orig, _ := json.Marshal(vmi)
+	r := review(t, PathMutateVMI, admissionv1.Create, orig)
+	if !r.Allowed || r.PatchType == nil {
+		t.Fatalf("no patch: %+v", r)
+	}
+	p, err := jsonpatch.DecodePatch(r.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Apply(orig)
+	if err != nil {
+		t.Fatalf("the patch does not apply: %v", err)
+	}
+	got := &v1.VirtualMachineInstance{}
+	json.Unmarshal(out, got)
+	if got.Spec.Domain.Machine == nil || got.Spec.Domain.Machine.Type != "q35" {
+		t.Errorf("machine %+v, want q35", got.Spec.Domain.Machine)
+	}
+	if len(got.Spec.Domain.Devices.Interfaces) != 1 || got.Spec.Domain.Devices.Interfaces[0].Masquerade == nil ||
+		len(got.Spec.Networks) != 1 || got.Spec.Networks[0].Pod == nil {
+		t.Errorf("interfaces %+v networks %+v, want one masquerade NIC on the pod network", got.Spec.Domain.Devices.Interfaces, got.Spec.Networks)
+	}
+	if got.Status.Phase != v1.Pending {
+		t.Errorf("phase %q, want Pending", got.Status.Phase)
+	}
+	// Defaults applied once are not applied again.
+	if r := review(t, PathMutateVMI, admissionv1.Create, out); r.PatchType != nil {
+		t.Errorf("second pass patches again: %s", r.Patch)
+	}
+}

@@ -1,0 +1,284 @@
+// Package virtapi is virt-api: kubevmm's HTTPS entry point for what the
+// API server does not do by itself. It serves
+//
+//   - the admission webhooks of kubevirt.io objects: defaults (machine
+//     type, the pod network's masquerade interface, phase Pending) and
+//     refusal of what kubevmm cannot run, naming the field;
+//   - the aggregated API group subresources.kubevirt.io/v1 behind an
+//     APIService: start, stop, restart (VMs), pause, unpause, migrate
+//     (VMs and VMIs) and the serial console, as KubeVirt's virt-api, so
+//     that KubeVirt's virtctl URLs work.
+//
+// Requests proxied by the API server are authenticated by its front-proxy
+// client certificate (requestheader CA and allowed names from
+// kube-system/extension-apiserver-authentication) and authorized with a
+// SubjectAccessReview of the user they carry. Node-side work (pause,
+// console) goes to virt-handler on the VMI's node over mutual TLS.
+package virtapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Version is reported by /version (set by the build).
+var Version = "devel"
+
+// Server is virt-api.
+type Server struct {
+	Client client.Client
+	// Namespace is where virt-handler pods run.
+	Namespace string
+	// HandlerTLS is the client side of the mutual TLS to virt-handler.
+	HandlerTLS *tls.Config
+	// Front-proxy authentication: CA pool and allowed client names (any
+	// when empty).
+	ProxyCAs     *x509.CertPool
+	ProxyNames   []string
+	UserHeaders  []string
+	GroupHeaders []string
+	Log          logr.Logger
+}
+
+// Handler is every route.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
+	mux.HandleFunc("POST "+PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
+	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMI) })
+	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVM) })
+	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+
+	mux.HandleFunc("GET /apis", s.discoveryGroups)
+	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupName, s.discoveryGroup)
+	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupVersion.String(), s.discoveryResources)
+	sr := "/apis/" + v1.SubresourceGroupVersion.String()
+	mux.HandleFunc("GET "+sr+"/version", s.authn(s.version))
+	mux.HandleFunc("GET "+sr+"/healthz", s.authn(func(w http.ResponseWriter, r *http.Request, _ userInfo) { w.Write([]byte("ok")) }))
+	ns := sr + "/namespaces/{namespace}/"
+	for _, op := range []string{"start", "stop", "restart", "migrate", "pause", "unpause"} {
+		mux.HandleFunc("PUT "+ns+"virtualmachines/{name}/"+op, s.authz("virtualmachines", op, "update", s.vmOp(op)))
+	}
+	for _, op := range []string{"pause", "unpause", "migrate"} {
+		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
+	}
+	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
+	return mux
+}
+
+// userInfo is who a proxied request is for.
+type userInfo struct {
+	Name   string
+	Groups []string
+	Extra  map[string]authzv1.ExtraValue
+}
+
+// authn accepts only requests proxied by the API server: a client
+// certificate from the front-proxy CA with an allowed name.
+func (s *Server) authn(next func(http.ResponseWriter, *http.Request, userInfo)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		u, err := s.proxiedUser(r)
+		if err != nil {
+			writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, err.Error())
+			return
+		}
+		next(w, r, u)
+	}
+}
+
+func (s *Server) proxiedUser(r *http.Request) (userInfo, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return userInfo{}, errors.New("no client certificate: subresources are served through the API server")
+	}
+	cert := r.TLS.PeerCertificates[0]
+	opts := x509.VerifyOptions{Roots: s.ProxyCAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range r.TLS.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cert.Verify(opts); err != nil {
+		return userInfo{}, fmt.Errorf("client certificate: %w", err)
+	}
+	if len(s.ProxyNames) > 0 && !slices.Contains(s.ProxyNames, cert.Subject.CommonName) {
+		return userInfo{}, fmt.Errorf("client certificate %q is not an allowed front proxy", cert.Subject.CommonName)
+	}
+	u := userInfo{Extra: map[string]authzv1.ExtraValue{}}
+	for _, h := range s.UserHeaders {
+		if v := r.Header.Get(h); v != "" {
+			u.Name = v
+			break
+		}
+	}
+	for _, h := range s.GroupHeaders {
+		u.Groups = append(u.Groups, r.Header.Values(h)...)
+	}
+	for k, vs := range r.Header {
+		if rest, ok := strings.CutPrefix(k, "X-Remote-Extra-"); ok {
+			u.Extra[strings.ToLower(rest)] = vs
+		}
+	}
+	if u.Name == "" {
+		return userInfo{}, errors.New("the proxied request names no user")
+	}
+	return u, nil
+}
+
+// authz checks with the API server that the user may use the
+// subresource (KubeVirt's RBAC: group subresources.kubevirt.io, resource
+// "virtualmachines/start" etc.).
+func (s *Server) authz(resource, sub, verb string, next func(http.ResponseWriter, *http.Request, userInfo)) http.HandlerFunc {
+	return s.authn(func(w http.ResponseWriter, r *http.Request, u userInfo) {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User: u.Name, Groups: u.Groups, Extra: u.Extra,
+			ResourceAttributes: &authzv1.ResourceAttributes{
+				Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Verb: verb,
+				Group: v1.SubresourceGroupName, Version: "v1", Resource: resource, Subresource: sub,
+			},
+		}}
+		if err := s.Client.Create(r.Context(), sar); err != nil {
+			writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "authorizing: "+err.Error())
+			return
+		}
+		if !sar.Status.Allowed {
+			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
+				"%s %q cannot %s resource %q in API group %q in the namespace %q", "User", u.Name, verb, resource+"/"+sub, v1.SubresourceGroupName, r.PathValue("namespace")))
+			return
+		}
+		next(w, r, u)
+	})
+}
+
+// writeStatus answers with a metav1.Status, which kubectl and virtctl print.
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	st := metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: msg}
+	if code < 300 {
+		st.Status = metav1.StatusSuccess
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(st)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) discoveryGroups(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{subresourceGroup()}})
+}
+
+func (s *Server) discoveryGroup(w http.ResponseWriter, _ *http.Request) {
+	g := subresourceGroup()
+	g.TypeMeta = metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}
+	writeJSON(w, g)
+}
+
+func subresourceGroup() metav1.APIGroup {
+	gv := metav1.GroupVersionForDiscovery{GroupVersion: v1.SubresourceGroupVersion.String(), Version: "v1"}
+	return metav1.APIGroup{Name: v1.SubresourceGroupName, Versions: []metav1.GroupVersionForDiscovery{gv}, PreferredVersion: gv}
+}
+
+func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
+	l := metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: v1.SubresourceGroupVersion.String()}
+	add := func(name string, verbs ...string) {
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: name, Namespaced: true, Verbs: verbs})
+	}
+	for _, op := range []string{"start", "stop", "restart", "migrate", "pause", "unpause"} {
+		add("virtualmachines/"+op, "update")
+	}
+	for _, op := range []string{"pause", "unpause", "migrate"} {
+		add("virtualmachineinstances/"+op, "update")
+	}
+	add("virtualmachineinstances/console", "get")
+	writeJSON(w, l)
+}
+
+func (s *Server) version(w http.ResponseWriter, _ *http.Request, _ userInfo) {
+	writeJSON(w, map[string]string{"gitVersion": Version, "platform": "linux/amd64", "vmm": "kubevmm"})
+}
+
+// handlerURL is the virt-handler on node.
+func (s *Server) handlerURL(ctx context.Context, node string) (string, error) {
+	pods := &corev1.PodList{}
+	if err := s.Client.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels{v1.AppLabel: "virt-handler"}); err != nil {
+		return "", fmt.Errorf("finding virt-handler: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.Status.PodIP != "" && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return fmt.Sprintf("https://%s:%d", p.Status.PodIP, 8186), nil
+		}
+	}
+	return "", fmt.Errorf("no running virt-handler on node %s", node)
+}
+
+func (s *Server) getVMI(ctx context.Context, ns, name string) (*v1.VirtualMachineInstance, error) {
+	vmi := &v1.VirtualMachineInstance{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, vmi); err != nil {
+		return nil, err
+	}
+	return vmi, nil
+}
+
+// HandlerClientTLS is the client side of the mutual TLS to virt-handler:
+// virt-api's certificate; the handler's must be signed by the CA and name
+// handlerName (handlers are reached by pod IP, which no certificate names).
+func HandlerClientTLS(certFile, keyFile, caFile, handlerName string) (*tls.Config, error) {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA bundle: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA bundle %s: no certificates", caFile)
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			return &c, err
+		},
+		// Verified below against the CA, by name rather than address.
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("virt-handler sent no certificate")
+			}
+			c, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				return fmt.Errorf("virt-handler certificate: %w", err)
+			}
+			if c.Subject.CommonName != handlerName {
+				return fmt.Errorf("virt-handler certificate names %q, not %q", c.Subject.CommonName, handlerName)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// admissionTimeout: the API server gives webhooks 10 s by default.
+const admissionTimeout = 10 * time.Second
+
+var _ = admissionv1.Create
