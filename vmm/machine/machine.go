@@ -199,6 +199,9 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 		if err := m.loadGuest(); err != nil {
 			return nil, err
 		}
+		// the images are in guest RAM now; holding them would double
+		// the VMM's own memory (the kernel is most of it)
+		m.cfg.Kernel, m.cfg.Initrd = nil, nil
 	} else {
 		m.Cmdline = cmdline // the restored guest booted with the saved one
 	}

@@ -96,8 +96,8 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 func (m *Machine) holdDevices() (release func()) {
 	var held []*event.Loop
 	for _, d := range m.virtio {
-		if w, ok := d.Device.(interface{ Worker() *event.Loop }); ok {
-			if l := w.Worker(); l != nil {
+		if w, ok := d.Device.(interface{ Loop() *event.Loop }); ok {
+			if l := w.Loop(); l != nil {
 				l.Hold()
 				held = append(held, l)
 			}

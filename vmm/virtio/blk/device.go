@@ -12,7 +12,6 @@ import (
 
 	"github.com/kubevmm/kubevmm/vmm/block"
 	"github.com/kubevmm/kubevmm/vmm/virtio"
-	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
 )
 
@@ -50,8 +49,8 @@ type Device struct {
 	features uint64
 	config   [configSize]byte
 
+	virtio.Worker
 	mu     sync.Mutex
-	loop   *event.Loop
 	q      *queue.Queue
 	irq    virtio.Interrupt
 	lim    Limits
@@ -118,10 +117,6 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if len(a.Queues) != 1 || len(a.Notify) != 1 {
 		return fmt.Errorf("virtio-blk: want 1 queue, got %d", len(a.Queues))
 	}
-	loop, err := event.NewLoop()
-	if err != nil {
-		return err
-	}
 	kick := a.Notify[0]
 	d.q, d.irq, d.broken = a.Queues[0], a.Interrupt, false
 	d.lim = Limits{
@@ -132,16 +127,10 @@ func (d *Device) Activate(a virtio.Activation) error {
 		MaxSegments:  maxDiscardSegs,
 		MaxSegSector: maxDiscardSects,
 	}
-	if err := loop.Add(kick.Int(), unix.EPOLLIN, func(uint32) {
+	return d.StartWorker(virtio.Watch{FD: kick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) {
 		kick.Drain()
 		d.process()
-	}); err != nil {
-		loop.Stop()
-		return err
-	}
-	d.loop = loop
-	loop.Start()
-	return nil
+	}})
 }
 
 func (d *Device) process() {
@@ -173,28 +162,6 @@ func (d *Device) handle(c *queue.Chain) uint32 {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.loop != nil {
-		d.loop.Stop()
-		d.loop = nil
-	}
+	d.StopWorker()
 	d.q, d.irq = nil, nil
-}
-
-// Quiesce runs f with the worker idle.
-func (d *Device) Quiesce(f func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loop == nil {
-		f()
-		return
-	}
-	d.loop.Do(f)
-}
-
-// Worker is the device's event loop while it is active (nil otherwise),
-// for callers that must hold the device still (snapshots, migration).
-func (d *Device) Worker() *event.Loop {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.loop
 }

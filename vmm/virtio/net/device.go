@@ -14,7 +14,6 @@ import (
 
 	"github.com/kubevmm/kubevmm/net/tap"
 	"github.com/kubevmm/kubevmm/vmm/virtio"
-	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
 )
 
@@ -55,13 +54,13 @@ type Config struct {
 
 // Device is a virtio-net device.
 type Device struct {
+	virtio.Worker
 	tap      Tap
 	mac      net.HardwareAddr
 	features uint64
 	config   [8]byte
 
 	mu     sync.Mutex
-	loop   *event.Loop
 	rxq    *queue.Queue
 	txq    *queue.Queue
 	irq    virtio.Interrupt
@@ -137,30 +136,19 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if err := d.tap.SetOffload(tapOffload(a.Features)); err != nil {
 		return err
 	}
-	loop, err := event.NewLoop()
-	if err != nil {
-		return err
-	}
 	d.rxq, d.txq, d.irq, d.acked, d.broken = a.Queues[rxQueue], a.Queues[txQueue], a.Interrupt, a.Features, false
 	if d.rxBuf == nil {
 		d.rxBuf = make([]byte, HdrSize+MaxFrame)
 	}
 	d.rxLen = 0
 	rxKick, txKick := a.Notify[rxQueue], a.Notify[txQueue]
-	err = errors.Join(
-		loop.Add(rxKick.Int(), unix.EPOLLIN, func(uint32) { rxKick.Drain(); d.rx() }),
-		loop.Add(txKick.Int(), unix.EPOLLIN, func(uint32) { txKick.Drain(); d.tx() }),
+	return d.StartWorker(
+		virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); d.rx() }},
+		virtio.Watch{FD: txKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { txKick.Drain(); d.tx() }},
 		// edge-triggered: rx reads until EAGAIN, or until the guest runs
 		// out of buffers, and then an rx kick resumes it
-		loop.Add(d.tap.Fd(), unix.EPOLLIN|unix.EPOLLET, func(uint32) { d.rx() }),
+		virtio.Watch{FD: d.tap.Fd(), Events: unix.EPOLLIN | unix.EPOLLET, Handle: func(uint32) { d.rx() }},
 	)
-	if err != nil {
-		loop.Stop()
-		return err
-	}
-	d.loop = loop
-	loop.Start()
-	return nil
 }
 
 func (d *Device) fail(err error) {
@@ -331,29 +319,8 @@ func (d *Device) deliver() (bool, error) {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.loop != nil {
-		d.loop.Stop()
-		d.loop = nil
+	if d.StopWorker() {
 		d.tap.SetOffload(0)
 	}
 	d.rxq, d.txq, d.irq, d.acked, d.rxLen = nil, nil, nil, 0, 0
-}
-
-// Quiesce runs f with the worker idle.
-func (d *Device) Quiesce(f func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loop == nil {
-		f()
-		return
-	}
-	d.loop.Do(f)
-}
-
-// Worker is the device's event loop while it is active (nil otherwise),
-// for callers that must hold the device still (snapshots, migration).
-func (d *Device) Worker() *event.Loop {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.loop
 }

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubevmm/kubevmm/vmm/virtio"
-	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
 )
 
@@ -26,8 +25,8 @@ const (
 type Device struct {
 	src io.Reader
 
+	virtio.Worker
 	mu     sync.Mutex // activation state, against Reset
-	loop   *event.Loop
 	q      *queue.Queue
 	irq    virtio.Interrupt
 	chain  queue.Chain
@@ -63,22 +62,12 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if len(a.Queues) != 1 || len(a.Notify) != 1 {
 		return fmt.Errorf("virtio-rng: want 1 queue, got %d", len(a.Queues))
 	}
-	loop, err := event.NewLoop()
-	if err != nil {
-		return err
-	}
 	kick := a.Notify[0]
 	d.q, d.irq, d.broken = a.Queues[0], a.Interrupt, false
-	if err := loop.Add(kick.Int(), unix.EPOLLIN, func(uint32) {
+	return d.StartWorker(virtio.Watch{FD: kick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) {
 		kick.Drain()
 		d.process()
-	}); err != nil {
-		loop.Stop()
-		return err
-	}
-	d.loop = loop
-	loop.Start()
-	return nil
+	}})
 }
 
 func (d *Device) process() {
@@ -118,28 +107,6 @@ func (d *Device) fill(c *queue.Chain) uint32 {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.loop != nil {
-		d.loop.Stop()
-		d.loop = nil
-	}
+	d.StopWorker()
 	d.q, d.irq = nil, nil
-}
-
-// Quiesce runs f with the worker idle.
-func (d *Device) Quiesce(f func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loop == nil {
-		f()
-		return
-	}
-	d.loop.Do(f)
-}
-
-// Worker is the device's event loop while it is active (nil otherwise),
-// for callers that must hold the device still (snapshots, migration).
-func (d *Device) Worker() *event.Loop {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.loop
 }

@@ -44,13 +44,13 @@ type Config struct {
 
 // Device is a virtio-vsock device.
 type Device struct {
+	virtio.Worker
 	cid      uint64
 	path     string
 	listener *net.UnixListener
 	config   [8]byte
 
 	mu     sync.Mutex // activation, against Reset and Close
-	loop   *event.Loop
 	rxq    *queue.Queue
 	txq    *queue.Queue
 	irq    virtio.Interrupt
@@ -138,30 +138,25 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if len(a.Queues) != 3 || len(a.Notify) != 3 {
 		return fmt.Errorf("virtio-vsock: want 3 queues, got %d", len(a.Queues))
 	}
-	loop, err := event.NewLoop()
-	if err != nil {
-		return err
-	}
 	d.rxq, d.txq, d.irq, d.broken = a.Queues[rxQueue], a.Queues[txQueue], a.Interrupt, false
 	rxKick, txKick, evKick := a.Notify[rxQueue], a.Notify[txQueue], a.Notify[eventQueue]
-	err = errors.Join(
-		loop.Add(rxKick.Int(), unix.EPOLLIN, func(uint32) { rxKick.Drain(); d.rx() }),
-		loop.Add(txKick.Int(), unix.EPOLLIN, func(uint32) { txKick.Drain(); d.tx() }),
-		// the event queue only holds buffers for transport resets, which
-		// this device sends only after a restore it doesn't do yet
-		loop.Add(evKick.Int(), unix.EPOLLIN, func(uint32) { evKick.Drain() }),
-		loop.Add(d.wake.Int(), unix.EPOLLIN, func(uint32) { d.wake.Drain(); d.runInbox() }),
-	)
-	if err != nil {
-		loop.Stop()
-		return err
-	}
 	d.inboxMu.Lock()
 	d.active = true
 	d.inboxMu.Unlock()
-	d.loop = loop
-	loop.Start()
-	return nil
+	err := d.StartWorker(
+		virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); d.rx() }},
+		virtio.Watch{FD: txKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { txKick.Drain(); d.tx() }},
+		// the event queue only holds buffers for transport resets, which
+		// this device sends only after a restore it doesn't do yet
+		virtio.Watch{FD: evKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { evKick.Drain() }},
+		virtio.Watch{FD: d.wake.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { d.wake.Drain(); d.runInbox() }},
+	)
+	if err != nil {
+		d.inboxMu.Lock()
+		d.active = false
+		d.inboxMu.Unlock()
+	}
+	return err
 }
 
 // post runs f on the worker; it reports false (and drops f) while the
@@ -196,27 +191,13 @@ func (d *Device) Reset() {
 	d.active = false
 	d.inbox = nil
 	d.inboxMu.Unlock()
-	if d.loop != nil {
-		d.loop.Stop()
-		d.loop = nil
-	}
+	d.StopWorker()
 	for _, c := range d.conns {
 		c.close()
 	}
 	d.conns = map[connKey]*conn{}
 	d.ready, d.ctrl = nil, nil
 	d.rxq, d.txq, d.irq = nil, nil, nil
-}
-
-// Quiesce runs f with the worker idle.
-func (d *Device) Quiesce(f func()) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loop == nil {
-		f()
-		return
-	}
-	d.loop.Do(f)
 }
 
 func (d *Device) fail(err error) {
@@ -502,12 +483,4 @@ func readConnect(uds net.Conn) (uint32, error) {
 		line = append(line, b[0])
 	}
 	return 0, errors.New("command too long")
-}
-
-// Worker is the device's event loop while it is active (nil otherwise),
-// for callers that must hold the device still (snapshots, migration).
-func (d *Device) Worker() *event.Loop {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.loop
 }
