@@ -161,30 +161,8 @@ func (d *Device) tx() {
 	if d.broken {
 		return
 	}
-	q := d.txq
-	returned := 0
-	for {
-		ok, err := q.Next(&d.txChain)
-		if errors.Is(err, queue.ErrChain) {
-			d.Metrics.MalformedChains.Add(1)
-			q.Push(d.txChain.Head, 0)
-			returned++
-			continue
-		}
-		if err != nil {
-			d.fail(fmt.Errorf("tx queue: %w", err))
-			break
-		}
-		if !ok {
-			break
-		}
-		d.send(&d.txChain)
-		q.Push(d.txChain.Head, 0)
-		returned++
-	}
-	if returned > 0 && q.NeedsInterrupt() {
-		d.irq.UsedBuffer()
-	}
+	d.broken = !virtio.Drain(d.txq, &d.txChain, d.irq, &d.Metrics.MalformedChains, "tx queue",
+		func(c *queue.Chain) uint32 { d.send(c); return 0 })
 }
 
 func (d *Device) send(c *queue.Chain) {

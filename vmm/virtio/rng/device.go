@@ -74,15 +74,7 @@ func (d *Device) process() {
 	if d.broken {
 		return
 	}
-	s, err := virtio.Serve(d.q, &d.chain, d.fill)
-	d.Metrics.MalformedChain.Add(uint64(s.Malformed))
-	if err != nil {
-		d.broken = true
-		d.irq.Fail(err)
-	}
-	if s.Chains+s.Malformed > 0 && d.q.NeedsInterrupt() {
-		d.irq.UsedBuffer()
-	}
+	d.broken = !virtio.Drain(d.q, &d.chain, d.irq, &d.Metrics.MalformedChain, "request queue", d.fill)
 }
 
 func (d *Device) fill(c *queue.Chain) uint32 {
