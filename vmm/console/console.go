@@ -229,22 +229,8 @@ func (c *Console) Attach(conn net.Conn) {
 	case c.kick <- struct{}{}:
 	default:
 	}
-	buf := make([]byte, 4096)
-	for {
-		n, err := conn.Read(buf)
-		if n > 0 {
-			c.mu.Lock()
-			in := c.input
-			c.mu.Unlock()
-			if in != nil {
-				in(buf[:n])
-			}
-		}
-		if err != nil {
-			c.detach(conn)
-			return
-		}
-	}
+	c.forward(conn)
+	c.detach(conn)
 }
 
 // Listen serves the console on a unix socket at path (replacing a stale
@@ -269,6 +255,9 @@ func (c *Console) Listen(path string) error {
 				if errors.Is(err, net.ErrClosed) {
 					return
 				}
+				// Out of descriptors and the like: let them free up
+				// rather than spin.
+				time.Sleep(50 * time.Millisecond)
 				continue
 			}
 			go c.Attach(conn)
@@ -279,7 +268,13 @@ func (c *Console) Listen(path string) error {
 
 // ReadInput forwards r (e.g. stdin) to the guest until EOF.
 func (c *Console) ReadInput(r io.Reader) {
-	buf := make([]byte, 1024)
+	c.forward(r)
+}
+
+// forward passes what r yields to the guest's input (whoever that is at
+// the time: a restore may install it later) until r fails.
+func (c *Console) forward(r io.Reader) {
+	buf := make([]byte, 4096)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
