@@ -14,6 +14,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
+	"github.com/kubevmm/kubevmm/vmm/unixsock"
 )
 
 // receiveIncoming listens on addr for one migration stream, builds the VM
@@ -23,12 +24,12 @@ func receiveIncoming(addr string, s *session) (*machine.Machine, error) {
 	if err != nil {
 		return nil, usagef("run: --incoming: %v", err)
 	}
+	var l net.Listener
 	if network == "unix" {
-		if fi, err := os.Lstat(a); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(a)
-		}
+		l, err = unixsock.Listen(a)
+	} else {
+		l, err = net.Listen(network, a)
 	}
-	l, err := net.Listen(network, a)
 	if err != nil {
 		return nil, usagef("run: --incoming: %v", err)
 	}

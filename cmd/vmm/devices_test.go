@@ -82,6 +82,7 @@ func TestRunDeviceFlagErrors(t *testing.T) {
 		{[]string{"--backend", "xen"}, `--backend "xen"`},
 		{[]string{"--backend", "qemu", "--rng"}, "kubevmm backend only"},
 		{[]string{"--backend", "qemu", "--accel", "hvf"}, `--accel "hvf"`},
+		{[]string{"--vsock-socket", "/x"}, "--vsock-socket is for --incoming"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			assertOneLineError(t, vmm(t, append([]string{"run", "--kernel", kernel}, tc.args...)...), tc.want)

@@ -24,12 +24,14 @@ import (
 // lifecycleScript runs in the guest: a userspace counter on the console, a
 // program that keeps dirtying memory (awk rewriting a big array: user mode,
 // native speed, few syscalls), a fixed 1 MiB region whose checksum must
-// survive everything, and a console command loop.
+// survive everything, a vsock echo server that starts over when its
+// session ends, and a console command loop.
 const lifecycleScript = `
 n=0; for d in /sys/block/vd*; do n=$((n+1)); done; echo "disks $n"
 dd if=/dev/urandom of=/tmp/region bs=64k count=16 2>/dev/null
 set -- $(sha256sum /tmp/region); echo "region $1"
 (i=0; while true; do i=$((i+1)); echo "count $i"; sleep 1; done) &
+(while true; do /bin/guestvsock echo 5000; echo "vsock session ended"; done) &
 awk 'BEGIN { while (1) { for (i = 0; i < 200000; i++) a[i] = i + n; n++ } }' &
 while read -r line; do
   case "$line" in
@@ -149,9 +151,51 @@ func (c *consoleClient) send(line string) {
 }
 
 var (
-	countRE  = regexp.MustCompile(`count (\d+)\r?\n`)
-	regionRE = regexp.MustCompile(`region ([0-9a-f]{64})`)
+	countRE          = regexp.MustCompile(`count (\d+)\r?\n`)
+	regionRE         = regexp.MustCompile(`region ([0-9a-f]{64})`)
+	vsockListeningRE = regexp.MustCompile(`KV vsock_listening=1`)
+	vsockEndedRE     = regexp.MustCompile(`vsock session ended`)
 )
+
+// vsockEcho opens a stream to the guest's echo server (port 5000) through
+// a VMM's vsock socket and checks that it echoes line.
+func vsockEcho(t *testing.T, path, line string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", path)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	_, err = c.Write([]byte("CONNECT 5000\n"))
+	require.NoError(t, err)
+	reply := readLine(t, c)
+	require.Regexp(t, `^OK \d+$`, reply, "CONNECT through %s", path)
+	vsockSend(t, c, line)
+	return c
+}
+
+// vsockSend sends line on an open stream and checks the echo.
+func vsockSend(t *testing.T, c net.Conn, line string) {
+	t.Helper()
+	_, err := c.Write([]byte(line + "\n"))
+	require.NoError(t, err)
+	assert.Equal(t, line, readLine(t, c))
+}
+
+// readLine reads up to a newline, byte by byte so nothing after it is
+// consumed; a guest that stopped answering fails the test, not hangs it.
+func readLine(t *testing.T, c net.Conn) string {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Minute)))
+	var b []byte
+	one := make([]byte, 1)
+	for {
+		_, err := c.Read(one)
+		require.NoError(t, err, "reading from the vsock stream after %q", b)
+		if one[0] == '\n' {
+			return string(b)
+		}
+		b = append(b, one[0])
+	}
+}
 
 // lastCount waits for a count line after offset from and returns it.
 func (c *consoleClient) nextCount(from int) (int, int) {
@@ -170,11 +214,18 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	sock := func(name string) string { return filepath.Join(dir, name) }
-	initrd := guestimage.InitrdWithRun(t, lifecycleScript, nil)
+	tool := filepath.Join(dir, "guestvsock")
+	build := exec.Command("go", "build", "-o", tool, "../../vmm/virtio/vsock/testdata/guestvsock")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	toolBin, err := os.ReadFile(tool)
+	require.NoError(t, err)
+	initrd := guestimage.InitrdWithRun(t, lifecycleScript, map[string]string{"bin/guestvsock": string(toolBin)})
 	// Eleven small disks: device state for all of them travels with the
 	// VM, and the eleventh sits on IOAPIC pin 16, past the ISA range.
 	args := []string{"run", "--kernel", guestimage.Kernel(t), "--initrd", initrd, "--memory", "256M",
-		"--console", "socket:" + sock("a.con"), "--api", sock("a.api")}
+		"--console", "socket:" + sock("a.con"), "--api", sock("a.api"), "--vsock", "cid=3,socket=" + sock("a.vsock")}
 	for i := 0; i < 11; i++ {
 		img := sock(fmt.Sprintf("disk%d.img", i))
 		require.NoError(t, os.WriteFile(img, make([]byte, 64<<10), 0o644))
@@ -189,6 +240,11 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	first, pos := ca.nextCount(pos)
 	t.Logf("guest up; counter at %d, region %s", first, region[:12])
 	_, pos = ca.nextCount(pos) // the counter is advancing
+	_, pos = ca.waitFor(vsockListeningRE, pos)
+	// A vsock stream open across the snapshot and the migration: neither
+	// can take it along (its host end is in this process), so the guest
+	// must see it reset rather than hang.
+	stream := vsockEcho(t, sock("a.vsock"), "before snapshot")
 
 	// Snapshot while running; the VM goes on.
 	snapDir := filepath.Join(dir, "snap")
@@ -196,9 +252,11 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	require.Equal(t, 0, r.code, "snapshot: %s%s", r.stdout, r.stderr)
 	t.Log(r.stdout)
 	atSnapshot, pos := ca.nextCount(pos)
+	vsockSend(t, stream, "after snapshot") // the source VM's stream goes on
 
 	// Live migration A -> B over a unix socket.
-	b := startVMM(t, "run", "--incoming", "unix:"+sock("b.mig"), "--console", "socket:"+sock("b.con"), "--api", sock("b.api"))
+	b := startVMM(t, "run", "--incoming", "unix:"+sock("b.mig"), "--console", "socket:"+sock("b.con"), "--api", sock("b.api"),
+		"--vsock-socket", sock("b.vsock"))
 	waitForFile(t, sock("b.mig"), b)
 	beforeMigration, _ := ca.nextCount(pos)
 	r = vmm(t, "migrate", "--api", sock("a.api"), "--to", "unix:"+sock("b.mig"))
@@ -215,6 +273,10 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	assert.Equal(t, region, m[1], "memory region intact after migration")
 	cb.send("hello after migration")
 	_, bpos = cb.waitFor(regexp.MustCompile(`echo: hello after migration`), bpos)
+	// The guest learnt that its stream is gone, and serves new ones.
+	_, bpos = cb.waitFor(vsockEndedRE, 0)
+	_, bpos = cb.waitFor(vsockListeningRE, bpos)
+	vsockEcho(t, sock("b.vsock"), "after migration").Close()
 
 	// A migration whose target dies half-way: the source keeps its guest.
 	d := startVMM(t, "run", "--incoming", "unix:"+sock("d.mig"), "--console", "none")
@@ -225,7 +287,7 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	require.NoError(t, mig.Start())
 	waitMigrating(t, sock("b.api"))
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGKILL))
-	err := mig.Wait()
+	err = mig.Wait()
 	require.Error(t, err, "migrate reports the failure: %s", migOut.String())
 	assert.Contains(t, migOut.String(), "keeps running here")
 	stillCounting, bpos := cb.nextCount(cb.len())
@@ -236,7 +298,7 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 
 	// Restore the snapshot in a third process: it continues from the
 	// snapshot, not from boot.
-	c := startVMM(t, "restore", "--snapshot", snapDir, "--console", "socket:"+sock("c.con"))
+	c := startVMM(t, "restore", "--snapshot", snapDir, "--console", "socket:"+sock("c.con"), "--vsock-socket", sock("c.vsock"))
 	cc := attach(t, sock("c.con"), c)
 	restored, cpos := cc.nextCount(cc.len())
 	assert.GreaterOrEqual(t, restored, atSnapshot-1, "the restored counter continues from the snapshot, not from boot")
@@ -244,6 +306,9 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	cc.send("sum")
 	m, cpos = cc.waitFor(regionRE, cpos)
 	assert.Equal(t, region, m[1], "memory region intact after restore")
+	_, cpos = cc.waitFor(vsockEndedRE, 0)
+	_, cpos = cc.waitFor(vsockListeningRE, cpos)
+	vsockEcho(t, sock("c.vsock"), "after restore").Close()
 	cc.send("quit")
 	assert.Equal(t, 0, c.wait(3*time.Minute), "restored guest powers off cleanly; stderr: %s", c.stderr.String())
 

@@ -42,6 +42,10 @@ type sessionFlags struct {
 	verbose bool
 	report  string
 	marks   multiFlag
+	// vsockSocket replaces the host socket saved with a restored or
+	// received VM's vsock device: on the same host the original path
+	// still belongs to the source.
+	vsockSocket string
 }
 
 func (s *sessionFlags) register(fs *flag.FlagSet) {
@@ -50,6 +54,7 @@ func (s *sessionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.verbose, "v", false, "log VMM diagnostics and exit statistics to stderr")
 	fs.StringVar(&s.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
 	fs.Var(&s.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
+	fs.StringVar(&s.vsockSocket, "vsock-socket", "", "restore, run --incoming: serve the VM's vsock device on this unix socket instead of the one saved with it")
 }
 
 type multiFlag []string
@@ -111,6 +116,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 			return 0, err
 		}
 		return sess.serve(m, "")
+	}
+	if f.session.vsockSocket != "" {
+		return 0, usagef("run: --vsock-socket is for --incoming; a new VM takes --vsock cid=N,socket=PATH")
 	}
 	if f.kernel == "" {
 		return 0, usagef("run: --kernel is required")
@@ -235,6 +243,9 @@ func (s *session) logf(format string, a ...any) {
 // baseConfig is the runtime part of a machine's configuration.
 func (s *session) baseConfig() machine.Config {
 	c := machine.Config{Console: s.con}
+	if s.f.vsockSocket != "" {
+		c.Vsock = &machine.VsockConfig{Socket: s.f.vsockSocket}
+	}
 	if s.f.verbose {
 		c.Log = s.stderr
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/unixsock"
 )
 
 // maxBody bounds request bodies; every request here is a few hundred bytes.
@@ -25,10 +27,7 @@ type Server struct {
 // Listen creates the socket at path (replacing a stale one) and serves vm
 // on it in the background until Close.
 func Listen(path string, vm VM) (*Server, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(path)
-	}
-	l, err := net.Listen("unix", path)
+	l, err := unixsock.Listen(path)
 	if err != nil {
 		return nil, fmt.Errorf("control API socket: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/kubevmm/kubevmm/vmm/unixsock"
 )
 
 const (
@@ -236,10 +238,7 @@ func (c *Console) Attach(conn net.Conn) {
 // Listen serves the console on a unix socket at path (replacing a stale
 // socket file) until Close.
 func (c *Console) Listen(path string) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(path)
-	}
-	l, err := net.Listen("unix", path)
+	l, err := unixsock.Listen(path)
 	if err != nil {
 		return fmt.Errorf("console socket: %w", err)
 	}

@@ -78,6 +78,16 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 	nested := sc.Nested
 	c.HostProfile = &nested
 	c.Disks, c.RNG, c.Vsock = sc.Disks, sc.RNG, sc.Vsock
+	if base.Vsock != nil && base.Vsock.Socket != "" {
+		// The caller's socket path replaces the saved one; the CID
+		// belongs to the guest and stays.
+		if sc.Vsock == nil {
+			return c, fmt.Errorf("a vsock socket was given, but the saved VM has no vsock device")
+		}
+		v := *sc.Vsock
+		v.Socket = base.Vsock.Socket
+		c.Vsock = &v
+	}
 	c.NICs = nil
 	for _, n := range sc.NICs {
 		mac, err := net.ParseMAC(n.MAC)
@@ -204,6 +214,10 @@ func (m *Machine) restoreState(s *State) error {
 		}
 		if err := d.Transport.Restore(vs.Transport); err != nil {
 			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+		if v, ok := d.Device.(*vsock.Device); ok {
+			// The guest's streams had their host ends in the old VMM.
+			v.TransportReset()
 		}
 	}
 	return nil

@@ -204,3 +204,20 @@ func TestSourceKeepsRunningWhenTheTargetDies(t *testing.T) {
 	e := stopAndWait(t, m, exited)
 	assert.Equal(t, ExitStopped, e.Reason)
 }
+
+func TestConfigFromVsockSocketOverride(t *testing.T) {
+	saved := SavedConfig{CPUs: 1, MemoryBytes: 64 << 20, Vsock: &VsockConfig{CID: 7, Socket: "/old.sock"}}
+
+	c, err := configFrom(saved, Config{})
+	require.NoError(t, err)
+	assert.Equal(t, VsockConfig{CID: 7, Socket: "/old.sock"}, *c.Vsock, "without an override the saved socket")
+
+	c, err = configFrom(saved, Config{Vsock: &VsockConfig{Socket: "/new.sock"}})
+	require.NoError(t, err)
+	assert.Equal(t, VsockConfig{CID: 7, Socket: "/new.sock"}, *c.Vsock, "the guest's CID stays, the socket is the caller's")
+	assert.Equal(t, "/old.sock", saved.Vsock.Socket, "the saved config is not modified")
+
+	saved.Vsock = nil
+	_, err = configFrom(saved, Config{Vsock: &VsockConfig{Socket: "/new.sock"}})
+	assert.ErrorContains(t, err, "no vsock device")
+}

@@ -14,11 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kubevmm/kubevmm/vmm/unixsock"
 	"github.com/kubevmm/kubevmm/vmm/virtio"
 	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
@@ -53,6 +53,7 @@ type Device struct {
 	mu     sync.Mutex // activation, against Reset and Close
 	rxq    *queue.Queue
 	txq    *queue.Queue
+	evq    *queue.Queue
 	irq    virtio.Interrupt
 	broken bool
 
@@ -68,6 +69,10 @@ type Device struct {
 	nextPort uint32
 	rxChain  queue.Chain
 	txChain  queue.Chain
+	evChain  queue.Chain
+	// resetDue: a transport reset waits for the guest to post an event
+	// buffer.
+	resetDue bool
 	hdr      [HdrSize]byte
 
 	Metrics Metrics
@@ -86,10 +91,7 @@ func New(cfg Config) (*Device, error) {
 	if cfg.CID < 3 || cfg.CID > 0xffffffff {
 		return nil, fmt.Errorf("virtio-vsock: guest CID %d: must be 3..2^32-1", cfg.CID)
 	}
-	if st, err := os.Lstat(cfg.Socket); err == nil && st.Mode()&os.ModeSocket != 0 {
-		os.Remove(cfg.Socket) // a stale socket from an earlier run; anything else stays
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
+	l, err := unixsock.Listen(cfg.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("virtio-vsock: %w", err)
 	}
@@ -138,7 +140,7 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if len(a.Queues) != 3 || len(a.Notify) != 3 {
 		return fmt.Errorf("virtio-vsock: want 3 queues, got %d", len(a.Queues))
 	}
-	d.rxq, d.txq, d.irq, d.broken = a.Queues[rxQueue], a.Queues[txQueue], a.Interrupt, false
+	d.rxq, d.txq, d.evq, d.irq, d.broken = a.Queues[rxQueue], a.Queues[txQueue], a.Queues[eventQueue], a.Interrupt, false
 	rxKick, txKick, evKick := a.Notify[rxQueue], a.Notify[txQueue], a.Notify[eventQueue]
 	d.inboxMu.Lock()
 	d.active = true
@@ -146,9 +148,9 @@ func (d *Device) Activate(a virtio.Activation) error {
 	err := d.StartWorker(
 		virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); d.rx() }},
 		virtio.Watch{FD: txKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { txKick.Drain(); d.tx() }},
-		// the event queue only holds buffers for transport resets, which
-		// this device sends only after a restore it doesn't do yet
-		virtio.Watch{FD: evKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { evKick.Drain() }},
+		// the event queue only holds buffers for transport resets: a
+		// kick matters only while one waits for a buffer
+		virtio.Watch{FD: evKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { evKick.Drain(); d.sendReset() }},
 		virtio.Watch{FD: d.wake.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { d.wake.Drain(); d.runInbox() }},
 	)
 	if err != nil {
@@ -197,12 +199,65 @@ func (d *Device) Reset() {
 	}
 	d.conns = map[connKey]*conn{}
 	d.ready, d.ctrl = nil, nil
-	d.rxq, d.txq, d.irq = nil, nil, nil
+	d.rxq, d.txq, d.evq, d.irq = nil, nil, nil, nil
+	d.resetDue = false
 }
 
 func (d *Device) fail(err error) {
 	d.broken = true
 	d.irq.Fail(err)
+}
+
+// TransportReset tells the guest driver that every stream it had is gone
+// (VIRTIO_VSOCK_EVENT_TRANSPORT_RESET): after a restore or a migration
+// their host ends stayed with the old VMM. The driver then resets its
+// sockets and rereads the CID, so applications see a closed connection
+// instead of one that hangs. A no-op unless the device is active.
+func (d *Device) TransportReset() {
+	d.post(func() {
+		d.resetDue = true
+		d.sendReset()
+	})
+}
+
+// sendReset places a due reset event in the guest's next event buffer;
+// without one it stays due until the guest posts one. Spare buffers stay
+// with the device for later resets.
+func (d *Device) sendReset() {
+	if d.broken {
+		return
+	}
+	returned := false
+	for d.resetDue {
+		ok, err := d.evq.Next(&d.evChain)
+		if errors.Is(err, queue.ErrChain) {
+			d.Metrics.MalformedChains.Add(1)
+			d.evq.Push(d.evChain.Head, 0)
+			returned = true
+			continue
+		}
+		if err != nil {
+			d.fail(fmt.Errorf("event queue: %w", err))
+			return
+		}
+		if !ok {
+			break
+		}
+		returned = true
+		if d.evChain.WritableLen < EventSize {
+			d.Metrics.MalformedChains.Add(1)
+			d.evq.Push(d.evChain.Head, 0)
+			continue
+		}
+		var ev [EventSize]byte // id 0: VIRTIO_VSOCK_EVENT_TRANSPORT_RESET
+		d.evChain.Writable.WriteAt(ev[:], 0)
+		d.evq.Push(d.evChain.Head, EventSize)
+		d.resetDue = false
+		d.Metrics.TransportResets.Add(1)
+	}
+	if returned && d.evq.NeedsInterrupt() {
+		d.irq.UsedBuffer()
+	}
 }
 
 // --- guest -> host ---

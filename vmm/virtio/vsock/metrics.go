@@ -8,7 +8,7 @@ type Metrics struct {
 	RxPackets, TxPackets                      atomic.Uint64
 	RxBytes, TxBytes                          atomic.Uint64
 	BadPackets, MalformedChains               atomic.Uint64
-	CreditViolations                          atomic.Uint64
+	CreditViolations, TransportResets         atomic.Uint64
 }
 
 // Snapshot returns the counters by name.
@@ -18,5 +18,6 @@ func (m *Metrics) Snapshot() map[string]uint64 {
 		"bad_connects": m.BadConnects.Load(), "rx_packets": m.RxPackets.Load(), "tx_packets": m.TxPackets.Load(),
 		"rx_bytes": m.RxBytes.Load(), "tx_bytes": m.TxBytes.Load(), "bad_packets": m.BadPackets.Load(),
 		"malformed_chains": m.MalformedChains.Load(), "credit_violations": m.CreditViolations.Load(),
+		"transport_resets": m.TransportResets.Load(),
 	}
 }

@@ -8,6 +8,10 @@ import (
 // HdrSize is struct virtio_vsock_hdr.
 const HdrSize = 44
 
+// EventSize is struct virtio_vsock_event: an le32 id, where 0 is
+// VIRTIO_VSOCK_EVENT_TRANSPORT_RESET, the only event defined.
+const EventSize = 4
+
 // Packet types and operations (virtio 1.2 section 5.10.6).
 const (
 	TypeStream = 1

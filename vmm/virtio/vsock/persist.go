@@ -7,7 +7,8 @@ const StateVersion = 1
 
 // State is the device's part of a snapshot. Streams do not survive it:
 // their host sockets stay with the old VMM, and the guest learns of that
-// through a transport reset event (to be sent by the restoring side).
+// through a transport reset event (TransportReset, sent by the machine
+// once the transport is restored), as with Firecracker.
 type State struct {
 	Version int
 	CID     uint64

@@ -178,3 +178,28 @@ func TestSocketPathIsNotClobbered(t *testing.T) {
 	d2.Close()
 	d1.Close()
 }
+
+// After a restore the machine asks for a transport reset: the guest gets
+// exactly one event (id 0) in its first usable event buffer, a buffer too
+// small for it goes back empty, and a reset asked for before the guest
+// posted any buffer waits for one.
+func TestTransportReset(t *testing.T) {
+	g, dev, _ := newGuest(t)
+	ev := g.h.Queues[2]
+
+	dev.TransportReset()
+	small, _ := ev.Add(queuetest.Buf{Write: true, Len: vsock.EventSize - 1})
+	head, a := ev.Add(queuetest.Buf{Write: true, Len: 8})
+	spare, _ := ev.Add(queuetest.Buf{Write: true, Len: 8})
+	used := g.h.WaitUsed(2, 2, true)
+	assert.Equal(t, [][2]uint32{{uint32(small), 0}, {uint32(head), vsock.EventSize}}, used)
+	assert.Equal(t, []byte{0, 0, 0, 0}, ev.Read(a[0], vsock.EventSize))
+	assert.Equal(t, uint64(1), dev.Metrics.MalformedChains.Load())
+
+	// The spare buffer stays with the device until the next reset.
+	_, _, ok := ev.Used()
+	assert.False(t, ok)
+	dev.TransportReset()
+	assert.Equal(t, [][2]uint32{{uint32(spare), vsock.EventSize}}, g.h.WaitUsed(2, 1, false))
+	assert.Equal(t, uint64(2), dev.Metrics.TransportResets.Load())
+}
