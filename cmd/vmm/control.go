@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kubevmm/kubevmm/vmm/api"
@@ -145,12 +147,19 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	autoConverge := fs.Bool("auto-converge", false, "throttle vCPUs when the guest dirties memory faster than it can be sent")
 	progressTimeout := fs.Duration("progress-timeout", 150*time.Second, "give up when no progress is made for this long")
 	timeout := fs.Duration("timeout", 0, "give up after this long in total (0: never)")
-	if done, err := parseFlags(fs, "migrate", "--api SOCKET --to ADDR [flags]", args, stdout); done || err != nil {
+	cancelIt := fs.Bool("cancel", false, "cancel the migration in progress instead (the VM keeps running here); so does Ctrl-C while migrating")
+	if done, err := parseFlags(fs, "migrate", "--api SOCKET --to ADDR [flags] | --api SOCKET --cancel", args, stdout); done || err != nil {
 		return exitOK, err
 	}
 	c, err := client(*sock, "migrate")
 	if err != nil {
 		return 0, err
+	}
+	if *cancelIt {
+		if *to != "" {
+			return 0, usagef("migrate: --cancel takes no --to")
+		}
+		return cancelMigration(c, stdout)
 	}
 	if _, _, err := api.ParseAddress(*to); err != nil {
 		return 0, usagef("migrate: --to: %v", err)
@@ -164,10 +173,20 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 		}
 		req.BandwidthMBps = int64(b >> 20)
 	}
+	// Interrupting the command cancels the migration, as with virsh: a
+	// migration nobody watches is not left running. A signal that comes
+	// while the migration is being started waits in sigs for it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	ctx := context.Background()
 	if err := c.Migrate(ctx, req); err != nil {
 		return exitGuest, fmt.Errorf("migrate: %w", err)
 	}
+	go func() {
+		<-sigs
+		c.CancelMigration(ctx)
+	}()
 	final, err := c.WaitMigration(ctx, 500*time.Millisecond, func(s api.MigrationStatus) {
 		st := s.Stats
 		fmt.Fprintf(stdout, "\rmigrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
@@ -187,6 +206,21 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	if err := c.Stop(ctx); err != nil {
 		return exitGuest, fmt.Errorf("migrate: completed, but stopping the source VMM: %w", err)
 	}
+	return exitOK, nil
+}
+
+// cancelMigration cancels the VM's migration and waits until the VM is
+// back to running here.
+func cancelMigration(c *api.Client, stdout io.Writer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.CancelMigration(ctx); err != nil {
+		return exitGuest, fmt.Errorf("migrate: cancel: %w", err)
+	}
+	if _, err := c.WaitMigration(ctx, 100*time.Millisecond, nil); err != nil {
+		return exitGuest, fmt.Errorf("migrate: cancel: %w", err)
+	}
+	fmt.Fprintln(stdout, "migrate: cancelled; the VM keeps running here")
 	return exitOK, nil
 }
 

@@ -2,40 +2,13 @@ package machine
 
 import (
 	"bytes"
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// tinyELF wraps 64-bit code in an ELF executable loaded at paddr, the way
-// the boot loader expects a vmlinux.
-func tinyELF(code []byte, paddr uint64) []byte {
-	const phoff, codeOff = 64, 0x1000
-	b := make([]byte, codeOff+len(code))
-	le := binary.LittleEndian
-	copy(b, []byte{0x7f, 'E', 'L', 'F', 2, 1, 1})
-	le.PutUint16(b[16:], 2)  // ET_EXEC
-	le.PutUint16(b[18:], 62) // EM_X86_64
-	le.PutUint32(b[20:], 1)
-	le.PutUint64(b[24:], paddr) // entry
-	le.PutUint64(b[32:], phoff)
-	le.PutUint16(b[52:], 64) // ehsize
-	le.PutUint16(b[54:], 56) // phentsize
-	le.PutUint16(b[56:], 1)  // phnum
-	ph := b[phoff:]
-	le.PutUint32(ph[0:], 1) // PT_LOAD
-	le.PutUint32(ph[4:], 5) // R+X
-	le.PutUint64(ph[8:], codeOff)
-	le.PutUint64(ph[16:], paddr)
-	le.PutUint64(ph[24:], paddr)
-	le.PutUint64(ph[32:], uint64(len(code)))
-	le.PutUint64(ph[40:], uint64(len(code)))
-	le.PutUint64(ph[48:], 0x1000)
-	copy(b[codeOff:], code)
-	return b
-}
+	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
+)
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
@@ -81,7 +54,7 @@ func TestKernelModeInstructionsComplete(t *testing.T) {
 		[]byte{0xb0, 0xfe, 0xe6, 0x64},                               // mov al, 0xfe; out 0x64, al: reset, ends the VM
 		[]byte{0xf4, 0xeb, 0xfd},                                     // hlt; jmp back
 	)
-	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: tinyELF(code, 0x100000)})
+	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: boottest.TinyELF(code, 0x100000)})
 	require.NoError(t, err)
 	defer m.Close()
 	mem := m.Mem
@@ -129,7 +102,7 @@ func TestGuestPanicIsAFailureNotAReboot(t *testing.T) {
 	}
 	code = append(code, 0xb0, 0xfe, 0xe6, 0x64, 0xf4) // reset; hlt
 	var out bytes.Buffer
-	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: tinyELF(code, 0x100000), Console: &out})
+	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: boottest.TinyELF(code, 0x100000), Console: &out})
 	require.NoError(t, err)
 	defer m.Close()
 	exit := m.Run()

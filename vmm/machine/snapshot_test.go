@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
 )
@@ -23,7 +24,7 @@ const (
 )
 
 // counterKernel increments a 64-bit counter in guest RAM forever, at CPL 0.
-var counterKernel = tinyELF([]byte{
+var counterKernel = boottest.TinyELF([]byte{
 	0x48, 0xff, 0x04, 0x25, 0x00, 0x00, 0x20, 0x00, // inc qword [0x200000]
 	0xeb, 0xf6, // jmp back
 }, 0x100000)

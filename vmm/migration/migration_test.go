@@ -290,7 +290,7 @@ func TestCancelResumesSource(t *testing.T) {
 	// the target never reads: Send blocks in its first write until cancelled
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	st, err := Send(ctx, a, src, Options{})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "migration cancelled")
 	assert.Equal(t, "failed", st.Phase)
 	assert.Equal(t, src.pauses, src.resumes)
 	assert.False(t, src.logging)

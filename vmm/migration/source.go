@@ -134,7 +134,12 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		if logging {
 			src.StopDirtyLog()
 		}
-		if ctx.Err() != nil {
+		// Cancelling cuts the stream, so err is then an I/O error: say
+		// what caused it first.
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			err = fmt.Errorf("migration cancelled: %w", err)
+		case ctx.Err() != nil:
 			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
 		}
 		s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(start)
@@ -186,7 +191,7 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	throttle := 0.0
 	for round := 0; ; round++ {
 		if err := ctx.Err(); err != nil {
-			return s.st, fmt.Errorf("migration cancelled: %w", err)
+			return s.st, err // the deferred handler names it
 		}
 		roundStart := time.Now()
 		sentBefore := s.st.BytesSent
