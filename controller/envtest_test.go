@@ -140,7 +140,15 @@ func startManager(ctx context.Context, cfg *rest.Config) (<-chan struct{}, error
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	if err := controller.Setup(mgr, controller.Options{Launcher: controller.LauncherConfig{Image: launcherImage}}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{
+		Launcher: controller.LauncherConfig{Image: launcherImage},
+		Config: func() (controller.ClusterConfig, error) {
+			if c := testConfig.Load(); c != nil {
+				return *c, nil
+			}
+			return controller.ClusterConfig{}, nil
+		},
+	}); err != nil {
 		return nil, err
 	}
 	done := make(chan struct{})
@@ -170,6 +178,17 @@ func needEnv(t *testing.T) {
 }
 
 var nsCounter atomic.Int32
+
+// testConfig is the cluster configuration the manager's migration
+// controller reads; nil is KubeVirt's defaults. Tests run one at a time.
+var testConfig atomic.Pointer[controller.ClusterConfig]
+
+// withConfig sets the cluster configuration for one test.
+func withConfig(t *testing.T, c controller.ClusterConfig) {
+	t.Helper()
+	testConfig.Store(&c)
+	t.Cleanup(func() { testConfig.Store(nil) })
+}
 
 // namespace creates a namespace of its own for one test.
 func namespace(t *testing.T) string {
@@ -224,7 +243,7 @@ func waitVMI(t *testing.T, ns, name, what string, cond func(*v1.VirtualMachineIn
 		if err := get(t, ns, name, vmi); err != nil {
 			return false, err.Error()
 		}
-		return cond(vmi), fmt.Sprintf("phase=%q uid=%s conditions=%+v", vmi.Status.Phase, vmi.UID, vmi.Status.Conditions)
+		return cond(vmi), fmt.Sprintf("phase=%q uid=%s labels=%v migrationState=%+v conditions=%+v", vmi.Status.Phase, vmi.UID, vmi.Labels, vmi.Status.MigrationState, vmi.Status.Conditions)
 	})
 	return vmi
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,15 +42,16 @@ const (
 	LauncherLabelValue = "virt-launcher"
 	// VMIAnnotation holds the VMI JSON the launcher reads at start.
 	VMIAnnotation = "kubevmm.io/vmi"
-	// MigrationJobLabel marks a migration target pod (phase 2) with the
-	// migration UID; such pods are not the VMI's active launcher.
-	MigrationJobLabel = "kubevirt.io/migrationJobUID"
+	// MigrationJobLabel marks a migration target pod with the migration
+	// UID; such a pod is not the VMI's active launcher until the migration
+	// succeeded (and the label is removed).
+	MigrationJobLabel = v1.MigrationJobLabel
 	// NodeSchedulableLabel is set to "true" by virt-handler on nodes that
 	// can run VMs; launcher pods select it, as in KubeVirt.
 	NodeSchedulableLabel = "kubevirt.io/schedulable"
 
 	// SocketRootDir is the node directory holding one socket directory per VMI.
-	SocketRootDir = "/var/run/kubevmm/sockets"
+	SocketRootDir = spec.SocketRootDir
 	// VMIFileDir is where the downward-API VMI file is mounted.
 	VMIFileDir = "/var/run/kubevmm/vmi"
 	// VMIFileName is the VMI file's name inside VMIFileDir.
@@ -235,7 +237,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 				},
 				Resources: resources,
 				VolumeMounts: append([]corev1.VolumeMount{
-					{Name: "sockets", MountPath: SocketRootDir},
+					{Name: spec.SocketsVolume, MountPath: SocketRootDir},
 					{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
 				}, computeMounts...),
 				SecurityContext: &corev1.SecurityContext{
@@ -251,7 +253,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 				{
 					// One directory per VMI, so a launcher can only reach its
 					// own sockets; virt-handler finds it from the VMI UID.
-					Name: "sockets",
+					Name: spec.SocketsVolume,
 					VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
 						Path: SocketRootDir + "/" + string(vmi.UID),
 						Type: ptr.To(corev1.HostPathDirectoryOrCreate),
@@ -268,6 +270,51 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 				},
 			}, extraVolumes...),
 		},
+	}
+	return pod, nil
+}
+
+// RenderMigrationTargetPod builds the target launcher pod of a migration:
+// the VMI's launcher pod, marked as the migration's target (label and
+// annotation), with its own socket directory (inside the VMI's, see
+// spec.MigrationSocketSubdir), its launcher told to receive the guest on
+// spec.MigrationPort instead of booting it, the migration's
+// addedNodeSelector, and, unless sameNode, kept off the source's node.
+func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachineInstanceMigration, cfg LauncherConfig, sourceNode string, sameNode bool) (*corev1.Pod, error) {
+	pod, err := RenderLauncherPod(vmi, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pod.Labels[MigrationJobLabel] = string(m.UID)
+	pod.Annotations[v1.MigrationJobNameAnnotation] = m.Name
+	maps.Copy(pod.Spec.NodeSelector, m.Spec.AddedNodeSelector)
+	// The schedulable label stays required whatever the migration adds.
+	pod.Spec.NodeSelector[NodeSchedulableLabel] = "true"
+	for i := range pod.Spec.Volumes {
+		if v := &pod.Spec.Volumes[i]; v.Name == spec.SocketsVolume && v.HostPath != nil {
+			v.HostPath.Path = SocketRootDir + "/" + string(vmi.UID) + "/" + spec.MigrationSocketSubdir(string(m.UID))
+		}
+	}
+	c := &pod.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: spec.IncomingEnv, Value: "tcp:0.0.0.0:" + strconv.Itoa(spec.MigrationPort)})
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: "migration", ContainerPort: spec.MigrationPort, Protocol: corev1.ProtocolTCP})
+	if !sameNode && sourceNode != "" {
+		notSource := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{sourceNode}}
+		if pod.Spec.Affinity == nil {
+			pod.Spec.Affinity = &corev1.Affinity{}
+		}
+		if pod.Spec.Affinity.NodeAffinity == nil {
+			pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+		}
+		na := pod.Spec.Affinity.NodeAffinity
+		if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+			na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+		}
+		// Terms are alternatives: each must exclude the source.
+		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		for i := range terms {
+			terms[i].MatchFields = append(terms[i].MatchFields, notSource)
+		}
 	}
 	return pod, nil
 }

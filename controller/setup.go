@@ -2,7 +2,8 @@
 // the kubevirt.io API. The VM reconciler turns VirtualMachines into
 // VirtualMachineInstances per run strategy; the VMI reconciler gives each
 // VMI one virt-launcher pod and tracks it until virt-handler takes over;
-// the migration reconciler is a placeholder until phase 2.
+// the migration reconciler carries out live migrations (target pod,
+// handoff to the handlers, limits).
 //
 // All of them are level-triggered: each pass reads the object and what it
 // owns, acts, and writes status derived only from what it observed. Writes
@@ -23,6 +24,9 @@ import (
 // Options configure virt-controller.
 type Options struct {
 	Launcher LauncherConfig
+	// Config is the cluster configuration (migration limits, feature
+	// gates); nil means KubeVirt's defaults.
+	Config func() (ClusterConfig, error)
 }
 
 // Setup registers every virt-controller reconciler with the manager. The
@@ -47,7 +51,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := vm.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VM controller: %w", err)
 	}
-	mig := &MigrationReconciler{Client: mgr.GetClient()}
+	mig := &MigrationReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("migration-controller"),
+		Launcher:  opts.Launcher,
+		Config:    opts.Config,
+	}
 	if err := mig.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the migration controller: %w", err)
 	}

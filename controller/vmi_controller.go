@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // VMIReconciler gives each VirtualMachineInstance one virt-launcher pod and
@@ -92,7 +92,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pod := activePod(pods)
+	pod := spec.ActiveLauncherPod(vmi, pods)
 	if pod == nil && (vmi.Status.Phase == v1.Scheduling || vmi.Status.Phase == v1.Scheduled || vmi.Status.Phase == v1.Running) {
 		// The VMI says a pod was seen but the cache has none: it is gone,
 		// or the cache lags behind our own create. Only the API server can
@@ -100,7 +100,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if pods, err = r.launcherPods(ctx, r.APIReader, vmi); err != nil {
 			return ctrl.Result{}, err
 		}
-		pod = activePod(pods)
+		pod = spec.ActiveLauncherPod(vmi, pods)
 	}
 
 	var syncErr *syncError
@@ -118,12 +118,15 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if pod == nil && (vmi.Status.Phase == v1.VmPhaseUnset || vmi.Status.Phase == v1.Pending) {
 			pod, syncErr = r.createPod(ctx, vmi)
 		}
+		if syncErr == nil {
+			syncErr = r.deleteMigratedSource(ctx, vmi, pods, pod)
+		}
 	}
 
 	if syncErr == nil {
 		syncErr = imagePullError(pod)
 	}
-	if err := r.updateStatus(ctx, vmi, pod, syncErr); err != nil {
+	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), syncErr); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -161,16 +164,12 @@ type syncError struct {
 }
 
 // launcherPods lists the VMI's launcher pods (by the created-by label, then
-// checked against the controller reference), oldest first. Migration target
-// pods are left out: they are the migration controller's.
+// checked against the controller reference), oldest first, migration
+// targets included: which one runs the guest is spec.ActiveLauncherPod's
+// to say.
 func (r *VMIReconciler) launcherPods(ctx context.Context, reader client.Reader, vmi *v1.VirtualMachineInstance) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	sel := labels.SelectorFromSet(labels.Set{v1.AppLabel: LauncherLabelValue, v1.CreatedByLabel: string(vmi.UID)})
-	notTarget, err := labels.NewRequirement(MigrationJobLabel, selection.DoesNotExist, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building pod selector: %w", err)
-	}
-	sel = sel.Add(*notTarget)
 	if err := reader.List(ctx, list, client.InNamespace(vmi.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("listing launcher pods of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
@@ -187,16 +186,17 @@ func (r *VMIReconciler) launcherPods(ctx context.Context, reader client.Reader, 
 	return out, nil
 }
 
-// activePod is the pod that runs (or will run) the guest: the oldest one
-// not being deleted, else the oldest.
-func activePod(pods []*corev1.Pod) *corev1.Pod {
+// migrationTargetPod is the target pod of the VMI's migration in flight
+// (handed to the handlers and not yet over), if it exists.
+func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
+	ms := vmi.Status.MigrationState
+	if ms == nil || ms.Completed || ms.Failed || ms.MigrationUID == "" {
+		return nil
+	}
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil {
+		if p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !podIsDown(p) {
 			return p
 		}
-	}
-	if len(pods) > 0 {
-		return pods[0]
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 	if err != nil {
 		return nil, &syncError{reason: ReasonFailedCreate, err: err, retry: true}
 	}
-	if p := activePod(live); p != nil {
+	if p := spec.ActiveLauncherPod(vmi, live); p != nil {
 		return p, nil
 	}
 	pod, err := RenderLauncherPod(vmi, r.Launcher)
@@ -266,6 +266,26 @@ func (r *VMIReconciler) deletePodsAfterGrace(ctx context.Context, vmi *v1.Virtua
 	return r.deletePods(ctx, vmi, pods, false)
 }
 
+// deleteMigratedSource deletes the source pod of the VMI's completed
+// migration once its launcher has exited (the handler stopped it when the
+// guest left). It has nothing left to do, and left in place it would be
+// a second launcher pod of the VMI, ended, that users and tools listing
+// the VMI's pods would have to tell apart from the one running the guest.
+func (r *VMIReconciler) deleteMigratedSource(ctx context.Context, vmi *v1.VirtualMachineInstance, pods []*corev1.Pod, active *corev1.Pod) *syncError {
+	ms := vmi.Status.MigrationState
+	if ms == nil || !ms.Completed || ms.Failed || ms.SourcePod == "" {
+		return nil
+	}
+	var ended []*corev1.Pod
+	for _, p := range pods {
+		if p.Name == ms.SourcePod && p != active && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+			ended = append(ended, p)
+		}
+	}
+	_, syncErr := r.deletePods(ctx, vmi, ended, false)
+	return syncErr
+}
+
 // deletePods deletes the pods not yet being deleted; onlyRunning keeps pods
 // that already ended, so their logs stay readable.
 func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineInstance, pods []*corev1.Pod, onlyRunning bool) (time.Duration, *syncError) {
@@ -290,7 +310,7 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 
 // updateStatus derives the VMI status from the pod it observed and writes
 // it if it changed.
-func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod *corev1.Pod, syncErr *syncError) error {
+func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError) error {
 	now := r.now()
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
@@ -335,17 +355,23 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 		}
 	}
 
-	labelsPatch := false
 	if st.Phase == v1.Scheduled && vmi.Status.Phase != v1.Scheduled && podExists {
 		st.NodeName = pod.Spec.NodeName
-		labelsPatch = vmi.Labels[v1.NodeNameLabel] != pod.Spec.NodeName
 	}
+	// The node label follows status.nodeName, which virt-handler moves to
+	// the target's node when a migration completes: the label is what
+	// the handlers' caches select on.
+	labelsPatch := st.NodeName != "" && vmi.Labels[v1.NodeNameLabel] != st.NodeName
 
 	if podExists && !podIsDown(pod) {
 		if pod.Status.QOSClass != "" {
 			st.QOSClass = ptr.To(pod.Status.QOSClass)
 		}
 		st.ActivePods = map[types.UID]string{pod.UID: pod.Spec.NodeName}
+		if target != nil && target.Spec.NodeName != "" {
+			// Two during a migration, as in KubeVirt.
+			st.ActivePods[target.UID] = target.Spec.NodeName
+		}
 		for _, c := range pod.Spec.Containers {
 			if c.Name == ComputeContainerName {
 				st.LauncherContainerImageVersion = c.Image
@@ -367,6 +393,7 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 	}
 
 	st.Conditions = setVMICondition(st.Conditions, readyCondition(st.Phase, pod), now)
+	st.Conditions = setVMICondition(st.Conditions, liveMigratableCondition(vmi), now)
 
 	if syncErr != nil {
 		st.Conditions = setVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
@@ -382,7 +409,7 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 		if vmi.Labels == nil {
 			vmi.Labels = map[string]string{}
 		}
-		vmi.Labels[v1.NodeNameLabel] = pod.Spec.NodeName
+		vmi.Labels[v1.NodeNameLabel] = st.NodeName
 		if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("labelling VMI %s/%s with its node: %w", vmi.Namespace, vmi.Name, err)
 		}
@@ -399,6 +426,16 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 		return fmt.Errorf("updating status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
+}
+
+// liveMigratableCondition says whether the VMI can be live-migrated (a
+// fact of its spec: see spec.LiveMigratable).
+func liveMigratableCondition(vmi *v1.VirtualMachineInstance) v1.VirtualMachineInstanceCondition {
+	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
+	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec); !ok {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
+	}
+	return c
 }
 
 // readyCondition: a VMI is ready when its guest runs and its launcher pod is

@@ -203,23 +203,6 @@ func TestVMIDeletionRemovesPod(t *testing.T) {
 	}
 }
 
-func TestMigrationPlaceholderPending(t *testing.T) {
-	needEnv(t)
-	ns := namespace(t)
-	m := &v1.VirtualMachineInstanceMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: "mig", Namespace: ns},
-		Spec:       v1.VirtualMachineInstanceMigrationSpec{VMIName: "whatever"},
-	}
-	require.NoError(t, k8s.Create(context.Background(), m))
-	waitFor(t, "migration to be Pending", func() (bool, string) {
-		cur := &v1.VirtualMachineInstanceMigration{}
-		if err := get(t, ns, "mig", cur); err != nil {
-			return false, err.Error()
-		}
-		return cur.Status.Phase == v1.MigrationPending, string(cur.Status.Phase)
-	})
-}
-
 // readManifest reads a KubeVirt manifest as the API server would get it
 // from `kubectl apply`: unstructured, unchanged.
 func readManifest(t *testing.T, path, ns string) *unstructured.Unstructured {

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -22,11 +23,16 @@ import (
 // routes between the tap and its own interface, and nftables NATs:
 //
 //	table ip kubevmm
-//	  prerouting:  iifname eth0 ip daddr <pod IP> dnat to 10.0.2.2
+//	  prerouting:  iifname eth0 ip daddr <pod IP> tcp dport 49152 accept
+//	               iifname eth0 ip daddr <pod IP> dnat to 10.0.2.2
 //	  postrouting: ip saddr 10.0.2.0/24 oifname eth0 masquerade
 //
-// so every port of the pod IP reaches the guest, and the guest reaches the
-// cluster as the pod. This needs CAP_NET_ADMIN in the pod's namespace and
+// so every port of the pod IP but one reaches the guest, and the guest
+// reaches the cluster as the pod. The exception is spec.MigrationPort,
+// where a migration target's launcher receives its guest (KubeVirt
+// reserves its migration ports the same way). The tap's MAC is always
+// spec.GatewayMAC, so that a guest migrated into another pod finds its
+// gateway at the address it has cached. This needs CAP_NET_ADMIN in the pod's namespace and
 // a writable net.ipv4.ip_forward, which the launcher (not root, no
 // capabilities) does not have: virt-handler, privileged, does it from
 // outside, as KubeVirt's handler does. The tap is made persistent and owned
@@ -74,6 +80,10 @@ func SetupPodNetwork(pid int, nic spec.PodNIC, owner int) error {
 		l, err := netlink.LinkByName(nic.Tap)
 		if err != nil {
 			return fmt.Errorf("tap %s: %w", nic.Tap, err)
+		}
+		mac, _ := net.ParseMAC(spec.GatewayMAC)
+		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+			return fmt.Errorf("MAC address of %s: %w", nic.Tap, err)
 		}
 		addr, _ := netlink.ParseAddr(spec.GatewayIP + "/24")
 		if err := netlink.AddrReplace(l, addr); err != nil {
@@ -197,6 +207,18 @@ func setupNAT(ns netns.NsHandle) error {
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
 	guest := net.ParseIP(spec.GuestIP).To4()
+	port := binary.BigEndian.AppendUint16(nil, spec.MigrationPort)
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}})
 	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},

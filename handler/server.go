@@ -70,6 +70,16 @@ func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
 	return vmi, 0, nil
 }
 
+// socketDir is the socket directory of the VMI's active launcher (after a
+// migration, the target's).
+func (s *Server) socketDir(ctx context.Context, vmi *v1.VirtualMachineInstance) (string, error) {
+	pod, err := activeLauncherPod(ctx, s.Client, s.NodeName, vmi)
+	if err != nil {
+		return "", err
+	}
+	return podSocketDir(s.SocketRoot, vmi, pod), nil
+}
+
 func (s *Server) lifecycle(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		vmi, code, err := s.vmi(r)
@@ -77,7 +87,12 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 			http.Error(w, err.Error(), code)
 			return
 		}
-		c := launcherConn{dir: SocketDir(s.SocketRoot, vmi.UID)}.client()
+		dir, err := s.socketDir(r.Context(), vmi)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		c := launcherConn{dir: dir}.client()
 		ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
 		defer cancel()
 		if op == "pause" {
@@ -115,7 +130,12 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	path := filepath.Join(SocketDir(s.SocketRoot, vmi.UID), spec.ConsoleSocket)
+	dir, err := s.socketDir(r.Context(), vmi)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	path := filepath.Join(dir, spec.ConsoleSocket)
 	conn, err := net.DialTimeout("unix", path, launcherQueryTimeout)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("console of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)

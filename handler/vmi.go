@@ -144,7 +144,7 @@ func (r *VMIReconciler) now() metav1.Time {
 func SocketDir(root string, uid types.UID) string { return filepath.Join(root, string(uid)) }
 
 // Reconcile syncs one VMI with its launcher.
-func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, _ error) {
 	logger := log.FromContext(ctx)
 	vmi := &v1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
@@ -175,8 +175,8 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	l := launcherConn{dir: SocketDir(r.SocketRoot, vmi.UID)}
-	if err := ensureSocketDir(l.dir); err != nil {
+	l, err := podLauncher(r.SocketRoot, vmi, pod)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	info, live, err := l.info(ctx)
@@ -195,7 +195,35 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: startingPoll}, nil
 	}
 
-	var result ctrl.Result
+	// This node is the source of a migration in flight: drive it. Once
+	// the guest runs on the target, this pass is over (the next one reads
+	// the target's launcher).
+	if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.MigrationUID != "" && !ms.Completed && !ms.Failed {
+		res, handedOver, err := r.syncMigrationSource(ctx, vmi, l, info, live)
+		if err != nil || handedOver {
+			return res, err
+		}
+		defer func() {
+			if res.RequeueAfter > 0 && (result.RequeueAfter == 0 || res.RequeueAfter < result.RequeueAfter) {
+				result.RequeueAfter = res.RequeueAfter
+			}
+		}()
+	}
+
+	// A migration of this source that virt-controller ended (deleted,
+	// timed out) while the stream still runs: stop the stream. The VMM
+	// resumes the guest here, unless the target confirmed it already.
+	if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.Failed && live && info.State == api.StateMigrating {
+		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+		err := l.client().CancelMigration(qctx)
+		cancel()
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("cancelling the failed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Cancelled the migration stream: %s", ms.FailureReason)
+		return ctrl.Result{RequeueAfter: migrationPoll}, nil
+	}
+
 	switch {
 	case info.State == api.State(spec.StateStarting):
 		if live {
@@ -205,8 +233,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			}
 		}
 		result.RequeueAfter = startingPoll
-	case info.State == api.StateStopped || info.State == api.StateMigrated:
+	case info.State == api.StateStopped:
 		// final: nothing more to ask
+	case info.State == api.StateMigrated:
+		// A source whose guest left: the migration's pass above (or, for
+		// an older migration, nothing) speaks for the VMI, not this end.
+		return result, nil
 	default:
 		result.RequeueAfter = runningPoll
 		if vmi.DeletionTimestamp != nil && live {
@@ -249,7 +281,11 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		case v1.Succeeded:
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStopped, "Stop", "The guest ended: %s", info.Exit)
 		case v1.Failed:
-			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonGuestFailed, "Stop", "The guest failed: %s %s", info.Exit, info.Error)
+			why := info.Error
+			if why == "" {
+				why = info.Exit
+			}
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonGuestFailed, "Stop", "The guest failed: %s", why)
 		}
 	}
 	return result, nil
@@ -260,7 +296,10 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 	switch info.State {
 	case api.State(spec.StateStarting):
 		return
-	case api.StateStopped, api.StateMigrated:
+	case api.StateMigrated:
+		// The guest runs elsewhere: this end says nothing about it.
+		return
+	case api.StateStopped:
 		if info.Error != "" || failedExit(info.Exit) {
 			setPhase(st, v1.Failed, now)
 			st.Reason = ReasonGuestFailed
@@ -360,24 +399,38 @@ func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.Virtu
 	return nil
 }
 
-// launcherPod is the VMI's active launcher pod on this node, if any.
+// launcherPod is the VMI's active launcher pod (spec.ActiveLauncherPod),
+// if it is on this node. The cache holds this node's pods only.
 func (r *VMIReconciler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1.CreatedByLabel: string(vmi.UID)}); err != nil {
+	return activeLauncherPod(ctx, r.Client, r.NodeName, vmi)
+}
+
+func activeLauncherPod(ctx context.Context, c client.Reader, node string, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.List(ctx, list, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1.CreatedByLabel: string(vmi.UID)}); err != nil {
 		return nil, fmt.Errorf("listing the launcher pods of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if _, ok := vmi.Status.ActivePods[p.UID]; ok && p.Spec.NodeName == r.NodeName {
-			return p, nil
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == node {
+			pods = append(pods, &list.Items[i])
 		}
 	}
-	for i := range pods.Items {
-		if pods.Items[i].Spec.NodeName == r.NodeName {
-			return &pods.Items[i], nil
+	return spec.ActiveLauncherPod(vmi, pods), nil
+}
+
+// podSocketDir is where, in this handler's view of the node, the socket
+// directory of the VMI's launcher pod is (the pod's sockets hostPath under
+// the socket root); without a pod, the VMI's own directory.
+func podSocketDir(root string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) string {
+	if pod != nil {
+		if hp := spec.PodSocketDir(pod); hp != "" {
+			if rel, err := filepath.Rel(spec.SocketRootDir, hp); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+				return filepath.Join(root, rel)
+			}
 		}
 	}
-	return nil, nil
+	return SocketDir(root, vmi.UID)
 }
 
 func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
@@ -396,6 +449,20 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
+}
+
+// podLauncher is the connection to the launcher of pod (nil: the VMI's
+// own directory), with the socket directories the launcher needs made
+// ready for it.
+func podLauncher(root string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (launcherConn, error) {
+	if err := ensureSocketDir(SocketDir(root, vmi.UID)); err != nil {
+		return launcherConn{}, err
+	}
+	l := launcherConn{dir: podSocketDir(root, vmi, pod)}
+	if err := ensureSocketDir(l.dir); err != nil {
+		return launcherConn{}, err
+	}
+	return l, nil
 }
 
 // ensureSocketDir gives the launcher (not root) its socket directory: the

@@ -1,13 +1,9 @@
 package launcher
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"time"
 
-	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/console"
@@ -37,10 +33,11 @@ type backend interface {
 type switchVM struct {
 	name string
 
-	mu      sync.Mutex
-	be      backend
-	stopped bool // Stop before the backend existed
-	err     string
+	mu       sync.Mutex
+	be       backend
+	stopped  bool // Stop before the backend existed
+	err      string
+	incoming bool // listening for a migration stream
 }
 
 var _ api.VM = (*switchVM)(nil)
@@ -53,6 +50,13 @@ func (s *switchVM) set(b backend) bool {
 	}
 	s.be = b
 	return true
+}
+
+// setIncoming says the launcher now waits for a migration stream.
+func (s *switchVM) setIncoming() {
+	s.mu.Lock()
+	s.incoming = true
+	s.mu.Unlock()
 }
 
 func (s *switchVM) fail(err error) {
@@ -72,12 +76,15 @@ func (s *switchVM) get() (backend, error) {
 
 func (s *switchVM) Info() api.Info {
 	s.mu.Lock()
-	b, stopped, err := s.be, s.stopped, s.err
+	b, stopped, err, incoming := s.be, s.stopped, s.err, s.incoming
 	s.mu.Unlock()
 	if b != nil {
 		return b.Info()
 	}
 	i := api.Info{State: StateStarting, Backend: s.name}
+	if incoming {
+		i.State = api.StateIncoming
+	}
 	if stopped || err != "" {
 		i.State, i.Exit, i.Error = api.StateStopped, string(machine.ExitStopped), err
 		if err != "" {
@@ -179,17 +186,10 @@ func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog) (*kubevmmB
 		con.Close()
 		return nil, fmt.Errorf("building the VM: %w", err)
 	}
-	con.SetInput(m.Serial.Input)
-	if err := con.Listen(consolePath); err != nil {
-		m.Close()
-		con.Close()
+	b, err := runKubevmm(m, con, consolePath)
+	if err != nil {
 		return nil, err
 	}
-	b := &kubevmmBackend{Runner: runner.New(m, mc.CPUs, mc.MemoryBytes), con: con, done: make(chan struct{})}
-	go func() {
-		b.exit = b.Run()
-		close(b.done)
-	}()
 	if cfg.StartPaused {
 		// The vCPUs may have run a few instructions by now; the guest
 		// cannot tell, and the VMM has no "created but not started" state.
@@ -197,6 +197,24 @@ func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog) (*kubevmmB
 			return b, fmt.Errorf("starting paused: %w", err)
 		}
 	}
+	return b, nil
+}
+
+// runKubevmm serves the console of a built machine and runs it. On error
+// the machine and console are closed.
+func runKubevmm(m *machine.Machine, con *console.Console, consolePath string) (*kubevmmBackend, error) {
+	con.SetInput(m.Serial.Input)
+	if err := con.Listen(consolePath); err != nil {
+		m.Close()
+		con.Close()
+		return nil, err
+	}
+	cfg := m.Config()
+	b := &kubevmmBackend{Runner: runner.New(m, cfg.CPUs, cfg.MemoryBytes), con: con, done: make(chan struct{})}
+	go func() {
+		b.exit = b.Run()
+		close(b.done)
+	}()
 	return b, nil
 }
 
@@ -209,100 +227,3 @@ func (b *kubevmmBackend) Close() {
 	b.con.Close()
 	b.Machine().Close()
 }
-
-// qemuBackend adapts a QEMU VM (launcher/qemu) to the control API.
-type qemuBackend struct {
-	vm *qemu.VM
-}
-
-const qemuCommandTimeout = 10 * time.Second
-
-func startQEMU(ctx context.Context, cfg VMConfig, p Paths, consolePath, binary string) (*qemuBackend, error) {
-	qc, err := cfg.QEMUConfig(p, consolePath)
-	if err != nil {
-		return nil, err
-	}
-	qc.Binary = binary
-	vm, err := qemu.Start(ctx, qc)
-	if err != nil {
-		return nil, err
-	}
-	return &qemuBackend{vm: vm}, nil
-}
-
-func (q *qemuBackend) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), qemuCommandTimeout)
-}
-
-func (q *qemuBackend) Info() api.Info {
-	ctx, cancel := q.ctx()
-	defer cancel()
-	i := api.Info{Backend: string(spec.BackendQEMU)}
-	st, err := q.vm.Status(ctx)
-	switch {
-	case err != nil && st.Exit == nil:
-		i.State, i.Error = api.StateRunning, err.Error()
-	case st.Exit != nil:
-		i.State, i.Exit = api.StateStopped, string(st.Exit.Reason)
-		if q.failed(*st.Exit) {
-			i.Error = st.Exit.String()
-		}
-	case st.State == "paused":
-		i.State = api.StatePaused
-	case st.State == "inmigrate":
-		i.State = api.StateIncoming
-	case st.State == "postmigrate":
-		i.State = api.StateMigrated
-	default:
-		i.State = api.StateRunning
-	}
-	return i
-}
-
-func (q *qemuBackend) failed(e qemu.Exit) bool {
-	switch e.Reason {
-	case qemu.ExitGuestShutdown, qemu.ExitHostShutdown, qemu.ExitKilled:
-		return e.ShutdownReason == "guest-panic"
-	}
-	return true
-}
-
-func (q *qemuBackend) Pause() error {
-	ctx, cancel := q.ctx()
-	defer cancel()
-	return q.vm.Pause(ctx)
-}
-
-func (q *qemuBackend) Resume() error {
-	ctx, cancel := q.ctx()
-	defer cancel()
-	return q.vm.Resume(ctx)
-}
-
-func (q *qemuBackend) Stop() error {
-	ctx, cancel := q.ctx()
-	defer cancel()
-	_, err := q.vm.Kill(ctx)
-	if errors.Is(err, qemu.ErrExited) {
-		return nil
-	}
-	return err
-}
-
-var errQEMUUnsupported = fmt.Errorf("%w: not supported by the launcher's QEMU backend yet", api.ErrBadRequest)
-
-func (q *qemuBackend) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
-	return api.SnapshotResult{}, errQEMUUnsupported
-}
-func (q *qemuBackend) Migrate(api.MigrateRequest) error { return errQEMUUnsupported }
-func (q *qemuBackend) Migration() api.MigrationStatus   { return api.MigrationStatus{} }
-func (q *qemuBackend) CancelMigration() error           { return errQEMUUnsupported }
-func (q *qemuBackend) Metrics() map[string]any {
-	return map[string]any{"backend": "qemu", "pid": q.vm.PID()}
-}
-func (q *qemuBackend) Done() <-chan struct{} { return q.vm.Done() }
-func (q *qemuBackend) Failed() bool {
-	e, err := q.vm.Wait(context.Background())
-	return err != nil || q.failed(e)
-}
-func (q *qemuBackend) Close() {}

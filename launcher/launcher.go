@@ -55,6 +55,14 @@ type Options struct {
 	// Linger is how long the launcher keeps answering after the guest
 	// ended without being asked to stop; 0 is until ctx ends.
 	Linger time.Duration
+	// Incoming makes this launcher the target of a live migration
+	// (KUBEVMM_MIGRATION_INCOMING, set on migration target pods): instead
+	// of booting, it receives the running guest on this address
+	// (tcp:HOST:PORT or unix:PATH) and runs it.
+	Incoming string
+	// QEMUWatchdog tunes how the QEMU backend notices a hung monitor; the
+	// zero value is the production setting.
+	QEMUWatchdog Watchdog
 }
 
 // ReadVMI reads and decodes the VMI file.
@@ -87,6 +95,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 1, err
 	}
 	logf("VMI %s/%s (uid %s): backend %s (%s)", vmi.Namespace, vmi.Name, vmi.UID, backendName, why)
+	if o.Incoming != "" && backendName != spec.BackendKubevmm {
+		// Refused before anything runs: the controller does not migrate
+		// such VMIs (LiveMigratable is False), so this is a bad pod.
+		return 1, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
+	}
 	cfg, err := BuildVMConfig(vmi, o.Paths)
 	if err != nil {
 		return 1, err
@@ -126,15 +139,27 @@ func Run(ctx context.Context, o Options) (int, error) {
 	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
 	var be backend
 	t0 := time.Now()
-	switch backendName {
-	case spec.BackendKubevmm:
+	switch {
+	case o.Incoming != "":
+		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, logf)
+	case backendName == spec.BackendKubevmm:
 		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console})
-	case spec.BackendQEMU:
+	case backendName == spec.BackendQEMU:
 		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
-			be, err = startQEMU(ctx, cfg, o.Paths, consolePath, o.QEMUBinary)
+			var qc qemuStart
+			if qc, err = qemuStartConfig(cfg, vmi, o); err == nil {
+				be, err = startQEMU(ctx, qc, consolePath, &lineLog{w: o.Console}, logf)
+			}
 		}
 	}
 	if err != nil {
+		if ctx.Err() != nil && o.Incoming != "" {
+			// Deleted while waiting for the migration: nothing ran here.
+			logf("stopped before a migration arrived")
+			sw.Stop()
+			writeExit(o.Paths.SocketDir, sw.Info(), logf)
+			return 0, nil
+		}
 		sw.fail(err)
 		writeExit(o.Paths.SocketDir, sw.Info(), logf)
 		logf("the guest could not start: %v", err)
@@ -147,7 +172,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 		// Stopped while starting.
 		be.Stop()
 	}
-	logf("guest started on %s in %v", backendName, time.Since(t0).Round(time.Millisecond))
+	if o.Incoming != "" {
+		logf("guest received on %s in %v; it runs here now", o.Incoming, time.Since(t0).Round(time.Millisecond))
+	} else {
+		logf("guest started on %s in %v", backendName, time.Since(t0).Round(time.Millisecond))
+	}
 
 	select {
 	case <-be.Done():
@@ -169,6 +198,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 	info := be.Info()
 	logf("guest ended: %s %s", info.Exit, info.Error)
 	writeExit(o.Paths.SocketDir, info, logf)
+	if info.State == api.StateMigrated {
+		// The guest runs on the migration target now and virt-handler,
+		// which stopped this end, has read what it needs: this pod is done.
+		return 0, nil
+	}
 	code := 0
 	if be.Failed() {
 		code = 1

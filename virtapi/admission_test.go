@@ -88,6 +88,23 @@ func TestValidateVM(t *testing.T) {
 	}
 }
 
+// TestValidateWindowsStyleVMI: the e2e's Windows-shaped VMI (SATA, e1000,
+// Hyper-V) is admitted (the QEMU backend serves it), and a QEMU
+// accelerator that does not exist is refused, naming the annotation.
+func TestValidateWindowsStyleVMI(t *testing.T) {
+	b := testdata(t, "vmi-windows.yaml")
+	if r := review(t, PathValidateVMI, admissionv1.Create, b); !r.Allowed {
+		t.Fatalf("the Windows-style VMI is refused: %s", r.Result.Message)
+	}
+	vmi := &v1.VirtualMachineInstance{}
+	json.Unmarshal(b, vmi)
+	vmi.Annotations["kubevmm.io/qemu-accel"] = "fast"
+	b, _ = json.Marshal(vmi)
+	if r := review(t, PathValidateVMI, admissionv1.Create, b); r.Allowed || !strings.Contains(r.Result.Message, "kubevmm.io/qemu-accel") {
+		t.Fatalf("accelerator \"fast\": allowed=%v %q", r.Allowed, r.Result.Message)
+	}
+}
+
 func TestMutateVMI(t *testing.T) {
 	vm := &v1.VirtualMachine{}
 	json.Unmarshal(testdata(t, "vm.yaml"), vm)

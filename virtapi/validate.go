@@ -27,6 +27,9 @@ func ValidateVMISpec(s *v1.VirtualMachineInstanceSpec, annotations map[string]st
 	if _, _, err := spec.SelectBackend(annotations, s); err != nil {
 		out = append(out, "metadata.annotations: "+err.Error())
 	}
+	if _, err := spec.QEMUAccel(annotations); err != nil {
+		out = append(out, "metadata.annotations: "+err.Error())
+	}
 	vols := map[string]*v1.Volume{}
 	for i := range s.Volumes {
 		v := &s.Volumes[i]

@@ -1,6 +1,6 @@
 // Command virt-controller runs the cluster-wide kubevirt.io reconcilers
-// (VirtualMachine -> VirtualMachineInstance -> virt-launcher pod, and the
-// migration placeholder) as one controller-runtime manager.
+// (VirtualMachine -> VirtualMachineInstance -> virt-launcher pod, and live
+// migrations) as one controller-runtime manager.
 package main
 
 import (
@@ -35,6 +35,7 @@ func run() error {
 		leaderElectNS string
 		metricsAddr   string
 		probeAddr     string
+		configPath    string
 	)
 	flag.StringVar(&launcherImage, "launcher-image", "localhost/kubevmm/virt-launcher:devel", "image of the virt-launcher pods")
 	flag.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the virt-launcher image (Always, IfNotPresent, Never)")
@@ -42,6 +43,7 @@ func run() error {
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	flag.StringVar(&configPath, "config", "", "cluster configuration (YAML/JSON: KubeVirt's spec.configuration migrations and developerConfiguration.featureGates), re-read when it changes; empty: KubeVirt's defaults")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -76,9 +78,21 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := controller.Setup(mgr, controller.Options{Launcher: controller.LauncherConfig{
+	opts := controller.Options{Launcher: controller.LauncherConfig{
 		Image: launcherImage, ImagePullPolicy: corev1.PullPolicy(pullPolicy),
-	}}); err != nil {
+	}}
+	if configPath != "" {
+		f := &controller.ConfigFile{Path: configPath}
+		// A bad file at start is a deployment error: refuse to run. Later
+		// changes that do not parse keep the last good configuration.
+		c, err := f.Get()
+		if err != nil {
+			return err
+		}
+		ctrl.Log.Info("cluster configuration", "file", configPath, "featureGates", c.DeveloperConfiguration.FeatureGates, "migrations", c.Limits())
+		opts.Config = f.Get
+	}
+	if err := controller.Setup(mgr, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -96,6 +96,12 @@ func run() error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)
 	}
+	if err := (&handler.MigrationTargetReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: nodeName, SocketRoot: socketRoot,
+		Recorder: mgr.GetEventRecorder("virt-handler"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the migration target controller: %w", err)
+	}
 	if err := (&handler.NodeReconciler{Client: mgr.GetClient(), NodeName: nodeName}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}

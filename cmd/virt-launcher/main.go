@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/kubevmm/kubevmm/launcher"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 func main() {
@@ -50,6 +51,9 @@ func main() {
 		Log:        os.Stderr,
 		Console:    os.Stdout,
 		QEMUBinary: os.Getenv("KUBEVMM_QEMU_BINARY"),
+		// Set on migration target pods: receive the guest instead of
+		// booting it.
+		Incoming: os.Getenv(spec.IncomingEnv),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "virt-launcher:", err)

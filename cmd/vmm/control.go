@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,22 +15,12 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
-	"github.com/kubevmm/kubevmm/vmm/unixsock"
 )
 
 // receiveIncoming listens on addr for one migration stream, builds the VM
 // it carries and returns it ready to run.
 func receiveIncoming(addr string, s *session) (*machine.Machine, error) {
-	network, a, err := api.ParseAddress(addr)
-	if err != nil {
-		return nil, usagef("run: --incoming: %v", err)
-	}
-	var l net.Listener
-	if network == "unix" {
-		l, err = unixsock.Listen(a)
-	} else {
-		l, err = net.Listen(network, a)
-	}
+	l, err := api.ListenAddress(addr)
 	if err != nil {
 		return nil, usagef("run: --incoming: %v", err)
 	}

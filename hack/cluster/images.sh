@@ -27,8 +27,16 @@ for name in "$@"; do
   # The sandbox's pause runs as root like upstream's (it must be able to
   # reap any process of the pod).
   [ "$name" = pause ] && user=0
+  extra=()
+  # The launcher runs QEMU for what our VMM does not emulate (SATA, e1000,
+  # Hyper-V, EFI): Debian's QEMU goes into its image, with its libraries
+  # and firmware (qemu-files.sh).
+  if [ "$name" = virt-launcher ]; then
+    while read -r f; do extra+=(-file "$f"); done < <("$HACK_DIR/cluster/qemu-files.sh")
+    [ ${#extra[@]} -gt 0 ] || die "images.sh: no QEMU files for the launcher image"
+  fi
   "$out/bin/image-tool" -o "$out/$name.tar" -t "$tag" -user "$user" \
-    -entrypoint "/usr/bin/$name" -file "/usr/bin/$name=$out/bin/$name:0755" \
+    -entrypoint "/usr/bin/$name" -file "/usr/bin/$name=$out/bin/$name:0755" "${extra[@]}" \
     -label org.opencontainers.image.source=https://github.com/kubevmm/kubevmm >/dev/null
   if ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1; then
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images import "$out/$name.tar" >/dev/null

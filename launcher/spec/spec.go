@@ -32,7 +32,33 @@ const (
 	// at the VMI's deletion (virt-handler) and on SIGTERM (the launcher);
 	// the guest then has its grace period before it is stopped.
 	ShutdownInputAnnotation = "kubevmm.io/shutdown-console-input"
+	// QEMUAccelAnnotation chooses how the QEMU backend runs guest code:
+	// "kvm" (hardware virtualization through /dev/kvm), "tcg" (QEMU's own
+	// emulator: slow, but independent of the host's KVM) or "auto" (the
+	// default): tcg on hosts whose KVM emulates guest kernel mode (the
+	// kvm_pvm module, nested without VT-x/SVM, where QEMU+KVM stalls for
+	// minutes in a kernel's decompressor), kvm elsewhere.
+	QEMUAccelAnnotation = "kubevmm.io/qemu-accel"
 )
+
+// QEMU accelerator choices (QEMUAccelAnnotation).
+const (
+	QEMUAccelAuto = "auto"
+	QEMUAccelKVM  = "kvm"
+	QEMUAccelTCG  = "tcg"
+)
+
+// QEMUAccel is the QEMUAccelAnnotation's value, "auto" when unset.
+func QEMUAccel(annotations map[string]string) (string, error) {
+	switch a := annotations[QEMUAccelAnnotation]; a {
+	case "", QEMUAccelAuto:
+		return QEMUAccelAuto, nil
+	case QEMUAccelKVM, QEMUAccelTCG:
+		return a, nil
+	default:
+		return "", fmt.Errorf("annotation %s: %q is not an accelerator (want kvm, tcg or auto)", QEMUAccelAnnotation, a)
+	}
+}
 
 // ShutdownInput is the annotation's text as typed (with its newline), or nil.
 func ShutdownInput(annotations map[string]string) []byte {

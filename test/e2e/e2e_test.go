@@ -4,8 +4,11 @@
 // hack/kubectl.sh (kubectl v1.35.4) and hack/virtctl.sh.
 //
 // Guest boots cost minutes on the nested CI hosts, so the test boots the
-// guest twice only: once to read its console, and once after
-// `virtctl start` (to Running only; the guest's own boot is not waited for).
+// guest under our VMM twice only: once to read its console (that guest then
+// serves the network, pause, virt-handler restart and live migration
+// subtests, in that order), and once after `virtctl start` (to Running
+// only; the guest's own boot is not waited for). The Windows-style VMI
+// runs on QEMU with TCG, which boots the same guest in seconds here.
 // Every wait is for a condition; the bounds only turn a hang into a failure.
 package e2e
 
@@ -21,6 +24,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,11 +82,11 @@ func jsonpath(t *testing.T, obj, path string) string {
 // console runs `virtctl console` until its output holds marker, and
 // returns the output. The guest's console history is replayed first, so a
 // marker printed before attaching counts.
-func console(t *testing.T, bound time.Duration) string {
+func console(t *testing.T, vmi string, bound time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmName)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmi)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	stdin, err := cmd.StdinPipe() // kept open: the console stays attached
@@ -188,6 +192,32 @@ func rssKiB(comm, field string) (int, int) {
 	return total, n
 }
 
+// podProcesses lists the PIDs of the processes with command name comm in
+// the pod whose UID is podUID (from their cgroup, cgroupfs or systemd
+// naming): this pod's, never another's with the same command.
+func podProcesses(podUID, comm string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(cg), "pod"+podUID) || strings.Contains(string(cg), "pod"+strings.ReplaceAll(podUID, "-", "_")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 func TestVirtualMachineLifecycle(t *testing.T) {
 	if os.Getenv(envFlag) == "" {
 		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
@@ -196,10 +226,14 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,pods,events", "-o", "wide")
+			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,vmim,pods,events", "-o", "wide")
 			t.Logf("state at failure:\n%s", out)
-			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "ds/virt-handler", "--tail=40")
+			out, _ = run(t, "kubectl.sh", "-n", ns, "get", "vmi,vmim", "-o", "yaml")
+			t.Logf("objects at failure:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "ds/virt-handler", "--tail=60")
 			t.Logf("virt-handler:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "deploy/virt-controller", "--tail=40")
+			t.Logf("virt-controller:\n%s", out)
 			return
 		}
 		kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
@@ -216,13 +250,46 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("backend selection routes a VMI to QEMU and records it", func(t *testing.T) {
-		kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-qemu.yaml"))
-		wait(t, "vmi/qemu-vmi", "jsonpath={.metadata.annotations.kubevmm\\.io/active-backend}=qemu", 3*time.Minute)
-		wait(t, "vmi/qemu-vmi", "jsonpath={.status.phase}=Failed", 3*time.Minute)
-		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=qemu-vmi,reason=GuestFailed", "-o", "jsonpath={.items[*].message}")
-		t.Logf("QEMU-backed VMI (no QEMU in the launcher image): %s", strings.TrimSpace(ev))
-		kubectl(t, "-n", ns, "delete", "vmi", "qemu-vmi", "--wait=true", "--timeout=120s")
+	t.Run("a Windows-style VMI runs on QEMU; QEMU's end fails it", func(t *testing.T) {
+		// SATA disk, e1000 NIC, Hyper-V features: admitted, and routed to
+		// the launcher's QEMU (TCG on this host kind, see vmi-windows.yaml).
+		const name = "win-style"
+		t0 := time.Now()
+		kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-windows.yaml"))
+		wait(t, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
+		t.Logf("MEASURED kubectl apply -> QEMU VMI Running: %v", time.Since(t0).Round(time.Millisecond))
+		if got := jsonpath(t, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend}"); got != "qemu" {
+			t.Fatalf("active backend %q, want qemu", got)
+		}
+		out := console(t, name, 5*time.Minute)
+		line, _, _ := strings.Cut(out[strings.Index(out, marker):], "\n")
+		t.Logf("guest on QEMU: %s (%v after apply)", strings.TrimSpace(line), time.Since(t0).Round(time.Millisecond))
+
+		// QEMU ends under the launcher (as an OOM kill or a crash would
+		// end it): found from the host by its pod's cgroup, killed.
+		uid := jsonpath(t, "vmi/"+name, "{.metadata.uid}")
+		podUID := strings.TrimSpace(kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "jsonpath={.items[*].metadata.uid}"))
+		if podUID == "" || strings.Contains(podUID, " ") {
+			t.Fatalf("want one launcher pod of VMI %s, got UIDs %q", name, podUID)
+		}
+		pids := podProcesses(podUID, "qemu-system-x86")
+		if len(pids) != 1 {
+			t.Fatalf("want one QEMU process in pod %s, got %v", podUID, pids)
+		}
+		if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+			t.Fatalf("killing QEMU (pid %d): %v", pids[0], err)
+		}
+		wait(t, "vmi/"+name, "jsonpath={.status.phase}=Failed", 3*time.Minute)
+		if got := jsonpath(t, "vmi/"+name, "{.status.reason}"); got != "GuestFailed" {
+			t.Errorf("status.reason %q, want GuestFailed", got)
+		}
+		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.kind=VirtualMachineInstance,involvedObject.name="+name+",reason=GuestFailed",
+			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		t.Logf("after QEMU was killed: %s", strings.TrimSpace(ev))
+		if !strings.Contains(ev, "QEMU crashed: killed by signal") {
+			t.Errorf("the VMI's GuestFailed event does not say QEMU was killed: %q", ev)
+		}
+		kubectl(t, "-n", ns, "delete", "vmi", name, "--wait=true", "--timeout=120s")
 	})
 
 	// apply -> Running: the VMM's vCPUs run (the guest's boot is not in it).
@@ -242,7 +309,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 
 	t.Run("virtctl console shows the guest's /init output", func(t *testing.T) {
 		t0 := time.Now()
-		out := console(t, 15*time.Minute)
+		out := console(t, vmName, 15*time.Minute)
 		line := out[strings.Index(out, marker):]
 		line, _, _ = strings.Cut(line, "\n")
 		t.Logf("guest: %s (console connected, marker after %v)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
@@ -290,9 +357,65 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		}
 		// The guest was not rebooted: its console (through the new
 		// handler) holds exactly one boot report.
-		out := console(t, 5*time.Minute)
+		out := console(t, vmName, 5*time.Minute)
 		if n := strings.Count(out, marker); n != 1 {
 			t.Fatalf("the guest reported %d boots on its console, want 1", n)
+		}
+	})
+
+	t.Run("virtctl migrate moves the running guest to a new launcher pod", func(t *testing.T) {
+		// Something only this guest's memory holds: a rebooted or
+		// re-created guest would not have it.
+		consoleRun(t, "echo pre-$((6*7)) > /tmp/migrated && echo MARK-$((1+2))", "MARK-3", 2*time.Minute)
+		uid := jsonpath(t, "vmi/"+vmName, "{.metadata.uid}")
+		source := strings.TrimSpace(kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "jsonpath={.items[*].metadata.name}"))
+		if source == "" || strings.Contains(source, " ") {
+			t.Fatalf("want one launcher pod before the migration, got %q", source)
+		}
+		t0 := time.Now()
+		virtctl(t, "migrate", vmName)
+		mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+		if mig == "" || strings.Contains(mig, " ") {
+			t.Fatalf("want the one migration virtctl created, got %q", mig)
+		}
+		wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+		t.Logf("MEASURED virtctl migrate -> migration Succeeded: %v", time.Since(t0).Round(time.Millisecond))
+		ms := jsonpath(t, "vmi/"+vmName, "{.status.migrationState.completed} {.status.migrationState.failed} {.status.migrationState.sourcePod} {.status.migrationState.targetPod}")
+		f := strings.Fields(ms)
+		if len(f) != 3 || f[0] != "true" || f[1] != source || f[2] == source {
+			t.Fatalf("migrationState (completed failed sourcePod targetPod) = %q: want completed, not failed, from %s to another pod", ms, source)
+		}
+		target := f[2]
+		if got := jsonpath(t, "vmi/"+vmName, "{.status.phase} {.status.nodeName}"); len(strings.Fields(got)) != 2 || strings.Fields(got)[0] != "Running" {
+			t.Fatalf("VMI phase and node after the migration: %q, want Running on a node", got)
+		}
+		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.kind=VirtualMachineInstance,involvedObject.name="+vmName+",reason=Migrated",
+			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+		t.Logf("MEASURED migration (virt-handler's account): %s", strings.TrimSpace(ev))
+
+		// The source's launcher exited when its guest left; its pod goes.
+		wait(t, "pod/"+source, "delete", 3*time.Minute)
+		wait(t, "pod/"+target, "condition=Ready", 2*time.Minute)
+		if got := strings.TrimSpace(kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "jsonpath={.items[*].metadata.name}")); got != target {
+			t.Fatalf("launcher pods after the migration: %q, want only %s", got, target)
+		}
+
+		// The same guest answers on its console, through the new pod...
+		out := consoleRun(t, "cat /tmp/migrated", "pre-42", 2*time.Minute)
+		if strings.Contains(out, "No such file") {
+			t.Fatalf("the guest lost its memory in the migration:\n%s", out)
+		}
+		// ...and on the network: the VMI reports the new pod's IP, and
+		// it reaches the guest (same masquerade, new pod).
+		podIP := jsonpath(t, "pod/"+target, "{.status.podIP}")
+		wait(t, "vmi/"+vmName, "jsonpath={.status.interfaces[0].ipAddress}="+podIP, 2*time.Minute)
+		ping, err := exec.Command("ping", "-c", "3", "-W", "10", podIP).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ping %s (the target pod's IP, DNATed to the guest): %v\n%s", podIP, err, ping)
+		}
+		t.Logf("node -> new pod IP -> migrated guest: %s", pingSummary(string(ping)))
+		if got := jsonpath(t, "vm/"+vmName, "{.status.printableStatus}"); got != "Running" {
+			t.Errorf("VM status %q after the migration, want Running", got)
 		}
 	})
 

@@ -152,3 +152,16 @@ func ParseAddress(s string) (network, addr string, err error) {
 	}
 	return "", "", fmt.Errorf("address %q: want tcp:HOST:PORT or unix:PATH", s)
 }
+
+// ListenAddress listens on a migration address (see ParseAddress); a unix
+// socket left by a dead process is replaced, a live one is not.
+func ListenAddress(s string) (net.Listener, error) {
+	network, addr, err := ParseAddress(s)
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		return unixsock.Listen(addr)
+	}
+	return net.Listen(network, addr)
+}

@@ -26,6 +26,17 @@ const (
 	VirtualMachineNameLabel = "vm.kubevirt.io/name"
 	// DomainAnnotation on a launcher pod is the VMI's name.
 	DomainAnnotation = "kubevirt.io/domain"
+	// MigrationJobLabel marks a migration target pod with the UID of its
+	// VirtualMachineInstanceMigration. virt-controller removes it once the
+	// migration succeeded: the pod is then the VMI's launcher pod.
+	MigrationJobLabel = "kubevirt.io/migrationJobUID"
+	// MigrationJobNameAnnotation on a target pod is its migration's name.
+	MigrationJobNameAnnotation = "kubevirt.io/migrationJobName"
+	// MigrationTargetNodeNameLabel on a VMI is the node it is migrating to.
+	MigrationTargetNodeNameLabel = "kubevirt.io/migrationTargetNodeName"
+	// MigrationSelectorLabel on a migration is the name of its VMI, so
+	// that the migrations of one VMI can be listed.
+	MigrationSelectorLabel = "kubevirt.io/vmi-name"
 
 	// VirtualMachineInstanceFinalizer keeps a VMI until its launcher pod is
 	// gone, so the guest gets its graceful shutdown.

@@ -366,8 +366,11 @@ type VirtualMachineInstanceMigrationState struct {
 	Mode MigrationMode `json:"mode,omitempty"`
 	// +optional
 	MigrationPolicyName *string `json:"migrationPolicyName,omitempty"`
+	// MigrationConfiguration is the configuration the migration runs with
+	// (the cluster's, narrowed by the migration), written by virt-controller
+	// when it hands the migration to the handlers.
 	// +optional
-	MigrationConfiguration *Unmodeled `json:"migrationConfiguration,omitempty"`
+	MigrationConfiguration *MigrationConfiguration `json:"migrationConfiguration,omitempty"`
 	// +optional
 	TargetCPUSet []int `json:"targetCPUSet,omitempty"`
 	// +optional
@@ -380,6 +383,47 @@ type VirtualMachineInstanceMigrationState struct {
 	MigrationNetworkType string `json:"migrationNetworkType,omitempty"`
 	// +optional
 	TargetMemoryOverhead *resource.Quantity `json:"targetMemoryOverhead,omitempty"`
+}
+
+// MigrationConfiguration is KubeVirt's migration configuration (the
+// KubeVirt CR's spec.configuration.migrations, also recorded per migration
+// in the VMI's status.migrationState), the part kubevmm implements.
+type MigrationConfiguration struct {
+	// ParallelMigrationsPerCluster bounds the migrations in flight in the
+	// cluster (default 5).
+	// +optional
+	ParallelMigrationsPerCluster *uint32 `json:"parallelMigrationsPerCluster,omitempty"`
+	// ParallelOutboundMigrationsPerNode bounds the migrations in flight out
+	// of one node (default 2).
+	// +optional
+	ParallelOutboundMigrationsPerNode *uint32 `json:"parallelOutboundMigrationsPerNode,omitempty"`
+	// BandwidthPerMigration caps each migration's stream, in bytes per
+	// second (0: no cap, the default).
+	// +optional
+	BandwidthPerMigration *resource.Quantity `json:"bandwidthPerMigration,omitempty"`
+	// CompletionTimeoutPerGiB: a migration taking longer than this many
+	// seconds per GiB of guest memory is aborted (default 150).
+	// +optional
+	CompletionTimeoutPerGiB *int64 `json:"completionTimeoutPerGiB,omitempty"`
+	// ProgressTimeout: a migration that makes no progress for this many
+	// seconds is aborted (default 150).
+	// +optional
+	ProgressTimeout *int64 `json:"progressTimeout,omitempty"`
+	// AllowAutoConverge lets the source throttle a guest that dirties
+	// memory faster than it can be sent (default false).
+	// +optional
+	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
+	// AllowPostCopy is not implemented by kubevmm; true is refused.
+	// +optional
+	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
+	// UnschedulablePendingTimeoutSeconds: a migration whose target pod
+	// stays unschedulable this long fails (default 300).
+	// +optional
+	UnschedulablePendingTimeoutSeconds *int64 `json:"unschedulablePendingTimeoutSeconds,omitempty"`
+	// CatchAllPendingTimeoutSeconds: a migration whose target pod is not
+	// running after this long fails (default 900).
+	// +optional
+	CatchAllPendingTimeoutSeconds *int64 `json:"catchAllPendingTimeoutSeconds,omitempty"`
 }
 
 // MigrationAbortStatus is the state of a requested abort.

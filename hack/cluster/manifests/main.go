@@ -27,6 +27,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -49,6 +50,7 @@ import (
 
 type opts struct {
 	namespace, imagePrefix, tag, pki, pluginDir string
+	featureGates                                string
 	pull                                        corev1.PullPolicy
 }
 
@@ -61,6 +63,9 @@ func main() {
 	flag.StringVar(&o.pki, "pki", "", "directory keeping the generated CA and certificates (required)")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
+	// The dev cluster has one node: without SameNodeLiveMigration a
+	// migration's target pod could never be scheduled there.
+	flag.StringVar(&o.featureGates, "feature-gates", controller.FeatureGateSameNodeLiveMigration, "comma-separated feature gates of the cluster configuration (virt-controller's --config)")
 	flag.Parse()
 	o.pull = corev1.PullPolicy(pull)
 	if err := run(o); err != nil {
@@ -203,9 +208,27 @@ func run(o opts) error {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port), Scheme: scheme}},
 			PeriodSeconds: 2}
 	}
+	// The cluster configuration (KubeVirt's spec.configuration; there is
+	// no operator yet), as a ConfigMap mounted into virt-controller, which
+	// re-reads the file when the kubelet updates it.
+	var cc controller.ClusterConfig
+	if o.featureGates != "" {
+		cc.DeveloperConfiguration.FeatureGates = strings.Split(o.featureGates, ",")
+	}
+	ccYAML, err := yaml.Marshal(cc)
+	if err != nil {
+		return fmt.Errorf("cluster configuration: %w", err)
+	}
+	if _, err := controller.ParseClusterConfig(ccYAML); err != nil {
+		return err
+	}
+	const configDir, configFile = "/etc/kubevmm/config", "config.yaml"
+	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: meta("kubevmm-config"), Data: map[string]string{configFile: string(ccYAML)}}
 	vc := corev1.Container{Name: "virt-controller", Image: image("virt-controller"), ImagePullPolicy: o.pull,
-		Args:      []string{"--launcher-image", image("virt-launcher"), "--launcher-image-pull-policy", string(o.pull), "--health-probe-bind-address=:8081"},
-		Resources: req("10m", "32Mi"), SecurityContext: nonRoot, ReadinessProbe: probe(corev1.URISchemeHTTP, 8081)}
+		Args: []string{"--launcher-image", image("virt-launcher"), "--launcher-image-pull-policy", string(o.pull), "--health-probe-bind-address=:8081",
+			"--config", configDir + "/" + configFile},
+		Resources: req("10m", "32Mi"), SecurityContext: nonRoot, ReadinessProbe: probe(corev1.URISchemeHTTP, 8081),
+		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: configDir, ReadOnly: true}}}
 	va := corev1.Container{Name: "virt-api", Image: image("virt-api"), ImagePullPolicy: o.pull,
 		Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}},
 		Env:       []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
@@ -213,7 +236,9 @@ func run(o opts) error {
 		VolumeMounts: []corev1.VolumeMount{{Name: "certs", MountPath: "/etc/virt-api/certs", ReadOnly: true},
 			{Name: "handler-client", MountPath: "/etc/virt-api/handler-client", ReadOnly: true}}}
 	if err := add(
-		deploy("virt-controller", "kubevirt-controller", vc, nil),
+		cm,
+		deploy("virt-controller", "kubevirt-controller", vc, []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kubevmm-config"}}}}}),
 		deploy("virt-api", "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", "virt-api-certs"), secretVol("handler-client", "virt-api-handler-client")}),
 		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: meta("virt-api"), Spec: corev1.ServiceSpec{
 			Selector: labels("virt-api"), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},

@@ -1,0 +1,339 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+)
+
+// Both ends of a live migration, as KubeVirt's virt-handler does them. The
+// migration controller hands a migration over by writing the VMI's
+// status.migrationState (source and target node and pod, the
+// configuration); from there:
+//
+//   - the target's handler (MigrationTargetReconciler, driven by the target
+//     pod on its node) gives the target launcher its socket directory and
+//     its pod network, exactly as for any launcher, and once the launcher
+//     listens for the guest (state Incoming) writes where:
+//     migrationState.targetNodeAddress, the target pod's IP, and the port
+//     (spec.MigrationPort) in targetDirectMigrationNodePorts;
+//   - the source's handler (syncMigrationSource, part of the VMI loop)
+//     then records the start (startTimestamp, mode) and tells its launcher
+//     to migrate there (vmm/api Migrate, with the bandwidth cap and
+//     timeouts of the configuration), follows it, and writes the verdict:
+//     completed (the VMI's node becomes the target's; the source's VMM,
+//     whose guest left, is stopped and its launcher exits) or failed (the
+//     VMM resumed its guest; the reason is recorded).
+//
+// The stream goes straight from launcher to launcher over the pod network:
+// unencrypted (KubeVirt's handlers proxy it over TLS), and the target
+// accepts the first connection to its port.
+
+// Event reasons on the VMI, as KubeVirt's handler spells them.
+const (
+	ReasonMigrating       = "Migrating"
+	ReasonMigrated        = "Migrated"
+	ReasonMigrationFailed = "MigrationFailed"
+)
+
+// migrationPoll is how often the source asks its launcher how the
+// migration goes (the control API has no event stream).
+const migrationPoll = 500 * time.Millisecond
+
+// syncMigrationSource drives the source end. handedOver is true when the
+// guest now runs on the target and the VMI was updated to say so: the
+// caller's pass ends there.
+func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn, info api.Info, live bool) (res ctrl.Result, handedOver bool, err error) {
+	ms := vmi.Status.MigrationState
+	c := l.client()
+	if info.State == api.StateMigrated {
+		// The target confirmed the guest (a launcher is Migrated only
+		// then). Whatever this handler saw before, that is the verdict.
+		var st api.MigrationStatus
+		if live {
+			qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+			st, _ = c.Migration(qctx)
+			cancel()
+		}
+		if err := r.stopMigratedSource(ctx, vmi, l, live); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		return ctrl.Result{}, true, r.completeMigration(ctx, vmi, st)
+	}
+	if ms.TargetNodeAddress == "" {
+		// The target is not ready yet; its handler writes the address.
+		return ctrl.Result{}, false, nil
+	}
+	if ms.StartTimestamp == nil {
+		if !live {
+			return ctrl.Result{}, false, nil
+		}
+		if info.State != api.StateRunning {
+			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("the guest is %s, not running: only a running guest is migrated", info.State))
+		}
+		// Recorded before the launcher is asked, with the optimistic lock:
+		// the controller may be failing the migration at this moment, and
+		// only one of us may win. A start that is recorded but never
+		// reached the launcher is found below and fails the migration.
+		now := metav1.NewTime(r.now().Time)
+		if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+			ms.StartTimestamp, ms.Mode = &now, v1.MigrationPreCopy
+		}); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		req := migrateRequest(vmi)
+		qctx, cancel := context.WithTimeout(ctx, time.Minute) // includes the connect
+		err := c.Migrate(qctx, req)
+		cancel()
+		if err != nil {
+			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("starting the migration to %s: %v", req.To, err))
+		}
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrating, "Migrate",
+			"Migrating to pod %s on node %s (%s)", ms.TargetPod, ms.TargetNode, req.To)
+		return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
+	}
+	if !live {
+		// Mid-migration and the launcher is gone: so is the guest; the
+		// VMI's own status says so (the pod ended).
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, "the source launcher ended during the migration")
+	}
+	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+	st, err := c.Migration(qctx)
+	cancel()
+	if err != nil {
+		return ctrl.Result{}, false, fmt.Errorf("migration status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	switch {
+	case st.Active:
+		return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
+	case st.Stats.Phase == "completed":
+		// Migrated: the state above catches it on the next read; read it now.
+		if err := r.stopMigratedSource(ctx, vmi, l, true); err != nil {
+			return ctrl.Result{}, false, err
+		}
+		return ctrl.Result{}, true, r.completeMigration(ctx, vmi, st)
+	case st.Stats.Phase == "":
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, "the migration was recorded as started but the source launcher never began it (virt-handler restarted in between)")
+	default:
+		why := st.Stats.Error
+		if why == "" {
+			why = "the migration ended in phase " + st.Stats.Phase
+		}
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, why)
+	}
+}
+
+// migrateRequest is the launcher's migrate request from the VMI's
+// migrationState: the target's address and the configuration's limits.
+func migrateRequest(vmi *v1.VirtualMachineInstance) api.MigrateRequest {
+	ms := vmi.Status.MigrationState
+	port := spec.MigrationPort
+	for p := range ms.TargetDirectMigrationNodePorts {
+		if n, err := strconv.Atoi(p); err == nil && n > 0 {
+			port = n
+		}
+	}
+	req := api.MigrateRequest{To: "tcp:" + net.JoinHostPort(ms.TargetNodeAddress, strconv.Itoa(port))}
+	if c := ms.MigrationConfiguration; c != nil {
+		if c.BandwidthPerMigration != nil {
+			if b := c.BandwidthPerMigration.Value(); b > 0 {
+				// The VMM takes MiB/s; never round a cap away.
+				req.BandwidthMBps = max(1, b>>20)
+			}
+		}
+		if c.ProgressTimeout != nil {
+			req.ProgressTimeout = *c.ProgressTimeout
+		}
+		if c.CompletionTimeoutPerGiB != nil {
+			req.Timeout = int64(spec.CompletionTimeout(&vmi.Spec, *c.CompletionTimeoutPerGiB).Seconds())
+		}
+		req.AutoConverge = ptr.Deref(c.AllowAutoConverge, false)
+	}
+	return req
+}
+
+// stopMigratedSource ends the source VMM whose guest left; its launcher
+// then exits.
+func (r *VMIReconciler) stopMigratedSource(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn, live bool) error {
+	if !live {
+		return nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+	defer cancel()
+	if err := l.client().Stop(qctx); err != nil {
+		return fmt.Errorf("stopping the migrated source of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// completeMigration records the verdict: the guest runs on the target
+// node now (virt-controller moves the VMI's node label after it).
+func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, st api.MigrationStatus) error {
+	ms := vmi.Status.MigrationState
+	target := ms.TargetNode
+	now := metav1.NewTime(r.now().Time)
+	orig := vmi.DeepCopy()
+	vmi.Status.MigrationState.Completed = true
+	vmi.Status.MigrationState.EndTimestamp = &now
+	vmi.Status.NodeName = target
+	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("recording the completed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	msg := fmt.Sprintf("The VirtualMachineInstance migrated to node %s (pod %s)", target, ms.TargetPod)
+	if s := st.Stats; s.Phase == "completed" {
+		msg += fmt.Sprintf(" in %v: %d rounds, %.1f MiB sent, downtime %v",
+			s.Total.Round(time.Millisecond), s.Rounds, float64(s.BytesSent)/(1<<20), s.Downtime.Round(time.Microsecond))
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrated, "Migrate", "%s", msg)
+	return nil
+}
+
+// failMigration records that the migration failed and why; the guest
+// keeps running here.
+func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, why string) error {
+	now := metav1.NewTime(r.now().Time)
+	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+		ms.Failed, ms.FailureReason, ms.EndTimestamp = true, why, &now
+	}); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Migration to %s failed, the guest keeps running here: %s", vmi.Status.MigrationState.TargetNode, why)
+	return nil
+}
+
+func (r *VMIReconciler) patchMigrationState(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceMigrationState)) error {
+	orig := vmi.DeepCopy()
+	f(vmi.Status.MigrationState)
+	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("updating the migration state of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// MigrationTargetReconciler is the target end: it follows the migration
+// target pods on this node (until the migration controller unmarks a pod
+// whose migration succeeded: from then on it is an ordinary launcher pod
+// and VMIReconciler's). It reads the VMI from the API server, not from the
+// cache: the cache holds this node's VMIs, and the VMI is still the
+// source node's.
+type MigrationTargetReconciler struct {
+	Client     client.Client
+	APIReader  client.Reader
+	NodeName   string
+	SocketRoot string
+	Recorder   events.EventRecorder
+	// Now is the clock; tests leave it nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler for the target pods on this
+// node (the manager's pod cache holds this node's pods only).
+func (r *MigrationTargetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("virt-handler-migration-target").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetLabels()[v1.MigrationJobLabel]
+			return ok
+		}))).
+		Complete(r)
+}
+
+// Reconcile prepares one target launcher and reports it ready.
+func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return ctrl.Result{}, nil
+	}
+	vmi := &v1.VirtualMachineInstance{}
+	name := pod.Annotations[v1.DomainAnnotation]
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, vmi); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if string(vmi.UID) != pod.Labels[v1.CreatedByLabel] {
+		return ctrl.Result{}, nil
+	}
+	l, err := podLauncher(r.SocketRoot, vmi, pod)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	info, live, err := l.info(ctx)
+	if err != nil {
+		if !errors.Is(err, errNoSocket) {
+			logger.Info("migration target launcher does not answer", "error", err.Error())
+		}
+		return ctrl.Result{RequeueAfter: startingPoll}, nil
+	}
+	ms := vmi.Status.MigrationState
+	mine := ms != nil && string(ms.MigrationUID) == pod.Labels[v1.MigrationJobLabel] && !ms.Completed && !ms.Failed
+	switch info.State {
+	case api.State(spec.StateStarting):
+		if live {
+			if err := (&VMIReconciler{NodeName: r.NodeName}).setupNetwork(ctx, vmi, l); err != nil {
+				r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "migration target pod %s: %v", pod.Name, err)
+				return ctrl.Result{}, err
+			}
+		}
+		return ctrl.Result{RequeueAfter: startingPoll}, nil
+	case api.StateIncoming:
+		if !mine || ms.TargetNodeAddress != "" {
+			// Not handed over yet (or already reported): look again.
+			return ctrl.Result{RequeueAfter: startingPoll}, nil
+		}
+		if pod.Status.PodIP == "" {
+			return ctrl.Result{RequeueAfter: startingPoll}, nil
+		}
+		orig := vmi.DeepCopy()
+		vmi.Status.MigrationState.TargetNodeAddress = pod.Status.PodIP
+		vmi.Status.MigrationState.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(spec.MigrationPort): 0}
+		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("reporting the migration target of VMI %s/%s ready: %w", vmi.Namespace, vmi.Name, err)
+		}
+		// Next: the guest arrives (Running), or the migration fails.
+		return ctrl.Result{RequeueAfter: startingPoll}, nil
+	case api.StateRunning, api.StatePaused:
+		if mine && !ms.TargetNodeDomainDetected {
+			now := r.now()
+			orig := vmi.DeepCopy()
+			vmi.Status.MigrationState.TargetNodeDomainDetected = true
+			vmi.Status.MigrationState.TargetNodeDomainReadyTimestamp = &now
+			if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+				return ctrl.Result{}, fmt.Errorf("reporting the migrated guest of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+			}
+		}
+		if mine {
+			// Until the source's verdict and the controller unmark the pod.
+			return ctrl.Result{RequeueAfter: startingPoll}, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *MigrationTargetReconciler) now() metav1.Time {
+	if r.Now != nil {
+		return metav1.NewTime(r.Now())
+	}
+	return metav1.Now()
+}

@@ -1,0 +1,61 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/console"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/migration"
+)
+
+// receiveKubevmm is the target end of a live migration: it listens on
+// addr, receives one migration stream (the source's VMM connects and sends
+// the guest's configuration, memory and device state), and runs the guest
+// it carries. The machine is built from the source's description: the
+// same kernel-boot files, container-disk paths and tap names exist in this
+// pod, which was made from the same VMI.
+//
+// One attempt only: a stream that fails leaves nothing running here, the
+// source keeps its guest, and virt-controller deletes this pod. While it
+// waits, the control API says Incoming (that is how virt-handler knows
+// the target is ready).
+func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *lineLog, sw *switchVM, logf func(string, ...any)) (*kubevmmBackend, error) {
+	l, err := api.ListenAddress(addr)
+	if err != nil {
+		return nil, fmt.Errorf("migration target: %w", err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		// Accept does not take a context: closing the listener ends it.
+		select {
+		case <-ctx.Done():
+			l.Close()
+		case <-stop:
+		}
+	}()
+	sw.setIncoming()
+	logf("waiting for the migration on %s", l.Addr())
+	conn, err := l.Accept()
+	l.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("migration target: accepting on %s: %w", addr, err)
+	}
+	defer conn.Close()
+	logf("migration stream from %s", conn.RemoteAddr())
+
+	con := console.New(logSink)
+	in := machine.NewIncoming(machine.Config{Console: con})
+	st, err := migration.Receive(ctx, conn, in)
+	if err != nil {
+		con.Close()
+		return nil, fmt.Errorf("receiving the migration from %s: %w", conn.RemoteAddr(), err)
+	}
+	logf("received the guest: %d rounds, %d data pages, %d zero pages", st.Rounds, st.DataPages, st.ZeroPages)
+	return runKubevmm(in.Machine, con, consolePath)
+}

@@ -1,0 +1,170 @@
+package spec
+
+import (
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Live migration, as virt-controller, virt-handler and virt-launcher agree
+// on it.
+const (
+	// SocketRootDir is the node directory holding one socket directory
+	// per VMI (mounted at the same path in virt-handler).
+	SocketRootDir = "/var/run/kubevmm/sockets"
+	// GatewayMAC is the MAC address of the tap (the guest's gateway,
+	// GatewayIP) in every launcher pod. It is the same in every pod so
+	// that a migrated guest's neighbour entry for its gateway stays right
+	// on the target. Derived guest MACs start 02:6b:76, never like this.
+	GatewayMAC = "02:00:00:6b:76:01"
+	// MigrationPort is the TCP port a migration target's launcher receives
+	// the guest on, in its pod's network namespace. The masquerade NAT
+	// leaves it alone, so the pod IP reaches the launcher rather than the
+	// guest on this port (KubeVirt reserves 49152 and 49153 the same way).
+	MigrationPort = 49152
+	// IncomingEnv, on a migration target pod's launcher, is the address it
+	// receives the migration on.
+	IncomingEnv = "KUBEVMM_MIGRATION_INCOMING"
+	// SocketsVolume is the launcher pod's volume holding its socket
+	// directory (a hostPath under the node's socket root).
+	SocketsVolume = "sockets"
+)
+
+// MigrationSocketSubdir is the socket directory of a migration's target
+// pod, inside its VMI's: each launcher of a VMI needs its own control and
+// console sockets, and nesting keeps the cleanup of a VMI's directory one
+// RemoveAll. Short, because socket paths must fit in 108 bytes.
+func MigrationSocketSubdir(migrationUID string) string {
+	u := strings.ReplaceAll(migrationUID, "-", "")
+	if len(u) > 12 {
+		u = u[:12]
+	}
+	return "m-" + u
+}
+
+// PodSocketDir is the node path of a launcher pod's socket directory (its
+// sockets hostPath volume), or "" if it has none.
+func PodSocketDir(pod *corev1.Pod) string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == SocketsVolume && v.HostPath != nil {
+			return v.HostPath.Path
+		}
+	}
+	return ""
+}
+
+// IsMigrationTarget reports whether the pod is the target of a migration
+// that has not (yet) made it the VMI's launcher pod.
+func IsMigrationTarget(pod *corev1.Pod) bool {
+	_, ok := pod.Labels[v1.MigrationJobLabel]
+	return ok
+}
+
+func podDown(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// ActiveLauncherPod is the pod whose launcher runs (or will run) the VMI's
+// guest, among the VMI's launcher pods:
+//
+//   - once the VMI's migration completed, its target pod, whatever state
+//     it is in (the guest is there now, or nowhere);
+//   - otherwise one that is not a migration target: the oldest that still
+//     runs, else the oldest not being deleted, else the oldest. (After a
+//     migration the ended source pod stays until the VMI goes; the target,
+//     no longer labelled a target, is the one that runs.)
+//
+// virt-controller and virt-handler both decide with it, so they never
+// disagree on which launcher speaks for the VMI.
+func ActiveLauncherPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
+	var own []*corev1.Pod
+	for _, p := range pods {
+		if p.Labels[v1.CreatedByLabel] != string(vmi.UID) || !metav1.IsControlledBy(p, vmi) {
+			continue
+		}
+		own = append(own, p)
+	}
+	if ms := vmi.Status.MigrationState; ms != nil && ms.Completed && !ms.Failed && ms.TargetPod != "" {
+		for _, p := range own {
+			if p.Name == ms.TargetPod {
+				return p
+			}
+		}
+		return nil
+	}
+	var cand []*corev1.Pod
+	for _, p := range own {
+		if !IsMigrationTarget(p) {
+			cand = append(cand, p)
+		}
+	}
+	sort.SliceStable(cand, func(i, j int) bool {
+		return cand[i].CreationTimestamp.Before(&cand[j].CreationTimestamp)
+	})
+	for _, p := range cand {
+		if !podDown(p) {
+			return p
+		}
+	}
+	for _, p := range cand {
+		if p.DeletionTimestamp == nil {
+			return p
+		}
+	}
+	if len(cand) > 0 {
+		return cand[0]
+	}
+	return nil
+}
+
+// Reasons of the LiveMigratable condition (KubeVirt's where it has one).
+const (
+	ReasonDisksNotLiveMigratable   = "DisksNotLiveMigratable"
+	ReasonBackendNotLiveMigratable = "BackendNotLiveMigratable"
+)
+
+// LiveMigratable says whether kubevmm can live-migrate a VMI, and if not,
+// why (a condition reason and message). Only our VMM migrates (the QEMU
+// backend's migration is not wired to the cluster), and a writable
+// containerDisk cannot move: it is a copy local to the launcher pod, and
+// there is no block migration; a read-only one is the same image on both
+// ends.
+func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceSpec) (bool, string, string) {
+	b, _, err := SelectBackend(annotations, s)
+	if err != nil {
+		return false, ReasonBackendNotLiveMigratable, err.Error()
+	}
+	if b != BackendKubevmm {
+		return false, ReasonBackendNotLiveMigratable, "the VMI runs on the QEMU backend, which kubevmm cannot live-migrate yet"
+	}
+	vols := map[string]*v1.Volume{}
+	for i := range s.Volumes {
+		vols[s.Volumes[i].Name] = &s.Volumes[i]
+	}
+	for _, d := range s.Domain.Devices.Disks {
+		v := vols[d.Name]
+		if v == nil || v.ContainerDisk == nil {
+			continue
+		}
+		if d.Disk == nil || !d.Disk.ReadOnly {
+			return false, ReasonDisksNotLiveMigratable, "disk " + d.Name + " is a writable containerDisk: its data is local to the launcher pod and kubevmm has no block migration"
+		}
+	}
+	return true, "", ""
+}
+
+// CompletionTimeout is how long a live migration of the VMI may take: the
+// configuration's seconds per GiB times the guest memory in GiB (rounded
+// up, at least one), as KubeVirt computes it.
+func CompletionTimeout(s *v1.VirtualMachineInstanceSpec, perGiB int64) time.Duration {
+	gib := int64(1)
+	if q, err := GuestMemory(s); err == nil {
+		gib = max(1, (q.Value()+(1<<30)-1)>>30)
+	}
+	return time.Duration(perGiB*gib) * time.Second
+}
