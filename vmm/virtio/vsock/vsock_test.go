@@ -169,11 +169,20 @@ func TestSocketPathIsNotClobbered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "data", string(b))
 
-	// a socket left by an earlier run is replaced
+	// a socket another VMM serves is not taken from it
 	s := filepath.Join(t.TempDir(), "v.sock")
 	d1, err := vsock.New(vsock.Config{CID: 3, Socket: s})
 	require.NoError(t, err)
-	d2, err := vsock.New(vsock.Config{CID: 3, Socket: s})
+	_, err = vsock.New(vsock.Config{CID: 3, Socket: s})
+	require.ErrorContains(t, err, "another process serves this socket")
+
+	// a socket left by a VMM that died is replaced
+	stale := filepath.Join(t.TempDir(), "stale.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	require.NoError(t, err)
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	d2, err := vsock.New(vsock.Config{CID: 3, Socket: stale})
 	require.NoError(t, err, "stale socket replaced")
 	d2.Close()
 	d1.Close()
