@@ -54,7 +54,7 @@ func TestMigrateCancel(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mig := exec.Command(vmmBin, "migrate", "--api", api, "--to", "unix:"+stuck.Addr().String())
+			mig := vmmCommand("migrate", "--api", api, "--to", "unix:"+stuck.Addr().String())
 			var out bytes.Buffer
 			mig.Stdout, mig.Stderr = &out, &out
 			require.NoError(t, mig.Start())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -98,7 +97,7 @@ func TestRunDeviceFlagErrors(t *testing.T) {
 func TestQEMUBackend(t *testing.T) {
 	t.Parallel()
 	img := writeFile(t, "sata.img", make([]byte, 1<<20))
-	cmd := exec.Command(vmmBin, "run", "--backend", "qemu", "--accel", "tcg",
+	cmd := vmmCommand("run", "--backend", "qemu", "--accel", "tcg",
 		"--kernel", guestimage.BzImage(t), "--initrd", guestimage.Initramfs(t),
 		"--cmdline", "console=ttyS0 reboot=k panic=-1", "--memory", "128M",
 		"--disk", img+",bus=sata", "--console", "stdio")

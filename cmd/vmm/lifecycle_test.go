@@ -52,7 +52,7 @@ type vmmProc struct {
 
 func startVMM(t *testing.T, args ...string) *vmmProc {
 	t.Helper()
-	p := &vmmProc{t: t, cmd: exec.Command(vmmBin, args...), exited: make(chan error, 1)}
+	p := &vmmProc{t: t, cmd: vmmCommand(args...), exited: make(chan error, 1)}
 	p.cmd.Stderr = &p.stderr
 	require.NoError(t, p.cmd.Start())
 	go func() { p.exited <- p.cmd.Wait() }()
@@ -112,9 +112,10 @@ func attach(t *testing.T, path string, p *vmmProc) *consoleClient {
 // starts at or after offset from, waiting for it.
 func (c *consoleClient) waitFor(re *regexp.Regexp, from int) ([]string, int) {
 	c.t.Helper()
-	// a deadline for a hung guest, not a speed limit: boots under load
-	// take minutes on hosts that emulate guest kernel mode
-	deadline := time.After(10 * time.Minute)
+	// a deadline for a hung guest, not a speed limit: boots take minutes
+	// on hosts that emulate guest kernel mode, and `make test` boots
+	// several guests at once on two cores
+	deadline := time.After(20 * time.Minute)
 	for {
 		c.mu.Lock()
 		s := c.out.String()
@@ -281,7 +282,7 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	// A migration whose target dies half-way: the source keeps its guest.
 	d := startVMM(t, "run", "--incoming", "unix:"+sock("d.mig"), "--console", "none")
 	waitForFile(t, sock("d.mig"), d)
-	mig := exec.Command(vmmBin, "migrate", "--api", sock("b.api"), "--to", "unix:"+sock("d.mig"), "--bandwidth", "1M")
+	mig := vmmCommand("migrate", "--api", sock("b.api"), "--to", "unix:"+sock("d.mig"), "--bandwidth", "1M")
 	var migOut bytes.Buffer
 	mig.Stdout, mig.Stderr = &migOut, &migOut
 	require.NoError(t, mig.Start())

@@ -41,6 +41,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// vmmCommand is exec.Command for the vmm under test. The VMM dies with
+// the test binary: a test that times out panics without running its
+// cleanups, and must not leave a VM running on the machine.
+func vmmCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(vmmBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
 type result struct {
 	code           int
 	stdout, stderr string
@@ -48,7 +57,7 @@ type result struct {
 
 func vmm(t *testing.T, args ...string) result {
 	t.Helper()
-	return runCmd(t, exec.Command(vmmBin, args...))
+	return runCmd(t, vmmCommand(args...))
 }
 
 func runCmd(t *testing.T, cmd *exec.Cmd) result {
@@ -153,7 +162,7 @@ read -r line
 echo "kubevmm-test: got [$line]"
 `, nil)
 	sock := filepath.Join(t.TempDir(), "console.sock")
-	cmd := exec.Command(vmmBin, "run", "--kernel", guestimage.Kernel(t), "--initrd", initrd,
+	cmd := vmmCommand("run", "--kernel", guestimage.Kernel(t), "--initrd", initrd,
 		"--cpus", "2", "--memory", "256M", "--console", "socket:"+sock)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -243,7 +252,7 @@ func readUntil(r *bufio.Reader, out *bytes.Buffer, s string) error {
 // above; the rest of the boot is the same kernel either way.
 func TestBootBzImage(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(vmmBin, "run", "--kernel", guestimage.BzImage(t), "--initrd", guestimage.Initramfs(t),
+	cmd := vmmCommand("run", "--kernel", guestimage.BzImage(t), "--initrd", guestimage.Initramfs(t),
 		"--memory", "128M", "--console", "stdio")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

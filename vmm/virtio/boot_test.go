@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -346,6 +347,7 @@ func qcow2Boot(t *testing.T, base string, payload []byte) {
 		"--memory", "256M", "--console", "stdio",
 		"--disk", strings.ReplaceAll(ov, ",", ",,")+",format=qcow2,serial=overlay", "--rng",
 		"--vsock", "cid=7,socket="+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with a timed-out test
 	if p := os.Getenv("KUBEVMM_CONSOLE_LOG"); p != "" {
 		cmd.Args = append(cmd.Args, "--report", p+".report.json")
 	}
