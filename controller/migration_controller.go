@@ -33,6 +33,8 @@ const (
 	ReasonMigrationSucceeded  = "SuccessfulMigration"
 	ReasonMigrationFailed     = "FailedMigration"
 	ReasonMigrationThrottled  = "MigrationThrottled"
+	ReasonAbortRequested      = "SuccessfulAbortMigration"
+	ReasonFailedAbort         = "FailedAbortMigration"
 	migrationVMIIndex         = "spec.vmiName"
 	migrationThrottledRequeue = 5 * time.Second
 )
@@ -57,6 +59,24 @@ const (
 //	                 is the VMI's launcher pod from now on
 //	Failed           anything else: the target pod is deleted, the source
 //	                 keeps its guest
+//
+// Who decides the outcome: before the handoff, this controller alone. From
+// the handoff on, the migration may be running in the VMMs, and once the
+// target confirmed the guest the source never resumes it: only the
+// source's handler, which sees the VMM's result, can say how it ended.
+// Ending it from here (the migration is deleted, the VMI is being deleted)
+// is then a request, as in KubeVirt: migrationState.abortRequested on the
+// VMI (and the migration's migrationAbortRequested condition). The
+// source's handler cancels the VMM's migration and writes what it then
+// observes: failed with abortStatus Succeeded (the source kept the guest:
+// the target pod is deleted) or completed with abortStatus Failed (too
+// late: the guest runs on the target, the migration Succeeded, the target
+// pod is the VMI's). The finalizer holds a deleted migration until one of
+// the two is recorded. Two cases stay this controller's after the
+// handoff, because no guest can be lost by them: the target pod ended or
+// vanished before the start (written with the optimistic lock against the
+// handler's record of the start, so the two exclude each other), and a
+// VMI that is final (its guest ended; no handler speaks for it any more).
 //
 // Every phase is derived from what the pass observes (the migration, the
 // VMI, the target pod), so reconciling twice changes nothing.
@@ -193,14 +213,26 @@ func (r *MigrationReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	// Deleted, or over: clean up, then let it go.
 	if m.DeletionTimestamp != nil || m.IsFinal() {
 		if !m.IsFinal() {
-			// The finalizer stays until the VMI says this migration
-			// failed: a source handler that still saw it in flight would
-			// send the guest to a target pod that is going away.
-			if !r.fail(ctx, p, "the migration was deleted before it ended") {
-				return ctrl.Result{}, fmt.Errorf("cancelling migration %s: the VMI's migration state changed meanwhile; deciding again", req.NamespacedName)
+			// The finalizer stays until the outcome is recorded: a
+			// migration the handlers run ends only by their verdict
+			// (see end), and its target pod may hold the guest by then.
+			// Decided on the API server's VMI: a cache that has not
+			// seen the handoff yet would let the target pod go under a
+			// migration the handlers run.
+			if err := r.refreshVMI(ctx, p); err != nil {
+				return ctrl.Result{}, err
+			}
+			ended, err := r.end(ctx, p, "the migration was deleted before it ended")
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("cancelling migration %s: %w", req.NamespacedName, err)
 			}
 			if err := r.writeStatus(ctx, p); err != nil && !apierrors.IsNotFound(err) {
 				return ctrl.Result{}, err
+			}
+			if !ended {
+				// The source's handler answers in the VMI's status,
+				// which brings this migration back (migrationsOfVMI).
+				return ctrl.Result{}, nil
 			}
 		}
 		if err := r.cleanup(ctx, p); err != nil {
@@ -256,6 +288,14 @@ func (r *MigrationReconciler) step(ctx context.Context, p *migrationPass, cfg Cl
 		}
 		r.fail(ctx, p, reason)
 		return 0, nil
+	case started && vmi.DeletionTimestamp != nil && !vmi.IsFinal():
+		// The VMI goes, so finishing the migration is pointless; but
+		// only the source's handler can stop it without losing the guest.
+		setMigrationPhase(p.st, v1.MigrationRunning, p.now)
+		if _, err := r.end(ctx, p, fmt.Sprintf("VMI %s is being deleted", vmi.Name)); err != nil {
+			return 0, err
+		}
+		return 0, r.setTargetNodeLabel(ctx, vmi, ms.TargetNode)
 	case vmi.DeletionTimestamp != nil || vmi.IsFinal():
 		r.fail(ctx, p, fmt.Sprintf("VMI %s is not running (phase %s)", vmi.Name, vmi.Status.Phase))
 		return 0, nil
@@ -484,6 +524,81 @@ func (r *MigrationReconciler) cleanupSucceeded(ctx context.Context, p *migration
 	return nil
 }
 
+// end ends the migration on this controller's initiative (why says what
+// that is) and reports whether it has ended. Before the handoff, or when
+// no handler will speak for the VMI any more (it is gone or final), it
+// fails it at once. After the handoff the outcome is the source handler's:
+// if it gave one, that is the outcome; if not, end asks it to abort
+// (abortRequested) and reports false: the next pass after its answer
+// ends the migration, failed or succeeded, as the handler saw it.
+func (r *MigrationReconciler) end(ctx context.Context, p *migrationPass, why string) (bool, error) {
+	ms := p.handedOff()
+	switch {
+	case ms == nil || p.vmi.IsFinal():
+		if !r.fail(ctx, p, why) {
+			return false, fmt.Errorf("the VMI's migration state changed meanwhile; deciding again")
+		}
+		return true, nil
+	case ms.Completed && !ms.Failed:
+		return true, r.succeed(ctx, p)
+	case ms.Failed:
+		reason := ms.FailureReason
+		if reason == "" {
+			reason = "the migration failed"
+		}
+		r.fail(ctx, p, reason)
+		return true, nil
+	}
+	return false, r.requestAbort(ctx, p, why)
+}
+
+// requestAbort asks the source's handler to abort the migration it runs
+// (or is about to start): migrationState.abortRequested on the VMI, with
+// the optimistic lock (a handler that recorded something meanwhile makes
+// this pass decide again), and the migration's migrationAbortRequested
+// condition, which says why.
+func (r *MigrationReconciler) requestAbort(ctx context.Context, p *migrationPass, why string) error {
+	m, vmi := p.m, p.vmi
+	if !vmi.Status.MigrationState.AbortRequested {
+		orig := vmi.DeepCopy()
+		vmi.Status.MigrationState.AbortRequested = true
+		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			p.vmi = orig
+			if !apierrors.IsConflict(err) {
+				// A conflict only means the handler wrote meanwhile: the
+				// retry decides on what it wrote, nothing failed.
+				r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonFailedAbort, "Abort", "Failed to ask virt-handler to abort the migration of VMI %s: %v", vmi.Name, err)
+			}
+			return fmt.Errorf("asking for the abort of migration %s/%s (VMI status): %w", m.Namespace, m.Name, err)
+		}
+		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonAbortRequested, "Abort", "Migration is ready to be canceled by virt-handler: %s", why)
+	}
+	p.st.MigrationState = vmi.Status.MigrationState.DeepCopy()
+	p.st.Conditions = setMigrationCondition(p.st.Conditions, v1.VirtualMachineInstanceMigrationCondition{
+		Type: v1.VirtualMachineInstanceMigrationAbortRequested, Status: corev1.ConditionTrue,
+		Reason: ReasonAbortRequested, Message: why,
+	}, p.now)
+	return nil
+}
+
+// setMigrationCondition sets or replaces a migration condition; the
+// transition time moves only with the status (idempotent passes).
+func setMigrationCondition(conds []v1.VirtualMachineInstanceMigrationCondition, c v1.VirtualMachineInstanceMigrationCondition, now metav1.Time) []v1.VirtualMachineInstanceMigrationCondition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		c.LastTransitionTime, c.LastProbeTime = conds[i].LastTransitionTime, conds[i].LastProbeTime
+		if conds[i].Status != c.Status {
+			c.LastTransitionTime = now
+		}
+		conds[i] = c
+		return conds
+	}
+	c.LastTransitionTime, c.LastProbeTime = now, now
+	return append(conds, c)
+}
+
 // fail ends the migration: the target pod goes; the VMI's migrationState,
 // if it is this migration's and nobody gave a verdict yet, says it failed
 // and why. The source's guest never stopped running. Errors of the
@@ -540,22 +655,31 @@ func (r *MigrationReconciler) cleanup(ctx context.Context, p *migrationPass) err
 	// The finalizer goes once this holds: judge the VMI's labels on what
 	// the API server says, not on a cache that may not have seen the
 	// label the handoff wrote.
-	if p.vmi != nil {
-		fresh := &v1.VirtualMachineInstance{}
-		err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.vmi), fresh)
-		switch {
-		case apierrors.IsNotFound(err):
-			p.vmi = nil
-		case err != nil:
-			return fmt.Errorf("reading VMI %s/%s: %w", p.m.Namespace, p.m.Spec.VMIName, err)
-		default:
-			p.vmi = fresh
-		}
+	if err := r.refreshVMI(ctx, p); err != nil {
+		return err
 	}
 	if p.m.Status.Phase == v1.MigrationSucceeded {
 		return r.cleanupSucceeded(ctx, p)
 	}
 	return r.cleanupFailed(ctx, p)
+}
+
+// refreshVMI replaces the pass's VMI by the API server's.
+func (r *MigrationReconciler) refreshVMI(ctx context.Context, p *migrationPass) error {
+	if p.vmi == nil {
+		return nil
+	}
+	fresh := &v1.VirtualMachineInstance{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.vmi), fresh)
+	switch {
+	case apierrors.IsNotFound(err):
+		p.vmi = nil
+	case err != nil:
+		return fmt.Errorf("reading VMI %s/%s: %w", p.m.Namespace, p.m.Spec.VMIName, err)
+	default:
+		p.vmi = fresh
+	}
+	return nil
 }
 
 func (r *MigrationReconciler) removeFinalizer(ctx context.Context, m *v1.VirtualMachineInstanceMigration) error {

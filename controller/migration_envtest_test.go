@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/controller"
@@ -58,11 +60,33 @@ func newMigration(ns, name, vmi string) *v1.VirtualMachineInstanceMigration {
 
 // createMigration creates m, and deletes it after the test: a migration
 // left in flight would count against the next test's limits (envtest has
-// no namespace controller to remove it with its namespace).
+// no namespace controller to remove it with its namespace). A migration
+// handed to the handlers only ends by the source handler's verdict, so
+// the clean-up plays that handler: it answers the abort request.
 func createMigration(t *testing.T, m *v1.VirtualMachineInstanceMigration) {
 	t.Helper()
 	require.NoError(t, k8s.Create(context.Background(), m))
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), m) })
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = k8s.Delete(ctx, m)
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(m), &v1.VirtualMachineInstanceMigration{}); apierrors.IsNotFound(err) {
+				return
+			}
+			vmi := &v1.VirtualMachineInstance{}
+			if err := get(t, m.Namespace, m.Spec.VMIName, vmi); err != nil {
+				continue
+			}
+			ms := vmi.Status.MigrationState
+			if ms == nil || ms.MigrationUID != m.UID || !ms.AbortRequested || ms.Failed || ms.Completed {
+				continue
+			}
+			orig := vmi.DeepCopy()
+			now := metav1.Now()
+			ms.Failed, ms.FailureReason, ms.EndTimestamp, ms.AbortStatus = true, "aborted at the end of the test", &now, v1.MigrationAbortSucceeded
+			_ = k8s.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		}
+	})
 }
 
 func waitMigration(t *testing.T, ns, name, what string, cond func(*v1.VirtualMachineInstanceMigration) bool) *v1.VirtualMachineInstanceMigration {
@@ -246,35 +270,189 @@ func TestMigrationFailsWhenTargetPodFails(t *testing.T) {
 	sourceUntouched(t, vmi, source)
 }
 
-// TestMigrationCancelledByDeletion: deleting a migration in flight cancels
-// it: its target pod goes, then the migration itself (its finalizer held
-// it for that clean-up); the source is untouched.
-func TestMigrationCancelledByDeletion(t *testing.T) {
-	needEnv(t)
-	withConfig(t, controller.ClusterConfig{DeveloperConfiguration: controller.DeveloperConfiguration{FeatureGates: []string{controller.FeatureGateSameNodeLiveMigration}}})
-	ns := namespace(t)
-	vmi, source := runningVMI(t, ns, "cx")
-	createMigration(t, newMigration(ns, "cx-job", "cx"))
-	m := waitMigration(t, ns, "cx-job", "to be Scheduling", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationScheduling })
+// writeMigrationState plays virt-handler: it changes the VMI's status
+// (its migrationState) with the optimistic lock, as the handler does.
+func writeMigrationState(t *testing.T, ns, name string, mutate func(*v1.VirtualMachineInstanceStatus)) {
+	t.Helper()
+	waitFor(t, "writing the migration state of VMI "+name, func() (bool, string) {
+		cur := &v1.VirtualMachineInstance{}
+		if err := get(t, ns, name, cur); err != nil {
+			return false, err.Error()
+		}
+		if cur.Status.MigrationState == nil {
+			return false, "no migrationState"
+		}
+		orig := cur.DeepCopy()
+		mutate(&cur.Status)
+		if err := k8s.Status().Patch(context.Background(), cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+// handedOffMigration brings a migration of a running VMI (same node) to
+// the handoff; with started, the test then plays both handlers up to the
+// running migration (target address, start recorded).
+func handedOffMigration(t *testing.T, ns, vmiName, name string, started bool) (*v1.VirtualMachineInstance, *corev1.Pod, *v1.VirtualMachineInstanceMigration, *corev1.Pod) {
+	t.Helper()
+	vmi, source := runningVMI(t, ns, vmiName)
+	createMigration(t, newMigration(ns, name, vmiName))
+	m := waitMigration(t, ns, name, "to be Scheduling", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationScheduling })
 	target := waitTargetPod(t, m)
 	bindPod(t, target, "node01")
 	setPodStatus(t, target, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning; s.PodIP = "10.200.0.11" })
-	waitMigration(t, ns, "cx-job", "to be PreparingTarget", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationPreparingTarget })
+	waitMigration(t, ns, name, "to be PreparingTarget", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationPreparingTarget })
+	if started {
+		writeMigrationState(t, ns, vmiName, func(st *v1.VirtualMachineInstanceStatus) {
+			st.MigrationState.TargetNodeAddress = "10.200.0.11"
+			now := metav1.Now()
+			st.MigrationState.StartTimestamp, st.MigrationState.Mode = &now, v1.MigrationPreCopy
+		})
+		waitMigration(t, ns, name, "to be Running", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationRunning })
+	}
+	return vmi, source, m, target
+}
+
+// waitAbortRequested: deleting the migration asked the source's handler
+// for an abort, and nothing else happened: the target pod (which may hold
+// the guest by now) and the migration (its finalizer) stay.
+func waitAbortRequested(t *testing.T, ns, vmiName, name string, target *corev1.Pod) {
+	t.Helper()
+	waitVMI(t, ns, vmiName, "to carry the abort request", func(n *v1.VirtualMachineInstance) bool {
+		ms := n.Status.MigrationState
+		return ms != nil && ms.AbortRequested && !ms.Failed && !ms.Completed
+	})
+	waitMigration(t, ns, name, "to say an abort was requested", func(m *v1.VirtualMachineInstanceMigration) bool {
+		for _, c := range m.Status.Conditions {
+			if c.Type == v1.VirtualMachineInstanceMigrationAbortRequested && c.Status == corev1.ConditionTrue {
+				return c.Message == "the migration was deleted before it ended"
+			}
+		}
+		return false
+	})
+	waitEvent(t, ns, "VirtualMachineInstanceMigration", name, controller.ReasonAbortRequested,
+		"Migration is ready to be canceled by virt-handler: the migration was deleted before it ended")
+	// Only the handler's verdict moves things on; give a wrong decision
+	// time to show.
+	time.Sleep(2 * time.Second)
+	cur := &corev1.Pod{}
+	require.NoError(t, get(t, ns, target.Name, cur))
+	assert.Nil(t, cur.DeletionTimestamp, "the target pod was deleted before the source's handler said the abort worked")
+	m := &v1.VirtualMachineInstanceMigration{}
+	require.NoError(t, get(t, ns, name, m))
+	assert.Contains(t, m.Finalizers, v1.VirtualMachineInstanceMigrationFinalizer)
+	assert.NotEqual(t, v1.MigrationFailed, m.Status.Phase)
+	assert.NotEqual(t, v1.MigrationSucceeded, m.Status.Phase)
+	vmi := &v1.VirtualMachineInstance{}
+	require.NoError(t, get(t, ns, vmiName, vmi))
+	assert.False(t, vmi.Status.MigrationState.Failed, "virt-controller wrote the verdict")
+}
+
+// TestMigrationCancelledByDeletion: deleting a migration the handlers have
+// been handed (before and after the source started it) only asks the
+// source's handler to abort. Once it says the abort worked (failed,
+// abortStatus Succeeded), the target pod goes, then the migration itself
+// (its finalizer held it for that); the source is untouched.
+func TestMigrationCancelledByDeletion(t *testing.T) {
+	needEnv(t)
+	withConfig(t, controller.ClusterConfig{DeveloperConfiguration: controller.DeveloperConfiguration{FeatureGates: []string{controller.FeatureGateSameNodeLiveMigration}}})
+	for _, tc := range []struct {
+		name    string
+		started bool
+	}{{"handed-off", false}, {"running", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := namespace(t)
+			vmi, source, m, target := handedOffMigration(t, ns, "cx", "cx-job", tc.started)
+
+			require.NoError(t, k8s.Delete(context.Background(), m))
+			waitAbortRequested(t, ns, "cx", "cx-job", target)
+
+			// The source's handler: the VMM resumed the guest here.
+			writeMigrationState(t, ns, "cx", func(st *v1.VirtualMachineInstanceStatus) {
+				now := metav1.Now()
+				ms := st.MigrationState
+				ms.Failed, ms.FailureReason, ms.EndTimestamp = true, "the migration was aborted at virt-controller's request", &now
+				ms.AbortStatus = v1.MigrationAbortSucceeded
+			})
+			waitFor(t, "the target pod to go", func() (bool, string) { return podGoneOrGoing(t, target) })
+			waitFor(t, "the migration to be gone", func() (bool, string) {
+				cur := &v1.VirtualMachineInstanceMigration{}
+				err := get(t, ns, "cx-job", cur)
+				if apierrors.IsNotFound(err) {
+					return true, ""
+				}
+				return false, fmt.Sprintf("err=%v finalizers=%v phase=%s", err, cur.Finalizers, cur.Status.Phase)
+			})
+			waitEvent(t, ns, "VirtualMachineInstanceMigration", "cx-job", controller.ReasonMigrationFailed,
+				"Migration of VMI cx failed: the migration was aborted at virt-controller's request")
+			cur := waitVMI(t, ns, "cx", "to be rid of the migration's target node", func(n *v1.VirtualMachineInstance) bool {
+				return n.Labels[v1.MigrationTargetNodeNameLabel] == ""
+			})
+			ms := cur.Status.MigrationState
+			assert.Equal(t, m.UID, ms.MigrationUID)
+			assert.True(t, ms.Failed)
+			assert.Equal(t, v1.MigrationAbortSucceeded, ms.AbortStatus)
+			sourceUntouched(t, vmi, source)
+		})
+	}
+}
+
+// TestMigrationAbortTooLate: the migration is deleted while it runs, and
+// the source's handler answers that the target had confirmed the guest
+// already (completed, abortStatus Failed). The migration then Succeeded,
+// and the target pod, unmarked, is the VMI's launcher pod: deleting it
+// would destroy the only copy of the guest.
+func TestMigrationAbortTooLate(t *testing.T) {
+	needEnv(t)
+	withConfig(t, controller.ClusterConfig{DeveloperConfiguration: controller.DeveloperConfiguration{FeatureGates: []string{controller.FeatureGateSameNodeLiveMigration}}})
+	ns := namespace(t)
+	_, _, m, target := handedOffMigration(t, ns, "late", "late-job", true)
+	// The test's own finalizer keeps the deleted migration readable after
+	// virt-controller lets go of it.
+	const hold = "test.kubevmm.io/hold"
+	orig := m.DeepCopy()
+	m.Finalizers = append(m.Finalizers, hold)
+	require.NoError(t, k8s.Patch(context.Background(), m, client.MergeFrom(orig)))
+	t.Cleanup(func() {
+		cur := &v1.VirtualMachineInstanceMigration{}
+		if get(t, ns, "late-job", cur) == nil {
+			o := cur.DeepCopy()
+			controllerutil.RemoveFinalizer(cur, hold)
+			_ = k8s.Patch(context.Background(), cur, client.MergeFrom(o))
+		}
+	})
 
 	require.NoError(t, k8s.Delete(context.Background(), m))
-	waitFor(t, "the target pod to go", func() (bool, string) { return podGoneOrGoing(t, target) })
-	waitFor(t, "the migration to be gone", func() (bool, string) {
-		cur := &v1.VirtualMachineInstanceMigration{}
-		err := get(t, ns, "cx-job", cur)
-		if apierrors.IsNotFound(err) {
-			return true, ""
-		}
-		return false, fmt.Sprintf("err=%v finalizers=%v phase=%s", err, cur.Finalizers, cur.Status.Phase)
+	waitAbortRequested(t, ns, "late", "late-job", target)
+
+	// The source's handler: the VMM had committed; the guest runs on the
+	// target.
+	writeMigrationState(t, ns, "late", func(st *v1.VirtualMachineInstanceStatus) {
+		now := metav1.Now()
+		st.MigrationState.Completed, st.MigrationState.EndTimestamp = true, &now
+		st.MigrationState.AbortStatus = v1.MigrationAbortFailed
+		st.NodeName = st.MigrationState.TargetNode
 	})
-	cur := waitVMI(t, ns, "cx", "to record the cancelled migration", func(n *v1.VirtualMachineInstance) bool {
-		ms := n.Status.MigrationState
-		return ms != nil && ms.MigrationUID == m.UID && ms.Failed && n.Labels[v1.MigrationTargetNodeNameLabel] == ""
+	m = waitMigration(t, ns, "late-job", "to be Succeeded and let go", func(m *v1.VirtualMachineInstanceMigration) bool {
+		return m.Status.Phase == v1.MigrationSucceeded && !controllerutil.ContainsFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer)
 	})
-	assert.Contains(t, cur.Status.MigrationState.FailureReason, "deleted before it ended")
-	sourceUntouched(t, vmi, source)
+	waitEvent(t, ns, "VirtualMachineInstanceMigration", "late-job", controller.ReasonMigrationSucceeded,
+		"VMI late migrated from node node01 to pod "+target.Name+" on node node01")
+	cur := &corev1.Pod{}
+	require.NoError(t, get(t, ns, target.Name, cur))
+	assert.Nil(t, cur.DeletionTimestamp, "the pod with the guest was deleted")
+	assert.Empty(t, cur.Labels[v1.MigrationJobLabel], "still marked as a migration target")
+	vmi := waitVMI(t, ns, "late", "to be rid of the migration's target node", func(n *v1.VirtualMachineInstance) bool {
+		return n.Labels[v1.MigrationTargetNodeNameLabel] == ""
+	})
+	pods := launcherPods(t, vmi)
+	ptrs := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		ptrs = append(ptrs, &pods[i])
+	}
+	active := spec.ActiveLauncherPod(vmi, ptrs)
+	require.NotNil(t, active, "the VMI has no launcher pod")
+	assert.Equal(t, target.Name, active.Name, "the VMI's launcher pod")
+	assert.Equal(t, v1.Running, vmi.Status.Phase)
 }

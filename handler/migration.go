@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -43,6 +44,17 @@ import (
 //     whose guest left, is stopped and its launcher exits) or failed (the
 //     VMM resumed its guest; the reason is recorded).
 //
+// Only the source's handler gives the verdict once the controller handed
+// the migration over: the VMM's migration commits when the target confirms
+// the guest, and from then on the source never resumes it. So when
+// virt-controller wants a migration ended (it was deleted, its VMI is being
+// deleted) it sets migrationState.abortRequested, as in KubeVirt, and the
+// source's handler answers with what it observes: not started yet, it
+// fails it without starting; running, it cancels the VMM's migration
+// (abortStatus Aborting) and then records the VMM's result, failed with
+// abortStatus Succeeded (the guest stayed here) or completed with
+// abortStatus Failed (the target had confirmed it: too late to abort).
+//
 // The stream goes straight from launcher to launcher over the pod network:
 // unencrypted (KubeVirt's handlers proxy it over TLS), and the target
 // accepts the first connection to its port.
@@ -53,6 +65,11 @@ const (
 	ReasonMigrated        = "Migrated"
 	ReasonMigrationFailed = "MigrationFailed"
 )
+
+// abortedReason is the failure reason of a migration aborted at
+// virt-controller's request (the migration's migrationAbortRequested
+// condition says why it asked).
+const abortedReason = "the migration was aborted at virt-controller's request"
 
 // migrationPoll is how often the source asks its launcher how the
 // migration goes (the control API has no event stream).
@@ -77,6 +94,12 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 			return ctrl.Result{}, false, err
 		}
 		return ctrl.Result{}, true, r.completeMigration(ctx, vmi, st)
+	}
+	if ms.AbortRequested && ms.StartTimestamp == nil {
+		// Not started, and now it never will be: the start is recorded
+		// with the optimistic lock, so a start that raced this request
+		// made this pass read again and take the branch below instead.
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, abortedReason+" before it started")
 	}
 	if ms.TargetNodeAddress == "" {
 		// The target is not ready yet; its handler writes the address.
@@ -122,6 +145,8 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		return ctrl.Result{}, false, fmt.Errorf("migration status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	switch {
+	case st.Active && ms.AbortRequested:
+		return ctrl.Result{RequeueAfter: migrationPoll}, false, r.abortMigration(ctx, vmi, l)
 	case st.Active:
 		return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
 	case st.Stats.Phase == "completed":
@@ -137,8 +162,39 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		if why == "" {
 			why = "the migration ended in phase " + st.Stats.Phase
 		}
+		if ms.AbortRequested {
+			why = abortedReason + ": " + why
+		}
 		return ctrl.Result{}, false, r.failMigration(ctx, vmi, why)
 	}
+}
+
+// abortMigration cancels the VMM's migration virt-controller wants ended.
+// It asks on every pass while the migration runs (a cancel is cheap and
+// idempotent in the VMM) and says so once (abortStatus Aborting). The
+// outcome is not decided here: the VMM either resumes the guest (the
+// migration then reads failed) or had its commit confirmed already
+// (completed), and the next pass records which.
+func (r *VMIReconciler) abortMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
+	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+	err := l.client().CancelMigration(qctx)
+	cancel()
+	var apiErr *api.Error
+	if err != nil && !(errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict) {
+		// A conflict is a migration that ended meanwhile: its outcome
+		// is read on the next pass.
+		return fmt.Errorf("aborting the migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	if vmi.Status.MigrationState.AbortStatus == v1.MigrationAbortInProgress {
+		return nil
+	}
+	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+		ms.AbortStatus = v1.MigrationAbortInProgress
+	}); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrating, "Abort", "VirtualMachineInstance is aborting migration.")
+	return nil
 }
 
 // migrateRequest is the launcher's migrate request from the VMI's
@@ -193,6 +249,10 @@ func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMa
 	orig := vmi.DeepCopy()
 	vmi.Status.MigrationState.Completed = true
 	vmi.Status.MigrationState.EndTimestamp = &now
+	if vmi.Status.MigrationState.AbortRequested {
+		// Asked too late: the target had confirmed the guest.
+		vmi.Status.MigrationState.AbortStatus = v1.MigrationAbortFailed
+	}
 	vmi.Status.NodeName = target
 	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the completed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
@@ -212,6 +272,11 @@ func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachin
 	now := metav1.NewTime(r.now().Time)
 	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
 		ms.Failed, ms.FailureReason, ms.EndTimestamp = true, why, &now
+		if ms.AbortRequested {
+			// The guest stayed here: whatever ended the migration, the
+			// abort that was asked for holds.
+			ms.AbortStatus = v1.MigrationAbortSucceeded
+		}
 	}); err != nil {
 		return err
 	}

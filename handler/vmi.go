@@ -210,9 +210,11 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 		}()
 	}
 
-	// A migration of this source that virt-controller ended (deleted,
-	// timed out) while the stream still runs: stop the stream. The VMM
-	// resumes the guest here, unless the target confirmed it already.
+	// A migration of this source recorded failed while its stream still
+	// runs (virt-controller fails one only before it started, so this is
+	// a start whose request errored after the VMM began): stop the
+	// stream, whose target pod goes. The VMM resumes the guest here,
+	// unless the target confirmed it already.
 	if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.Failed && live && info.State == api.StateMigrating {
 		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
 		err := l.client().CancelMigration(qctx)
