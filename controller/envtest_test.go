@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +25,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/controller"
 )
 
@@ -44,7 +44,7 @@ var (
 	skipReason string
 	k8s        client.Client
 	restConfig *rest.Config
-	testScheme = runtime.NewScheme()
+	testScheme *runtime.Scheme
 )
 
 func TestMain(m *testing.M) {
@@ -52,11 +52,9 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if err := clientgoscheme.AddToScheme(testScheme); err != nil {
+	var err error
+	if testScheme, err = kvscheme.New(); err != nil {
 		panic(err) // static registration; cannot fail at run time
-	}
-	if err := v1.AddToScheme(testScheme); err != nil {
-		panic(err)
 	}
 	assets, reason := findAssets()
 	if assets == "" {

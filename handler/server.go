@@ -55,6 +55,21 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// launcher finds the running VMI the request names, on this node, and the
+// socket directory of its active launcher (after a migration, the
+// target's); on failure, the HTTP status to answer with.
+func (s *Server) launcher(r *http.Request) (*v1.VirtualMachineInstance, string, int, error) {
+	vmi, code, err := s.vmi(r)
+	if err != nil {
+		return nil, "", code, err
+	}
+	pod, err := activeLauncherPod(r.Context(), s.Client, s.NodeName, vmi)
+	if err != nil {
+		return nil, "", http.StatusInternalServerError, err
+	}
+	return vmi, podSocketDir(s.SocketRoot, vmi, pod), 0, nil
+}
+
 func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
 	vmi := &v1.VirtualMachineInstance{}
 	key := types.NamespacedName{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
@@ -70,26 +85,11 @@ func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
 	return vmi, 0, nil
 }
 
-// socketDir is the socket directory of the VMI's active launcher (after a
-// migration, the target's).
-func (s *Server) socketDir(ctx context.Context, vmi *v1.VirtualMachineInstance) (string, error) {
-	pod, err := activeLauncherPod(ctx, s.Client, s.NodeName, vmi)
-	if err != nil {
-		return "", err
-	}
-	return podSocketDir(s.SocketRoot, vmi, pod), nil
-}
-
 func (s *Server) lifecycle(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		vmi, code, err := s.vmi(r)
+		vmi, dir, code, err := s.launcher(r)
 		if err != nil {
 			http.Error(w, err.Error(), code)
-			return
-		}
-		dir, err := s.socketDir(r.Context(), vmi)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		c := launcherConn{dir: dir}.client()
@@ -125,14 +125,9 @@ var upgrader = websocket.Upgrader{
 }
 
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
-	vmi, code, err := s.vmi(r)
+	vmi, dir, code, err := s.launcher(r)
 	if err != nil {
 		http.Error(w, err.Error(), code)
-		return
-	}
-	dir, err := s.socketDir(r.Context(), vmi)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	path := filepath.Join(dir, spec.ConsoleSocket)

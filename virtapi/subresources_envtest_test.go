@@ -11,14 +11,13 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 )
 
 // The start/stop/restart/migrate semantics against a real kube-apiserver
@@ -46,9 +45,10 @@ func TestSubresourcesEnvtest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { env.Stop() })
-	scheme := runtime.NewScheme()
-	clientgoscheme.AddToScheme(scheme)
-	v1.AddToScheme(scheme)
+	scheme, err := kvscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

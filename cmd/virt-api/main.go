@@ -17,14 +17,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
 
@@ -50,11 +48,8 @@ func run() error {
 		namespace = "kubevirt"
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
+	scheme, err := kvscheme.New()
+	if err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

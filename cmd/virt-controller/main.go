@@ -9,14 +9,12 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/controller"
 )
 
@@ -55,12 +53,9 @@ func run() error {
 		return fmt.Errorf("--launcher-image-pull-policy %q: want Always, IfNotPresent or Never", pullPolicy)
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering client-go types: %w", err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering kubevirt.io/v1 types: %w", err)
+	scheme, err := kvscheme.New()
+	if err != nil {
+		return err
 	}
 
 	cfg, err := ctrl.GetConfig()

@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
 )
@@ -62,12 +61,9 @@ func run() error {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering client-go types: %w", err)
-	}
-	if err := v1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering kubevirt.io/v1 types: %w", err)
+	scheme, err := kvscheme.New()
+	if err != nil {
+		return err
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
