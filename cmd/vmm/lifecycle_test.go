@@ -280,7 +280,8 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	vsockEcho(t, sock("b.vsock"), "after migration").Close()
 
 	// A migration whose target dies half-way: the source keeps its guest.
-	d := startVMM(t, "run", "--incoming", "unix:"+sock("d.mig"), "--console", "none")
+	// Its own vsock socket: B still serves the one B's VM was saved with.
+	d := startVMM(t, "run", "--incoming", "unix:"+sock("d.mig"), "--console", "none", "--vsock-socket", sock("d.vsock"))
 	waitForFile(t, sock("d.mig"), d)
 	mig := vmmCommand("migrate", "--api", sock("b.api"), "--to", "unix:"+sock("d.mig"), "--bandwidth", "1M")
 	var migOut bytes.Buffer
