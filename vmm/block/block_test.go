@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/block"
-	"github.com/kubevmm/kubevmm/vmm/internal/hosttools"
 )
 
 func randomBytes(n int, seed uint64) []byte {

@@ -27,8 +27,8 @@ import (
 
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/test/guestimage"
+	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/block"
-	"github.com/kubevmm/kubevmm/vmm/internal/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 

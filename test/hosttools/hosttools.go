@@ -27,7 +27,7 @@ func Require(t testing.TB, prog string) string {
 	}
 	if set, ok := sets[prog]; ok {
 		_, file, _, _ := runtime.Caller(0)
-		deps := filepath.Join(filepath.Dir(file), "../../../hack/deps.sh")
+		deps := filepath.Join(filepath.Dir(file), "../../hack/deps.sh")
 		cmd := exec.Command(deps, set)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
