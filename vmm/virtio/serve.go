@@ -24,7 +24,7 @@ func Serve(q *queue.Queue, c *queue.Chain, handle func(c *queue.Chain) uint32) (
 	for {
 		ok, err := q.Next(c)
 		if errors.Is(err, queue.ErrChain) {
-			q.Push(c.Head, 0)
+			q.Push(c, 0)
 			s.Malformed++
 			continue
 		}
@@ -34,7 +34,7 @@ func Serve(q *queue.Queue, c *queue.Chain, handle func(c *queue.Chain) uint32) (
 		if !ok {
 			return s, nil
 		}
-		q.Push(c.Head, handle(c))
+		q.Push(c, handle(c))
 		s.Chains++
 	}
 }

@@ -131,7 +131,8 @@ func TestRequests(t *testing.T) {
 			}
 			statusAddr := addrs[len(addrs)-1] + uint64(tc.bufs[len(tc.bufs)-1].Len) - 1
 			q.Mem.WriteAt([]byte{0xff}, statusAddr)
-			used := h.WaitUsed(0, 1, true)
+			var used [][2]uint32
+			h.RequireTracked(func() { used = h.WaitUsed(0, 1, true) })
 			assert.Equal(t, uint32(head), used[0][0])
 			assert.Equal(t, tc.used, used[0][1])
 			assert.Equal(t, []byte{tc.status}, q.Read(statusAddr, 1))

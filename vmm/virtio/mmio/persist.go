@@ -102,6 +102,15 @@ func (t *Transport) Restore(s State) error {
 	if err := t.start(qs); err != nil {
 		return err
 	}
+	// Chains the driver made available and announced to the saved device
+	// may never have been served there: that notification went to the old
+	// process. One kick per queue makes the worker look; with nothing
+	// pending it finds nothing.
+	for _, fd := range t.notify {
+		if err := fd.Signal(); err != nil {
+			return fmt.Errorf("virtio-mmio restore: %w", err)
+		}
+	}
 	if s.InterruptStatus != 0 {
 		t.irq.Signal() // the guest may have missed the edge while saved
 	}

@@ -284,7 +284,7 @@ func (d *Device) deliver() (bool, error) {
 	for i := 0; i < k; i++ {
 		c := &d.rxChains[i]
 		n := c.Writable.WriteAt(frame[off:], 0)
-		q.Add(c.Head, uint32(n))
+		q.Add(c, uint32(n))
 		off += n
 	}
 	q.Publish()

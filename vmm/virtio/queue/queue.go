@@ -3,6 +3,16 @@
 // used rings, and notification suppression both ways (flags or
 // VIRTIO_F_EVENT_IDX).
 //
+// Every write the device makes to guest RAM through a queue is dirty-
+// tracked for live migration (KVM's dirty log sees only vCPU writes): a
+// chain goes back to the driver only through Push or Add, which take the
+// Chain and mark its device-writable buffers, and the queue marks the
+// used-ring entries, used->idx and avail_event it writes itself. Marking
+// after the write, when the chain is returned, is what makes it safe: a
+// page the migration copied before the device filled it is dirty again
+// by the time the driver can see the data, so a later round resends it;
+// and the machine holds every device's worker before the final round.
+//
 // Everything in the rings is written by the guest and untrusted: every
 // ring, table and buffer address is bounds-checked against guest RAM (via
 // memory.Guest.Slice) before it is touched, and a chain walk is bounded by
@@ -188,6 +198,7 @@ func (q *Queue) Next(c *Chain) (bool, error) {
 		return ok, err
 	}
 	binary.LittleEndian.PutUint16(q.used[4+8*uint64(q.cfg.Size):], q.nextAvail)
+	q.mem.MarkDirty(q.cfg.UsedRing+4+8*uint64(q.cfg.Size), 2)
 	q.fence.Add(1) // store avail_event before re-reading avail->idx (spec 2.7.10)
 	return q.Pop(c)
 }
@@ -242,6 +253,7 @@ func (q *Queue) walk(head uint16, c *Chain) error {
 			if flags&DescFWrite != 0 {
 				c.Writable = append(c.Writable, b)
 				c.WritableLen += uint64(length)
+				c.writableAt = append(c.writableAt, span{addr, uint64(length)})
 			} else {
 				if len(c.Writable) > 0 {
 					return fmt.Errorf("%w: device-readable descriptor after a device-writable one", ErrChain)
@@ -257,26 +269,35 @@ func (q *Queue) walk(head uint16, c *Chain) error {
 	}
 }
 
-// Push returns chain head to the driver with written bytes placed in its
+// Push returns chain c to the driver with written bytes placed in its
 // device-writable buffers.
-func (q *Queue) Push(head uint16, written uint32) {
-	q.Add(head, written)
+func (q *Queue) Push(c *Chain, written uint32) {
+	q.Add(c, written)
 	q.Publish()
 }
 
-// Add writes a used element without making it visible: a device that
-// returns several chains for one packet (mergeable rx buffers) adds them
-// all and then publishes once, so the driver never sees half a packet.
-func (q *Queue) Add(head uint16, written uint32) {
+// Add writes a used element for c without making it visible: a device
+// that returns several chains for one packet (mergeable rx buffers) adds
+// them all and then publishes once, so the driver never sees half a
+// packet. Every device-writable buffer of c is marked dirty, whatever
+// written says: a device may have written past what it reports.
+func (q *Queue) Add(c *Chain, written uint32) {
+	for _, s := range c.writableAt {
+		q.mem.MarkDirty(s.gpa, s.n)
+	}
 	slot := uint64(q.nextUsed % q.cfg.Size)
 	e := q.used[4+8*slot : 12+8*slot]
-	binary.LittleEndian.PutUint32(e[0:], uint32(head))
+	binary.LittleEndian.PutUint32(e[0:], uint32(c.Head))
 	binary.LittleEndian.PutUint32(e[4:], written)
+	q.mem.MarkDirty(q.cfg.UsedRing+4+8*slot, 8)
 	q.nextUsed++
 }
 
 // Publish makes the elements added so far visible to the driver.
-func (q *Queue) Publish() { q.publishUsed() }
+func (q *Queue) Publish() {
+	q.publishUsed()
+	q.mem.MarkDirty(q.cfg.UsedRing, 4)
+}
 
 // NeedsInterrupt reports whether the driver wants an interrupt for the
 // chains pushed since the last time it returned true (spec 2.7.7 and
@@ -303,12 +324,19 @@ type Chain struct {
 	Writable    Buffers
 	ReadableLen uint64
 	WritableLen uint64
+	// writableAt are the guest ranges behind Writable, marked dirty
+	// when the chain is returned.
+	writableAt []span
 }
+
+// span is a range of guest-physical memory.
+type span struct{ gpa, n uint64 }
 
 func (c *Chain) reset(head uint16) {
 	c.Head = head
 	c.Readable = c.Readable[:0]
 	c.Writable = c.Writable[:0]
+	c.writableAt = c.writableAt[:0]
 	c.ReadableLen, c.WritableLen = 0, 0
 }
 

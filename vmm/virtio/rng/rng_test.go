@@ -21,7 +21,8 @@ func TestFill(t *testing.T) {
 	_, a2 := q.AddIndirect(queuetest.Buf{Write: true, Len: 128 << 10}) // more than one request gets
 	q.WriteDesc(10, queuetest.Desc{Addr: 1 << 40, Len: 16, Flags: 2})  // outside guest RAM
 	q.Publish(10)
-	used := h.WaitUsed(0, 3, true)
+	var used [][2]uint32
+	h.RequireTracked(func() { used = h.WaitUsed(0, 3, true) })
 	assert.Equal(t, uint32(64), used[0][1])
 	assert.Equal(t, uint32(64<<10), used[1][1], "capped per request")
 	assert.Equal(t, [2]uint32{10, 0}, used[2], "malformed chain fails, nothing written")

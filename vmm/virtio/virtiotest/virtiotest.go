@@ -100,3 +100,11 @@ func (h *Harness) WaitUsed(i, n int, kick bool) [][2]uint32 {
 	}
 	return out
 }
+
+// RequireTracked runs op (kicks and waits, no driver writes) and fails the
+// test for any guest page the device changed without marking it dirty for
+// live migration (queuetest.RequireTracked).
+func (h *Harness) RequireTracked(op func()) {
+	h.t.Helper()
+	queuetest.RequireTracked(h.t, h.Mem, op)
+}

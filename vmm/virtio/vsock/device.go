@@ -232,7 +232,7 @@ func (d *Device) sendReset() {
 		ok, err := d.evq.Next(&d.evChain)
 		if errors.Is(err, queue.ErrChain) {
 			d.Metrics.MalformedChains.Add(1)
-			d.evq.Push(d.evChain.Head, 0)
+			d.evq.Push(&d.evChain, 0)
 			returned = true
 			continue
 		}
@@ -246,12 +246,12 @@ func (d *Device) sendReset() {
 		returned = true
 		if d.evChain.WritableLen < EventSize {
 			d.Metrics.MalformedChains.Add(1)
-			d.evq.Push(d.evChain.Head, 0)
+			d.evq.Push(&d.evChain, 0)
 			continue
 		}
 		var ev [EventSize]byte // id 0: VIRTIO_VSOCK_EVENT_TRANSPORT_RESET
 		d.evChain.Writable.WriteAt(ev[:], 0)
-		d.evq.Push(d.evChain.Head, EventSize)
+		d.evq.Push(&d.evChain, EventSize)
 		d.resetDue = false
 		d.Metrics.TransportResets.Add(1)
 	}
@@ -405,7 +405,7 @@ func (d *Device) rx() {
 		ok, err := q.Next(&d.rxChain)
 		if errors.Is(err, queue.ErrChain) {
 			d.Metrics.MalformedChains.Add(1)
-			q.Push(d.rxChain.Head, 0)
+			q.Push(&d.rxChain, 0)
 			returned++
 			continue
 		}
@@ -419,7 +419,7 @@ func (d *Device) rx() {
 		ch := &d.rxChain
 		if ch.WritableLen < HdrSize {
 			d.Metrics.MalformedChains.Add(1)
-			q.Push(ch.Head, 0)
+			q.Push(ch, 0)
 			returned++
 			continue
 		}
@@ -448,7 +448,7 @@ func (d *Device) rx() {
 		h.Put(d.hdr[:])
 		ch.Writable.WriteAt(d.hdr[:], 0)
 		ch.Writable.WriteAt(payload, HdrSize)
-		q.Push(ch.Head, uint32(HdrSize+len(payload)))
+		q.Push(ch, uint32(HdrSize+len(payload)))
 		d.Metrics.RxPackets.Add(1)
 		returned++
 	}

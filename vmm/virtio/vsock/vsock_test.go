@@ -73,9 +73,11 @@ func TestHostConnects(t *testing.T) {
 	c, err := net.Dial("unix", sock)
 	require.NoError(t, err)
 	defer c.Close()
-	fmt.Fprintf(c, "CONNECT 5000\n")
-
-	req, _ := g.recv()
+	var req vsock.Hdr
+	g.h.RequireTracked(func() {
+		fmt.Fprintf(c, "CONNECT 5000\n")
+		req, _ = g.recv()
+	})
 	assert.Equal(t, uint16(vsock.OpRequest), req.Op)
 	assert.Equal(t, uint64(vsock.HostCID), req.SrcCID)
 	assert.Equal(t, uint64(guestCID), req.DstCID)
@@ -87,9 +89,13 @@ func TestHostConnects(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fmt.Sprintf("OK %d\n", req.SrcPort), line)
 
-	_, err = c.Write([]byte("ping from the host"))
-	require.NoError(t, err)
-	h, payload := g.recv()
+	var h vsock.Hdr
+	var payload []byte
+	g.h.RequireTracked(func() {
+		_, err = c.Write([]byte("ping from the host"))
+		require.NoError(t, err)
+		h, payload = g.recv()
+	})
 	assert.Equal(t, uint16(vsock.OpRW), h.Op)
 	assert.Equal(t, "ping from the host", string(payload))
 	assert.Equal(t, uint32(256<<10), h.BufAlloc)
