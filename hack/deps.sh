@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Installs the Debian packages a given part of the project needs, only when
-# missing. Usage: hack/deps.sh guest|qemu|net|cluster ...
+# Installs the Debian packages of the given sets of hack/deps.list, only
+# those that are missing. Usage: hack/deps.sh SET...   (guest, qemu, net,
+# cluster, ...; see hack/deps.list)
 set -euo pipefail
+list=$(dirname "$0")/deps.list
 
 pkgs=()
 for want in "$@"; do
   case "$want" in
-    # kernel build (tinyconfig needs no ssl/elf headers beyond these), busybox for the initramfs
-    guest) pkgs+=(linux-source-6.1 build-essential bc flex bison libelf-dev xz-utils busybox-static) ;;
-    qemu) pkgs+=(qemu-system-x86 qemu-utils ovmf) ;;
-    net) pkgs+=(iproute2 iputils-ping) ;;
-    cluster) pkgs+=(containerd runc containernetworking-plugins busybox-static iptables socat) ;;
-    *) echo "deps.sh: unknown set '$want' (guest|qemu|net|cluster)" >&2; exit 2 ;;
+    # Never installed: see the top of deps.list.
+    base|toolchain|built) echo "deps.sh: set '$want' is not installed by this script (see $list)" >&2; exit 2 ;;
   esac
+  found=false
+  while read -r set pkg _; do
+    [ "$set" = "$want" ] || continue
+    found=true
+    pkgs+=("$pkg")
+  done < <(sed 's/#.*//' "$list")
+  if ! $found; then
+    sets=$(sed 's/#.*//' "$list" | awk 'NF && $1 != "base" && $1 != "toolchain" && $1 != "built" {print $1}' | sort -u | paste -sd'|')
+    echo "deps.sh: unknown set '$want' ($sets)" >&2
+    exit 2
+  fi
 done
 
 missing=()
