@@ -24,16 +24,26 @@ for want in "$@"; do
   fi
 done
 
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+find_missing() {
+  missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+}
+find_missing
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "deps.sh: need root to install: ${missing[*]}" >&2
   exit 1
 fi
+# Tests of several packages may need the same set at once; apt-get fails
+# instead of waiting for another's lock, so one installs and the others
+# find the packages there.
+exec 9>/run/lock/kubevmm-deps.lock
+flock 9
+find_missing
+[ ${#missing[@]} -eq 0 ] && exit 0
 echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 # a stale package index makes the install 404; refresh once per hour at most
