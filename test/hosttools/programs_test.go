@@ -2,7 +2,6 @@ package hosttools
 
 import (
 	"bytes"
-	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -27,8 +26,6 @@ type use struct {
 	prog string
 }
 
-func (u use) String() string { return fmt.Sprintf("%s:%d: %s", u.file, u.line, u.prog) }
-
 // TestEveryProgramHasAPackage is the rule of issue 20: every host program
 // the repository runs (from Go, or from the scripts under hack/ and .ci/)
 // is named in hack/deps.list, so that the project's own scripts install it
@@ -51,7 +48,7 @@ func TestEveryProgramHasAPackage(t *testing.T) {
 
 	for _, u := range append(goUses, shUses...) {
 		if _, ok := byProg[u.prog]; !ok {
-			t.Errorf("%s: runs %s, which no set in hack/deps.list provides", u.file+":"+strconv.Itoa(u.line), u.prog)
+			t.Errorf("%s:%d: runs %s, which no set in hack/deps.list provides", u.file, u.line, u.prog)
 		}
 	}
 	all := slices.Compact(slices.Sorted(slices.Values(progs(append(goUses, shUses...)))))
