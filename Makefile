@@ -35,8 +35,8 @@ FUZZTIME ?= 20s
 fuzz:
 	@hack/fuzz.sh $(FUZZTIME)
 
+# The bench installs the host programs it runs itself (test/hosttools).
 bench: build
-	@hack/deps.sh qemu
 	@guest=$$(hack/guest-image.sh) && \
 	$(GO) run ./test/bench -guest $$guest -vmm $(BIN)/vmm -out test/bench/RESULTS.md
 

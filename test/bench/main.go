@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
 // env is what every section needs.
@@ -61,7 +62,17 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
-	e := &env{vmm: vmmPath, qemu: *qemuBin, runs: *runs, memMiB: *mem,
+	// The host programs the bench runs (QEMU for the baseline, ip to run
+	// a VMM inside the bench's network namespace), installed when missing.
+	qemuPath, err := hosttools.Find(*qemuBin)
+	if err == nil {
+		_, err = hosttools.Find("ip")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	e := &env{vmm: vmmPath, qemu: qemuPath, runs: *runs, memMiB: *mem,
 		kernel: filepath.Join(*guest, "vmlinux"), baseInitrd: filepath.Join(*guest, "initramfs.cpio")}
 	defer e.cl.run()
 	// Short: the unix sockets of the VMs live under it.

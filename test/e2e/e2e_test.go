@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
 const (
@@ -323,7 +325,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 			"ping -c 1 -W 10 10.200.0.1 && echo NET-$((40+2))", "NET-42", 5*time.Minute)
 		t.Logf("guest -> node: %s", pingSummary(out))
 		podIP := jsonpath(t, "vmi/"+vmName, "{.status.interfaces[0].ipAddress}")
-		ping, err := exec.Command("ping", "-c", "3", "-W", "10", podIP).CombinedOutput()
+		ping, err := exec.Command(hosttools.Require(t, "ping"), "-c", "3", "-W", "10", podIP).CombinedOutput()
 		if err != nil {
 			t.Fatalf("ping %s (the pod IP, DNATed to the guest): %v\n%s", podIP, err, ping)
 		}
@@ -409,7 +411,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		// it reaches the guest (same masquerade, new pod).
 		podIP := jsonpath(t, "pod/"+target, "{.status.podIP}")
 		wait(t, "vmi/"+vmName, "jsonpath={.status.interfaces[0].ipAddress}="+podIP, 2*time.Minute)
-		ping, err := exec.Command("ping", "-c", "3", "-W", "10", podIP).CombinedOutput()
+		ping, err := exec.Command(hosttools.Require(t, "ping"), "-c", "3", "-W", "10", podIP).CombinedOutput()
 		if err != nil {
 			t.Fatalf("ping %s (the target pod's IP, DNATed to the guest): %v\n%s", podIP, err, ping)
 		}
