@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -278,7 +277,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 // the VMI's launcher pod, marked as the migration's target (label and
 // annotation), with its own socket directory (inside the VMI's, see
 // spec.MigrationSocketSubdir), its launcher told to receive the guest on
-// spec.MigrationPort instead of booting it, the migration's
+// spec.MigrationInSocket instead of booting it, the migration's
 // addedNodeSelector, and, unless sameNode, kept off the source's node.
 func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachineInstanceMigration, cfg LauncherConfig, sourceNode string, sameNode bool) (*corev1.Pod, error) {
 	pod, err := RenderLauncherPod(vmi, cfg)
@@ -296,8 +295,7 @@ func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachi
 		}
 	}
 	c := &pod.Spec.Containers[0]
-	c.Env = append(c.Env, corev1.EnvVar{Name: spec.IncomingEnv, Value: "tcp:0.0.0.0:" + strconv.Itoa(spec.MigrationPort)})
-	c.Ports = append(c.Ports, corev1.ContainerPort{Name: "migration", ContainerPort: spec.MigrationPort, Protocol: corev1.ProtocolTCP})
+	c.Env = append(c.Env, corev1.EnvVar{Name: spec.IncomingEnv, Value: "unix:" + SocketRootDir + "/" + spec.MigrationInSocket})
 	if !sameNode && sourceNode != "" {
 		notSource := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{sourceNode}}
 		if pod.Spec.Affinity == nil {

@@ -189,7 +189,8 @@ func TestMigrationTargetPod(t *testing.T) {
 					incoming = e.Value
 				}
 			}
-			assert.Equal(t, fmt.Sprintf("tcp:0.0.0.0:%d", spec.MigrationPort), incoming, "the launcher receives instead of booting")
+			assert.Equal(t, "unix:"+controller.SocketRootDir+"/"+spec.MigrationInSocket, incoming,
+				"the launcher receives instead of booting, on a socket only its handler reaches")
 			if tc.sameNode {
 				assert.Nil(t, target.Spec.Affinity, "with %s the target may share the source's node", controller.FeatureGateSameNodeLiveMigration)
 			} else {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -33,13 +36,15 @@ import (
 //   - the target's handler (MigrationTargetReconciler, driven by the target
 //     pod on its node) gives the target launcher its socket directory and
 //     its pod network, exactly as for any launcher, and once the launcher
-//     listens for the guest (state Incoming) writes where:
-//     migrationState.targetNodeAddress, the target pod's IP, and the port
-//     (spec.MigrationPort) in targetDirectMigrationNodePorts;
+//     waits for the guest (state Incoming, on spec.MigrationInSocket)
+//     opens its end of the stream (migration_proxy.go) and writes where:
+//     migrationState.targetNodeAddress, this handler's pod IP, and the
+//     proxy's port in targetDirectMigrationNodePorts;
 //   - the source's handler (syncMigrationSource, part of the VMI loop)
-//     then records the start (startTimestamp, mode) and tells its launcher
-//     to migrate there (vmm/api Migrate, with the bandwidth cap and
-//     timeouts of the configuration), follows it, and writes the verdict:
+//     then records the start (startTimestamp, mode), opens its end of the
+//     stream and tells its launcher to migrate into it (vmm/api Migrate to
+//     spec.MigrationOutSocket, with the bandwidth cap and timeouts of the
+//     configuration), follows it, and writes the verdict:
 //     completed (the VMI's node becomes the target's; the source's VMM,
 //     whose guest left, is stopped and its launcher exits) or failed (the
 //     VMM resumed its guest; the reason is recorded).
@@ -55,9 +60,10 @@ import (
 // abortStatus Succeeded (the guest stayed here) or completed with
 // abortStatus Failed (the target had confirmed it: too late to abort).
 //
-// The stream goes straight from launcher to launcher over the pod network:
-// unencrypted (KubeVirt's handlers proxy it over TLS), and the target
-// accepts the first connection to its port.
+// The stream goes from launcher to handler over a unix socket, between
+// the handlers over TLS with both ends authenticated as virt-handler, as
+// in KubeVirt: no launcher listens on the network, and whatever else
+// connects to the target's port is refused (migration_proxy.go).
 
 // Event reasons on the VMI, as KubeVirt's handler spells them.
 const (
@@ -123,14 +129,23 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 			return ctrl.Result{}, false, err
 		}
 		req := migrateRequest(vmi)
+		target := strings.TrimPrefix(req.To, "tcp:")
+		logger := log.FromContext(ctx)
+		if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
+			return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), target, string(ms.MigrationUID), r.MigrationTLS.Client,
+				func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
+		}); err != nil {
+			return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())
+		}
+		req.To = "unix:" + filepath.Join(r.launcherSocketDir(), spec.MigrationOutSocket)
 		qctx, cancel := context.WithTimeout(ctx, time.Minute) // includes the connect
 		err := c.Migrate(qctx, req)
 		cancel()
 		if err != nil {
-			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("starting the migration to %s: %v", req.To, err))
+			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("starting the migration to %s: %v", target, err))
 		}
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrating, "Migrate",
-			"Migrating to pod %s on node %s (%s)", ms.TargetPod, ms.TargetNode, req.To)
+			"Migrating to pod %s on node %s (%s, over TLS between the handlers)", ms.TargetPod, ms.TargetNode, target)
 		return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
 	}
 	if !live {
@@ -244,6 +259,7 @@ func (r *VMIReconciler) stopMigratedSource(ctx context.Context, vmi *v1.VirtualM
 // node now (virt-controller moves the VMI's node label after it).
 func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, st api.MigrationStatus) error {
 	ms := vmi.Status.MigrationState
+	r.proxies.drop(sourceProxyKey(ms))
 	target := ms.TargetNode
 	now := metav1.NewTime(r.now().Time)
 	orig := vmi.DeepCopy()
@@ -269,6 +285,7 @@ func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMa
 // failMigration records that the migration failed and why; the guest
 // keeps running here.
 func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, why string) error {
+	r.proxies.drop(sourceProxyKey(vmi.Status.MigrationState))
 	now := metav1.NewTime(r.now().Time)
 	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
 		ms.Failed, ms.FailureReason, ms.EndTimestamp = true, why, &now
@@ -282,6 +299,19 @@ func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachin
 	}
 	r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Migration to %s failed, the guest keeps running here: %s", vmi.Status.MigrationState.TargetNode, why)
 	return nil
+}
+
+// sourceProxyKey names the source end of a migration's stream.
+func sourceProxyKey(ms *v1.VirtualMachineInstanceMigrationState) string {
+	return "source/" + string(ms.MigrationUID)
+}
+
+// launcherSocketDir is where a launcher sees its own socket directory.
+func (r *VMIReconciler) launcherSocketDir() string {
+	if r.LauncherSocketDir != "" {
+		return r.LauncherSocketDir
+	}
+	return spec.SocketRootDir
 }
 
 func (r *VMIReconciler) patchMigrationState(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceMigrationState)) error {
@@ -305,6 +335,10 @@ type MigrationTargetReconciler struct {
 	NodeName   string
 	SocketRoot string
 	Recorder   events.EventRecorder
+	// PodIP is this handler's address: the source's handler connects to
+	// Migrations there, on MigrationPort.
+	PodIP      string
+	Migrations *MigrationServer
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 }
@@ -326,10 +360,15 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	logger := log.FromContext(ctx)
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Migrations.Forget(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || pod.DeletionTimestamp != nil ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// The migration is over for this pod: no stream may come for it.
+		r.Migrations.Forget(req.String())
 		return ctrl.Result{}, nil
 	}
 	vmi := &v1.VirtualMachineInstance{}
@@ -363,16 +402,19 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		return ctrl.Result{RequeueAfter: startingPoll}, nil
 	case api.StateIncoming:
-		if !mine || ms.TargetNodeAddress != "" {
-			// Not handed over yet (or already reported): look again.
+		if !mine {
+			// Not handed over yet: look again.
 			return ctrl.Result{RequeueAfter: startingPoll}, nil
 		}
-		if pod.Status.PodIP == "" {
+		// On every pass, not once: a restarted handler must expect the
+		// stream again before the source's handler connects.
+		r.Migrations.Expect(string(ms.MigrationUID), req.String(), filepath.Join(l.dir, spec.MigrationInSocket))
+		if ms.TargetNodeAddress != "" {
 			return ctrl.Result{RequeueAfter: startingPoll}, nil
 		}
 		orig := vmi.DeepCopy()
-		vmi.Status.MigrationState.TargetNodeAddress = pod.Status.PodIP
-		vmi.Status.MigrationState.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(spec.MigrationPort): 0}
+		vmi.Status.MigrationState.TargetNodeAddress = r.PodIP
+		vmi.Status.MigrationState.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(spec.HandlerMigrationPort): 0}
 		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("reporting the migration target of VMI %s/%s ready: %w", vmi.Namespace, vmi.Name, err)
 		}

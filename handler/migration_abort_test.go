@@ -82,10 +82,12 @@ func spinningVMM(t *testing.T, dir string) *api.Client {
 	return api.NewClient(filepath.Join(dir, spec.ControlSocket))
 }
 
-// deafTarget accepts migration streams and never reads them.
-func deafTarget(t *testing.T) int {
+// deafTarget is a target handler whose launcher accepts the migration
+// and never reads it. It returns the handler's migration port.
+func deafTarget(t *testing.T, cfg *MigrationTLS, uids ...string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	sock := filepath.Join(t.TempDir(), spec.MigrationInSocket)
+	ln, err := net.Listen("unix", sock)
 	require.NoError(t, err)
 	var mu sync.Mutex
 	var conns []net.Conn
@@ -108,13 +110,21 @@ func deafTarget(t *testing.T) int {
 		}
 		mu.Unlock()
 	})
-	return ln.Addr().(*net.TCPAddr).Port
+	srv, addr := migrationServer(t, cfg)
+	for _, uid := range uids {
+		srv.Expect(uid, "default/target-"+uid, sock)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	return n
 }
 
 func TestMigrationSourceAbort(t *testing.T) {
 	k8s := apiServer(t)
 	ctx := context.Background()
-	port := deafTarget(t)
+	tlsCfg, _ := handlerTLS(t)
 
 	for _, tc := range []struct {
 		name    string
@@ -124,7 +134,10 @@ func TestMigrationSourceAbort(t *testing.T) {
 			dir := t.TempDir()
 			vmm := spinningVMM(t, dir)
 			rec := events.NewFakeRecorder(100)
-			r := &VMIReconciler{Client: k8s, NodeName: "node01", SocketRoot: dir, Recorder: rec}
+			port := deafTarget(t, tlsCfg, "m-"+strings.ReplaceAll(tc.name, " ", "-"))
+			// The VMM runs in this process: it sees its socket directory
+			// where the handler does.
+			r := &VMIReconciler{Client: k8s, NodeName: "node01", SocketRoot: dir, Recorder: rec, MigrationTLS: tlsCfg, LauncherSocketDir: dir}
 			l := launcherConn{dir: dir}
 
 			// A running VMI handed over for a migration whose target listens.

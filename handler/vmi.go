@@ -69,11 +69,17 @@ type VMIReconciler struct {
 	Recorder   events.EventRecorder
 	// Kick re-queues a VMI at once (after a pause/unpause the server did).
 	Kick chan event.GenericEvent
+	// MigrationTLS authenticates this handler to a migration target's.
+	MigrationTLS *MigrationTLS
+	// LauncherSocketDir is where a launcher sees its own socket directory
+	// (empty: spec.SocketRootDir, as in its pod).
+	LauncherSocketDir string
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 
-	mu    sync.Mutex
-	typed map[types.UID]bool // VMIs whose shutdown input was typed
+	mu      sync.Mutex
+	typed   map[types.UID]bool // VMIs whose shutdown input was typed
+	proxies proxies            // the source ends of migration streams
 }
 
 // typeShutdown types the VMI's shutdown input on its console, once per

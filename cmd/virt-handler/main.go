@@ -31,6 +31,7 @@ import (
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 func main() {
@@ -43,13 +44,14 @@ func main() {
 func run() error {
 	var (
 		nodeName, socketRoot, pluginDir, probeAddr string
-		certDir                                    string
+		certDir, podIP                             string
 		devices                                    int
 	)
 	flag.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
 	flag.StringVar(&socketRoot, "socket-root", controller.SocketRootDir, "node directory of the launchers' socket directories")
 	flag.StringVar(&pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
-	flag.StringVar(&certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt of the server virt-api talks to")
+	flag.StringVar(&certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
+	flag.StringVar(&podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
 	flag.IntVar(&devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm and /tun offered by this node")
 	zapOpts := zap.Options{}
@@ -60,6 +62,15 @@ func run() error {
 	if nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
+	if podIP == "" {
+		return errors.New("--pod-ip (or $POD_IP) is required")
+	}
+	certs := handler.TLSFiles{Cert: certDir + "/tls.crt", Key: certDir + "/tls.key", CA: certDir + "/ca.crt"}
+	migTLS, err := handler.NewMigrationTLS(certs)
+	if err != nil {
+		return err
+	}
+	migrations := &handler.MigrationServer{TLS: migTLS.Server, Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }}
 
 	scheme, err := kvscheme.New()
 	if err != nil {
@@ -88,13 +99,13 @@ func run() error {
 	kick := make(chan event.GenericEvent, 64)
 	if err := (&handler.VMIReconciler{
 		Client: mgr.GetClient(), NodeName: nodeName, SocketRoot: socketRoot,
-		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick,
+		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)
 	}
 	if err := (&handler.MigrationTargetReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: nodeName, SocketRoot: socketRoot,
-		Recorder: mgr.GetEventRecorder("virt-handler"),
+		Recorder: mgr.GetEventRecorder("virt-handler"), PodIP: podIP, Migrations: migrations,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the migration target controller: %w", err)
 	}
@@ -116,7 +127,17 @@ func run() error {
 		return err
 	}
 
-	tlsCfg, err := handler.ServerTLS(handler.TLSFiles{Cert: certDir + "/tls.crt", Key: certDir + "/tls.key", CA: certDir + "/ca.crt"})
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(spec.HandlerMigrationPort))
+		if err != nil {
+			return fmt.Errorf("virt-handler migration server: %w", err)
+		}
+		return migrations.Serve(ctx, l)
+	})); err != nil {
+		return err
+	}
+
+	tlsCfg, err := handler.ServerTLS(certs)
 	if err != nil {
 		return err
 	}

@@ -22,14 +22,26 @@ const (
 	// that a migrated guest's neighbour entry for its gateway stays right
 	// on the target. Derived guest MACs start 02:6b:76, never like this.
 	GatewayMAC = "02:00:00:6b:76:01"
-	// MigrationPort is the TCP port a migration target's launcher receives
-	// the guest on, in its pod's network namespace. The masquerade NAT
-	// leaves it alone, so the pod IP reaches the launcher rather than the
-	// guest on this port (KubeVirt reserves 49152 and 49153 the same way).
+	// MigrationPort is reserved for live migration in every launcher pod:
+	// the masquerade NAT leaves it alone, so the guest never gets it
+	// (KubeVirt reserves 49152 and 49153 the same way). The stream itself
+	// goes between the handlers (see MigrationInSocket).
 	MigrationPort = 49152
 	// IncomingEnv, on a migration target pod's launcher, is the address it
-	// receives the migration on.
+	// receives the migration on: MigrationInSocket in its socket directory.
 	IncomingEnv = "KUBEVMM_MIGRATION_INCOMING"
+	// MigrationInSocket, in a target launcher's socket directory, is where
+	// its VMM waits for the guest; the target's virt-handler joins the
+	// authenticated stream from the source's handler to it.
+	MigrationInSocket = "migration-in.sock"
+	// HandlerMigrationPort is where every virt-handler accepts migration
+	// streams from the other handlers, over TLS (its API is on 8186, its
+	// health probes on 8187).
+	HandlerMigrationPort = 8188
+	// MigrationOutSocket, in a source launcher's socket directory, is where
+	// its virt-handler waits for the VMM's outgoing stream and carries it
+	// to the target's handler over TLS.
+	MigrationOutSocket = "migration-out.sock"
 	// SocketsVolume is the launcher pod's volume holding its socket
 	// directory (a hostPath under the node's socket root).
 	SocketsVolume = "sockets"

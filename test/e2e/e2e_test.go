@@ -16,8 +16,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +30,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netns"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
@@ -220,6 +225,68 @@ func podProcesses(podUID, comm string) []int {
 	return out
 }
 
+// dialFromNetns connects to addr over TCP from the network namespace of
+// process pid (a pod's, as any process in that pod would).
+func dialFromNetns(pid int, addr string) (net.Conn, error) {
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer orig.Close()
+	pod, err := netns.GetFromPid(pid)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer pod.Close()
+	if err := netns.Set(pod); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	c, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	if serr := netns.Set(orig); serr != nil {
+		return nil, fmt.Errorf("back to the test's network namespace: %w", serr) // the thread stays locked and dies
+	}
+	runtime.UnlockOSThread()
+	return c, err
+}
+
+// firstBytes keeps the first bytes read from a connection.
+type firstBytes struct {
+	net.Conn
+	got []byte
+}
+
+func (c *firstBytes) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if len(c.got) < 8 {
+		c.got = append(c.got, b[:min(n, 8-len(c.got))]...)
+	}
+	return n, err
+}
+
+// strangerHandshake starts a TLS handshake with addr from pid's network
+// namespace, with no client certificate, and returns the first bytes the
+// server sent and how the handshake (and a first read, where TLS 1.3 lets
+// the client finish before the server judged it) ended.
+func strangerHandshake(pid int, addr string) ([]byte, error) {
+	raw, err := dialFromNetns(pid, addr)
+	if err != nil {
+		return nil, err
+	}
+	fb := &firstBytes{Conn: raw}
+	c := tls.Client(fb, &tls.Config{InsecureSkipVerify: true})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	err = c.Handshake()
+	if err == nil {
+		_, err = c.Read(make([]byte, 1))
+	}
+	return fb.got, err
+}
+
 func TestVirtualMachineLifecycle(t *testing.T) {
 	if os.Getenv(envFlag) == "" {
 		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
@@ -374,6 +441,32 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		if source == "" || strings.Contains(source, " ") {
 			t.Fatalf("want one launcher pod before the migration, got %q", source)
 		}
+		// Strangers on the pod network, in the source launcher pod's own
+		// network namespace (where a guest that broke out would be),
+		// reach the handler's migration port before the source does: one
+		// starts a TLS handshake without virt-handler's certificate, one
+		// connects and stalls. The port speaks TLS, refuses the first,
+		// and neither keeps the migration from succeeding.
+		handlerIP := strings.TrimSpace(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-handler", "-o", "jsonpath={.items[0].status.podIP}"))
+		migAddr := net.JoinHostPort(handlerIP, strconv.Itoa(spec.HandlerMigrationPort))
+		srcPIDs := podProcesses(jsonpath(t, "pod/"+source, "{.metadata.uid}"), "virt-launcher")
+		if len(srcPIDs) == 0 {
+			t.Fatalf("no virt-launcher process in pod %s", source)
+		}
+		stalled, err := dialFromNetns(srcPIDs[0], migAddr)
+		if err != nil {
+			t.Fatalf("connecting to %s from pod %s: %v", migAddr, source, err)
+		}
+		defer stalled.Close()
+		first, herr := strangerHandshake(srcPIDs[0], migAddr)
+		t.Logf("a stranger's handshake with %s: first bytes % x, %v", migAddr, first, herr)
+		if len(first) < 2 || first[0] != 0x16 || first[1] != 0x03 {
+			t.Fatalf("the migration port did not answer with a TLS handshake record: % x", first)
+		}
+		if herr == nil {
+			t.Fatalf("a client without virt-handler's certificate completed the handshake with %s", migAddr)
+		}
+
 		t0 := time.Now()
 		virtctl(t, "migrate", vmName)
 		mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))

@@ -27,6 +27,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ import (
 	controllerrbac "github.com/kubevmm/kubevmm/controller/rbac"
 	"github.com/kubevmm/kubevmm/handler"
 	handlerrbac "github.com/kubevmm/kubevmm/handler/rbac"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
 
@@ -87,7 +89,9 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	handlerCert, err := ca.leaf(o.pki, "virt-handler", "kubevirt.io:system:node:virt-handler", nil, x509.ExtKeyUsageServerAuth)
+	// Server for virt-api; both server and client between handlers, which
+	// carry live migration streams to each other (handler.MigrationTLS).
+	handlerCert, err := ca.leaf(o.pki, "virt-handler", handler.HandlerName, nil, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return err
 	}
@@ -253,9 +257,12 @@ func run(o opts) error {
 	// network namespaces (by the PID their sockets report) to build the
 	// masquerade network, and serves the kubelet device plugins.
 	vh := corev1.Container{Name: "virt-handler", Image: image("virt-handler"), ImagePullPolicy: o.pull,
-		Env:       []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
+		Env: []corev1.EnvVar{
+			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		},
 		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--socket-root=" + controller.SocketRootDir},
-		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}},
+		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{
@@ -410,11 +417,12 @@ func parsePair(cb, kb []byte) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 }
 
 // leaf loads or issues the certificate file name.crt/.key in dir.
-func (a *authority) leaf(dir, name, cn string, dns []string, usage x509.ExtKeyUsage) (leafCert, error) {
+func (a *authority) leaf(dir, name, cn string, dns []string, usage ...x509.ExtKeyUsage) (leafCert, error) {
 	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	if cb, err := os.ReadFile(certPath); err == nil {
 		if kb, err := os.ReadFile(keyPath); err == nil {
-			if c, _, err := parsePair(cb, kb); err == nil && time.Until(c.NotAfter) > 30*24*time.Hour && c.CheckSignatureFrom(a.cert) == nil {
+			if c, _, err := parsePair(cb, kb); err == nil && time.Until(c.NotAfter) > 30*24*time.Hour && c.CheckSignatureFrom(a.cert) == nil &&
+				slices.Equal(c.ExtKeyUsage, usage) {
 				return leafCert{cert: cb, key: kb}, nil
 			}
 		}
@@ -425,7 +433,7 @@ func (a *authority) leaf(dir, name, cn string, dns []string, usage x509.ExtKeyUs
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: cn}, DNSNames: dns,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().AddDate(1, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
 	if err != nil {
 		return leafCert{}, err
