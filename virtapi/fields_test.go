@@ -46,7 +46,7 @@ var implemented = map[string]string{
 	"domain.devices.rng":                    "a virtio-rng device (launcher.VMConfig.RNG)",
 
 	"domain.devices.disks[0].name":          "the volume it attaches",
-	"domain.devices.disks[0].disk.readonly": "a read-only virtio-blk (or SATA) disk",
+	"domain.devices.disks[0].disk.readonly": "a read-only virtio-blk disk (refused on SATA: QEMU's are writable)",
 	"domain.devices.disks[0].bootOrder":     "QEMU's bootindex (launcher/qemu); the kubevmm VMM boots its kernel directly",
 	"domain.devices.disks[0].serial":        "the virtio-blk (or SATA) serial, up to 20 characters",
 
@@ -89,6 +89,7 @@ var honoured = map[string]bool{
 	// is the other way round: TestValidateVMISpecRefuses).
 	"domain.features.acpi.enabled": false,
 	"domain.features.apic.enabled": true,
+	"domain.features.smm.enabled":  false,
 	// Hyper-V sends the VMI to QEMU, which gets these enlightenments.
 	"domain.features.hyperv.relaxed.enabled":     true,
 	"domain.features.hyperv.vapic.enabled":       true,

@@ -143,6 +143,15 @@ func validateTopLevel(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.Err
 	if g := s.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		errs = append(errs, invalid(p.Child("terminationGracePeriodSeconds"), *g, "must not be negative"))
 	}
+	// KubeVirt hands the pod's DNS settings to the guest over DHCP; kubevmm
+	// serves no DHCP (the guest's address is on its kernel command line),
+	// so they would only reach the launcher.
+	if dp := s.DNSPolicy; dp != "" && dp != corev1.DNSClusterFirst {
+		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	}
+	if s.DNSConfig != nil {
+		errs = append(errs, unsupported(p, "dnsConfig", "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	}
 	if a := s.Architecture; a != "" && a != "amd64" {
 		errs = append(errs, notSupported(p.Child("architecture"), a, "amd64"))
 	}
@@ -313,8 +322,16 @@ func validateFeatures(p *field.Path, f *v1.Features, backend spec.Backend) field
 			errs = append(errs, unsupported(p, "apic.endOfInterrupt", ""))
 		}
 	}
-	if f.SMM != nil {
-		errs = append(errs, unsupported(p, "smm", ""))
+	// QEMU's q35 has SMM with either accelerator (smm=auto); the kubevmm
+	// VMM has none.
+	if m := f.SMM; m != nil {
+		on := m.Enabled == nil || *m.Enabled
+		switch {
+		case backend == spec.BackendKubevmm && on:
+			errs = append(errs, unsupported(p, "smm", "the kubevmm VMM has no SMM"))
+		case backend == spec.BackendQEMU && !on:
+			errs = append(errs, notSupported(p.Child("smm", "enabled"), false, "the QEMU backend always has SMM"))
+		}
 	}
 	if f.KVM != nil && f.KVM.Hidden {
 		errs = append(errs, unsupported(p, "kvm.hidden", ""))
@@ -439,6 +456,9 @@ func validateDisks(p *field.Path, disks []v1.Disk, volumes []v1.Volume) field.Er
 			case "", v1.DiskBusVirtio, v1.DiskBusSATA:
 			default:
 				errs = append(errs, notSupported(dp.Child("disk", "bus"), string(d.Disk.Bus), "virtio, sata"))
+			}
+			if d.Disk.ReadOnly && d.Disk.Bus == v1.DiskBusSATA {
+				errs = append(errs, notSupported(dp.Child("disk", "readonly"), true, "QEMU's SATA disks are writable"))
 			}
 			if d.Disk.PciAddress != "" {
 				errs = append(errs, unsupported(dp, "disk.pciAddress", "disks are virtio-mmio devices in the kubevmm VMM"))

@@ -159,6 +159,19 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Cores = 4e9 }},
 
 		// The rest of each section.
+		{name: "read-only SATA disk", field: "domain.devices.disks[0].disk.readonly", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.Bus, disk(s).Disk.ReadOnly = v1.DiskBusSATA, true }},
+		{name: "dnsConfig", field: "dnsConfig", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
+			}},
+		{name: "dnsPolicy None", field: "dnsPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSNone }},
+		{name: "SMM on the kubevmm VMM", field: "domain.features.smm", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).SMM = &v1.FeatureState{} }},
+		{name: "SMM off on QEMU", field: "domain.features.smm.enabled", typ: notSupported,
+			annotations: map[string]string{"kubevmm.io/backend": "qemu"},
+			mutate:      func(s *v1.VirtualMachineInstanceSpec) { features(s).SMM = &v1.FeatureState{Enabled: ptr.To(false)} }},
 		{name: "SCSI disk", field: "domain.devices.disks[0].disk.bus", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.Bus = v1.DiskBusSCSI }},
 		{name: "disk and cdrom at once", field: "domain.devices.disks[0]", typ: invalid,
@@ -271,9 +284,10 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		{"ACPI off on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{Enabled: ptr.To(false)}}
 		}},
-		{"ACPI on QEMU", map[string]string{"kubevmm.io/backend": "qemu"}, func(s *v1.VirtualMachineInstanceSpec) {
-			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}}
+		{"ACPI and SMM on QEMU", map[string]string{"kubevmm.io/backend": "qemu"}, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}, SMM: &v1.FeatureState{Enabled: ptr.To(true)}}
 		}},
+		{"dnsPolicy ClusterFirst", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSClusterFirst }},
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
 		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
 		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
