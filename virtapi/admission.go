@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -72,10 +73,33 @@ func (s *Server) admission(w http.ResponseWriter, r *http.Request, review func(*
 
 func allow() *admissionv1.AdmissionResponse { return &admissionv1.AdmissionResponse{Allowed: true} }
 
-func deny(msgs []string) *admissionv1.AdmissionResponse {
+// deny refuses the object with one cause per field error, as KubeVirt's
+// webhooks do: status.details.causes carry each error's type
+// (FieldValueNotSupported, FieldValueInvalid, FieldValueRequired, ...), field
+// and message, and the status message joins the causes' messages.
+func deny(errs field.ErrorList) *admissionv1.AdmissionResponse {
+	causes := make([]metav1.StatusCause, len(errs))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		// A not-supported error's detail says it all ("... is not
+		// supported by kubevmm"); the others read as Kubernetes' do.
+		body := e.ErrorBody()
+		if e.Type == field.ErrorTypeNotSupported && e.Detail != "" {
+			body = e.Detail
+		}
+		msgs[i] = e.Field + ": " + body
+		causes[i] = metav1.StatusCause{Type: metav1.CauseType(e.Type), Field: e.Field, Message: msgs[i]}
+	}
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-		Message: strings.Join(msgs, ", "),
+		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
+	}}
+}
+
+// refuse denies for a reason that is no field's (an undecodable object).
+func refuse(msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest, Message: msg,
 	}}
 }
 
@@ -86,7 +110,7 @@ func patched(ops []jsonPatchOp) *admissionv1.AdmissionResponse {
 	}
 	b, err := json.Marshal(ops)
 	if err != nil {
-		return deny([]string{"internal error: " + err.Error()})
+		return refuse("internal error: " + err.Error())
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = b, &pt
@@ -94,7 +118,7 @@ func patched(ops []jsonPatchOp) *admissionv1.AdmissionResponse {
 }
 
 func decodeErr(err error) *admissionv1.AdmissionResponse {
-	return deny([]string{"cannot decode the object: " + err.Error()})
+	return refuse("cannot decode the object: " + err.Error())
 }
 
 func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
@@ -141,12 +165,12 @@ func validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespon
 		a, _ := json.Marshal(old.Spec)
 		b, _ := json.Marshal(vmi.Spec)
 		if string(a) != string(b) {
-			return deny([]string{"spec: a VirtualMachineInstance's spec cannot be changed"})
+			return deny(field.ErrorList{field.Forbidden(field.NewPath("spec"), "a VirtualMachineInstance's spec cannot be changed")})
 		}
 		return allow()
 	}
-	if msgs := ValidateVMISpec(&vmi.Spec, vmi.Annotations, "spec."); len(msgs) > 0 {
-		return deny(msgs)
+	if errs := ValidateVMISpec(field.NewPath("spec"), &vmi.Spec, field.NewPath("metadata"), vmi.Annotations); len(errs) > 0 {
+		return deny(errs)
 	}
 	return allow()
 }
@@ -156,32 +180,37 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
 		return decodeErr(err)
 	}
-	var msgs []string
+	var errs field.ErrorList
+	p := field.NewPath("spec")
 	if vm.Spec.Running != nil && vm.Spec.RunStrategy != nil {
-		msgs = append(msgs, "spec.running: "+v1.ErrRunningAndRunStrategy.Error())
+		errs = append(errs, field.Invalid(p.Child("running"), *vm.Spec.Running, v1.ErrRunningAndRunStrategy.Error()))
 	}
 	if rs := vm.Spec.RunStrategy; rs != nil {
 		switch *rs {
 		case v1.RunStrategyAlways, v1.RunStrategyHalted, v1.RunStrategyManual, v1.RunStrategyRerunOnFailure, v1.RunStrategyOnce:
 		default:
-			msgs = append(msgs, fmt.Sprintf("spec.runStrategy: %q is not supported by kubevmm", *rs))
+			errs = append(errs, notSupported(p.Child("runStrategy"), string(*rs), "Always, Halted, Manual, RerunOnFailure, Once"))
 		}
 	}
 	for _, f := range v1.UnmodeledFields(&vm.Spec) {
 		if !strings.HasPrefix(f, "template.") {
-			msgs = append(msgs, "spec."+f+": is not supported by kubevmm")
+			errs = append(errs, unsupported(p, f, ""))
 		}
 	}
 	if len(vm.Spec.DataVolumeTemplates) > 0 {
-		msgs = append(msgs, "spec.dataVolumeTemplates: is not supported by kubevmm yet")
+		errs = append(errs, unsupported(p, "dataVolumeTemplates", "containerDisk volumes only"))
+	}
+	if vm.Spec.UpdateVolumesStrategy != nil {
+		errs = append(errs, unsupported(p, "updateVolumesStrategy", "volumes cannot be updated"))
 	}
 	if vm.Spec.Template == nil {
-		msgs = append(msgs, "spec.template: is required")
+		errs = append(errs, field.Required(p.Child("template"), "the VirtualMachineInstance to run"))
 	} else {
-		msgs = append(msgs, ValidateVMISpec(&vm.Spec.Template.Spec, vm.Spec.Template.ObjectMeta.Annotations, "spec.template.spec.")...)
+		t := p.Child("template")
+		errs = append(errs, ValidateVMISpec(t.Child("spec"), &vm.Spec.Template.Spec, t.Child("metadata"), vm.Spec.Template.ObjectMeta.Annotations)...)
 	}
-	if len(msgs) > 0 {
-		return deny(msgs)
+	if len(errs) > 0 {
+		return deny(errs)
 	}
 	return allow()
 }
@@ -191,15 +220,19 @@ func validateVMIM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespo
 	if err := json.Unmarshal(req.Object.Raw, m); err != nil {
 		return decodeErr(err)
 	}
-	var msgs []string
+	var errs field.ErrorList
+	p := field.NewPath("spec")
 	if m.Spec.VMIName == "" {
-		msgs = append(msgs, "spec.vmiName: is required")
+		errs = append(errs, field.Required(p.Child("vmiName"), "the VirtualMachineInstance to migrate"))
 	}
 	for _, f := range v1.UnmodeledFields(&m.Spec) {
-		msgs = append(msgs, "spec."+f+": is not supported by kubevmm")
+		errs = append(errs, unsupported(p, f, ""))
 	}
-	if len(msgs) > 0 {
-		return deny(msgs)
+	if m.Spec.Priority != nil {
+		errs = append(errs, unsupported(p, "priority", ""))
+	}
+	if len(errs) > 0 {
+		return deny(errs)
 	}
 	return allow()
 }

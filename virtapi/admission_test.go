@@ -10,8 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -139,4 +143,45 @@ func TestMutateVMI(t *testing.T) {
 	if r := review(t, PathMutateVMI, admissionv1.Create, out); r.PatchType != nil {
 		t.Errorf("second pass patches again: %s", r.Patch)
 	}
+}
+
+// TestValidateCauses: a refusal carries one status cause per field, typed
+// and with the field's full path as KubeVirt's webhooks return them: under
+// spec.template.spec for a VM.
+func TestValidateCauses(t *testing.T) {
+	vm := &v1.VirtualMachine{}
+	require.NoError(t, json.Unmarshal(testdata(t, "vm.yaml"), vm))
+	s := &vm.Spec.Template.Spec
+	s.Domain.Devices.Disks = []v1.Disk{{Name: "d", Cache: "none"}}
+	s.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk:1"}}}}
+	s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+	b, err := json.Marshal(vm)
+	require.NoError(t, err)
+
+	r := review(t, PathValidateVM, admissionv1.Create, b)
+	require.False(t, r.Allowed)
+	assert.Equal(t, int32(http.StatusUnprocessableEntity), r.Result.Code)
+	assert.Equal(t, metav1.StatusReasonInvalid, r.Result.Reason)
+	require.NotNil(t, r.Result.Details)
+	want := []metav1.StatusCause{{
+		Type:    metav1.CauseTypeFieldValueInvalid,
+		Field:   "spec.template.spec.domain.resources.requests.memory",
+		Message: `spec.template.spec.domain.resources.requests.memory: Invalid value: "128Mi": must not exceed limits.memory (64Mi)`,
+	}, {
+		Type:    metav1.CauseTypeFieldValueNotSupported,
+		Field:   "spec.template.spec.domain.devices.disks[0].cache",
+		Message: "spec.template.spec.domain.devices.disks[0].cache: is not supported by kubevmm",
+	}}
+	assert.Equal(t, want, r.Result.Details.Causes)
+	assert.Equal(t, want[0].Message+", "+want[1].Message, r.Result.Message)
+
+	// The same spec as a VMI: the paths start at spec.
+	vmi := &v1.VirtualMachineInstance{TypeMeta: metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance"},
+		ObjectMeta: metav1.ObjectMeta{Name: "x"}, Spec: *s}
+	b, err = json.Marshal(vmi)
+	require.NoError(t, err)
+	r = review(t, PathValidateVMI, admissionv1.Create, b)
+	require.False(t, r.Allowed)
+	require.Len(t, r.Result.Details.Causes, 2)
+	assert.Equal(t, "spec.domain.devices.disks[0].cache", r.Result.Details.Causes[1].Field)
 }

@@ -2,159 +2,655 @@ package virtapi
 
 import (
 	"fmt"
-	"strconv"
+	"net"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
-// ValidateVMISpec lists what kubevmm refuses in a VMI spec, each message
-// naming the field with its full path (base is "spec." for a VMI and
-// "spec.template.spec." for a VM). What only the QEMU backend provides
-// (SATA, e1000, Hyper-V, EFI, firmware boot) is accepted: the launcher
-// routes such VMIs to QEMU (spec.SelectBackend).
-func ValidateVMISpec(s *v1.VirtualMachineInstanceSpec, annotations map[string]string, base string) []string {
-	var out []string
-	bad := func(field, format string, a ...any) {
-		out = append(out, base+field+": "+fmt.Sprintf(format, a...))
-	}
+// What the VMM can run, checked at admission so that a VMI never passes
+// only to fail in its launcher.
+const (
+	// MaxVCPUs is the most vCPUs a guest can have: the kubevmm VMM's MP
+	// table describes at most 254 (8-bit APIC IDs, one taken by the
+	// IOAPIC: vmm/arch/x86.MaxCPUs); QEMU allows 255.
+	MaxVCPUs = 254
+	// MaxDiskSerial is the length of a virtio-blk serial (VIRTIO_BLK_ID_BYTES);
+	// QEMU's SATA serial has the same limit.
+	MaxDiskSerial = 20
+	// SidecarHookAnnotation asks KubeVirt for hook sidecars in the launcher
+	// pod; kubevmm's launcher has no hook points.
+	SidecarHookAnnotation = "hooks.kubevirt.io/hookSidecars"
+)
+
+// MinGuestMemory is the least guest memory the VMM boots (launcher.BuildVMConfig).
+var MinGuestMemory = resource.MustParse("16Mi")
+
+// ValidateVMISpec returns what kubevmm refuses in a VMI spec, as KubeVirt's
+// webhooks do: one error per field, with its full path under p ("spec" for
+// a VMI, "spec.template.spec" for a VM); meta is the path of the object
+// metadata holding the annotations. A field kubevmm does not honour is
+// refused rather than ignored: a user applying a KubeVirt manifest either
+// gets what it says or is told which field we cannot do. What only the QEMU
+// backend provides (SATA, e1000, Hyper-V, EFI, firmware boot) is accepted:
+// the launcher routes such VMIs to QEMU (spec.SelectBackend).
+func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *field.Path, annotations map[string]string) field.ErrorList {
+	var errs field.ErrorList
 	for _, f := range v1.UnmodeledFields(s) {
-		bad(f, "is not supported by kubevmm")
+		errs = append(errs, unsupported(p, f, ""))
 	}
-	if _, err := spec.GuestMemory(s); err != nil {
-		bad("domain.memory.guest", "%v", err)
+	backend, bErrs := validateAnnotations(meta.Child("annotations"), s, annotations)
+	errs = append(errs, bErrs...)
+	errs = append(errs, validateTopLevel(p, s)...)
+	d := p.Child("domain")
+	errs = append(errs, validateResources(d, s)...)
+	errs = append(errs, validateCPU(d.Child("cpu"), s.Domain.CPU)...)
+	errs = append(errs, validateMemory(d.Child("memory"), s.Domain.Memory)...)
+	errs = append(errs, validateMachine(d.Child("machine"), s.Domain.Machine)...)
+	errs = append(errs, validateFirmware(d.Child("firmware"), s.Domain.Firmware)...)
+	errs = append(errs, validateFeatures(d.Child("features"), s.Domain.Features, backend)...)
+	errs = append(errs, validateDevices(d.Child("devices"), &s.Domain.Devices)...)
+	errs = append(errs, validateDisks(d.Child("devices", "disks"), s.Domain.Devices.Disks, s.Volumes)...)
+	errs = append(errs, validateInterfaces(d.Child("devices", "interfaces"), s.Domain.Devices.Interfaces, s.Networks)...)
+	errs = append(errs, validateNetworks(p.Child("networks"), s.Networks)...)
+	errs = append(errs, validateVolumes(p.Child("volumes"), s.Volumes)...)
+	if v := s.Domain.IOThreadsPolicy; v != nil {
+		errs = append(errs, unsupported(d, "ioThreadsPolicy", ""))
 	}
-	if _, _, err := spec.SelectBackend(annotations, s); err != nil {
-		out = append(out, "metadata.annotations: "+err.Error())
+	if v := s.Domain.RebootPolicy; v != nil && *v != "Terminate" {
+		errs = append(errs, notSupported(d.Child("rebootPolicy"), *v, "a guest reboot ends the VMI in kubevmm (Terminate)"))
+	}
+	return errs
+}
+
+// unsupported is a field kubevmm does not implement at all; f is its path
+// under p ("" for p itself), why an optional explanation.
+func unsupported(p *field.Path, f, why string) *field.Error {
+	if f != "" {
+		p = child(p, f)
+	}
+	d := "is not supported by kubevmm"
+	if why != "" {
+		d += ": " + why
+	}
+	return &field.Error{Type: field.ErrorTypeNotSupported, Field: p.String(), BadValue: field.OmitValueType{}, Detail: d}
+}
+
+// notSupported is a value kubevmm does not implement.
+func notSupported(p *field.Path, value any, why string) *field.Error {
+	d := fmt.Sprintf("%v is not supported by kubevmm", value)
+	if s, ok := value.(string); ok {
+		d = fmt.Sprintf("%q is not supported by kubevmm", s)
+	}
+	if why != "" {
+		d += " (" + why + ")"
+	}
+	return &field.Error{Type: field.ErrorTypeNotSupported, Field: p.String(), BadValue: value, Detail: d}
+}
+
+func invalid(p *field.Path, value any, format string, a ...any) *field.Error {
+	return field.Invalid(p, value, fmt.Sprintf(format, a...))
+}
+
+func required(p *field.Path, format string, a ...any) *field.Error {
+	return field.Required(p, fmt.Sprintf(format, a...))
+}
+
+// child appends a dotted path relative to p; indexes ("gpus[0]") are kept
+// as written, which is how field.Path prints them too.
+func child(p *field.Path, rel string) *field.Path {
+	return field.NewPath(p.String() + "." + rel)
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func isFalse(b *bool) bool { return b != nil && !*b }
+
+// validateAnnotations checks the annotations that steer the launcher and
+// returns the backend that will run the VMI ("" if the choice is invalid).
+func validateAnnotations(p *field.Path, s *v1.VirtualMachineInstanceSpec, annotations map[string]string) (spec.Backend, field.ErrorList) {
+	var errs field.ErrorList
+	backend, _, err := spec.SelectBackend(annotations, s)
+	if err != nil {
+		errs = append(errs, invalid(p.Key(spec.BackendAnnotation), annotations[spec.BackendAnnotation], "%v", err))
 	}
 	if _, err := spec.QEMUAccel(annotations); err != nil {
-		out = append(out, "metadata.annotations: "+err.Error())
+		errs = append(errs, invalid(p.Key(spec.QEMUAccelAnnotation), annotations[spec.QEMUAccelAnnotation], "%v", err))
 	}
-	vols := map[string]*v1.Volume{}
-	for i := range s.Volumes {
-		v := &s.Volumes[i]
-		p := "volumes[" + strconv.Itoa(i) + "]"
-		if vols[v.Name] != nil {
-			bad(p+".name", "%q is used twice", v.Name)
-		}
-		vols[v.Name] = v
-		switch {
-		case v.ContainerDisk != nil:
-			if v.ContainerDisk.Image == "" {
-				bad(p+".containerDisk.image", "is required")
-			}
-		case v.CloudInitNoCloud != nil:
-			bad(p+".cloudInitNoCloud", "is not supported by kubevmm yet")
-		case v.CloudInitConfigDrive != nil:
-			bad(p+".cloudInitConfigDrive", "is not supported by kubevmm yet")
-		case v.PersistentVolumeClaim != nil:
-			bad(p+".persistentVolumeClaim", "is not supported by kubevmm yet")
-		case v.DataVolume != nil:
-			bad(p+".dataVolume", "is not supported by kubevmm yet")
-		case v.EmptyDisk != nil:
-			bad(p+".emptyDisk", "is not supported by kubevmm yet")
+	if _, ok := annotations[SidecarHookAnnotation]; ok {
+		errs = append(errs, unsupported(p.Key(SidecarHookAnnotation), "", "the launcher has no hook points for sidecars"))
+	}
+	return backend, errs
+}
+
+// validateTopLevel checks the spec's own fields; those copied to the
+// launcher pod (node selection, DNS, hostname, ...) need nothing here.
+func validateTopLevel(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.ErrorList {
+	var errs field.ErrorList
+	// None is what kubevmm does: a drain evicts the launcher pod, which
+	// shuts the guest down. Nothing live-migrates a VMI off a drained node.
+	if e := s.EvictionStrategy; e != nil && *e != v1.EvictionStrategyNone {
+		errs = append(errs, notSupported(p.Child("evictionStrategy"), string(*e), "None only: nothing migrates VMIs off a drained node"))
+	}
+	if st := s.StartStrategy; st != nil && *st != v1.StartStrategyPaused {
+		errs = append(errs, notSupported(p.Child("startStrategy"), string(*st), "Paused"))
+	}
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g < 0 {
+		errs = append(errs, invalid(p.Child("terminationGracePeriodSeconds"), *g, "must not be negative"))
+	}
+	// KubeVirt hands the pod's DNS settings to the guest over DHCP; kubevmm
+	// serves no DHCP (the guest's address is on its kernel command line),
+	// so they would only reach the launcher.
+	if dp := s.DNSPolicy; dp != "" && dp != corev1.DNSClusterFirst {
+		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	}
+	if s.DNSConfig != nil {
+		errs = append(errs, unsupported(p, "dnsConfig", "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	}
+	if a := s.Architecture; a != "" && a != "amd64" {
+		errs = append(errs, notSupported(p.Child("architecture"), a, "amd64"))
+	}
+	return errs
+}
+
+// validateResources checks requests against limits: the launcher pod
+// carries both, and the API server would refuse the pod, not the VMI.
+func validateResources(d *field.Path, s *v1.VirtualMachineInstanceSpec) field.ErrorList {
+	var errs field.ErrorList
+	r := s.Domain.Resources
+	p := d.Child("resources")
+	for _, name := range []corev1.ResourceName{corev1.ResourceMemory, corev1.ResourceCPU} {
+		req, okReq := r.Requests[name]
+		lim, okLim := r.Limits[name]
+		if okReq && okLim && req.Cmp(lim) > 0 {
+			errs = append(errs, invalid(p.Child("requests", string(name)), req.String(), "must not exceed limits.%s (%s)", name, lim.String()))
 		}
 	}
-	for i, d := range s.Domain.Devices.Disks {
-		p := "domain.devices.disks[" + strconv.Itoa(i) + "]"
-		if vols[d.Name] == nil {
-			bad(p+".name", "no volume named %q", d.Name)
+	mem, err := spec.GuestMemory(s)
+	switch {
+	case err != nil:
+		errs = append(errs, required(d.Child("memory", "guest"), "set domain.memory.guest or domain.resources.requests.memory"))
+	case mem.Cmp(MinGuestMemory) < 0:
+		// Name the field the guest memory came from (KubeVirt's order).
+		mp := p.Child("limits", string(corev1.ResourceMemory))
+		if s.Domain.Memory != nil && s.Domain.Memory.Guest != nil {
+			mp = d.Child("memory", "guest")
+		} else if _, ok := r.Requests[corev1.ResourceMemory]; ok {
+			mp = p.Child("requests", string(corev1.ResourceMemory))
 		}
-		switch {
-		case d.LUN != nil:
-			bad(p+".lun", "is not supported by kubevmm")
-		case d.CDRom != nil:
-			if d.CDRom.Bus != "" && d.CDRom.Bus != v1.DiskBusSATA {
-				bad(p+".cdrom.bus", "%q is not supported by kubevmm (sata only)", d.CDRom.Bus)
+		errs = append(errs, invalid(mp, mem.String(), "guest memory must be at least %s", MinGuestMemory.String()))
+	}
+	return errs
+}
+
+// validateCPU: both backends show the guest one socket of cores with one
+// thread each (the kubevmm VMM's CPUID leaves 4 and 0xb; QEMU's -smp N,
+// which prefers cores since its 6.2 machine types), so only cores is
+// honoured as a topology; sockets and threads above 1 are refused rather
+// than flattened into a count.
+func validateCPU(p *field.Path, c *v1.CPU) field.ErrorList {
+	if c == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	flat := "the guest sees one socket with one thread per core: use cores"
+	if c.Sockets > 1 {
+		errs = append(errs, notSupported(p.Child("sockets"), c.Sockets, flat))
+	}
+	if c.Threads > 1 {
+		errs = append(errs, notSupported(p.Child("threads"), c.Threads, flat))
+	}
+	if c.Cores > MaxVCPUs {
+		errs = append(errs, invalid(p.Child("cores"), c.Cores, "at most %d vCPUs", MaxVCPUs))
+	}
+	if c.MaxSockets > 0 {
+		errs = append(errs, unsupported(p, "maxSockets", "CPU hotplug"))
+	}
+	if c.Model != "" {
+		errs = append(errs, unsupported(p, "model", "the guest gets the backend's CPU model"))
+	}
+	if len(c.Features) > 0 {
+		errs = append(errs, unsupported(p, "features", "the guest gets the backend's CPU features"))
+	}
+	if c.DedicatedCPUPlacement {
+		errs = append(errs, unsupported(p, "dedicatedCpuPlacement", ""))
+	}
+	if c.IsolateEmulatorThread {
+		errs = append(errs, unsupported(p, "isolateEmulatorThread", ""))
+	}
+	return errs
+}
+
+func validateMemory(p *field.Path, m *v1.Memory) field.ErrorList {
+	if m == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if m.Hugepages != nil {
+		errs = append(errs, unsupported(p, "hugepages", ""))
+	}
+	if m.MaxGuest != nil {
+		errs = append(errs, unsupported(p, "maxGuest", "memory hotplug"))
+	}
+	return errs
+}
+
+// validateMachine accepts q35, which the mutating webhook defaults to (and
+// which the QEMU backend runs); other machine types are refused.
+func validateMachine(p *field.Path, m *v1.Machine) field.ErrorList {
+	if m == nil || m.Type == "" || m.Type == DefaultMachineType {
+		return nil
+	}
+	return field.ErrorList{notSupported(p.Child("type"), m.Type, DefaultMachineType)}
+}
+
+func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
+	if fw == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if fw.UUID != "" {
+		errs = append(errs, unsupported(p, "uuid", ""))
+	}
+	if fw.Serial != "" {
+		errs = append(errs, unsupported(p, "serial", ""))
+	}
+	if bl := fw.Bootloader; bl != nil {
+		bp := p.Child("bootloader")
+		if bl.BIOS != nil && bl.EFI != nil {
+			errs = append(errs, invalid(bp, "bios, efi", "only one of bios and efi"))
+		}
+		if bl.BIOS != nil && isTrue(bl.BIOS.UseSerial) {
+			errs = append(errs, unsupported(bp, "bios.useSerial", ""))
+		}
+		if bl.EFI != nil {
+			if isTrue(bl.EFI.SecureBoot) {
+				errs = append(errs, unsupported(bp, "efi.secureBoot", ""))
 			}
-		case d.Disk != nil:
+			if isTrue(bl.EFI.Persistent) {
+				errs = append(errs, unsupported(bp, "efi.persistent", "EFI variables live as long as the VMI"))
+			}
+		}
+	}
+	if kb := fw.KernelBoot; kb != nil {
+		kp := p.Child("kernelBoot")
+		switch c := kb.Container; {
+		case c == nil:
+			errs = append(errs, required(kp.Child("container"), "the kernel comes from a container image"))
+		default:
+			if c.Image == "" {
+				errs = append(errs, required(kp.Child("container", "image"), "the image holding the kernel"))
+			}
+			if c.KernelPath == "" {
+				errs = append(errs, required(kp.Child("container", "kernelPath"), "the kernel's path in the image"))
+			}
+		}
+	}
+	return errs
+}
+
+// validateFeatures: the kubevmm VMM has no ACPI (a guest ends its VM by
+// rebooting), QEMU's q35 always has it; both always have an APIC. Hyper-V
+// is served by QEMU with a fixed set of enlightenments (launcher/qemu:
+// relaxed, vapic, spinlocks 8191 with any accelerator; vpindex, runtime,
+// synic, synictimer, reset, frequencies, tlbflush, ipi on KVM), so a
+// request outside that set, or to switch one off, is refused.
+func validateFeatures(p *field.Path, f *v1.Features, backend spec.Backend) field.ErrorList {
+	if f == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if a := f.ACPI; a != nil {
+		on := a.Enabled == nil || *a.Enabled
+		switch {
+		case backend == spec.BackendKubevmm && on:
+			errs = append(errs, unsupported(p, "acpi", "the kubevmm VMM has no ACPI"))
+		case backend == spec.BackendQEMU && !on:
+			errs = append(errs, notSupported(p.Child("acpi", "enabled"), false, "the QEMU backend always has ACPI"))
+		}
+	}
+	if a := f.APIC; a != nil {
+		if isFalse(a.Enabled) {
+			errs = append(errs, notSupported(p.Child("apic", "enabled"), false, "the guest always has an APIC"))
+		}
+		if a.EndOfInterrupt {
+			errs = append(errs, unsupported(p, "apic.endOfInterrupt", ""))
+		}
+	}
+	// QEMU's q35 has SMM with either accelerator (smm=auto); the kubevmm
+	// VMM has none.
+	if m := f.SMM; m != nil {
+		on := m.Enabled == nil || *m.Enabled
+		switch {
+		case backend == spec.BackendKubevmm && on:
+			errs = append(errs, unsupported(p, "smm", "the kubevmm VMM has no SMM"))
+		case backend == spec.BackendQEMU && !on:
+			errs = append(errs, notSupported(p.Child("smm", "enabled"), false, "the QEMU backend always has SMM"))
+		}
+	}
+	if f.KVM != nil && f.KVM.Hidden {
+		errs = append(errs, unsupported(p, "kvm.hidden", ""))
+	}
+	if f.Pvspinlock != nil {
+		errs = append(errs, unsupported(p, "pvspinlock", ""))
+	}
+	if h := f.Hyperv; h != nil {
+		errs = append(errs, validateHyperv(p.Child("hyperv"), h)...)
+	}
+	return errs
+}
+
+// hypervSpinlocks is the spinlock retry count QEMU is given (0x1fff).
+const hypervSpinlocks = 8191
+
+func validateHyperv(p *field.Path, h *v1.FeatureHyperv) field.ErrorList {
+	var errs field.ErrorList
+	// off refuses switching off an enlightenment QEMU is given anyway.
+	off := func(name string, on *bool) {
+		if isFalse(on) {
+			errs = append(errs, notSupported(p.Child(name, "enabled"), false, "the QEMU backend gives a fixed set of enlightenments"))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		s    *v1.FeatureState
+	}{
+		{"relaxed", h.Relaxed}, {"vapic", h.VAPIC}, {"vpindex", h.VPIndex}, {"runtime", h.Runtime},
+		{"synic", h.SyNIC}, {"reset", h.Reset}, {"frequencies", h.Frequencies}, {"ipi", h.IPI},
+	} {
+		if f.s != nil {
+			off(f.name, f.s.Enabled)
+		}
+	}
+	if sl := h.Spinlocks; sl != nil {
+		off("spinlocks", sl.Enabled)
+		if r := sl.Retries; r != nil && *r != hypervSpinlocks {
+			errs = append(errs, notSupported(p.Child("spinlocks", "spinlocks"), *r, fmt.Sprintf("QEMU is given %d", hypervSpinlocks)))
+		}
+	}
+	if t := h.SyNICTimer; t != nil {
+		off("synictimer", t.Enabled)
+		if t.Direct != nil {
+			errs = append(errs, unsupported(p, "synictimer.direct", ""))
+		}
+	}
+	if t := h.TLBFlush; t != nil {
+		off("tlbflush", t.Enabled)
+		if t.Direct != nil {
+			errs = append(errs, unsupported(p, "tlbflush.direct", ""))
+		}
+		if t.Extended != nil {
+			errs = append(errs, unsupported(p, "tlbflush.extended", ""))
+		}
+	}
+	if h.VendorID != nil {
+		errs = append(errs, unsupported(p, "vendorid", ""))
+	}
+	if h.Reenlightenment != nil {
+		errs = append(errs, unsupported(p, "reenlightenment", ""))
+	}
+	if h.EVMCS != nil {
+		errs = append(errs, unsupported(p, "evmcs", ""))
+	}
+	return errs
+}
+
+// validateDevices checks the device switches. A switch whose value says
+// what kubevmm does anyway is accepted (no balloon, no graphics, no VSOCK,
+// a serial console, no hotplug); one asking for what it does not is refused.
+func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
+	var errs field.ErrorList
+	for _, sw := range []struct {
+		name string
+		v    *bool
+		want bool
+		why  string
+	}{
+		{"useVirtioTransitional", d.UseVirtioTransitional, false, ""},
+		{"autoattachGraphicsDevice", d.AutoattachGraphicsDevice, false, "the guest has no graphics device"},
+		{"autoattachSerialConsole", d.AutoattachSerialConsole, true, "the guest always has its serial console"},
+		{"logSerialConsole", d.LogSerialConsole, false, ""},
+		{"autoattachMemBalloon", d.AutoattachMemBalloon, false, "the guest has no memory balloon"},
+		{"autoattachInputDevice", d.AutoattachInputDevice, false, "the guest has no input device"},
+		{"autoattachVSOCK", d.AutoattachVSOCK, false, "the launcher gives the guest no VSOCK device"},
+		{"blockMultiQueue", d.BlockMultiQueue, false, "disks have one queue"},
+		{"networkInterfaceMultiqueue", d.NetworkInterfaceMultiQueue, false, "NICs have one queue pair"},
+	} {
+		if sw.v != nil && *sw.v != sw.want {
+			errs = append(errs, notSupported(p.Child(sw.name), *sw.v, sw.why))
+		}
+	}
+	if len(d.Inputs) > 0 {
+		errs = append(errs, unsupported(p, "inputs", ""))
+	}
+	return errs
+}
+
+func validateDisks(p *field.Path, disks []v1.Disk, volumes []v1.Volume) field.ErrorList {
+	var errs field.ErrorList
+	vols := map[string]bool{}
+	for _, v := range volumes {
+		vols[v.Name] = true
+	}
+	for i, d := range disks {
+		dp := p.Index(i)
+		if !vols[d.Name] {
+			errs = append(errs, invalid(dp.Child("name"), d.Name, "no volume named %q", d.Name))
+		}
+		n := 0
+		for _, set := range []bool{d.Disk != nil, d.LUN != nil, d.CDRom != nil} {
+			if set {
+				n++
+			}
+		}
+		if n > 1 {
+			errs = append(errs, invalid(dp, d.Name, "only one of disk, lun and cdrom"))
+		}
+		if d.Disk != nil {
 			switch d.Disk.Bus {
 			case "", v1.DiskBusVirtio, v1.DiskBusSATA:
 			default:
-				bad(p+".disk.bus", "%q is not supported by kubevmm", d.Disk.Bus)
+				errs = append(errs, notSupported(dp.Child("disk", "bus"), string(d.Disk.Bus), "virtio, sata"))
+			}
+			if d.Disk.ReadOnly && d.Disk.Bus == v1.DiskBusSATA {
+				errs = append(errs, notSupported(dp.Child("disk", "readonly"), true, "QEMU's SATA disks are writable"))
+			}
+			if d.Disk.PciAddress != "" {
+				errs = append(errs, unsupported(dp, "disk.pciAddress", "disks are virtio-mmio devices in the kubevmm VMM"))
 			}
 		}
-	}
-	nets := map[string]*v1.Network{}
-	for i := range s.Networks {
-		n := &s.Networks[i]
-		nets[n.Name] = n
-		if n.Multus != nil {
-			bad("networks["+strconv.Itoa(i)+"].multus", "is not supported by kubevmm yet")
+		if d.LUN != nil {
+			errs = append(errs, unsupported(dp, "lun", ""))
+		}
+		if c := d.CDRom; c != nil {
+			if c.Bus != "" && c.Bus != v1.DiskBusSATA {
+				errs = append(errs, notSupported(dp.Child("cdrom", "bus"), string(c.Bus), "sata"))
+			}
+			if isFalse(c.ReadOnly) {
+				errs = append(errs, notSupported(dp.Child("cdrom", "readonly"), false, "CD-ROMs are read-only"))
+			}
+			if c.Tray != "" && c.Tray != "closed" {
+				errs = append(errs, notSupported(dp.Child("cdrom", "tray"), c.Tray, "closed"))
+			}
+		}
+		if b := d.BootOrder; b != nil && *b == 0 {
+			errs = append(errs, invalid(dp.Child("bootOrder"), *b, "must be greater than 0"))
+		}
+		if len(d.Serial) > MaxDiskSerial {
+			errs = append(errs, invalid(dp.Child("serial"), d.Serial, "at most %d characters (the virtio-blk serial's size)", MaxDiskSerial))
+		} else if strings.ContainsFunc(d.Serial, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			errs = append(errs, invalid(dp.Child("serial"), d.Serial, "printable ASCII without spaces only"))
+		}
+		for _, s := range []struct{ name, v string }{{"cache", d.Cache}, {"io", d.IO}, {"tag", d.Tag}} {
+			if s.v != "" {
+				errs = append(errs, unsupported(dp, s.name, ""))
+			}
+		}
+		if d.ErrorPolicy != nil {
+			errs = append(errs, unsupported(dp, "errorPolicy", ""))
+		}
+		if isTrue(d.Shareable) {
+			errs = append(errs, unsupported(dp, "shareable", ""))
+		}
+		if isTrue(d.DedicatedIOThread) {
+			errs = append(errs, unsupported(dp, "dedicatedIOThread", ""))
+		}
+		if isTrue(d.ChangedBlockTracking) {
+			errs = append(errs, unsupported(dp, "changedBlockTracking", ""))
 		}
 	}
+	return errs
+}
+
+func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Network) field.ErrorList {
+	var errs field.ErrorList
+	nets := map[string]bool{}
+	for _, n := range networks {
+		nets[n.Name] = true
+	}
 	podNICs := 0
-	for i, ifc := range s.Domain.Devices.Interfaces {
-		p := "domain.devices.interfaces[" + strconv.Itoa(i) + "]"
-		if nets[ifc.Name] == nil {
-			bad(p+".name", "no network named %q", ifc.Name)
+	for i, ifc := range ifcs {
+		ip := p.Index(i)
+		if !nets[ifc.Name] {
+			errs = append(errs, invalid(ip.Child("name"), ifc.Name, "no network named %q", ifc.Name))
 		}
 		switch ifc.Model {
 		case "", "virtio", "e1000":
 		default:
-			bad(p+".model", "%q is not supported by kubevmm (virtio, e1000)", ifc.Model)
+			errs = append(errs, notSupported(ip.Child("model"), ifc.Model, "virtio, e1000"))
 		}
 		m := ifc.InterfaceBindingMethod
+		bindings := []struct {
+			name string
+			set  bool
+			why  string
+		}{
+			{"masquerade", m.Masquerade != nil, ""},
+			{"bridge", m.Bridge != nil, "use masquerade"},
+			{"slirp", m.Slirp != nil, ""},
+			{"sriov", m.SRIOV != nil, ""},
+			{"macvtap", m.Macvtap != nil, ""},
+			{"passt", m.Passt != nil, ""},
+			{"passtBinding", m.PasstBinding != nil, ""},
+			{"binding", ifc.Binding != nil, "network binding plugins"},
+		}
+		var set []string
+		for _, b := range bindings {
+			if !b.set {
+				continue
+			}
+			set = append(set, b.name)
+			if b.name == "masquerade" {
+				podNICs++
+			} else {
+				errs = append(errs, unsupported(ip, b.name, b.why))
+			}
+		}
 		switch {
-		case m.Masquerade != nil:
-			podNICs++
-		case m.Bridge != nil:
-			bad(p+".bridge", "is not supported by kubevmm yet (use masquerade)")
-		case m.Slirp != nil:
-			bad(p+".slirp", "is not supported by kubevmm")
-		case m.SRIOV != nil:
-			bad(p+".sriov", "is not supported by kubevmm")
-		case m.Macvtap != nil:
-			bad(p+".macvtap", "is not supported by kubevmm")
-		case m.Passt != nil, m.PasstBinding != nil:
-			bad(p+".passt", "is not supported by kubevmm")
-		case ifc.Binding != nil:
-			bad(p+".binding", "network binding plugins are not supported by kubevmm")
-		default:
-			bad(p, "needs a binding (masquerade)")
+		case len(set) == 0:
+			errs = append(errs, required(ip.Child("masquerade"), "the interface needs a binding"))
+		case len(set) > 1:
+			errs = append(errs, invalid(ip, strings.Join(set, ", "), "only one binding per interface"))
+		}
+		if len(ifc.Ports) > 0 {
+			errs = append(errs, unsupported(ip, "ports", "every port is forwarded to the guest"))
+		}
+		if ifc.MacAddress != "" {
+			if mac, err := net.ParseMAC(ifc.MacAddress); err != nil || len(mac) != 6 || mac[0]&1 != 0 {
+				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "not a unicast MAC address"))
+			}
+		}
+		if ifc.BootOrder != nil {
+			errs = append(errs, unsupported(ip, "bootOrder", "NICs are not boot devices"))
+		}
+		if ifc.PciAddress != "" {
+			errs = append(errs, unsupported(ip, "pciAddress", "NICs are virtio-mmio devices in the kubevmm VMM"))
+		}
+		if ifc.Tag != "" {
+			errs = append(errs, unsupported(ip, "tag", ""))
+		}
+		if ifc.ACPIIndex != 0 {
+			errs = append(errs, unsupported(ip, "acpiIndex", ""))
+		}
+		if ifc.State != "" && ifc.State != "up" {
+			errs = append(errs, notSupported(ip.Child("state"), ifc.State, "up"))
 		}
 	}
 	if podNICs > 1 {
-		bad("domain.devices.interfaces", "only one interface can use the pod network")
+		errs = append(errs, invalid(p, podNICs, "only one interface can use the pod network"))
 	}
-	if len(s.Domain.Devices.Inputs) > 0 {
-		bad("domain.devices.inputs", "is not supported by kubevmm")
-	}
-	if c := s.Domain.CPU; c != nil {
-		if c.DedicatedCPUPlacement {
-			bad("domain.cpu.dedicatedCpuPlacement", "is not supported by kubevmm yet")
+	return errs
+}
+
+func validateNetworks(p *field.Path, networks []v1.Network) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, n := range networks {
+		np := p.Index(i)
+		if n.Name == "" {
+			errs = append(errs, required(np.Child("name"), "every network needs a name"))
+		} else if seen[n.Name] {
+			errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
 		}
-		if c.MaxSockets > 0 {
-			bad("domain.cpu.maxSockets", "CPU hotplug is not supported by kubevmm")
+		seen[n.Name] = true
+		if n.Multus != nil {
+			errs = append(errs, unsupported(np, "multus", ""))
 		}
-	}
-	if m := s.Domain.Memory; m != nil {
-		if m.Hugepages != nil {
-			bad("domain.memory.hugepages", "is not supported by kubevmm yet")
+		if n.Pod == nil && n.Multus == nil && n.ResourceClaim == nil {
+			errs = append(errs, required(np.Child("pod"), "the network needs a source"))
 		}
-		if m.MaxGuest != nil {
-			bad("domain.memory.maxGuest", "memory hotplug is not supported by kubevmm")
-		}
-	}
-	if fw := s.Domain.Firmware; fw != nil {
-		if fw.Bootloader != nil && fw.Bootloader.EFI != nil && fw.Bootloader.EFI.SecureBoot != nil && *fw.Bootloader.EFI.SecureBoot {
-			bad("domain.firmware.bootloader.efi.secureBoot", "is not supported by kubevmm")
-		}
-		if kb := fw.KernelBoot; kb != nil {
-			if kb.Container == nil {
-				bad("domain.firmware.kernelBoot.container", "is required")
-			} else {
-				if kb.Container.Image == "" {
-					bad("domain.firmware.kernelBoot.container.image", "is required")
-				}
-				if kb.Container.KernelPath == "" {
-					bad("domain.firmware.kernelBoot.container.kernelPath", "is required")
-				}
+		if pod := n.Pod; pod != nil {
+			// The masquerade NAT (handler) uses spec.DefaultVMNetworkCIDR.
+			if c := pod.VMNetworkCIDR; c != "" && c != spec.DefaultVMNetworkCIDR {
+				errs = append(errs, notSupported(np.Child("pod", "vmNetworkCIDR"), c, spec.DefaultVMNetworkCIDR+" only"))
+			}
+			if pod.VMIPv6NetworkCIDR != "" {
+				errs = append(errs, unsupported(np, "pod.vmIPv6NetworkCIDR", "the guest has no IPv6 on the pod network"))
 			}
 		}
 	}
-	if a := s.Architecture; a != "" && a != "amd64" {
-		bad("architecture", "%q is not supported by kubevmm (amd64)", a)
+	return errs
+}
+
+func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, v := range volumes {
+		vp := p.Index(i)
+		if v.Name == "" {
+			errs = append(errs, required(vp.Child("name"), "every volume needs a name"))
+		} else if seen[v.Name] {
+			errs = append(errs, field.Duplicate(vp.Child("name"), v.Name))
+		}
+		seen[v.Name] = true
+		refused := []struct {
+			name string
+			set  bool
+		}{
+			{"persistentVolumeClaim", v.PersistentVolumeClaim != nil},
+			{"cloudInitNoCloud", v.CloudInitNoCloud != nil},
+			{"cloudInitConfigDrive", v.CloudInitConfigDrive != nil},
+			{"emptyDisk", v.EmptyDisk != nil},
+			{"dataVolume", v.DataVolume != nil},
+		}
+		other := len(v1.UnmodeledFields(&v.VolumeSource)) > 0
+		for _, r := range refused {
+			if r.set {
+				errs = append(errs, unsupported(vp, r.name, "containerDisk volumes only"))
+				other = true
+			}
+		}
+		switch c := v.ContainerDisk; {
+		case c == nil && !other:
+			errs = append(errs, required(vp.Child("containerDisk"), "the volume needs a source"))
+		case c != nil && c.Image == "":
+			errs = append(errs, required(vp.Child("containerDisk", "image"), "the image holding the disk"))
+		}
 	}
-	return out
+	return errs
 }

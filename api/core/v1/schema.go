@@ -261,9 +261,10 @@ type FeatureHyperv struct {
 
 // Features are machine features.
 type Features struct {
-	// ACPI is on unless disabled; the guest powers off through it.
+	// ACPI is on unless disabled; the guest powers off through it. A
+	// pointer, so that admission tells "acpi: {}" from no acpi at all.
 	// +optional
-	ACPI FeatureState `json:"acpi,omitempty"`
+	ACPI *FeatureState `json:"acpi,omitempty"`
 	// +optional
 	APIC *FeatureAPIC `json:"apic,omitempty"`
 	// +optional

@@ -1,0 +1,335 @@
+package virtapi
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/vmm/arch/x86"
+)
+
+// baseSpec is the e2e VM's template (kernelBoot on the kubevmm VMM) with a
+// containerDisk and a masquerade NIC added, so that every section of the
+// spec has something in it. It is admitted as it is.
+func baseSpec(t *testing.T) *v1.VirtualMachineInstanceSpec {
+	t.Helper()
+	vm := &v1.VirtualMachine{}
+	require.NoError(t, json.Unmarshal(testdata(t, "vm.yaml"), vm))
+	s := vm.Spec.Template.Spec.DeepCopy()
+	s.Domain.Devices.Disks = []v1.Disk{{Name: "disk0", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}
+	s.Volumes = []v1.Volume{{Name: "disk0", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk:1"}}}}
+	s.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
+	s.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
+	require.Empty(t, validate(s, nil), "the base spec is refused")
+	return s
+}
+
+func validate(s *v1.VirtualMachineInstanceSpec, annotations map[string]string) field.ErrorList {
+	return ValidateVMISpec(field.NewPath("spec"), s, field.NewPath("metadata"), annotations)
+}
+
+func TestValidateVMISpecRefuses(t *testing.T) {
+	mi := func(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
+	cpu := func(s *v1.VirtualMachineInstanceSpec) *v1.CPU {
+		if s.Domain.CPU == nil {
+			s.Domain.CPU = &v1.CPU{}
+		}
+		return s.Domain.CPU
+	}
+	features := func(s *v1.VirtualMachineInstanceSpec) *v1.Features {
+		if s.Domain.Features == nil {
+			s.Domain.Features = &v1.Features{}
+		}
+		return s.Domain.Features
+	}
+	disk := func(s *v1.VirtualMachineInstanceSpec) *v1.Disk { return &s.Domain.Devices.Disks[0] }
+	nic := func(s *v1.VirtualMachineInstanceSpec) *v1.Interface { return &s.Domain.Devices.Interfaces[0] }
+	const (
+		notSupported = field.ErrorTypeNotSupported
+		invalid      = field.ErrorTypeInvalid
+		required     = field.ErrorTypeRequired
+	)
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		mutate      func(*v1.VirtualMachineInstanceSpec)
+		field       string // under spec. (or metadata. when it starts so)
+		typ         field.ErrorType
+	}{
+		// What a read found accepted and ignored.
+		{name: "interface ports", field: "domain.devices.interfaces[0].ports", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Ports = []v1.Port{{Port: 80}} }},
+		{name: "vmNetworkCIDR", field: "networks[0].pod.vmNetworkCIDR", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.1.0.0/24" }},
+		{name: "vmIPv6NetworkCIDR", field: "networks[0].pod.vmIPv6NetworkCIDR", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10::/120" }},
+		{name: "evictionStrategy LiveMigrate", field: "evictionStrategy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.EvictionStrategy = ptr.To(v1.EvictionStrategyLiveMigrate) }},
+		{name: "cpu model", field: "domain.cpu.model", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Model = "host-passthrough" }},
+		{name: "cpu features", field: "domain.cpu.features", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Features = []v1.CPUFeature{{Name: "vmx"}} }},
+		{name: "firmware uuid", field: "domain.firmware.uuid", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Firmware.UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
+			}},
+		{name: "firmware serial", field: "domain.firmware.serial", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Serial = "e4686d2c" }},
+		{name: "disk cache", field: "domain.devices.disks[0].cache", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Cache = "none" }},
+		{name: "disk io", field: "domain.devices.disks[0].io", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).IO = "native" }},
+		{name: "disk errorPolicy", field: "domain.devices.disks[0].errorPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).ErrorPolicy = ptr.To("report") }},
+		{name: "disk shareable", field: "domain.devices.disks[0].shareable", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Shareable = ptr.To(true) }},
+		{name: "disk dedicatedIOThread", field: "domain.devices.disks[0].dedicatedIOThread", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).DedicatedIOThread = ptr.To(true) }},
+		{name: "disk pciAddress", field: "domain.devices.disks[0].disk.pciAddress", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.PciAddress = "0000:81:01.0" }},
+		{name: "disk tag", field: "domain.devices.disks[0].tag", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Tag = "db" }},
+		{name: "blockMultiQueue", field: "domain.devices.blockMultiQueue", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.BlockMultiQueue = ptr.To(true) }},
+		{name: "networkInterfaceMultiqueue", field: "domain.devices.networkInterfaceMultiqueue", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true) }},
+		{name: "autoattachGraphicsDevice", field: "domain.devices.autoattachGraphicsDevice", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachGraphicsDevice = ptr.To(true) }},
+		{name: "autoattachSerialConsole off", field: "domain.devices.autoattachSerialConsole", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachSerialConsole = ptr.To(false) }},
+		{name: "autoattachMemBalloon", field: "domain.devices.autoattachMemBalloon", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachMemBalloon = ptr.To(true) }},
+		{name: "autoattachInputDevice", field: "domain.devices.autoattachInputDevice", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachInputDevice = ptr.To(true) }},
+		{name: "autoattachVSOCK", field: "domain.devices.autoattachVSOCK", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachVSOCK = ptr.To(true) }},
+		{name: "logSerialConsole", field: "domain.devices.logSerialConsole", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.LogSerialConsole = ptr.To(true) }},
+		{name: "interface state down", field: "domain.devices.interfaces[0].state", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).State = "down" }},
+		{name: "interface acpiIndex", field: "domain.devices.interfaces[0].acpiIndex", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).ACPIIndex = 3 }},
+		{name: "ACPI on the kubevmm VMM", field: "domain.features.acpi", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).ACPI = &v1.FeatureState{} }},
+		{name: "ACPI off on QEMU", field: "domain.features.acpi.enabled", typ: notSupported,
+			annotations: map[string]string{"kubevmm.io/backend": "qemu"},
+			mutate:      func(s *v1.VirtualMachineInstanceSpec) { features(s).ACPI = &v1.FeatureState{Enabled: ptr.To(false)} }},
+		{name: "two sockets", field: "domain.cpu.sockets", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Sockets = 2 }},
+		{name: "two threads", field: "domain.cpu.threads", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Threads = 2 }},
+		{name: "disk serial of 21 characters", field: "domain.devices.disks[0].serial", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Serial = strings.Repeat("s", 21) }},
+		{name: "disk serial with a space", field: "domain.devices.disks[0].serial", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Serial = "a b" }},
+		{name: "sidecar hooks", field: "metadata.annotations[hooks.kubevirt.io/hookSidecars]", typ: notSupported,
+			annotations: map[string]string{SidecarHookAnnotation: `[{"image":"hook:1"}]`},
+			mutate:      func(*v1.VirtualMachineInstanceSpec) {}},
+
+		// What passed admission only to fail later.
+		{name: "memory request above limit", field: "domain.resources.requests.memory", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+			}},
+		{name: "guest memory under 16Mi", field: "domain.memory.guest", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = mi("15Mi") }},
+		{name: "request memory under 16Mi", field: "domain.resources.requests.memory", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Memory = nil
+				s.Domain.Resources.Requests[corev1.ResourceMemory] = resource.MustParse("8Mi")
+			}},
+		{name: "no memory at all", field: "domain.memory.guest", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory, s.Domain.Resources.Requests = nil, nil }},
+		{name: "255 cores", field: "domain.cpu.cores", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Cores = MaxVCPUs + 1 }},
+		{name: "4e9 cores", field: "domain.cpu.cores", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Cores = 4e9 }},
+
+		// The rest of each section.
+		{name: "read-only SATA disk", field: "domain.devices.disks[0].disk.readonly", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.Bus, disk(s).Disk.ReadOnly = v1.DiskBusSATA, true }},
+		{name: "dnsConfig", field: "dnsConfig", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
+			}},
+		{name: "dnsPolicy None", field: "dnsPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSNone }},
+		{name: "SMM on the kubevmm VMM", field: "domain.features.smm", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).SMM = &v1.FeatureState{} }},
+		{name: "SMM off on QEMU", field: "domain.features.smm.enabled", typ: notSupported,
+			annotations: map[string]string{"kubevmm.io/backend": "qemu"},
+			mutate:      func(s *v1.VirtualMachineInstanceSpec) { features(s).SMM = &v1.FeatureState{Enabled: ptr.To(false)} }},
+		{name: "SCSI disk", field: "domain.devices.disks[0].disk.bus", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.Bus = v1.DiskBusSCSI }},
+		{name: "disk and cdrom at once", field: "domain.devices.disks[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).CDRom = &v1.CDRomTarget{} }},
+		{name: "writable CD-ROM", field: "domain.devices.disks[0].cdrom.readonly", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				disk(s).Disk, disk(s).CDRom = nil, &v1.CDRomTarget{ReadOnly: ptr.To(false)}
+			}},
+		{name: "disk without volume", field: "domain.devices.disks[0].name", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].Name = "other" }},
+		{name: "volume without source", field: "volumes[0].containerDisk", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].ContainerDisk = nil }},
+		{name: "PVC volume", field: "volumes[0].persistentVolumeClaim", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}
+			}},
+		{name: "two bindings", field: "domain.devices.interfaces[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Bridge = &v1.InterfaceBridge{} }},
+		{name: "bridge binding", field: "domain.devices.interfaces[0].bridge", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Masquerade, nic(s).Bridge = nil, &v1.InterfaceBridge{} }},
+		{name: "no binding", field: "domain.devices.interfaces[0].masquerade", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Masquerade = nil }},
+		{name: "multicast MAC", field: "domain.devices.interfaces[0].macAddress", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).MacAddress = "01:00:5e:00:00:01" }},
+		{name: "NIC bootOrder", field: "domain.devices.interfaces[0].bootOrder", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).BootOrder = ptr.To(uint(1)) }},
+		{name: "multus", field: "networks[0].multus", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Networks[0].Pod, s.Networks[0].Multus = nil, &v1.MultusNetwork{NetworkName: "n"}
+			}},
+		{name: "machine type pc", field: "domain.machine.type", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Machine = &v1.Machine{Type: "pc"} }},
+		{name: "rebootPolicy Reboot", field: "domain.rebootPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Reboot") }},
+		{name: "hugepages", field: "domain.memory.hugepages", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"} }},
+		{name: "isolateEmulatorThread", field: "domain.cpu.isolateEmulatorThread", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).IsolateEmulatorThread = true }},
+		{name: "APIC off", field: "domain.features.apic.enabled", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).APIC = &v1.FeatureAPIC{Enabled: ptr.To(false)} }},
+		{name: "Hyper-V relaxed off", field: "domain.features.hyperv.relaxed.enabled", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				features(s).Hyperv = &v1.FeatureHyperv{Relaxed: &v1.FeatureState{Enabled: ptr.To(false)}}
+			}},
+		{name: "Hyper-V spinlocks 4096", field: "domain.features.hyperv.spinlocks.spinlocks", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				features(s).Hyperv = &v1.FeatureHyperv{Spinlocks: &v1.FeatureSpinlocks{Retries: ptr.To(uint32(4096))}}
+			}},
+		{name: "Hyper-V vendor id", field: "domain.features.hyperv.vendorid", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				features(s).Hyperv = &v1.FeatureHyperv{VendorID: &v1.FeatureVendorID{VendorID: "kubevmm"}}
+			}},
+		{name: "secure boot", field: "domain.firmware.bootloader.efi.secureBoot", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(true)}}
+			}},
+		{name: "kernelBoot without kernelPath", field: "domain.firmware.kernelBoot.container.kernelPath", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.KernelBoot.Container.KernelPath = "" }},
+		{name: "startStrategy Running", field: "startStrategy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.StartStrategy = ptr.To(v1.StartStrategy("Running")) }},
+		{name: "GPU (unmodeled)", field: "domain.devices.gpus[0]", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.GPUs = []v1.Unmodeled{{Raw: []byte(`{"name":"gpu1"}`)}}
+			}},
+		{name: "unknown backend", field: "metadata.annotations[kubevmm.io/backend]", typ: invalid,
+			annotations: map[string]string{"kubevmm.io/backend": "xen"}, mutate: func(*v1.VirtualMachineInstanceSpec) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseSpec(t)
+			tc.mutate(s)
+			want := tc.field
+			if !strings.HasPrefix(want, "metadata.") {
+				want = "spec." + want
+			}
+			errs := validate(s, tc.annotations)
+			var got *field.Error
+			for _, e := range errs {
+				if e.Field == want {
+					got = e
+				}
+			}
+			require.NotNil(t, got, "no error for %s in %v", want, errs)
+			assert.Equal(t, tc.typ, got.Type, "%v", got)
+			if tc.typ == notSupported {
+				assert.Contains(t, got.Detail, "not supported by kubevmm")
+			}
+		})
+	}
+}
+
+// TestValidateVMISpecAccepts: values that say what kubevmm does anyway.
+func TestValidateVMISpecAccepts(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		mutate      func(*v1.VirtualMachineInstanceSpec)
+	}{
+		{"cores only, up to the VMM's limit", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU = &v1.CPU{Sockets: 1, Cores: MaxVCPUs, Threads: 1}
+		}},
+		{"evictionStrategy None", nil, func(s *v1.VirtualMachineInstanceSpec) { s.EvictionStrategy = ptr.To(v1.EvictionStrategyNone) }},
+		{"the default vmNetworkCIDR", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.0.2.0/24" }},
+		{"interface state up", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Interfaces[0].State = "up" }},
+		{"switches at what kubevmm does", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			d := &s.Domain.Devices
+			d.AutoattachSerialConsole, d.AutoattachGraphicsDevice, d.AutoattachMemBalloon = ptr.To(true), ptr.To(false), ptr.To(false)
+			d.BlockMultiQueue, d.NetworkInterfaceMultiQueue, d.AutoattachVSOCK = ptr.To(false), ptr.To(false), ptr.To(false)
+			d.Disks[0].Shareable, d.Disks[0].DedicatedIOThread = ptr.To(false), ptr.To(false)
+		}},
+		{"ACPI off on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{Enabled: ptr.To(false)}}
+		}},
+		{"ACPI and SMM on QEMU", map[string]string{"kubevmm.io/backend": "qemu"}, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}, SMM: &v1.FeatureState{Enabled: ptr.To(true)}}
+		}},
+		{"dnsPolicy ClusterFirst", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSClusterFirst }},
+		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
+		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
+		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseSpec(t)
+			tc.mutate(s)
+			assert.Empty(t, validate(s, tc.annotations))
+		})
+	}
+}
+
+// TestMaxVCPUsIsTheVMMs: the admission bound is the VMM's.
+func TestMaxVCPUsIsTheVMMs(t *testing.T) {
+	assert.Equal(t, x86.MaxCPUs, MaxVCPUs)
+}
+
+// TestE2EManifestsAdmitted: every manifest the e2e applies is admitted by
+// its webhook, the one meant to be refused is refused with its field.
+func TestE2EManifestsAdmitted(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "test", "e2e", "testdata", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			var tm metav1.TypeMeta
+			require.NoError(t, yaml.Unmarshal(b, &tm))
+			path := map[string]string{"VirtualMachine": PathValidateVM, "VirtualMachineInstance": PathValidateVMI}[tm.Kind]
+			require.NotEmpty(t, path, "kind %q", tm.Kind)
+			r := review(t, path, admissionv1.Create, testdata(t, name))
+			if name == "vm-unsupported.yaml" {
+				require.False(t, r.Allowed)
+				assert.Contains(t, r.Result.Details.Causes, metav1.StatusCause{
+					Type: metav1.CauseTypeFieldValueNotSupported, Field: "spec.template.spec.domain.devices.disks[0].disk.bus",
+					Message: `spec.template.spec.domain.devices.disks[0].disk.bus: "scsi" is not supported by kubevmm (virtio, sata)`,
+				})
+				return
+			}
+			assert.True(t, r.Allowed, "refused: %+v", r.Result)
+		})
+	}
+}
