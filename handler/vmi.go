@@ -29,7 +29,6 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
-	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
 // Poll intervals. The launcher's control API has no event stream, so the
@@ -302,7 +301,7 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 		// The guest runs elsewhere: this end says nothing about it.
 		return
 	case api.StateStopped:
-		if info.Error != "" || failedExit(info.Exit) {
+		if info.Error != "" || spec.GuestExitFailed(info.Exit) {
 			setPhase(st, v1.Failed, now)
 			st.Reason = ReasonGuestFailed
 		} else {
@@ -356,18 +355,6 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		out = append(out, ifc)
 	}
 	return out
-}
-
-func failedExit(exit string) bool {
-	switch machine.ExitReason(exit) {
-	case machine.ExitReset, machine.ExitShutdown, machine.ExitStopped, machine.ExitMigrated:
-		return false
-	}
-	switch exit {
-	case "guest-shutdown", "host-shutdown", "killed": // the QEMU backend's
-		return false
-	}
-	return true
 }
 
 func (r *VMIReconciler) writeStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceStatus, metav1.Time)) error {

@@ -273,3 +273,19 @@ func SelectBackend(annotations map[string]string, s *v1.VirtualMachineInstanceSp
 	}
 	return BackendKubevmm, "the kubevmm VMM supports every device of this VMI", nil
 }
+
+// GuestExitFailed reports whether a launcher's exit word (api.Info.Exit:
+// how the guest ended) means the guest failed. Clean ends are those of our
+// VMM (vmm/machine: the guest reset or powered off, the VMM was stopped or
+// the guest migrated away) and of the QEMU backend (launcher/qemu: guest
+// or host shutdown, killed on purpose); anything else, an unknown word
+// included, is a failure. Kept here as words so that virt-handler judges
+// an exit without linking the VMM.
+func GuestExitFailed(exit string) bool {
+	switch exit {
+	case "reset", "shutdown", "stopped", "migrated", // vmm/machine
+		"guest-shutdown", "host-shutdown", "killed": // launcher/qemu
+		return false
+	}
+	return true
+}

@@ -4,9 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
 func kernelBootSpec() *v1.VirtualMachineInstanceSpec {
@@ -105,4 +108,19 @@ func TestShutdownInput(t *testing.T) {
 	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff\n"})); got != "poweroff\n" {
 		t.Fatalf("%q: newline doubled", got)
 	}
+}
+
+// The exit words GuestExitFailed knows are the backends' own: this fails
+// when a backend adds or renames one.
+func TestGuestExitFailedAgreesWithBackends(t *testing.T) {
+	for _, r := range []machine.ExitReason{machine.ExitReset, machine.ExitShutdown, machine.ExitStopped, machine.ExitMigrated,
+		machine.ExitTripleFault, machine.ExitPanic, machine.ExitError} {
+		assert.Equal(t, machine.Exit{Reason: r}.Failed(), GuestExitFailed(string(r)), "vmm exit %q", r)
+	}
+	for r, failed := range map[qemu.ExitReason]bool{qemu.ExitGuestShutdown: false, qemu.ExitHostShutdown: false, qemu.ExitKilled: false,
+		qemu.ExitCrashed: true, qemu.ExitFailed: true, qemu.ExitExited: true} {
+		assert.Equal(t, failed, GuestExitFailed(string(r)), "qemu exit %q", r)
+	}
+	assert.True(t, GuestExitFailed(""), "no exit word")
+	assert.True(t, GuestExitFailed("no-such-exit"), "an unknown exit word")
 }
