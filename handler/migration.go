@@ -328,8 +328,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || pod.DeletionTimestamp != nil ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || spec.PodDown(pod) {
 		return ctrl.Result{}, nil
 	}
 	vmi := &v1.VirtualMachineInstance{}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
@@ -182,9 +182,9 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	if err != nil {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
-		if pod != nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) {
+		if pod != nil && spec.PodEnded(pod) {
 			return ctrl.Result{}, r.writeStatus(ctx, vmi, func(st *v1.VirtualMachineInstanceStatus, now metav1.Time) {
-				setPhase(st, v1.Failed, now)
+				st.SetPhase(v1.Failed, now)
 				st.Reason = ReasonLauncherFailed
 			})
 		}
@@ -243,10 +243,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	default:
 		result.RequeueAfter = runningPoll
 		if vmi.DeletionTimestamp != nil && live {
-			grace := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
-			if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-				grace = time.Duration(*g) * time.Second
-			}
+			grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 			// No ACPI, no agent: the guest is asked on its console if the
 			// VMI says how, gets its grace period to end by itself, then
 			// it is stopped (see package launcher).
@@ -302,22 +299,22 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 		return
 	case api.StateStopped:
 		if info.Error != "" || spec.GuestExitFailed(info.Exit) {
-			setPhase(st, v1.Failed, now)
+			st.SetPhase(v1.Failed, now)
 			st.Reason = ReasonGuestFailed
 		} else {
-			setPhase(st, v1.Succeeded, now)
+			st.SetPhase(v1.Succeeded, now)
 		}
-		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePaused)
 		return
 	}
-	setPhase(st, v1.Running, now)
+	st.SetPhase(v1.Running, now)
 	if info.State == api.StatePaused {
-		st.Conditions = setCondition(st.Conditions, v1.VirtualMachineInstanceCondition{
+		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
 			Type: v1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue,
 			Reason: ReasonPausedByUser, Message: "VMI was paused by user",
 		}, now)
 	} else {
-		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePaused)
 	}
 	if info.CPUs > 0 {
 		st.CurrentCPUTopology = &v1.CPUTopology{Sockets: uint32(info.CPUs), Cores: 1, Threads: 1}
@@ -360,16 +357,7 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 func (r *VMIReconciler) writeStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceStatus, metav1.Time)) error {
 	st := vmi.Status.DeepCopy()
 	f(st, r.now())
-	if equality.Semantic.DeepEqual(&vmi.Status, st) {
-		return nil
-	}
-	orig := vmi.DeepCopy()
-	vmi.Status = *st
-	// Optimistic lock: virt-controller writes this status too.
-	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("updating status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	return nil
+	return patch.VMIStatus(ctx, r.Client, vmi, st)
 }
 
 // syncBackendAnnotation records the backend the launcher runs the guest on.
@@ -472,38 +460,4 @@ func ensureSocketDir(dir string) error {
 		return fmt.Errorf("socket directory: %w", err)
 	}
 	return nil
-}
-
-func setPhase(st *v1.VirtualMachineInstanceStatus, p v1.VirtualMachineInstancePhase, now metav1.Time) {
-	if st.Phase == p {
-		return
-	}
-	st.Phase = p
-	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: now})
-}
-
-func setCondition(conds []v1.VirtualMachineInstanceCondition, c v1.VirtualMachineInstanceCondition, now metav1.Time) []v1.VirtualMachineInstanceCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		c.LastTransitionTime = conds[i].LastTransitionTime
-		if conds[i].Status != c.Status {
-			c.LastTransitionTime = now
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime = now
-	return append(conds, c)
-}
-
-func removeCondition(conds []v1.VirtualMachineInstanceCondition, t v1.VirtualMachineInstanceConditionType) []v1.VirtualMachineInstanceCondition {
-	var out []v1.VirtualMachineInstanceCondition
-	for _, c := range conds {
-		if c.Type != t {
-			out = append(out, c)
-		}
-	}
-	return out
 }

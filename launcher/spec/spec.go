@@ -163,6 +163,16 @@ func VCPUs(s *v1.VirtualMachineInstanceSpec) int {
 	return n
 }
 
+// GracePeriodSeconds is how long the guest of a deleted (or stopped) VMI
+// gets to end by itself before it is stopped: the VMI's
+// terminationGracePeriodSeconds, else the default.
+func GracePeriodSeconds(s *v1.VirtualMachineInstanceSpec) int64 {
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		return *g
+	}
+	return v1.DefaultGracePeriodSeconds
+}
+
 // PodNIC is a guest NIC on the pod network.
 type PodNIC struct {
 	Index int    // position in spec.domain.devices.interfaces
