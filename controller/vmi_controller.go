@@ -281,10 +281,32 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 	return 0, nil
 }
 
-// updateStatus derives the VMI status from the pod it observed and writes
-// it if it changed.
+// updateStatus derives the VMI status from the pods it observed (decide)
+// and writes what changed: the node label, then the status (write).
 func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError) error {
-	now := r.now()
+	st := decideVMIStatus(vmi, pod, target, syncErr, r.now())
+	// The node label follows status.nodeName, which virt-handler moves to
+	// the target's node when a migration completes: the label is what
+	// the handlers' caches select on.
+	if st.NodeName != "" && vmi.Labels[v1.NodeNameLabel] != st.NodeName {
+		orig := vmi.DeepCopy()
+		if vmi.Labels == nil {
+			vmi.Labels = map[string]string{}
+		}
+		vmi.Labels[v1.NodeNameLabel] = st.NodeName
+		if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("labelling VMI %s/%s with its node: %w", vmi.Namespace, vmi.Name, err)
+		}
+	}
+	// virt-handler writes this status too; a conflict means we decided on
+	// stale facts, and the retry sees fresh ones.
+	return patch.VMIStatus(ctx, r.Client, vmi, st)
+}
+
+// decideVMIStatus is the VMI status the controller wants, from the VMI,
+// its active launcher pod and its migration target pod (either may be nil),
+// and the sync's failure, if any. It changes nothing it is given.
+func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
 
@@ -331,11 +353,6 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 	if st.Phase == v1.Scheduled && vmi.Status.Phase != v1.Scheduled && podExists {
 		st.NodeName = pod.Spec.NodeName
 	}
-	// The node label follows status.nodeName, which virt-handler moves to
-	// the target's node when a migration completes: the label is what
-	// the handlers' caches select on.
-	labelsPatch := st.NodeName != "" && vmi.Labels[v1.NodeNameLabel] != st.NodeName
-
 	if podExists && !spec.PodDown(pod) {
 		if pod.Status.QOSClass != "" {
 			st.QOSClass = ptr.To(pod.Status.QOSClass)
@@ -376,21 +393,7 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 	} else {
 		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstanceSynchronized)
 	}
-
-	if labelsPatch {
-		orig := vmi.DeepCopy()
-		if vmi.Labels == nil {
-			vmi.Labels = map[string]string{}
-		}
-		vmi.Labels[v1.NodeNameLabel] = st.NodeName
-		if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("labelling VMI %s/%s with its node: %w", vmi.Namespace, vmi.Name, err)
-		}
-	}
-
-	// virt-handler writes this status too; a conflict means we decided on
-	// stale facts, and the retry sees fresh ones.
-	return patch.VMIStatus(ctx, r.Client, vmi, st)
+	return st
 }
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a
