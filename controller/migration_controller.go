@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -707,6 +708,9 @@ func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass)
 	p.m.Status = *p.st
 	if err := r.Client.Status().Patch(ctx, p.m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("updating status of migration %s/%s: %w", p.m.Namespace, p.m.Name, err)
+	}
+	if p.m.Status.Phase != orig.Status.Phase {
+		log.FromContext(ctx).Info("migration phase changed", "from", orig.Status.Phase, "to", p.m.Status.Phase, "vmi", p.m.Spec.VMIName)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -132,6 +133,9 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		// status; a stale write would drop one.
 		if err := r.Client.Status().Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating status of VM %s: %w", req.NamespacedName, err)
+		}
+		if vm.Status.PrintableStatus != orig.Status.PrintableStatus {
+			log.FromContext(ctx).Info("VM status changed", "from", orig.Status.PrintableStatus, "to", vm.Status.PrintableStatus)
 		}
 	}
 

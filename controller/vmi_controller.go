@@ -300,7 +300,14 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 	}
 	// virt-handler writes this status too; a conflict means we decided on
 	// stale facts, and the retry sees fresh ones.
-	return patch.VMIStatus(ctx, r.Client, vmi, st)
+	before := vmi.Status.Phase
+	if err := patch.VMIStatus(ctx, r.Client, vmi, st); err != nil {
+		return err
+	}
+	if vmi.Status.Phase != before {
+		log.FromContext(ctx).Info("VMI phase changed", "from", before, "to", vmi.Status.Phase, "node", vmi.Status.NodeName)
+	}
+	return nil
 }
 
 // decideVMIStatus is the VMI status the controller wants, from the VMI,

@@ -257,6 +257,7 @@ func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMa
 	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the completed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
+	log.FromContext(ctx).Info("migration completed: the guest runs on the target", "migration", ms.MigrationUID, "targetNode", target, "targetPod", ms.TargetPod)
 	msg := fmt.Sprintf("The VirtualMachineInstance migrated to node %s (pod %s)", target, ms.TargetPod)
 	if s := st.Stats; s.Phase == "completed" {
 		msg += fmt.Sprintf(" in %v: %d rounds, %.1f MiB sent, downtime %v",
@@ -280,6 +281,7 @@ func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachin
 	}); err != nil {
 		return err
 	}
+	log.FromContext(ctx).Info("migration failed: the guest stays here", "migration", vmi.Status.MigrationState.MigrationUID, "targetNode", vmi.Status.MigrationState.TargetNode, "reason", why)
 	r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Migration to %s failed, the guest keeps running here: %s", vmi.Status.MigrationState.TargetNode, why)
 	return nil
 }
@@ -346,7 +348,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	info, live, err := l.info(ctx)
 	if err != nil {
 		if !errors.Is(err, errNoSocket) {
-			logger.Info("migration target launcher does not answer", "error", err.Error())
+			logger.V(1).Info("migration target launcher does not answer", "error", err.Error())
 		}
 		return ctrl.Result{RequeueAfter: startingPoll}, nil
 	}

@@ -175,7 +175,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	info, live, err := l.info(ctx)
 	obs := observation{vmi: vmi, pod: pod, info: info, live: live, answered: err == nil, now: r.now()}
 	if err != nil && !errors.Is(err, errNoSocket) {
-		logger.Info("launcher does not answer", "error", err.Error())
+		logger.V(1).Info("launcher does not answer", "error", err.Error())
 	}
 
 	if obs.answered {
@@ -339,6 +339,7 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 		return err
 	}
 	if after := vmi.Status.Phase; after != before {
+		log.FromContext(ctx).Info("VMI phase changed", "from", before, "to", after, "reason", vmi.Status.Reason, "backend", info.Backend, "exit", info.Exit)
 		switch after {
 		case v1.Running:
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStarted, "Start", "VirtualMachineInstance started on %s", info.Backend)
