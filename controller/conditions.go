@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -26,76 +25,6 @@ const (
 	ReasonImagePullBackOff = "ImagePullBackOff"
 )
 
-// setVMICondition sets or replaces a VMI condition. LastTransitionTime only
-// moves when the status changes, so that an unchanged condition produces no
-// write (reconciles must be idempotent).
-func setVMICondition(conds []v1.VirtualMachineInstanceCondition, c v1.VirtualMachineInstanceCondition, now metav1.Time) []v1.VirtualMachineInstanceCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		if conds[i].Status == c.Status {
-			c.LastTransitionTime = conds[i].LastTransitionTime
-		} else {
-			c.LastTransitionTime = now
-		}
-		if c.LastProbeTime.IsZero() {
-			c.LastProbeTime = conds[i].LastProbeTime
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime = now
-	return append(conds, c)
-}
-
-func removeVMICondition(conds []v1.VirtualMachineInstanceCondition, t v1.VirtualMachineInstanceConditionType) []v1.VirtualMachineInstanceCondition {
-	out := conds[:0]
-	for _, c := range conds {
-		if c.Type != t {
-			out = append(out, c)
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func setVMCondition(conds []v1.VirtualMachineCondition, c v1.VirtualMachineCondition, now metav1.Time) []v1.VirtualMachineCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		if c.LastTransitionTime.IsZero() {
-			if conds[i].Status == c.Status {
-				c.LastTransitionTime = conds[i].LastTransitionTime
-			} else {
-				c.LastTransitionTime = now
-			}
-		}
-		conds[i] = c
-		return conds
-	}
-	if c.LastTransitionTime.IsZero() {
-		c.LastTransitionTime = now
-	}
-	return append(conds, c)
-}
-
-func removeVMCondition(conds []v1.VirtualMachineCondition, t v1.VirtualMachineConditionType) []v1.VirtualMachineCondition {
-	out := conds[:0]
-	for _, c := range conds {
-		if c.Type != t {
-			out = append(out, c)
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
 	if pod == nil {
 		return nil
@@ -106,23 +35,6 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 		}
 	}
 	return nil
-}
-
-// podIsDown: the launcher ended or is being torn down.
-func podIsDown(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-}
-
-// setPhase moves the VMI to a phase and records when, as KubeVirt does in
-// status.phaseTransitionTimestamps.
-func setPhase(st *v1.VirtualMachineInstanceStatus, p v1.VirtualMachineInstancePhase, now metav1.Time) {
-	if st.Phase == p {
-		return
-	}
-	st.Phase = p
-	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, v1.VirtualMachineInstancePhaseTransitionTimestamp{
-		Phase: p, PhaseTransitionTimestamp: now,
-	})
 }
 
 // wasRunning reports whether the VMI ever reached Running (its guest booted).

@@ -83,53 +83,14 @@ type LauncherConfig struct {
 	ImagePullPolicy corev1.PullPolicy
 }
 
-// GuestMemory is the memory the guest sees: domain.memory.guest, else the
-// memory request, else the memory limit (KubeVirt's defaulting order).
-func GuestMemory(vmi *v1.VirtualMachineInstance) (resource.Quantity, error) {
-	d := vmi.Spec.Domain
-	if d.Memory != nil && d.Memory.Guest != nil {
-		return d.Memory.Guest.DeepCopy(), nil
-	}
-	if q, ok := d.Resources.Requests[corev1.ResourceMemory]; ok {
-		return q.DeepCopy(), nil
-	}
-	if q, ok := d.Resources.Limits[corev1.ResourceMemory]; ok {
-		return q.DeepCopy(), nil
-	}
-	return resource.Quantity{}, fmt.Errorf("no guest memory: set spec.domain.memory.guest or spec.domain.resources.requests.memory")
-}
-
-// VCPUs is sockets*cores*threads, each defaulting to 1.
-func VCPUs(vmi *v1.VirtualMachineInstance) int64 {
-	c := vmi.Spec.Domain.CPU
-	if c == nil {
-		return 1
-	}
-	n := int64(1)
-	for _, v := range []uint32{c.Sockets, c.Cores, c.Threads} {
-		if v > 0 {
-			n *= int64(v)
-		}
-	}
-	return n
-}
-
 // MemoryOverhead is what the launcher pod needs on top of guest memory.
 func MemoryOverhead(vmi *v1.VirtualMachineInstance, guest resource.Quantity) resource.Quantity {
 	o := overheadFixed.DeepCopy()
 	perCPU := overheadPerVCPU.DeepCopy()
-	perCPU.Mul(VCPUs(vmi))
+	perCPU.Mul(int64(spec.VCPUs(&vmi.Spec)))
 	o.Add(perCPU)
 	o.Add(*resource.NewQuantity(guest.Value()/overheadGuestMemoryDivisor, resource.BinarySI))
 	return o
-}
-
-// GracePeriodSeconds is the VMI's shutdown grace period (default 30 s).
-func GracePeriodSeconds(vmi *v1.VirtualMachineInstance) int64 {
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-		return *g
-	}
-	return v1.DefaultGracePeriodSeconds
 }
 
 // launcherVMI is the part of the VMI the launcher gets. Status is left out:
@@ -143,7 +104,7 @@ type launcherVMI struct {
 // RenderLauncherPod builds the virt-launcher pod for a VMI. It is a pure
 // function of its inputs so that it can be tested without an API server.
 func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*corev1.Pod, error) {
-	guest, err := GuestMemory(vmi)
+	guest, err := spec.GuestMemory(&vmi.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +157,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To(GracePeriodSeconds(vmi) + LauncherGraceMargin),
+			TerminationGracePeriodSeconds: ptr.To(spec.GracePeriodSeconds(&vmi.Spec) + LauncherGraceMargin),
 			NodeSelector:                  nodeSelector,
 			Affinity:                      vmi.Spec.Affinity.DeepCopy(),
 			Tolerations:                   append([]corev1.Toleration(nil), vmi.Spec.Tolerations...),
@@ -351,7 +312,7 @@ func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) 
 			req[corev1.ResourceCPU] = l.DeepCopy()
 		} else {
 			// KubeVirt's default CPU allocation ratio of 10: 100m per vCPU.
-			req[corev1.ResourceCPU] = *resource.NewMilliQuantity(100*VCPUs(vmi), resource.DecimalSI)
+			req[corev1.ResourceCPU] = *resource.NewMilliQuantity(100*int64(spec.VCPUs(&vmi.Spec)), resource.DecimalSI)
 		}
 	}
 	// Extended resources cannot be overcommitted: request == limit.

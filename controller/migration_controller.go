@@ -17,12 +17,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -239,16 +240,12 @@ func (r *MigrationReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, err
 		}
 		if m.DeletionTimestamp != nil || len(p.pods) == 0 || m.Status.Phase == v1.MigrationSucceeded {
-			return ctrl.Result{}, r.removeFinalizer(ctx, m)
+			return ctrl.Result{}, patch.RemoveFinalizer(ctx, r.Client, m, v1.VirtualMachineInstanceMigrationFinalizer)
 		}
 		return ctrl.Result{}, nil
 	}
-	if !controllerutil.ContainsFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer) {
-		orig := m.DeepCopy()
-		controllerutil.AddFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer)
-		if err := r.Client.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer to migration %s: %w", req.NamespacedName, err)
-		}
+	if err := patch.AddFinalizer(ctx, r.Client, m, v1.VirtualMachineInstanceMigrationFinalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	if p.st.Phase == v1.MigrationPhaseUnset {
 		setMigrationPhase(p.st, v1.MigrationPending, p.now)
@@ -318,7 +315,7 @@ func (r *MigrationReconciler) step(ctx context.Context, p *migrationPass, cfg Cl
 		return 0, nil
 	case target == nil:
 		return r.start(ctx, p, cfg)
-	case target.DeletionTimestamp != nil || target.Status.Phase == corev1.PodFailed || target.Status.Phase == corev1.PodSucceeded:
+	case spec.PodDown(target):
 		r.fail(ctx, p, fmt.Sprintf("the target pod %s ended before the migration started (%s)", target.Name, podEnd(target)))
 		return 0, nil
 	case ms != nil && ms.TargetNodeAddress != "":
@@ -682,18 +679,6 @@ func (r *MigrationReconciler) refreshVMI(ctx context.Context, p *migrationPass) 
 	return nil
 }
 
-func (r *MigrationReconciler) removeFinalizer(ctx context.Context, m *v1.VirtualMachineInstanceMigration) error {
-	if !controllerutil.ContainsFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer) {
-		return nil
-	}
-	orig := m.DeepCopy()
-	controllerutil.RemoveFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer)
-	if err := r.Client.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("removing finalizer from migration %s/%s: %w", m.Namespace, m.Name, err))
-	}
-	return nil
-}
-
 // setTargetNodeLabel sets (or, with "", removes) the VMI's
 // migrationTargetNodeName label.
 func (r *MigrationReconciler) setTargetNodeLabel(ctx context.Context, vmi *v1.VirtualMachineInstance, node string) error {
@@ -723,6 +708,9 @@ func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass)
 	p.m.Status = *p.st
 	if err := r.Client.Status().Patch(ctx, p.m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("updating status of migration %s/%s: %w", p.m.Namespace, p.m.Name, err)
+	}
+	if p.m.Status.Phase != orig.Status.Phase {
+		log.FromContext(ctx).Info("migration phase changed", "from", orig.Status.Phase, "to", p.m.Status.Phase, "vmi", p.m.Spec.VMIName)
 	}
 	return nil
 }

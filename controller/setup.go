@@ -11,6 +11,11 @@
 // full updates: fields our Go types do not know (see api/core/v1
 // Unmodeled) must survive, and virt-handler/virt-api write the same
 // statuses.
+//
+// Logging is controller-runtime's logr, from the reconcile's context (it
+// names the object): one Info line per state change of an object (a VM's
+// printable status, a VMI's phase, a migration's phase) and per retried
+// failure; V(1) for detail a healthy cluster repeats.
 package controller
 
 //go:generate go tool controller-gen rbac:roleName=kubevirt-controller paths=. output:rbac:artifacts:config=rbac

@@ -202,3 +202,69 @@ func TestSyncStartFailure(t *testing.T) {
 	syncStartFailure(st, ran, v1.RunStrategyAlways, now)
 	assert.Nil(t, st.StartFailure, "a guest that ran resets the count")
 }
+
+func TestDecideVMIStatus(t *testing.T) {
+	now := metav1.NewTime(time.Unix(5000, 0))
+	pod := func(node string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{UID: "pod-1"},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: ComputeContainerName, Image: "launcher:1"}}},
+			Status:     corev1.PodStatus{Phase: phase},
+		}
+	}
+	deleted := metav1.NewTime(now.Add(-time.Second))
+	for _, tc := range []struct {
+		name        string
+		phase       v1.VirtualMachineInstancePhase
+		deleted     bool
+		pod, target *corev1.Pod
+		syncErr     *syncError
+
+		wantPhase  v1.VirtualMachineInstancePhase
+		wantNode   string
+		wantActive map[types.UID]string
+		wantSync   string // reason of Synchronized=False, "" for none
+	}{
+		{name: "new, no pod yet", wantPhase: v1.Pending},
+		{name: "pod created, not bound", phase: v1.Pending, pod: pod("", corev1.PodPending),
+			wantPhase: v1.Scheduling, wantActive: map[types.UID]string{"pod-1": ""}},
+		{name: "pod bound", phase: v1.Scheduling, pod: pod("node-a", corev1.PodPending),
+			wantPhase: v1.Scheduled, wantNode: "node-a", wantActive: map[types.UID]string{"pod-1": "node-a"}},
+		{name: "pod ended before the handler took over", phase: v1.Scheduled, pod: pod("node-a", corev1.PodFailed),
+			wantPhase: v1.Failed},
+		{name: "pod gone while scheduling", phase: v1.Scheduling, wantPhase: v1.Failed},
+		{name: "running, pod ended: the handler reports that", phase: v1.Running, pod: pod("node-a", corev1.PodSucceeded),
+			wantPhase: v1.Running},
+		{name: "running, pod vanished", phase: v1.Running, wantPhase: v1.Failed},
+		{name: "deleted before it got a pod", phase: v1.Pending, deleted: true, wantPhase: v1.Failed},
+		{name: "migrating: both pods are active", phase: v1.Running, pod: pod("node-a", corev1.PodRunning),
+			target:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "pod-2"}, Spec: corev1.PodSpec{NodeName: "node-b"}},
+			wantPhase: v1.Running, wantActive: map[types.UID]string{"pod-1": "node-a", "pod-2": "node-b"}},
+		{name: "a sync failure shows", phase: v1.Pending, syncErr: &syncError{reason: ReasonFailedCreate, err: assert.AnError},
+			wantPhase: v1.Pending, wantSync: ReasonFailedCreate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := &v1.VirtualMachineInstance{Status: v1.VirtualMachineInstanceStatus{Phase: tc.phase}}
+			if tc.deleted {
+				vmi.DeletionTimestamp = &deleted
+			}
+			before := vmi.DeepCopy()
+			st := decideVMIStatus(vmi, tc.pod, tc.target, tc.syncErr, now)
+			assert.Equal(t, before, vmi, "decide changes nothing it was given")
+			assert.Equal(t, tc.wantPhase, st.Phase)
+			assert.Equal(t, tc.wantNode, st.NodeName)
+			assert.Equal(t, tc.wantActive, st.ActivePods)
+			sync := (&v1.VirtualMachineInstance{Status: *st}).GetCondition(v1.VirtualMachineInstanceSynchronized)
+			if tc.wantSync == "" {
+				assert.Nil(t, sync)
+			} else if assert.NotNil(t, sync) {
+				assert.Equal(t, tc.wantSync, sync.Reason)
+				assert.Equal(t, corev1.ConditionFalse, sync.Status)
+			}
+			ready := (&v1.VirtualMachineInstance{Status: *st}).GetCondition(v1.VirtualMachineInstanceReady)
+			if assert.NotNil(t, ready, "Ready is always set") {
+				assert.Equal(t, corev1.ConditionFalse, ready.Status, "no pod here is Ready")
+			}
+		})
+	}
+}

@@ -17,11 +17,12 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 )
 
 // VMGenerationAnnotation on a VMI is the generation of the VM it was
@@ -102,12 +103,8 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if vm.DeletionTimestamp != nil {
 		return ctrl.Result{}, r.finalize(ctx, vm, vmi)
 	}
-	if !controllerutil.ContainsFinalizer(vm, v1.VirtualMachineControllerFinalizer) {
-		orig := vm.DeepCopy()
-		controllerutil.AddFinalizer(vm, v1.VirtualMachineControllerFinalizer)
-		if err := r.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer to VM %s: %w", req.NamespacedName, err)
-		}
+	if err := patch.AddFinalizer(ctx, r.Client, vm, v1.VirtualMachineControllerFinalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	status := vm.Status.DeepCopy()
@@ -137,12 +134,15 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		if err := r.Client.Status().Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("updating status of VM %s: %w", req.NamespacedName, err)
 		}
+		if vm.Status.PrintableStatus != orig.Status.PrintableStatus {
+			log.FromContext(ctx).Info("VM status changed", "from", orig.Status.PrintableStatus, "to", vm.Status.PrintableStatus)
+		}
 	}
 
 	// KubeVirt's order: the VMI keeps the VM controller's finalizer until
 	// its final state has been recorded on the VM, i.e. now.
 	if vmi != nil && vmi.IsFinal() {
-		if err := removeVMIFinalizer(ctx, r.Client, vmi); err != nil {
+		if err := patch.RemoveFinalizer(ctx, r.Client, vmi, v1.VirtualMachineControllerFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -164,7 +164,7 @@ func (r *VMReconciler) finalize(ctx context.Context, vm *v1.VirtualMachine, vmi 
 			}
 		}
 		// The VM will not be there to record the VMI's end.
-		if err := removeVMIFinalizer(ctx, r.Client, vmi); err != nil {
+		if err := patch.RemoveFinalizer(ctx, r.Client, vmi, v1.VirtualMachineControllerFinalizer); err != nil {
 			return err
 		}
 		if vm.Status.PrintableStatus != v1.VirtualMachineStatusTerminating {
@@ -176,27 +176,7 @@ func (r *VMReconciler) finalize(ctx context.Context, vm *v1.VirtualMachine, vmi 
 		}
 		return nil
 	}
-	if !controllerutil.ContainsFinalizer(vm, v1.VirtualMachineControllerFinalizer) {
-		return nil
-	}
-	orig := vm.DeepCopy()
-	controllerutil.RemoveFinalizer(vm, v1.VirtualMachineControllerFinalizer)
-	if err := r.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("removing finalizer from VM %s/%s: %w", vm.Namespace, vm.Name, err))
-	}
-	return nil
-}
-
-func removeVMIFinalizer(ctx context.Context, c client.Client, vmi *v1.VirtualMachineInstance) error {
-	if !controllerutil.ContainsFinalizer(vmi, v1.VirtualMachineControllerFinalizer) {
-		return nil
-	}
-	orig := vmi.DeepCopy()
-	controllerutil.RemoveFinalizer(vmi, v1.VirtualMachineControllerFinalizer)
-	if err := c.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("removing VM finalizer from VMI %s/%s: %w", vmi.Namespace, vmi.Name, err))
-	}
-	return nil
+	return patch.RemoveFinalizer(ctx, r.Client, vm, v1.VirtualMachineControllerFinalizer)
 }
 
 // vmAction is one pass of run-strategy handling for one VM.
@@ -447,42 +427,42 @@ func (r *VMReconciler) computeStatus(vm *v1.VirtualMachine, vmi *v1.VirtualMachi
 	// Ready mirrors the VMI's.
 	switch c := vmiCondition(vmi, v1.VirtualMachineInstanceReady); {
 	case vmi == nil:
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: ReasonVMINotExists, Message: "VMI does not exist",
 		}, now)
 	case c == nil:
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: ReasonVMICondMissing, Message: "VMI is missing the Ready condition",
 		}, now)
 	default:
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachineReady, Status: c.Status, Reason: c.Reason, Message: c.Message,
 			LastProbeTime: c.LastProbeTime, LastTransitionTime: c.LastTransitionTime,
 		}, now)
 	}
 	if c := vmiCondition(vmi, v1.VirtualMachineInstancePaused); c != nil {
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachinePaused, Status: c.Status, Reason: c.Reason, Message: c.Message,
 			LastProbeTime: c.LastProbeTime, LastTransitionTime: c.LastTransitionTime,
 		}, now)
 	} else {
-		st.Conditions = removeVMCondition(st.Conditions, v1.VirtualMachinePaused)
+		st.Conditions = v1.RemoveVMCondition(st.Conditions, v1.VirtualMachinePaused)
 	}
 	if syncErr != nil {
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: syncErr.reason, Message: syncErr.err.Error(),
 		}, now)
 	} else {
-		st.Conditions = removeVMCondition(st.Conditions, v1.VirtualMachineFailure)
+		st.Conditions = v1.RemoveVMCondition(st.Conditions, v1.VirtualMachineFailure)
 	}
 	// The template changed under a running VMI: it applies on next start.
 	if vmi != nil && !vmi.IsFinal() && st.ObservedGeneration != 0 && st.ObservedGeneration < vm.Generation {
-		st.Conditions = setVMCondition(st.Conditions, v1.VirtualMachineCondition{
+		st.Conditions = v1.SetVMCondition(st.Conditions, v1.VirtualMachineCondition{
 			Type: v1.VirtualMachineRestartRequired, Status: corev1.ConditionTrue, Reason: "RestartRequired",
 			Message: "the VM template changed since the VMI started; restart the VM to apply it",
 		}, now)
 	} else {
-		st.Conditions = removeVMCondition(st.Conditions, v1.VirtualMachineRestartRequired)
+		st.Conditions = v1.RemoveVMCondition(st.Conditions, v1.VirtualMachineRestartRequired)
 	}
 
 	st.PrintableStatus = printableStatus(vm, vmi, strategy, st, stopping)

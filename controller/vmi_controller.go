@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,12 +16,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -112,7 +111,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		// The guest is gone; a launcher still running has nothing to do.
 		_, syncErr = r.deletePods(ctx, vmi, pods, true)
 	default:
-		if err := r.ensureFinalizer(ctx, vmi); err != nil {
+		if err := patch.AddFinalizer(ctx, r.Client, vmi, v1.VirtualMachineInstanceFinalizer); err != nil {
 			return ctrl.Result{}, err
 		}
 		if pod == nil && (vmi.Status.Phase == v1.VmPhaseUnset || vmi.Status.Phase == v1.Pending) {
@@ -140,7 +139,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 		if len(live) == 0 {
-			if err := r.removeFinalizer(ctx, vmi); err != nil {
+			if err := patch.RemoveFinalizer(ctx, r.Client, vmi, v1.VirtualMachineInstanceFinalizer); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -194,35 +193,9 @@ func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *cor
 		return nil
 	}
 	for _, p := range pods {
-		if p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !podIsDown(p) {
+		if p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !spec.PodDown(p) {
 			return p
 		}
-	}
-	return nil
-}
-
-func (r *VMIReconciler) ensureFinalizer(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
-	if controllerutil.ContainsFinalizer(vmi, v1.VirtualMachineInstanceFinalizer) {
-		return nil
-	}
-	// A merge patch (not an update) so that fields this controller's types
-	// do not know are never written back, and no conflict with others.
-	orig := vmi.DeepCopy()
-	controllerutil.AddFinalizer(vmi, v1.VirtualMachineInstanceFinalizer)
-	if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer to VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	return nil
-}
-
-func (r *VMIReconciler) removeFinalizer(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
-	if !controllerutil.ContainsFinalizer(vmi, v1.VirtualMachineInstanceFinalizer) {
-		return nil
-	}
-	orig := vmi.DeepCopy()
-	controllerutil.RemoveFinalizer(vmi, v1.VirtualMachineInstanceFinalizer)
-	if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("removing finalizer from VMI %s/%s: %w", vmi.Namespace, vmi.Name, err))
 	}
 	return nil
 }
@@ -258,7 +231,7 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 // that never ran has nothing to shut down: its pods go at once.
 func (r *VMIReconciler) deletePodsAfterGrace(ctx context.Context, vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) (time.Duration, *syncError) {
 	if vmi.IsRunning() {
-		deadline := vmi.DeletionTimestamp.Add(time.Duration(GracePeriodSeconds(vmi)) * time.Second)
+		deadline := vmi.DeletionTimestamp.Add(time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second)
 		if left := deadline.Sub(r.now().Time); left > 0 {
 			return left, nil
 		}
@@ -278,7 +251,7 @@ func (r *VMIReconciler) deleteMigratedSource(ctx context.Context, vmi *v1.Virtua
 	}
 	var ended []*corev1.Pod
 	for _, p := range pods {
-		if p.Name == ms.SourcePod && p != active && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+		if p.Name == ms.SourcePod && p != active && spec.PodEnded(p) {
 			ended = append(ended, p)
 		}
 	}
@@ -293,7 +266,7 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if onlyRunning && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+		if onlyRunning && spec.PodEnded(p) {
 			continue
 		}
 		// Preconditions: delete exactly the pod we looked at, not a
@@ -308,62 +281,86 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 	return 0, nil
 }
 
-// updateStatus derives the VMI status from the pod it observed and writes
-// it if it changed.
+// updateStatus derives the VMI status from the pods it observed (decide)
+// and writes what changed: the node label, then the status (write).
 func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError) error {
-	now := r.now()
+	st := decideVMIStatus(vmi, pod, target, syncErr, r.now())
+	// The node label follows status.nodeName, which virt-handler moves to
+	// the target's node when a migration completes: the label is what
+	// the handlers' caches select on.
+	if st.NodeName != "" && vmi.Labels[v1.NodeNameLabel] != st.NodeName {
+		orig := vmi.DeepCopy()
+		if vmi.Labels == nil {
+			vmi.Labels = map[string]string{}
+		}
+		vmi.Labels[v1.NodeNameLabel] = st.NodeName
+		if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("labelling VMI %s/%s with its node: %w", vmi.Namespace, vmi.Name, err)
+		}
+	}
+	// virt-handler writes this status too; a conflict means we decided on
+	// stale facts, and the retry sees fresh ones.
+	before := vmi.Status.Phase
+	if err := patch.VMIStatus(ctx, r.Client, vmi, st); err != nil {
+		return err
+	}
+	if vmi.Status.Phase != before {
+		log.FromContext(ctx).Info("VMI phase changed", "from", before, "to", vmi.Status.Phase, "node", vmi.Status.NodeName)
+	}
+	return nil
+}
+
+// decideVMIStatus is the VMI status the controller wants, from the VMI,
+// its active launcher pod and its migration target pod (either may be nil),
+// and the sync's failure, if any. It changes nothing it is given.
+func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
 
 	if st.Phase == v1.VmPhaseUnset {
 		// Accepted. (KubeVirt's mutating webhook records this on create;
 		// here it is the first thing the controller records.)
-		setPhase(st, v1.Pending, now)
+		st.SetPhase(v1.Pending, now)
 	}
 	switch st.Phase {
 	case v1.Pending:
 		switch {
-		case podExists && podIsDown(pod):
-			setPhase(st, v1.Failed, now)
+		case podExists && spec.PodDown(pod):
+			st.SetPhase(v1.Failed, now)
 		case podExists && pod.Spec.NodeName != "":
-			setPhase(st, v1.Scheduled, now)
+			st.SetPhase(v1.Scheduled, now)
 		case podExists:
-			setPhase(st, v1.Scheduling, now)
+			st.SetPhase(v1.Scheduling, now)
 		case vmi.DeletionTimestamp != nil:
 			// Deleted before it ever got a pod: it will never run.
-			setPhase(st, v1.Failed, now)
+			st.SetPhase(v1.Failed, now)
 		default:
-			setPhase(st, v1.Pending, now)
+			st.SetPhase(v1.Pending, now)
 		}
 	case v1.Scheduling:
 		switch {
-		case !podExists || podIsDown(pod):
-			setPhase(st, v1.Failed, now)
+		case !podExists || spec.PodDown(pod):
+			st.SetPhase(v1.Failed, now)
 		case pod.Spec.NodeName != "":
-			setPhase(st, v1.Scheduled, now)
+			st.SetPhase(v1.Scheduled, now)
 		}
 	case v1.Scheduled:
 		// The handler has not taken over yet: if the pod goes away or ends
 		// now, nobody else will ever report on this VMI.
-		if !podExists || podIsDown(pod) {
-			setPhase(st, v1.Failed, now)
+		if !podExists || spec.PodDown(pod) {
+			st.SetPhase(v1.Failed, now)
 		}
 	case v1.Running:
 		// The handler reports the guest's end; a vanished pod it cannot.
 		if !podExists {
-			setPhase(st, v1.Failed, now)
+			st.SetPhase(v1.Failed, now)
 		}
 	}
 
 	if st.Phase == v1.Scheduled && vmi.Status.Phase != v1.Scheduled && podExists {
 		st.NodeName = pod.Spec.NodeName
 	}
-	// The node label follows status.nodeName, which virt-handler moves to
-	// the target's node when a migration completes: the label is what
-	// the handlers' caches select on.
-	labelsPatch := st.NodeName != "" && vmi.Labels[v1.NodeNameLabel] != st.NodeName
-
-	if podExists && !podIsDown(pod) {
+	if podExists && !spec.PodDown(pod) {
 		if pod.Status.QOSClass != "" {
 			st.QOSClass = ptr.To(pod.Status.QOSClass)
 		}
@@ -385,47 +382,25 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 	// "0/1 nodes are available: ..." shows on the VMI (and the VM prints
 	// ErrorUnschedulable).
 	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
-		st.Conditions = setVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
+		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
 			Type: v1.VirtualMachineInstancePodScheduled, Status: c.Status, Reason: c.Reason, Message: c.Message,
 		}, now)
 	} else {
-		st.Conditions = removeVMICondition(st.Conditions, v1.VirtualMachineInstancePodScheduled)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePodScheduled)
 	}
 
-	st.Conditions = setVMICondition(st.Conditions, readyCondition(st.Phase, pod), now)
-	st.Conditions = setVMICondition(st.Conditions, liveMigratableCondition(vmi), now)
+	st.Conditions = v1.SetVMICondition(st.Conditions, readyCondition(st.Phase, pod), now)
+	st.Conditions = v1.SetVMICondition(st.Conditions, liveMigratableCondition(vmi), now)
 
 	if syncErr != nil {
-		st.Conditions = setVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
+		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
 			Type: v1.VirtualMachineInstanceSynchronized, Status: corev1.ConditionFalse,
 			Reason: syncErr.reason, Message: syncErr.err.Error(),
 		}, now)
 	} else {
-		st.Conditions = removeVMICondition(st.Conditions, v1.VirtualMachineInstanceSynchronized)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstanceSynchronized)
 	}
-
-	if labelsPatch {
-		orig := vmi.DeepCopy()
-		if vmi.Labels == nil {
-			vmi.Labels = map[string]string{}
-		}
-		vmi.Labels[v1.NodeNameLabel] = st.NodeName
-		if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("labelling VMI %s/%s with its node: %w", vmi.Namespace, vmi.Name, err)
-		}
-	}
-
-	if equality.Semantic.DeepEqual(&vmi.Status, st) {
-		return nil
-	}
-	orig := vmi.DeepCopy()
-	vmi.Status = *st
-	// Optimistic lock: virt-handler writes this status too; a conflict
-	// means we decided on stale facts, and the retry sees fresh ones.
-	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("updating status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	return nil
+	return st
 }
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -83,5 +85,79 @@ func TestDevicePluginAllocate(t *testing.T) {
 	p.DevPath = "/dev/does-not-exist"
 	if d := p.devices(); d[0].Health != pluginapi.Unhealthy {
 		t.Fatal("missing device reported healthy")
+	}
+}
+
+func TestDecide(t *testing.T) {
+	now := metav1.NewTime(time.Unix(10000, 0))
+	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	failed := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+	deletedAgo := func(d time.Duration, grace int64) func(*v1.VirtualMachineInstance) {
+		return func(vmi *v1.VirtualMachineInstance) {
+			at := metav1.NewTime(now.Add(-d))
+			vmi.DeletionTimestamp = &at
+			vmi.Spec.TerminationGracePeriodSeconds = &grace
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		mutate   func(*v1.VirtualMachineInstance)
+		pod      *corev1.Pod
+		info     api.Info
+		live     bool
+		answered bool
+
+		want      plan // status is checked through phase and reason
+		phase     v1.VirtualMachineInstancePhase
+		reason    string
+		hasStatus bool
+	}{
+		{name: "no answer yet: ask again soon", pod: running,
+			want: plan{requeue: startingPoll}},
+		{name: "no answer from an ended pod: the VMI failed", pod: failed,
+			want: plan{quiet: true}, hasStatus: true, phase: v1.Failed, reason: ReasonLauncherFailed},
+		{name: "starting: prepare the network", pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+			want: plan{setupNetwork: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
+		{name: "starting, from an exit record: no network for a gone launcher", pod: running, info: api.Info{State: spec.StateStarting}, answered: true,
+			want: plan{requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
+		{name: "running", pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+		{name: "the guest ended cleanly", pod: running, info: api.Info{State: api.StateStopped, Exit: "reset"}, live: true, answered: true,
+			hasStatus: true, phase: v1.Succeeded},
+		{name: "the guest crashed", pod: running, info: api.Info{State: api.StateStopped, Exit: "triple-fault"}, answered: true,
+			hasStatus: true, phase: v1.Failed, reason: ReasonGuestFailed},
+		{name: "migrated away: this end says nothing", pod: running, info: api.Info{State: api.StateMigrated}, live: true, answered: true},
+		{name: "deleted, in its grace period: ask the guest, wait", mutate: deletedAgo(10*time.Second, 60), pod: running,
+			info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{typeShutdown: true, requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+		{name: "deleted, grace period nearly over: come back when it is", mutate: deletedAgo(59*time.Second, 60), pod: running,
+			info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{typeShutdown: true, requeue: time.Second}, hasStatus: true, phase: v1.Running},
+		{name: "deleted, grace period over: stop the guest", mutate: deletedAgo(61*time.Second, 60), pod: running,
+			info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{typeShutdown: true, stopGuest: true, requeue: startingPoll}, hasStatus: true, phase: v1.Running},
+		{name: "deleted, launcher not live: nothing to stop", mutate: deletedAgo(61*time.Second, 60), pod: running,
+			info: api.Info{State: api.StateRunning}, answered: true,
+			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vmi := vmiWithPodNIC()
+			if tc.mutate != nil {
+				tc.mutate(vmi)
+			}
+			before := vmi.DeepCopy()
+			got := decide(observation{vmi: vmi, pod: tc.pod, info: tc.info, live: tc.live, answered: tc.answered, now: now})
+			assert.Equal(t, before, vmi, "decide changes nothing it was given")
+			if !tc.hasStatus {
+				assert.Nil(t, got.status)
+				assert.Equal(t, tc.want, got)
+				return
+			}
+			require.NotNil(t, got.status)
+			assert.Equal(t, tc.phase, got.status.Phase)
+			assert.Equal(t, tc.reason, got.status.Reason)
+			got.status = nil
+			assert.Equal(t, tc.want, got)
+		})
 	}
 }

@@ -273,6 +273,7 @@ func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMa
 	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the completed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
+	log.FromContext(ctx).Info("migration completed: the guest runs on the target", "migration", ms.MigrationUID, "targetNode", target, "targetPod", ms.TargetPod)
 	msg := fmt.Sprintf("The VirtualMachineInstance migrated to node %s (pod %s)", target, ms.TargetPod)
 	if s := st.Stats; s.Phase == "completed" {
 		msg += fmt.Sprintf(" in %v: %d rounds, %.1f MiB sent, downtime %v",
@@ -297,6 +298,7 @@ func (r *VMIReconciler) failMigration(ctx context.Context, vmi *v1.VirtualMachin
 	}); err != nil {
 		return err
 	}
+	log.FromContext(ctx).Info("migration failed: the guest stays here", "migration", vmi.Status.MigrationState.MigrationUID, "targetNode", vmi.Status.MigrationState.TargetNode, "reason", why)
 	r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Migration to %s failed, the guest keeps running here: %s", vmi.Status.MigrationState.TargetNode, why)
 	return nil
 }
@@ -365,8 +367,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || pod.DeletionTimestamp != nil ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || spec.PodDown(pod) {
 		// The migration is over for this pod: no stream may come for it.
 		r.Migrations.Forget(req.String())
 		return ctrl.Result{}, nil
@@ -386,7 +387,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	info, live, err := l.info(ctx)
 	if err != nil {
 		if !errors.Is(err, errNoSocket) {
-			logger.Info("migration target launcher does not answer", "error", err.Error())
+			logger.V(1).Info("migration target launcher does not answer", "error", err.Error())
 		}
 		return ctrl.Result{RequeueAfter: startingPoll}, nil
 	}

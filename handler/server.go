@@ -30,10 +30,6 @@ const Port = 8186
 // only it may use the handler's server.
 const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
 
-// ConsoleSubprotocol is the websocket subprotocol of serial consoles
-// (KubeVirt's): binary messages carry the raw byte stream both ways.
-const ConsoleSubprotocol = "plain.kubevirt.io"
-
 // Server is virt-handler's API for virt-api: the operations that need the
 // node (pause, unpause, the serial console), for VMIs on this node.
 type Server struct {
@@ -117,7 +113,7 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 }
 
 var upgrader = websocket.Upgrader{
-	Subprotocols:    []string{ConsoleSubprotocol},
+	Subprotocols:    []string{v1.ConsoleSubprotocol},
 	ReadBufferSize:  32 << 10,
 	WriteBufferSize: 32 << 10,
 	// Only virt-api, authenticated by its client certificate, gets here.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
-	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
 // Poll intervals. The launcher's control API has no event stream, so the
@@ -149,7 +148,11 @@ func (r *VMIReconciler) now() metav1.Time {
 // SocketDir is the directory a VMI's launcher shares with the node.
 func SocketDir(root string, uid types.UID) string { return filepath.Join(root, string(uid)) }
 
-// Reconcile syncs one VMI with its launcher.
+// Reconcile syncs one VMI with its launcher, in three steps: read (the
+// VMI, its launcher pod, what its launcher says), decide (a pure function
+// of what was read), write (the actions decided, then the status, once).
+// A migration this node is the source of is driven first, by its own
+// steps (see syncMigrationSource).
 func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, _ error) {
 	logger := log.FromContext(ctx)
 	vmi := &v1.VirtualMachineInstance{}
@@ -160,23 +163,13 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 		return ctrl.Result{}, nil
 	}
 	if vmi.IsFinal() {
-		// The VMI keeps its finalizer until its launcher pod is gone:
-		// then its socket directory on the node goes too.
-		pod, err := r.launcherPod(ctx, vmi)
-		if err != nil || pod != nil {
-			return ctrl.Result{}, err
-		}
-		r.mu.Lock()
-		delete(r.typed, vmi.UID)
-		r.mu.Unlock()
-		if err := os.RemoveAll(SocketDir(r.SocketRoot, vmi.UID)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("removing the socket directory of VMI %s: %w", req.NamespacedName, err)
-		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.forgetFinal(ctx, vmi)
 	}
 	if vmi.Status.Phase != v1.Scheduled && vmi.Status.Phase != v1.Running {
 		return ctrl.Result{}, nil
 	}
+
+	// Read.
 	pod, err := r.launcherPod(ctx, vmi)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -186,109 +179,182 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 		return ctrl.Result{}, err
 	}
 	info, live, err := l.info(ctx)
-	if err != nil {
+	obs := observation{vmi: vmi, pod: pod, info: info, live: live, answered: err == nil, now: r.now()}
+	if err != nil && !errors.Is(err, errNoSocket) {
+		logger.V(1).Info("launcher does not answer", "error", err.Error())
+	}
+
+	if obs.answered {
+		// This node is the source of a migration in flight: drive it. Once
+		// the guest runs on the target, this pass is over (the next one reads
+		// the target's launcher).
+		if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.MigrationUID != "" && !ms.Completed && !ms.Failed {
+			res, handedOver, err := r.syncMigrationSource(ctx, vmi, l, info, live)
+			if err != nil || handedOver {
+				return res, err
+			}
+			defer func() {
+				if res.RequeueAfter > 0 && (result.RequeueAfter == 0 || res.RequeueAfter < result.RequeueAfter) {
+					result.RequeueAfter = res.RequeueAfter
+				}
+			}()
+		}
+
+		// A migration of this source recorded failed while its stream still
+		// runs (virt-controller fails one only before it started, so this is
+		// a start whose request errored after the VMM began): stop the
+		// stream, whose target pod goes. The VMM resumes the guest here,
+		// unless the target confirmed it already.
+		if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.Failed && live && info.State == api.StateMigrating {
+			qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+			err := l.client().CancelMigration(qctx)
+			cancel()
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("cancelling the failed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+			}
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Cancelled the migration stream: %s", ms.FailureReason)
+			return ctrl.Result{RequeueAfter: migrationPoll}, nil
+		}
+	}
+
+	// Decide, then write.
+	p := decide(obs)
+	if err := r.apply(ctx, vmi, l, info, p); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: p.requeue}, nil
+}
+
+// forgetFinal cleans up after a final VMI. It keeps its finalizer until its
+// launcher pod is gone: then its socket directory on the node goes too.
+func (r *VMIReconciler) forgetFinal(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
+	pod, err := r.launcherPod(ctx, vmi)
+	if err != nil || pod != nil {
+		return err
+	}
+	r.mu.Lock()
+	delete(r.typed, vmi.UID)
+	r.mu.Unlock()
+	if err := os.RemoveAll(SocketDir(r.SocketRoot, vmi.UID)); err != nil {
+		return fmt.Errorf("removing the socket directory of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// observation is what one pass read.
+type observation struct {
+	vmi *v1.VirtualMachineInstance
+	pod *corev1.Pod // the active launcher pod on this node, or nil
+	// info is what the launcher said (live) or its exit record (!live);
+	// answered is false when neither could be had.
+	info     api.Info
+	live     bool
+	answered bool
+	now      metav1.Time
+}
+
+// plan is what one pass does, decided from an observation alone.
+type plan struct {
+	setupNetwork bool // prepare the pod network the starting launcher waits for
+	typeShutdown bool // the VMI is deleted: ask the guest to end on its console
+	stopGuest    bool // the VMI's grace period is over: stop the guest
+	// status to write (with the backend annotation); nil: this launcher
+	// does not speak for the VMI.
+	status *v1.VirtualMachineInstanceStatus
+	// quiet: no event for the phase change (the launcher said nothing the
+	// event could repeat).
+	quiet   bool
+	requeue time.Duration
+}
+
+// decide is the handler's policy for one VMI.
+func decide(o observation) plan {
+	if !o.answered {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
-		if pod != nil && (pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) {
-			return ctrl.Result{}, r.writeStatus(ctx, vmi, func(st *v1.VirtualMachineInstanceStatus, now metav1.Time) {
-				setPhase(st, v1.Failed, now)
-				st.Reason = ReasonLauncherFailed
-			})
+		if o.pod != nil && spec.PodEnded(o.pod) {
+			st := o.vmi.Status.DeepCopy()
+			st.SetPhase(v1.Failed, o.now)
+			st.Reason = ReasonLauncherFailed
+			return plan{status: st, quiet: true}
 		}
-		if !errors.Is(err, errNoSocket) {
-			logger.Info("launcher does not answer", "error", err.Error())
-		}
-		return ctrl.Result{RequeueAfter: startingPoll}, nil
+		return plan{requeue: startingPoll}
 	}
-
-	// This node is the source of a migration in flight: drive it. Once
-	// the guest runs on the target, this pass is over (the next one reads
-	// the target's launcher).
-	if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.MigrationUID != "" && !ms.Completed && !ms.Failed {
-		res, handedOver, err := r.syncMigrationSource(ctx, vmi, l, info, live)
-		if err != nil || handedOver {
-			return res, err
-		}
-		defer func() {
-			if res.RequeueAfter > 0 && (result.RequeueAfter == 0 || res.RequeueAfter < result.RequeueAfter) {
-				result.RequeueAfter = res.RequeueAfter
-			}
-		}()
-	}
-
-	// A migration of this source recorded failed while its stream still
-	// runs (virt-controller fails one only before it started, so this is
-	// a start whose request errored after the VMM began): stop the
-	// stream, whose target pod goes. The VMM resumes the guest here,
-	// unless the target confirmed it already.
-	if ms := vmi.Status.MigrationState; ms != nil && ms.SourceNode == r.NodeName && ms.Failed && live && info.State == api.StateMigrating {
-		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
-		err := l.client().CancelMigration(qctx)
-		cancel()
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("cancelling the failed migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate", "Cancelled the migration stream: %s", ms.FailureReason)
-		return ctrl.Result{RequeueAfter: migrationPoll}, nil
-	}
-
-	switch {
-	case info.State == api.State(spec.StateStarting):
-		if live {
-			if err := r.setupNetwork(ctx, vmi, l); err != nil {
-				r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
-				return ctrl.Result{}, err
-			}
-		}
-		result.RequeueAfter = startingPoll
-	case info.State == api.StateStopped:
+	var p plan
+	switch o.info.State {
+	case api.State(spec.StateStarting):
+		p.setupNetwork = o.live
+		p.requeue = startingPoll
+	case api.StateStopped:
 		// final: nothing more to ask
-	case info.State == api.StateMigrated:
-		// A source whose guest left: the migration's pass above (or, for
-		// an older migration, nothing) speaks for the VMI, not this end.
-		return result, nil
+	case api.StateMigrated:
+		// A source whose guest left: the migration's pass (or, for an
+		// older migration, nothing) speaks for the VMI, not this end.
+		return plan{}
 	default:
-		result.RequeueAfter = runningPoll
-		if vmi.DeletionTimestamp != nil && live {
-			grace := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
-			if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-				grace = time.Duration(*g) * time.Second
-			}
+		p.requeue = runningPoll
+		if o.vmi.DeletionTimestamp != nil && o.live {
 			// No ACPI, no agent: the guest is asked on its console if the
 			// VMI says how, gets its grace period to end by itself, then
 			// it is stopped (see package launcher).
-			r.typeShutdown(vmi, l)
-			if left := vmi.DeletionTimestamp.Add(grace).Sub(r.now().Time); left > 0 {
-				result.RequeueAfter = min(left, runningPoll)
+			p.typeShutdown = true
+			grace := time.Duration(spec.GracePeriodSeconds(&o.vmi.Spec)) * time.Second
+			if left := o.vmi.DeletionTimestamp.Add(grace).Sub(o.now.Time); left > 0 {
+				p.requeue = min(left, runningPoll)
 			} else {
-				qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
-				err := l.client().Stop(qctx)
-				cancel()
-				if err != nil {
-					return ctrl.Result{}, fmt.Errorf("stopping the guest of deleted VMI %s: %w", req.NamespacedName, err)
-				}
-				r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Stop", "The grace period is over: the guest was stopped")
-				result.RequeueAfter = startingPoll
+				p.stopGuest = true
+				p.requeue = startingPoll
 			}
 		}
 	}
+	p.status = o.vmi.Status.DeepCopy()
+	statusFromInfo(p.status, o.vmi, o.info, o.pod, o.now)
+	return p
+}
 
+// apply carries out the plan: the actions on the launcher, then the VMI's
+// backend annotation and status, and the event of a phase change.
+func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn, info api.Info, p plan) error {
+	if p.setupNetwork {
+		if err := r.setupNetwork(ctx, vmi, l); err != nil {
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
+			return err
+		}
+	}
+	if p.typeShutdown {
+		r.typeShutdown(vmi, l)
+	}
+	if p.stopGuest {
+		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+		err := l.client().Stop(qctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("stopping the guest of deleted VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Stop", "The grace period is over: the guest was stopped")
+	}
+	if p.status == nil {
+		return nil
+	}
 	if err := r.syncBackendAnnotation(ctx, vmi, info); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	before := vmi.Status.Phase
-	if err := r.writeStatus(ctx, vmi, func(st *v1.VirtualMachineInstanceStatus, now metav1.Time) {
-		statusFromInfo(st, vmi, info, pod, now)
-	}); err != nil {
-		return ctrl.Result{}, err
+	// Optimistic lock: virt-controller writes this status too.
+	if err := patch.VMIStatus(ctx, r.Client, vmi, p.status); err != nil {
+		return err
 	}
 	if after := vmi.Status.Phase; after != before {
+		log.FromContext(ctx).Info("VMI phase changed", "from", before, "to", after, "reason", vmi.Status.Reason, "backend", info.Backend, "exit", info.Exit)
 		switch after {
 		case v1.Running:
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStarted, "Start", "VirtualMachineInstance started on %s", info.Backend)
 		case v1.Succeeded:
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonStopped, "Stop", "The guest ended: %s", info.Exit)
 		case v1.Failed:
+			if p.quiet {
+				break
+			}
 			why := info.Error
 			if why == "" {
 				why = info.Exit
@@ -296,7 +362,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonGuestFailed, "Stop", "The guest failed: %s", why)
 		}
 	}
-	return result, nil
+	return nil
 }
 
 // statusFromInfo derives the status from what the launcher said.
@@ -308,23 +374,23 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 		// The guest runs elsewhere: this end says nothing about it.
 		return
 	case api.StateStopped:
-		if info.Error != "" || failedExit(info.Exit) {
-			setPhase(st, v1.Failed, now)
+		if info.Error != "" || spec.GuestExitFailed(info.Exit) {
+			st.SetPhase(v1.Failed, now)
 			st.Reason = ReasonGuestFailed
 		} else {
-			setPhase(st, v1.Succeeded, now)
+			st.SetPhase(v1.Succeeded, now)
 		}
-		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePaused)
 		return
 	}
-	setPhase(st, v1.Running, now)
+	st.SetPhase(v1.Running, now)
 	if info.State == api.StatePaused {
-		st.Conditions = setCondition(st.Conditions, v1.VirtualMachineInstanceCondition{
+		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
 			Type: v1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue,
 			Reason: ReasonPausedByUser, Message: "VMI was paused by user",
 		}, now)
 	} else {
-		st.Conditions = removeCondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePaused)
 	}
 	if info.CPUs > 0 {
 		st.CurrentCPUTopology = &v1.CPUTopology{Sockets: uint32(info.CPUs), Cores: 1, Threads: 1}
@@ -362,33 +428,6 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		out = append(out, ifc)
 	}
 	return out
-}
-
-func failedExit(exit string) bool {
-	switch machine.ExitReason(exit) {
-	case machine.ExitReset, machine.ExitShutdown, machine.ExitStopped, machine.ExitMigrated:
-		return false
-	}
-	switch exit {
-	case "guest-shutdown", "host-shutdown", "killed": // the QEMU backend's
-		return false
-	}
-	return true
-}
-
-func (r *VMIReconciler) writeStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceStatus, metav1.Time)) error {
-	st := vmi.Status.DeepCopy()
-	f(st, r.now())
-	if equality.Semantic.DeepEqual(&vmi.Status, st) {
-		return nil
-	}
-	orig := vmi.DeepCopy()
-	vmi.Status = *st
-	// Optimistic lock: virt-controller writes this status too.
-	if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("updating status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	return nil
 }
 
 // syncBackendAnnotation records the backend the launcher runs the guest on.
@@ -491,38 +530,4 @@ func ensureSocketDir(dir string) error {
 		return fmt.Errorf("socket directory: %w", err)
 	}
 	return nil
-}
-
-func setPhase(st *v1.VirtualMachineInstanceStatus, p v1.VirtualMachineInstancePhase, now metav1.Time) {
-	if st.Phase == p {
-		return
-	}
-	st.Phase = p
-	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, v1.VirtualMachineInstancePhaseTransitionTimestamp{Phase: p, PhaseTransitionTimestamp: now})
-}
-
-func setCondition(conds []v1.VirtualMachineInstanceCondition, c v1.VirtualMachineInstanceCondition, now metav1.Time) []v1.VirtualMachineInstanceCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		c.LastTransitionTime = conds[i].LastTransitionTime
-		if conds[i].Status != c.Status {
-			c.LastTransitionTime = now
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime = now
-	return append(conds, c)
-}
-
-func removeCondition(conds []v1.VirtualMachineInstanceCondition, t v1.VirtualMachineInstanceConditionType) []v1.VirtualMachineInstanceCondition {
-	var out []v1.VirtualMachineInstanceCondition
-	for _, c := range conds {
-		if c.Type != t {
-			out = append(out, c)
-		}
-	}
-	return out
 }

@@ -104,10 +104,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	grace := time.Duration(v1.DefaultGracePeriodSeconds) * time.Second
-	if g := vmi.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-		grace = time.Duration(*g) * time.Second
-	}
+	grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 
 	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
 		return 1, fmt.Errorf("socket directory: %w", err)

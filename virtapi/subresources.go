@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/handler"
 )
 
 // opError is an HTTP status and message for the caller.
@@ -229,7 +228,7 @@ func (s *Server) lifecycle(ctx context.Context, ns, name, op string) error {
 }
 
 var clientUpgrader = websocket.Upgrader{
-	Subprotocols: []string{handler.ConsoleSubprotocol},
+	Subprotocols: []string{v1.ConsoleSubprotocol},
 	// Requests come through the API server, authenticated above.
 	CheckOrigin: func(*http.Request) bool { return true },
 }
@@ -253,7 +252,7 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request, u userInfo) {
 		writeErr(w, &opError{code: http.StatusServiceUnavailable, reason: metav1.StatusReasonServiceUnavailable, msg: err.Error()})
 		return
 	}
-	d := websocket.Dialer{TLSClientConfig: s.HandlerTLS, Subprotocols: []string{handler.ConsoleSubprotocol}, HandshakeTimeout: admissionTimeout}
+	d := websocket.Dialer{TLSClientConfig: s.HandlerTLS, Subprotocols: []string{v1.ConsoleSubprotocol}, HandshakeTimeout: admissionTimeout}
 	url := "wss" + strings.TrimPrefix(base, "https") + fmt.Sprintf("/v1/namespaces/%s/virtualmachineinstances/%s/console", ns, name)
 	back, resp, err := d.DialContext(r.Context(), url, nil)
 	if err != nil {

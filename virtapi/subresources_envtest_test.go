@@ -3,56 +3,23 @@ package virtapi
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/api/crds"
-	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
 // The start/stop/restart/migrate semantics against a real kube-apiserver
 // (envtest; `make test` builds its binaries). No controller runs: the test
 // checks what virt-api writes for virt-controller to act on.
 func TestSubresourcesEnvtest(t *testing.T) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "kubevmm", "k8s", "bin")
-		if c := os.Getenv("KUBEVMM_CACHE"); c != "" {
-			dir = filepath.Join(c, "k8s", "bin")
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
-		t.Skipf("no envtest binaries in %s: run `make test` (hack/cluster/build.sh envtest)", dir)
-	}
-	all, err := crds.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: dir, CRDs: all, ControlPlaneStartTimeout: 3 * time.Minute}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
-	scheme, err := kvscheme.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := apiserver.Start(t)
 	s := &Server{Client: c, Log: logr.Discard()}
 	ctx := context.Background()
 	ns := "default"

@@ -29,7 +29,6 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
-	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
@@ -48,7 +47,7 @@ func run() error {
 		devices                                    int
 	)
 	flag.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
-	flag.StringVar(&socketRoot, "socket-root", controller.SocketRootDir, "node directory of the launchers' socket directories")
+	flag.StringVar(&socketRoot, "socket-root", spec.SocketRootDir, "node directory of the launchers' socket directories")
 	flag.StringVar(&pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
 	flag.StringVar(&certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
 	flag.StringVar(&podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")

@@ -32,8 +32,6 @@ import (
 // Version is set by the build.
 var Version = "devel"
 
-const consoleSubprotocol = "plain.kubevirt.io"
-
 func main() {
 	code, err := run(os.Args[1:], os.Stdin, os.Stdout)
 	if err != nil {
@@ -211,7 +209,7 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 			hdr.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
 		}
 	}
-	d := websocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{consoleSubprotocol}, HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment}
+	d := websocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{v1.ConsoleSubprotocol}, HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment}
 	url := "wss" + strings.TrimPrefix(c.url("virtualmachineinstances", name, "console"), "https")
 	ws, resp, err := d.Dial(url, hdr)
 	if err != nil {

@@ -77,8 +77,15 @@ func IsMigrationTarget(pod *corev1.Pod) bool {
 	return ok
 }
 
-func podDown(p *corev1.Pod) bool {
-	return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+// PodEnded reports whether the pod's containers ended for good (its
+// launcher exited): it will never answer again.
+func PodEnded(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// PodDown reports whether the pod's launcher ended or is being torn down.
+func PodDown(p *corev1.Pod) bool {
+	return p.DeletionTimestamp != nil || PodEnded(p)
 }
 
 // ActiveLauncherPod is the pod whose launcher runs (or will run) the VMI's
@@ -119,7 +126,7 @@ func ActiveLauncherPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *core
 		return cand[i].CreationTimestamp.Before(&cand[j].CreationTimestamp)
 	})
 	for _, p := range cand {
-		if !podDown(p) {
+		if !PodDown(p) {
 			return p
 		}
 	}

@@ -163,6 +163,16 @@ func VCPUs(s *v1.VirtualMachineInstanceSpec) int {
 	return n
 }
 
+// GracePeriodSeconds is how long the guest of a deleted (or stopped) VMI
+// gets to end by itself before it is stopped: the VMI's
+// terminationGracePeriodSeconds, else the default.
+func GracePeriodSeconds(s *v1.VirtualMachineInstanceSpec) int64 {
+	if g := s.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
+		return *g
+	}
+	return v1.DefaultGracePeriodSeconds
+}
+
 // PodNIC is a guest NIC on the pod network.
 type PodNIC struct {
 	Index int    // position in spec.domain.devices.interfaces
@@ -272,4 +282,20 @@ func SelectBackend(annotations map[string]string, s *v1.VirtualMachineInstanceSp
 		return BackendQEMU, need[0].String(), nil
 	}
 	return BackendKubevmm, "the kubevmm VMM supports every device of this VMI", nil
+}
+
+// GuestExitFailed reports whether a launcher's exit word (api.Info.Exit:
+// how the guest ended) means the guest failed. Clean ends are those of our
+// VMM (vmm/machine: the guest reset or powered off, the VMM was stopped or
+// the guest migrated away) and of the QEMU backend (launcher/qemu: guest
+// or host shutdown, killed on purpose); anything else, an unknown word
+// included, is a failure. Kept here as words so that virt-handler judges
+// an exit without linking the VMM.
+func GuestExitFailed(exit string) bool {
+	switch exit {
+	case "reset", "shutdown", "stopped", "migrated", // vmm/machine
+		"guest-shutdown", "host-shutdown", "killed": // launcher/qemu
+		return false
+	}
+	return true
 }

@@ -4,9 +4,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
 func kernelBootSpec() *v1.VirtualMachineInstanceSpec {
@@ -104,5 +110,63 @@ func TestShutdownInput(t *testing.T) {
 	}
 	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff\n"})); got != "poweroff\n" {
 		t.Fatalf("%q: newline doubled", got)
+	}
+}
+
+// The exit words GuestExitFailed knows are the backends' own: this fails
+// when a backend adds or renames one.
+func TestGuestExitFailedAgreesWithBackends(t *testing.T) {
+	for _, r := range []machine.ExitReason{machine.ExitReset, machine.ExitShutdown, machine.ExitStopped, machine.ExitMigrated,
+		machine.ExitTripleFault, machine.ExitPanic, machine.ExitError} {
+		assert.Equal(t, machine.Exit{Reason: r}.Failed(), GuestExitFailed(string(r)), "vmm exit %q", r)
+	}
+	for r, failed := range map[qemu.ExitReason]bool{qemu.ExitGuestShutdown: false, qemu.ExitHostShutdown: false, qemu.ExitKilled: false,
+		qemu.ExitCrashed: true, qemu.ExitFailed: true, qemu.ExitExited: true} {
+		assert.Equal(t, failed, GuestExitFailed(string(r)), "qemu exit %q", r)
+	}
+	assert.True(t, GuestExitFailed(""), "no exit word")
+	assert.True(t, GuestExitFailed("no-such-exit"), "an unknown exit word")
+}
+
+func TestGracePeriodSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  *int64
+		want int64
+	}{
+		{"unset: the default", nil, v1.DefaultGracePeriodSeconds},
+		{"zero: stop at once", ptr.To(int64(0)), 0},
+		{"set", ptr.To(int64(90)), 90},
+		{"negative (the API server refuses it; never trusted): the default", ptr.To(int64(-1)), v1.DefaultGracePeriodSeconds},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, GracePeriodSeconds(&v1.VirtualMachineInstanceSpec{TerminationGracePeriodSeconds: tc.set}))
+		})
+	}
+}
+
+func TestPodEndedAndDown(t *testing.T) {
+	deleting := metav1.Now()
+	for _, tc := range []struct {
+		name        string
+		phase       corev1.PodPhase
+		deleting    bool
+		ended, down bool
+	}{
+		{"pending", corev1.PodPending, false, false, false},
+		{"running", corev1.PodRunning, false, false, false},
+		{"running, being deleted", corev1.PodRunning, true, false, true},
+		{"succeeded", corev1.PodSucceeded, false, true, true},
+		{"failed", corev1.PodFailed, false, true, true},
+		{"unknown (node lost)", corev1.PodUnknown, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &corev1.Pod{Status: corev1.PodStatus{Phase: tc.phase}}
+			if tc.deleting {
+				p.DeletionTimestamp = &deleting
+			}
+			assert.Equal(t, tc.ended, PodEnded(p), "ended")
+			assert.Equal(t, tc.down, PodDown(p), "down")
+		})
 	}
 }

@@ -54,6 +54,11 @@ const (
 
 	// StartRequestDataPausedKey in a Start request's data asks for a paused start.
 	StartRequestDataPausedKey = "paused"
+
+	// ConsoleSubprotocol is the websocket subprotocol of the console
+	// subresource (KubeVirt's): binary messages carry the serial console's
+	// raw byte stream both ways. virtctl, virt-api and virt-handler speak it.
+	ConsoleSubprotocol = "plain.kubevirt.io"
 )
 
 // ErrRunningAndRunStrategy is returned when a VM sets both spec.running and

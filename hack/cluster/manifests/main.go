@@ -143,22 +143,6 @@ func run(o opts) error {
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachineinstancemigrations"}, Verbs: []string{"create", "get", "list"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 		}}
-	// KubeVirt's aggregated roles: whoever may edit in a namespace may
-	// use VMs there, subresources included.
-	subres := []string{"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
-		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
-		"virtualmachineinstances/migrate", "virtualmachineinstances/console"}
-	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
-	aggregated := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
-		r := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"),
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs}}}
-		if withSub {
-			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: subres, Verbs: []string{"get", "update"}})
-		}
-		return r
-	}
-	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	if err := add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),
 		crb("kubevirt-handler", "kubevirt-handler", "kubevirt-handler"),
@@ -168,11 +152,13 @@ func run(o opts) error {
 			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-apiserver-auth-reader", Namespace: "kube-system"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "extension-apiserver-authentication-reader"},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kubevirt-apiserver", Namespace: ns}}},
-		aggregated("kubevirt.io:admin", "rbac.authorization.k8s.io/aggregate-to-admin", rw, true),
-		aggregated("kubevirt.io:edit", "rbac.authorization.k8s.io/aggregate-to-edit", rw, true),
-		aggregated("kubevirt.io:view", "rbac.authorization.k8s.io/aggregate-to-view", []string{"get", "list", "watch"}, false),
 	); err != nil {
 		return err
+	}
+	for _, r := range userRoles() {
+		if err := add(r); err != nil {
+			return err
+		}
 	}
 
 	secret := func(name string, data map[string][]byte) *corev1.Secret {
@@ -349,6 +335,32 @@ type authority struct {
 }
 
 type leafCert struct{ cert, key []byte }
+
+// userRoles are KubeVirt's user-facing ClusterRoles, kubevirt.io:admin,
+// :edit and :view. Their labels aggregate them into the cluster's admin,
+// edit and view roles: whoever may edit in a namespace may use VMs there,
+// subresources (console, start, stop...) included; a viewer may only read.
+func userRoles() []*rbacv1.ClusterRole {
+	subres := []string{"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
+		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
+		"virtualmachineinstances/migrate", "virtualmachineinstances/console"}
+	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
+	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
+		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs}}}
+		if withSub {
+			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: subres, Verbs: []string{"get", "update"}})
+		}
+		return r
+	}
+	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	return []*rbacv1.ClusterRole{
+		role("kubevirt.io:admin", "rbac.authorization.k8s.io/aggregate-to-admin", rw, true),
+		role("kubevirt.io:edit", "rbac.authorization.k8s.io/aggregate-to-edit", rw, true),
+		role("kubevirt.io:view", "rbac.authorization.k8s.io/aggregate-to-view", []string{"get", "list", "watch"}, false),
+	}
+}
 
 func pemBlock(t string, b []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: t, Bytes: b}) }
 
