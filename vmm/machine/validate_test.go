@@ -12,7 +12,7 @@ import (
 
 // savedVM is a real machine's migration header and state, the input the
 // variants below start from.
-func savedVM(t *testing.T) (m *Machine, header, state []byte) {
+func savedVM(t testing.TB) (m *Machine, header, state []byte) {
 	t.Helper()
 	m, err := New(Config{CPUs: 1, MemoryBytes: 64 << 20, Kernel: counterKernel, RNG: true})
 	require.NoError(t, err)
@@ -25,7 +25,7 @@ func savedVM(t *testing.T) (m *Machine, header, state []byte) {
 }
 
 // edit returns a copy of the JSON document b changed by f.
-func edit(t *testing.T, b []byte, f func(map[string]any)) []byte {
+func edit(t testing.TB, b []byte, f func(map[string]any)) []byte {
 	t.Helper()
 	var v map[string]any
 	require.NoError(t, json.Unmarshal(b, &v))
