@@ -1,0 +1,256 @@
+package migration
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testCA issues throwaway certificates.
+type testCA struct {
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	file string // the CA certificate, PEM
+}
+
+var serial int64
+
+func newTestCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	ca := &testCA{dir: t.TempDir(), cert: cert, key: key}
+	ca.file = ca.write(t, name+"-ca.pem", "CERTIFICATE", der)
+	return ca
+}
+
+func (ca *testCA) write(t *testing.T, name, typ string, der []byte) string {
+	p := filepath.Join(ca.dir, name)
+	require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
+	return p
+}
+
+// issue makes a certificate for name (CN and DNS SAN, or IP SAN if name
+// is an address) usable by both ends, and returns TLSFiles for it.
+func (ca *testCA) issue(t *testing.T, name string) *TLSFiles {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if ip := net.ParseIP(name); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	} else {
+		tmpl.DNSNames = []string{name}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	return &TLSFiles{
+		Cert: ca.write(t, name+".pem", "CERTIFICATE", der),
+		Key:  ca.write(t, name+"-key.pem", "PRIVATE KEY", kder),
+		CA:   ca.file,
+	}
+}
+
+// firstBytes records the first bytes each accepted connection sends.
+type firstBytes struct {
+	net.Listener
+	mu   sync.Mutex
+	seen [][]byte
+}
+
+func (l *firstBytes) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, nil)
+	return &recConn{Conn: c, l: l, i: len(l.seen) - 1}, nil
+}
+
+type recConn struct {
+	net.Conn
+	l *firstBytes
+	i int
+}
+
+func (c *recConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.l.mu.Lock()
+	if got := c.l.seen[c.i]; len(got) < 16 {
+		c.l.seen[c.i] = append(got, b[:min(n, 16-len(got))]...)
+	}
+	c.l.mu.Unlock()
+	return n, err
+}
+
+type rejection struct {
+	addr net.Addr
+	err  error
+}
+
+// tlsTarget listens on loopback TCP for authenticated sources.
+func tlsTarget(t *testing.T, files *TLSFiles) (net.Listener, *firstBytes, chan rejection) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	fb := &firstBytes{Listener: raw}
+	rejected := make(chan rejection, 16)
+	l, err := Authenticate(fb, files, func(a net.Addr, err error) { rejected <- rejection{a, err} })
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, fb, rejected
+}
+
+func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
+	ca, rogueCA := newTestCA(t, "cluster"), newTestCA(t, "rogue")
+	targetFiles := ca.issue(t, "127.0.0.1")
+	targetFiles.PeerName = "source.example"
+	l, fb, rejected := tlsTarget(t, targetFiles)
+	addr := l.Addr().String()
+
+	// A client that connects and says nothing holds no one up.
+	stuck, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer stuck.Close()
+
+	// A plaintext source is refused: it gets no migration target.
+	plain, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = plain.Write(append(Magic[:], make([]byte, 300)...))
+	require.NoError(t, err)
+	r := <-rejected
+	assert.Equal(t, plain.LocalAddr().String(), r.addr.String())
+	assert.ErrorContains(t, r.err, "TLS handshake")
+	plain.Close()
+
+	// A certificate from another CA, and one from the right CA for
+	// another name, are refused once the target has seen them.
+	for _, files := range []*TLSFiles{
+		rogueCA.issue(t, "source.example"),
+		ca.issue(t, "intruder.example"),
+	} {
+		files.CA = ca.file // they trust the target
+		c, err := Dial(context.Background(), "tcp", addr, files, 10*time.Second)
+		require.NoError(t, err, "TLS 1.3: the client finishes first, the server judges its certificate after")
+		c.SetReadDeadline(time.Now().Add(time.Minute)) // an admitted client would wait forever
+		_, err = io.ReadAll(c)
+		assert.Error(t, err, "the target answers a refused client with an alert")
+		c.Close()
+		r := <-rejected
+		assert.Equal(t, c.LocalAddr().String(), r.addr.String())
+	}
+
+	// The real source migrates, over TLS.
+	const size = 1 << 20
+	src := newMemSource(t, size)
+	require.NoError(t, src.mem.WriteAt([]byte("guest data"), 3*pageSize))
+	tgt := &memTarget{size: size}
+	received := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			received <- err
+			return
+		}
+		defer c.Close()
+		_, err = Receive(context.Background(), c, tgt)
+		received <- err
+	}()
+	sourceFiles := ca.issue(t, "source.example")
+	conn, err := Dial(context.Background(), "tcp", addr, sourceFiles, 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, uint16(tls.VersionTLS13), conn.(*tls.Conn).ConnectionState().Version)
+	st, err := Send(context.Background(), conn, src, Options{})
+	conn.Close()
+	require.NoError(t, err)
+	require.NoError(t, <-received)
+	defer tgt.mem.Close()
+	assert.Equal(t, "completed", st.Phase)
+	assert.True(t, tgt.started)
+	assert.Equal(t, src.mem.Regions()[0].Data, tgt.mem.Regions()[0].Data)
+
+	// On the wire, the stream that carried the VM began with a TLS
+	// handshake record, not the migration magic.
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	last := fb.seen[len(fb.seen)-1]
+	require.GreaterOrEqual(t, len(last), 2)
+	assert.Equal(t, []byte{0x16, 0x03}, last[:2])
+	assert.NotContains(t, string(last), string(Magic[:6]))
+}
+
+func TestTLSSourceVerifiesTheTargetName(t *testing.T) {
+	ca := newTestCA(t, "cluster")
+	l, _, rejected := tlsTarget(t, ca.issue(t, "target-a.example"))
+	go func() {
+		for range rejected {
+		}
+	}()
+	files := ca.issue(t, "source.example")
+	files.PeerName = "target-b.example"
+	_, err := Dial(context.Background(), "tcp", l.Addr().String(), files, 10*time.Second)
+	assert.ErrorContains(t, err, "target-b.example")
+
+	// by default the name is the address's host: 127.0.0.1 is not in
+	// target-a's certificate either
+	files.PeerName = ""
+	_, err = Dial(context.Background(), "tcp", l.Addr().String(), files, 10*time.Second)
+	assert.ErrorContains(t, err, "127.0.0.1")
+}
+
+func TestTLSFilesErrors(t *testing.T) {
+	ca := newTestCA(t, "cluster")
+	good := ca.issue(t, "x.example")
+	for name, f := range map[string]TLSFiles{
+		"no key":        {Cert: good.Cert, CA: good.CA},
+		"missing cert":  {Cert: "/nonexistent.pem", Key: good.Key, CA: good.CA},
+		"CA not PEM":    {Cert: good.Cert, Key: good.Key, CA: good.Key},
+		"key for other": {Cert: good.Cert, Key: ca.issue(t, "y.example").Key, CA: good.CA},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := f.ServerConfig()
+			assert.Error(t, err)
+			_, err = f.ClientConfig("h:1")
+			assert.Error(t, err)
+		})
+	}
+	_, err := Dial(context.Background(), "unix", "/x.sock", good, time.Second)
+	assert.ErrorContains(t, err, "TLS is for tcp")
+}
