@@ -2,88 +2,22 @@ package migration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/vmm/migration/tlstest"
 )
 
-// testCA issues throwaway certificates.
-type testCA struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA certificate, PEM
-}
-
-var serial int64
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	ca := &testCA{dir: t.TempDir(), cert: cert, key: key}
-	ca.file = ca.write(t, name+"-ca.pem", "CERTIFICATE", der)
-	return ca
-}
-
-func (ca *testCA) write(t *testing.T, name, typ string, der []byte) string {
-	p := filepath.Join(ca.dir, name)
-	require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
-	return p
-}
-
-// issue makes a certificate for name (CN and DNS SAN, or IP SAN if name
-// is an address) usable by both ends, and returns TLSFiles for it.
-func (ca *testCA) issue(t *testing.T, name string) *TLSFiles {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	if ip := net.ParseIP(name); ip != nil {
-		tmpl.IPAddresses = []net.IP{ip}
-	} else {
-		tmpl.DNSNames = []string{name}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	require.NoError(t, err)
-	return &TLSFiles{
-		Cert: ca.write(t, name+".pem", "CERTIFICATE", der),
-		Key:  ca.write(t, name+"-key.pem", "PRIVATE KEY", kder),
-		CA:   ca.file,
-	}
+func issue(t *testing.T, ca *tlstest.CA, name string) *TLSFiles {
+	l := ca.Issue(t, name)
+	return &TLSFiles{Cert: l.Cert, Key: l.Key, CA: l.CA}
 }
 
 // firstBytes records the first bytes each accepted connection sends.
@@ -139,8 +73,8 @@ func tlsTarget(t *testing.T, files *TLSFiles) (net.Listener, *firstBytes, chan r
 }
 
 func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
-	ca, rogueCA := newTestCA(t, "cluster"), newTestCA(t, "rogue")
-	targetFiles := ca.issue(t, "127.0.0.1")
+	ca, rogueCA := tlstest.NewCA(t, "cluster"), tlstest.NewCA(t, "rogue")
+	targetFiles := issue(t, ca, "127.0.0.1")
 	targetFiles.PeerName = "source.example"
 	l, fb, rejected := tlsTarget(t, targetFiles)
 	addr := l.Addr().String()
@@ -163,10 +97,10 @@ func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
 	// A certificate from another CA, and one from the right CA for
 	// another name, are refused once the target has seen them.
 	for _, files := range []*TLSFiles{
-		rogueCA.issue(t, "source.example"),
-		ca.issue(t, "intruder.example"),
+		issue(t, rogueCA, "source.example"),
+		issue(t, ca, "intruder.example"),
 	} {
-		files.CA = ca.file // they trust the target
+		files.CA = ca.File // they trust the target
 		c, err := Dial(context.Background(), "tcp", addr, files, 10*time.Second)
 		require.NoError(t, err, "TLS 1.3: the client finishes first, the server judges its certificate after")
 		c.SetReadDeadline(time.Now().Add(time.Minute)) // an admitted client would wait forever
@@ -193,7 +127,7 @@ func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
 		_, err = Receive(context.Background(), c, tgt)
 		received <- err
 	}()
-	sourceFiles := ca.issue(t, "source.example")
+	sourceFiles := issue(t, ca, "source.example")
 	conn, err := Dial(context.Background(), "tcp", addr, sourceFiles, 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, uint16(tls.VersionTLS13), conn.(*tls.Conn).ConnectionState().Version)
@@ -217,13 +151,13 @@ func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
 }
 
 func TestTLSSourceVerifiesTheTargetName(t *testing.T) {
-	ca := newTestCA(t, "cluster")
-	l, _, rejected := tlsTarget(t, ca.issue(t, "target-a.example"))
+	ca := tlstest.NewCA(t, "cluster")
+	l, _, rejected := tlsTarget(t, issue(t, ca, "target-a.example"))
 	go func() {
 		for range rejected {
 		}
 	}()
-	files := ca.issue(t, "source.example")
+	files := issue(t, ca, "source.example")
 	files.PeerName = "target-b.example"
 	_, err := Dial(context.Background(), "tcp", l.Addr().String(), files, 10*time.Second)
 	assert.ErrorContains(t, err, "target-b.example")
@@ -236,13 +170,13 @@ func TestTLSSourceVerifiesTheTargetName(t *testing.T) {
 }
 
 func TestTLSFilesErrors(t *testing.T) {
-	ca := newTestCA(t, "cluster")
-	good := ca.issue(t, "x.example")
+	ca := tlstest.NewCA(t, "cluster")
+	good := issue(t, ca, "x.example")
 	for name, f := range map[string]TLSFiles{
 		"no key":        {Cert: good.Cert, CA: good.CA},
 		"missing cert":  {Cert: "/nonexistent.pem", Key: good.Key, CA: good.CA},
 		"CA not PEM":    {Cert: good.Cert, Key: good.Key, CA: good.Key},
-		"key for other": {Cert: good.Cert, Key: ca.issue(t, "y.example").Key, CA: good.CA},
+		"key for other": {Cert: good.Cert, Key: issue(t, ca, "y.example").Key, CA: good.CA},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := f.ServerConfig()
