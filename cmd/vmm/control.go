@@ -193,12 +193,11 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 		<-sigs
 		c.CancelMigration(ctx)
 	}()
-	final, err := c.WaitMigration(ctx, 500*time.Millisecond, func(s api.MigrationStatus) {
-		st := s.Stats
-		fmt.Fprintf(stdout, "\rmigrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
-			st.Phase, st.Rounds, mib(st.BytesSent), mib(st.Remaining), st.Bandwidth/(1<<20), st.Throttle*100)
-	})
-	fmt.Fprintln(stdout)
+	tty := isTerminal(stdout)
+	final, err := c.WaitMigration(ctx, 500*time.Millisecond, progressPrinter(stdout, tty, time.Now))
+	if tty {
+		fmt.Fprintln(stdout)
+	}
 	if err != nil {
 		return exitGuest, fmt.Errorf("migrate: %w", err)
 	}
@@ -228,6 +227,31 @@ func cancelMigration(c *api.Client, stdout io.Writer) (int, error) {
 	}
 	fmt.Fprintln(stdout, "migrate: cancelled; the VM keeps running here")
 	return exitOK, nil
+}
+
+// progressEvery spaces progress lines written to a log or a pipe.
+const progressEvery = 5 * time.Second
+
+// progressPrinter reports a migration's progress: on a terminal one line
+// rewritten in place at every poll; elsewhere (a log, a pipe, where "\r"
+// piles up into one endless line) a full line when the phase changes and
+// every progressEvery in between.
+func progressPrinter(w io.Writer, tty bool, now func() time.Time) func(api.MigrationStatus) {
+	var last time.Time
+	phase := ""
+	return func(s api.MigrationStatus) {
+		st := s.Stats
+		line := fmt.Sprintf("migrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
+			st.Phase, st.Rounds, mib(st.BytesSent), mib(st.Remaining), st.Bandwidth/(1<<20), st.Throttle*100)
+		if tty {
+			fmt.Fprint(w, "\r"+line)
+			return
+		}
+		if t := now(); st.Phase != phase || t.Sub(last) >= progressEvery {
+			fmt.Fprintln(w, line)
+			last, phase = t, st.Phase
+		}
+	}
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
