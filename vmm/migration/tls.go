@@ -29,13 +29,13 @@ type TLSFiles struct {
 	PeerName string `json:"peer_name,omitempty"`
 }
 
-// HandshakeTimeout bounds a TLS handshake, so a client that connects and
-// stalls costs the target no more than this.
-const HandshakeTimeout = 10 * time.Second
+// handshakeTimeout bounds a TLS handshake, so a client that connects and
+// stalls costs the target no more than this (a variable for tests).
+var handshakeTimeout = 10 * time.Second
 
-// maxHandshakes bounds the handshakes a target runs at once; connections
-// beyond are closed at once.
-const maxHandshakes = 32
+// maxHandshakes bounds the handshakes a target runs at once (each holds a
+// file descriptor); connections beyond are closed at once.
+const maxHandshakes = 256
 
 func (f *TLSFiles) load() (tls.Certificate, *x509.CertPool, error) {
 	if f.Cert == "" || f.Key == "" || f.CA == "" {
@@ -132,7 +132,7 @@ func Dial(ctx context.Context, network, addr string, files *TLSFiles, timeout ti
 }
 
 // authListener hands out only connections whose TLS handshake succeeded.
-// Handshakes run in their own goroutines under HandshakeTimeout, so a
+// Handshakes run in their own goroutines under handshakeTimeout, so a
 // client that stalls or fails never holds up the next one.
 type authListener struct {
 	net.Listener
@@ -140,6 +140,7 @@ type authListener struct {
 	onReject func(addr net.Addr, err error)
 	ready    chan net.Conn
 	slots    chan struct{}
+	timeout  time.Duration   // of each handshake
 	ctx      context.Context // cancelled by Close
 	cancel   context.CancelFunc
 	err      error // why the accept loop ended, read after ready is closed
@@ -157,7 +158,7 @@ func Authenticate(l net.Listener, files *TLSFiles, onReject func(addr net.Addr, 
 		onReject = func(net.Addr, error) {}
 	}
 	a := &authListener{Listener: l, cfg: cfg, onReject: onReject, ready: make(chan net.Conn),
-		slots: make(chan struct{}, maxHandshakes)}
+		slots: make(chan struct{}, maxHandshakes), timeout: handshakeTimeout}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	go a.acceptLoop()
 	return a, nil
@@ -201,17 +202,14 @@ func (a *authListener) acceptLoop() {
 	}
 }
 
+// handshake authenticates c; HandshakeContext closes c when the deadline
+// passes or the listener is closed.
 func (a *authListener) handshake(c net.Conn) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(a.ctx, HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(a.ctx, a.timeout)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	tc := tls.Server(c, a.cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, fmt.Errorf("TLS handshake: %w", err)
-	}
-	if !stop() {
-		return nil, fmt.Errorf("TLS handshake: %w", ctx.Err())
 	}
 	return tc, nil
 }

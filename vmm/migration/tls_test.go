@@ -73,13 +73,17 @@ func tlsTarget(t *testing.T, files *TLSFiles) (net.Listener, *firstBytes, chan r
 }
 
 func TestTLSMigrationAdmitsOnlyTheAuthenticatedSource(t *testing.T) {
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = time.Hour
 	ca, rogueCA := tlstest.NewCA(t, "cluster"), tlstest.NewCA(t, "rogue")
 	targetFiles := issue(t, ca, "127.0.0.1")
 	targetFiles.PeerName = "source.example"
 	l, fb, rejected := tlsTarget(t, targetFiles)
 	addr := l.Addr().String()
 
-	// A client that connects and says nothing holds no one up.
+	// A client that connects and says nothing holds no one up: with no
+	// deadline to save it (see handshakeTimeout above), a target that
+	// waited for it would hang here.
 	stuck, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer stuck.Close()
@@ -187,4 +191,19 @@ func TestTLSFilesErrors(t *testing.T) {
 	}
 	_, err := Dial(context.Background(), "unix", "/x.sock", good, time.Second)
 	assert.ErrorContains(t, err, "TLS is for tcp")
+}
+
+func TestTLSHandshakeDeadlineDropsAStalledClient(t *testing.T) {
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = 50 * time.Millisecond
+	ca := tlstest.NewCA(t, "cluster")
+	l, _, rejected := tlsTarget(t, issue(t, ca, "127.0.0.1"))
+	stuck, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer stuck.Close()
+	r := <-rejected
+	assert.Equal(t, stuck.LocalAddr().String(), r.addr.String())
+	assert.ErrorIs(t, r.err, context.DeadlineExceeded)
+	_, err = stuck.Read(make([]byte, 1))
+	assert.Error(t, err, "the target closed it")
 }
