@@ -14,9 +14,9 @@ import (
 // from them or they are loaded into one, so that bad input ends in an
 // error and never in a panic or a half-built VM.
 
-// MaxMemory is the most guest RAM a VM may have: it bounds what a
-// migration header can make the target allocate.
-const MaxMemory = 1 << 40
+// maxMemory is the most guest RAM a migrated or restored VM may have: it
+// bounds what a migration header can make the target allocate.
+const maxMemory = 1 << 40
 
 // KVM refuses more than this many CPUID leaves or MSRs in one call
 // (KVM_MAX_CPUID_ENTRIES, MAX_IO_MSRS); a state with more is not ours.
@@ -31,8 +31,8 @@ func validateConfig(sc *SavedConfig) error {
 	if sc.CPUs < 1 || sc.CPUs > x86.MaxCPUs {
 		return fmt.Errorf("%d vCPUs: must be between 1 and %d", sc.CPUs, x86.MaxCPUs)
 	}
-	if sc.MemoryBytes > MaxMemory {
-		return fmt.Errorf("%d MiB of RAM: more than the %d MiB a VM may have", sc.MemoryBytes>>20, MaxMemory>>20)
+	if sc.MemoryBytes > maxMemory {
+		return fmt.Errorf("%d MiB of RAM: more than the %d MiB a VM may have", sc.MemoryBytes>>20, maxMemory>>20)
 	}
 	if _, err := x86.RAMLayout(sc.MemoryBytes); err != nil {
 		return err

@@ -113,7 +113,7 @@ func TestIncomingRefusesBadHeaders(t *testing.T) {
 	}{
 		{"no vcpus", func(h map[string]any) { h["cpus"] = 0 }, "0 vCPUs"},
 		{"too many vcpus", func(h map[string]any) { h["cpus"] = 100000 }, "100000 vCPUs"},
-		{"more RAM than a VM may have", func(h map[string]any) { h["memory_bytes"] = uint64(MaxMemory) * 2 }, "more than"},
+		{"more RAM than a VM may have", func(h map[string]any) { h["memory_bytes"] = uint64(maxMemory) * 2 }, "more than"},
 		{"RAM not whole pages", func(h map[string]any) { h["memory_bytes"] = 64<<20 + 1 }, "not a multiple"},
 		{"too many devices", func(h map[string]any) {
 			disks := make([]any, 20)
