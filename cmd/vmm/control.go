@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,12 +20,22 @@ import (
 
 // receiveIncoming listens on addr for one migration stream, builds the VM
 // it carries and returns it ready to run.
-func receiveIncoming(addr string, s *session) (*machine.Machine, error) {
+// With tlsFiles only sources that authenticate with mutual TLS get through;
+// every other connection is refused and the wait goes on.
+func receiveIncoming(addr string, tlsFiles *migration.TLSFiles, s *session) (*machine.Machine, error) {
 	l, err := api.ListenAddress(addr)
 	if err != nil {
 		return nil, usagef("run: --incoming: %v", err)
 	}
 	defer l.Close()
+	if tlsFiles != nil {
+		if l, err = migration.Authenticate(l, tlsFiles, func(from net.Addr, err error) {
+			fmt.Fprintf(s.stderr, "vmm: incoming migration: refused %s: %s\n", from, oneLine(err.Error()))
+		}); err != nil {
+			return nil, usagef("run: --incoming: %v", err)
+		}
+		defer l.Close()
+	}
 	s.logf("waiting for a migration on %s", l.Addr())
 	for {
 		conn, err := l.Accept()
@@ -130,7 +141,9 @@ func cmdSnapshot(args []string, stdout io.Writer) (int, error) {
 func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("vmm migrate", flag.ContinueOnError)
 	sock := clientFlags(fs)
-	to := fs.String("to", "", "the target VMM's --incoming address: tcp:HOST:PORT or unix:PATH (required)")
+	to := fs.String("to", "", "the target VMM's --incoming address: tcp:HOST:PORT or unix:PATH (required); tcp: without --tls-* is plaintext and unauthenticated")
+	var tf tlsFlags
+	tf.register(fs, "tls-server-name", "the name the target's certificate must carry (default: the --to host)")
 	bw := fs.String("bandwidth", "", "bandwidth cap per second, e.g. 100M (default: none)")
 	downtime := fs.Duration("downtime", 300*time.Millisecond, "longest acceptable pause for the final copy")
 	autoConverge := fs.Bool("auto-converge", false, "throttle vCPUs when the guest dirties memory faster than it can be sent")
@@ -153,8 +166,12 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	if _, _, err := api.ParseAddress(*to); err != nil {
 		return 0, usagef("migrate: --to: %v", err)
 	}
+	files, err := tf.files("migrate", *to)
+	if err != nil {
+		return 0, err
+	}
 	req := api.MigrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge,
-		ProgressTimeout: int64(progressTimeout.Seconds()), Timeout: int64(timeout.Seconds())}
+		ProgressTimeout: int64(progressTimeout.Seconds()), Timeout: int64(timeout.Seconds()), TLS: files}
 	if *bw != "" {
 		b, err := parseSize(*bw)
 		if err != nil || b < 1<<20 {
@@ -176,12 +193,11 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 		<-sigs
 		c.CancelMigration(ctx)
 	}()
-	final, err := c.WaitMigration(ctx, 500*time.Millisecond, func(s api.MigrationStatus) {
-		st := s.Stats
-		fmt.Fprintf(stdout, "\rmigrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
-			st.Phase, st.Rounds, mib(st.BytesSent), mib(st.Remaining), st.Bandwidth/(1<<20), st.Throttle*100)
-	})
-	fmt.Fprintln(stdout)
+	tty := isTerminal(stdout)
+	final, err := c.WaitMigration(ctx, 500*time.Millisecond, progressPrinter(stdout, tty, time.Now))
+	if tty {
+		fmt.Fprintln(stdout)
+	}
 	if err != nil {
 		return exitGuest, fmt.Errorf("migrate: %w", err)
 	}
@@ -213,6 +229,31 @@ func cancelMigration(c *api.Client, stdout io.Writer) (int, error) {
 	return exitOK, nil
 }
 
+// progressEvery spaces progress lines written to a log or a pipe.
+const progressEvery = 5 * time.Second
+
+// progressPrinter reports a migration's progress: on a terminal one line
+// rewritten in place at every poll; elsewhere (a log, a pipe, where "\r"
+// piles up into one endless line) a full line when the phase changes and
+// every progressEvery in between.
+func progressPrinter(w io.Writer, tty bool, now func() time.Time) func(api.MigrationStatus) {
+	var last time.Time
+	phase := ""
+	return func(s api.MigrationStatus) {
+		st := s.Stats
+		line := fmt.Sprintf("migrate: %-13s round %d, %6.1f MiB sent, %6.1f MiB dirty, %6.1f MiB/s, throttle %3.0f%%",
+			st.Phase, st.Rounds, mib(st.BytesSent), mib(st.Remaining), st.Bandwidth/(1<<20), st.Throttle*100)
+		if tty {
+			fmt.Fprint(w, "\r"+line)
+			return
+		}
+		if t := now(); st.Phase != phase || t.Sub(last) >= progressEvery {
+			fmt.Fprintln(w, line)
+			last, phase = t, st.Phase
+		}
+	}
+}
+
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func absPath(p string) (string, error) {
@@ -224,4 +265,43 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return wd + "/" + p, nil
+}
+
+// tlsFlags are the mutual-TLS flags of both ends of a migration.
+type tlsFlags struct{ cert, key, ca, peer string }
+
+func (f *tlsFlags) register(fs *flag.FlagSet, peerFlag, peerHelp string) {
+	fs.StringVar(&f.cert, "tls-cert", "", "mutual TLS 1.3 on a tcp: stream: this end's certificate (PEM)")
+	fs.StringVar(&f.key, "tls-key", "", "the private key of --tls-cert (PEM)")
+	fs.StringVar(&f.ca, "tls-ca", "", "the CA that signed the peer's certificate (PEM)")
+	fs.StringVar(&f.peer, peerFlag, "", peerHelp)
+}
+
+// files checks the flags against the stream's address and makes the paths
+// absolute (the VMM that reads them may run elsewhere); nil without TLS.
+func (f *tlsFlags) files(cmd, addr string) (*migration.TLSFiles, error) {
+	if f.cert == "" && f.key == "" && f.ca == "" {
+		if f.peer != "" {
+			return nil, usagef("%s: a peer name needs --tls-cert, --tls-key and --tls-ca", cmd)
+		}
+		return nil, nil
+	}
+	if f.cert == "" || f.key == "" || f.ca == "" {
+		return nil, usagef("%s: mutual TLS needs all of --tls-cert, --tls-key and --tls-ca", cmd)
+	}
+	if network, _, err := api.ParseAddress(addr); err == nil && network != "tcp" {
+		return nil, usagef("%s: --tls-* is for tcp: addresses; a unix socket stays local and plaintext", cmd)
+	}
+	files := &migration.TLSFiles{PeerName: f.peer}
+	for _, p := range []struct {
+		dst *string
+		src string
+	}{{&files.Cert, f.cert}, {&files.Key, f.key}, {&files.CA, f.ca}} {
+		abs, err := absPath(p.src)
+		if err != nil {
+			return nil, usagef("%s: %v", cmd, err)
+		}
+		*p.dst = abs
+	}
+	return files, nil
 }

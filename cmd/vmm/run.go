@@ -30,6 +30,7 @@ type runFlags struct {
 	rng                     bool
 	vsock                   string
 	incoming                string
+	incomingTLS             tlsFlags
 	backend, accel          string
 	session                 sessionFlags
 }
@@ -96,7 +97,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
 	fs.StringVar(&f.backend, "backend", "kubevmm", "kubevmm (this VMM) or qemu (QEMU over QMP: for sata disks, e1000 NICs)")
 	fs.StringVar(&f.accel, "accel", "kvm", "QEMU backend only: kvm or tcg (QEMU's emulator)")
-	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it")
+	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it; tcp: without --tls-* is unauthenticated: whoever connects first supplies the VM")
+	f.incomingTLS.register(fs, "tls-peer-name", "--incoming with TLS: accept only a source whose certificate carries this name (default: any the CA signed)")
 	f.session.register(fs)
 	if done, err := parseFlags(fs, "run", "--kernel FILE [flags] | --incoming ADDR [flags]", args, stdout); done || err != nil {
 		return exitOK, err
@@ -111,7 +113,11 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 		if f.kernel != "" || f.initrd != "" || len(f.disks) > 0 || len(f.nics) > 0 {
 			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--disk/--net")
 		}
-		m, err := receiveIncoming(f.incoming, sess)
+		files, err := f.incomingTLS.files("run", f.incoming)
+		if err != nil {
+			return 0, err
+		}
+		m, err := receiveIncoming(f.incoming, files, sess)
 		if err != nil {
 			return 0, err
 		}
@@ -119,6 +125,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	}
 	if f.session.vsockSocket != "" {
 		return 0, usagef("run: --vsock-socket is for --incoming; a new VM takes --vsock cid=N,socket=PATH")
+	}
+	if f.incomingTLS != (tlsFlags{}) {
+		return 0, usagef("run: --tls-* and --tls-peer-name are for --incoming")
 	}
 	if f.kernel == "" {
 		return 0, usagef("run: --kernel is required")

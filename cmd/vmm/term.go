@@ -32,3 +32,13 @@ func rawTerminal(r io.Reader) func() {
 	}
 	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }
 }
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

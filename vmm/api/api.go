@@ -7,7 +7,7 @@
 //	PUT    /v1/vm/resume
 //	PUT    /v1/vm/stop        end the VM now (the VMM process exits)
 //	PUT    /v1/vm/snapshot    {"dir": D, "resume": bool}: pause, write D, resume unless told not to
-//	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", ...}: start a live migration
+//	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", "tls": {...}, ...}: start a live migration
 //	GET    /v1/vm/migration   progress and statistics of the current/last migration
 //	DELETE /v1/vm/migration   cancel it (the VM keeps running here)
 //	GET    /v1/metrics        VMM counters
@@ -70,6 +70,10 @@ type MigrateRequest struct {
 	AutoConverge    bool   `json:"auto_converge,omitempty"`      //
 	ProgressTimeout int64  `json:"progress_timeout_s,omitempty"` // default 150
 	Timeout         int64  `json:"timeout_s,omitempty"`          // completion timeout (0: none)
+	// TLS authenticates the stream to a tcp: target with mutual TLS 1.3;
+	// the VMM reads the files. Without it a tcp: stream is plaintext and
+	// unauthenticated.
+	TLS *migration.TLSFiles `json:"tls,omitempty"`
 }
 
 // MigrationStatus is the state of the current or last migration.

@@ -78,8 +78,13 @@ func (s *Server) Handler() http.Handler {
 		if !decode(w, r, &req) {
 			return
 		}
-		if _, _, err := ParseAddress(req.To); err != nil {
+		network, _, err := ParseAddress(req.To)
+		if err != nil {
 			fail(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+			return
+		}
+		if req.TLS != nil && network != "tcp" {
+			fail(w, fmt.Errorf("%w: TLS is for tcp: targets; a unix socket stays local", ErrBadRequest))
 			return
 		}
 		if err := s.vm.Migrate(req); err != nil {

@@ -3,6 +3,7 @@ package machine
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/kubevmm/kubevmm/vmm/kvm"
@@ -167,6 +168,7 @@ func (m *Machine) AsMigrationSource() migration.Source { return migrationSource{
 // Machine is ready to Run.
 type Incoming struct {
 	base    Config
+	header  SavedConfig // what Prepare built; the state must describe the same VM
 	Machine *Machine
 }
 
@@ -182,6 +184,9 @@ func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
 	if err := json.Unmarshal(header, &sc); err != nil {
 		return nil, fmt.Errorf("migration header: %w", err)
 	}
+	if err := validateConfig(&sc); err != nil {
+		return nil, fmt.Errorf("migration header: %w", err)
+	}
 	cfg, err := configFrom(sc, in.base)
 	if err != nil {
 		return nil, err
@@ -190,18 +195,27 @@ func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
 	if err != nil {
 		return nil, err
 	}
-	in.Machine = m
+	in.Machine, in.header = m, sc
 	return m.Mem, nil
 }
 
 // Restore loads the state sent at the end of the migration.
 func (in *Incoming) Restore(state []byte) error {
+	if in.Machine == nil {
+		return fmt.Errorf("migrated state before the header")
+	}
 	var s State
 	if err := json.Unmarshal(state, &s); err != nil {
 		return fmt.Errorf("migrated state: %w", err)
 	}
+	if err := validateState(&s); err != nil {
+		return fmt.Errorf("migrated state: %w", err)
+	}
 	if err := checkConfig(&s.Config, in.Machine); err != nil {
 		return err
+	}
+	if !reflect.DeepEqual(s.Config, in.header) {
+		return fmt.Errorf("migrated state describes another VM than the header did")
 	}
 	return in.Machine.loadState(&s)
 }

@@ -49,9 +49,9 @@ func Restore(dir string, base Config) (*Machine, error) {
 
 // fromState builds a machine for s's configuration around mem and loads s.
 func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
-	if s.Version != StateVersion {
+	if err := validateState(s); err != nil {
 		mem.Close()
-		return nil, fmt.Errorf("%w: VM state version %d, this VMM reads %d", ErrConfig, s.Version, StateVersion)
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	cfg, err := configFrom(s.Config, base)
 	if err != nil {

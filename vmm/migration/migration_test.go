@@ -29,7 +29,7 @@ type memSource struct {
 	onRound                     func()
 }
 
-func newMemSource(t *testing.T, size uint64) *memSource {
+func newMemSource(t testing.TB, size uint64) *memSource {
 	m, err := memory.New([]memory.Layout{{GPA: 0, Size: size}})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
@@ -170,7 +170,7 @@ func TestTargetFailureLeavesSourceRunning(t *testing.T) {
 }
 
 // recordStream captures a complete, valid migration stream.
-func recordStream(t *testing.T) []byte {
+func recordStream(t testing.TB) []byte {
 	t.Helper()
 	src := newMemSource(t, 256<<10)
 	require.NoError(t, src.mem.WriteAt([]byte("hello"), 5*pageSize))
@@ -206,7 +206,7 @@ func recordStream(t *testing.T) []byte {
 
 // feed plays a recorded stream to Receive (answers from the target are
 // drained and ignored).
-func feed(t *testing.T, stream []byte) (*memTarget, error) {
+func feed(t testing.TB, stream []byte) (*memTarget, error) {
 	t.Helper()
 	a, b := net.Pipe()
 	tgt := &memTarget{size: 256 << 10}

@@ -6,7 +6,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -167,8 +166,8 @@ func (r *Runner) Snapshot(req api.SnapshotRequest) (api.SnapshotResult, error) {
 	return api.SnapshotResult{Dir: req.Dir, MemoryBytes: res.StoredBytes, PausedMs: float64(res.Paused.Microseconds()) / 1000}, nil
 }
 
-// Migrate implements api.VM: it connects to the target and migrates in the
-// background; Migration reports progress. When it completes, the VM here
+// Migrate implements api.VM: it connects to the target (with mutual TLS if
+// req.TLS is set) and migrates in the background; Migration reports progress. When it completes, the VM here
 // stays paused for good (state Migrated) until Stop ends it: whoever drives
 // the migration reads the final statistics first.
 func (r *Runner) Migrate(req api.MigrateRequest) error {
@@ -184,7 +183,12 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 	if r.paused {
 		return fmt.Errorf("%w: resume the VM before migrating it", api.ErrConflict)
 	}
-	conn, err := net.DialTimeout(network, addr, 30*time.Second)
+	if req.TLS != nil {
+		if _, err := req.TLS.ClientConfig(addr); err != nil {
+			return fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+		}
+	}
+	conn, err := migration.Dial(context.Background(), network, addr, req.TLS, 30*time.Second)
 	if err != nil {
 		return fmt.Errorf("connect to migration target %s: %w", req.To, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -190,6 +191,12 @@ func Read(dir string) (*Manifest, *memory.Guest, error) {
 		if r.Offset != off {
 			f.Close()
 			return nil, nil, fmt.Errorf("%w: memory region %d at file offset %d, expected %d", ErrInvalid, i, r.Offset, off)
+		}
+		// Each region must be whole pages and fit the file's offsets:
+		// sizes are added up below and mapped one by one.
+		if r.Size == 0 || r.Size%memory.PageSize != 0 || r.Size > math.MaxInt64-uint64(off) || r.GPA%memory.PageSize != 0 {
+			f.Close()
+			return nil, nil, fmt.Errorf("%w: memory region %d at %#x of %d bytes", ErrInvalid, i, r.GPA, r.Size)
 		}
 		layout = append(layout, memory.Layout{GPA: r.GPA, Size: r.Size})
 		off += int64(r.Size)

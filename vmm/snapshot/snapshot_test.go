@@ -98,3 +98,32 @@ func TestBrokenSnapshotsAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// Regions the memory file does hold, but that are no guest RAM a VM can
+// map: refused by Read itself, not left to whoever uses the mapping.
+func TestSnapshotRegionsThatAreNotWholePagesAreRefused(t *testing.T) {
+	good := t.TempDir()
+	_, err := Write(good, guestWithData(t), struct{}{})
+	require.NoError(t, err)
+	manifest, err := os.ReadFile(filepath.Join(good, ManifestFile))
+	require.NoError(t, err)
+	for name, r := range map[string]Region{
+		"not whole pages":   {GPA: 0, Size: 100},
+		"unaligned address": {GPA: 7, Size: 4096},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var m Manifest
+			require.NoError(t, json.Unmarshal(manifest, &m))
+			m.Memory = []Region{r}
+			b, err := json.Marshal(m)
+			require.NoError(t, err)
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ManifestFile), b, 0o600))
+			// the memory file is as large as the manifest says
+			require.NoError(t, os.WriteFile(filepath.Join(dir, MemoryFile), make([]byte, r.Size), 0o600))
+			_, mem, err := Read(dir)
+			assert.ErrorIs(t, err, ErrInvalid)
+			assert.Nil(t, mem)
+		})
+	}
+}
