@@ -295,3 +295,16 @@ func TestCancelResumesSource(t *testing.T) {
 	assert.Equal(t, src.pauses, src.resumes)
 	assert.False(t, src.logging)
 }
+
+func TestReadPayloadGrowsWithTheData(t *testing.T) {
+	data := make([]byte, 5<<20+123)
+	for i := range data {
+		data[i] = byte(i % 251)
+	}
+	got, err := readPayload(bytes.NewReader(data), len(data))
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	// A claim the stream does not back costs an error, not the claim.
+	_, err = readPayload(bytes.NewReader(data[:10]), 64<<20)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+}

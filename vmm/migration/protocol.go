@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
 // Magic opens every migration stream.
@@ -152,8 +153,8 @@ func (c *conn) recv() (byte, []byte, error) {
 	if n > maxMessage {
 		return 0, nil, fmt.Errorf("%w: %s message claims %d bytes", ErrProtocol, kindName(hdr[0]), n)
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(c.r, payload); err != nil {
+	payload, err := readPayload(c.r, int(n))
+	if err != nil {
 		return 0, nil, fmt.Errorf("read %s message (%d bytes): %w", kindName(hdr[0]), n, err)
 	}
 	var tail [4]byte
@@ -180,4 +181,22 @@ func (c *conn) expect(kind byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: got %s message, want %s", ErrProtocol, kindName(k), kindName(kind))
 	}
 	return p, nil
+}
+
+// readPayload reads n bytes, allocating as they arrive: a peer that claims
+// a large message and sends nothing costs the receiver 1 MiB, not the
+// claimed size.
+func readPayload(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, 0, min(n, 1<<20))
+	for len(b) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, min(n-len(b), len(b)))
+		}
+		end := min(cap(b), n)
+		if _, err := io.ReadFull(r, b[len(b):end]); err != nil {
+			return nil, err
+		}
+		b = b[:end]
+	}
+	return b, nil
 }
