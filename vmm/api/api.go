@@ -70,6 +70,11 @@ type MigrateRequest struct {
 	AutoConverge    bool   `json:"auto_converge,omitempty"`      //
 	ProgressTimeout int64  `json:"progress_timeout_s,omitempty"` // default 150
 	Timeout         int64  `json:"timeout_s,omitempty"`          // completion timeout (0: none)
+	// PostCopy switches to post-copy when pre-copy does not converge: the
+	// target runs the guest at once and fetches the remaining pages on
+	// demand (KubeVirt's allowPostCopy). From then on a failure of either
+	// side loses the guest.
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // MigrationStatus is the state of the current or last migration.
