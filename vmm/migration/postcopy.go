@@ -176,8 +176,11 @@ func (m *pageMsg) add(gpa uint64, data []byte) bool {
 }
 
 // postCopy hands the paused guest to the target with the pages set in
-// bitmaps missing there, then serves them. committed is set once the
-// target has loaded the state: from then on the source never resumes.
+// bitmaps missing there, then serves them. The target makes the pages
+// missing before it loads the state (devices read guest RAM as they are
+// restored), so pages are served from the moment the state is sent.
+// committed is set once the target has loaded the state: from then on the
+// source never resumes.
 func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uint64, pausedAt time.Time, stopWatch func() bool, committed *bool) (Stats, error) {
 	s.st.PostCopy = true
 	s.st.Remaining = int64(countBits(bitmaps)) * pageSize
@@ -195,18 +198,32 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		return s.st, fmt.Errorf("send state: %w", err)
 	}
 	nc.SetReadDeadline(time.Now().Add(s.opt.ReadyTimeout))
-	if _, err := s.c.expect(msgReady); err != nil {
-		return s.st, fmt.Errorf("target did not load the VM: %w", err)
+	ready := func() error {
+		nc.SetReadDeadline(time.Time{})
+		// The guest is the target's from here on, and part of its memory
+		// is only here: cancelling now would lose it, so the migration
+		// can no longer be cancelled.
+		*committed = true
+		stopWatch()
+		s.src.Throttle(0)
+		s.src.StopDirtyLog()
+		if err := s.c.send(msgGo); err != nil {
+			return fmt.Errorf("send go: %w", err)
+		}
+		if err := s.c.flush(); err != nil {
+			return fmt.Errorf("send go: %w", err)
+		}
+		s.st.Downtime = time.Since(pausedAt)
+		s.st.Phase = "postcopy"
+		if s.opt.Progress != nil {
+			s.opt.Progress(s.st)
+		}
+		return nil
 	}
-	nc.SetReadDeadline(time.Time{})
-	// The guest is the target's from here on, and part of its memory is
-	// only here: cancelling now would lose it, so the migration can no
-	// longer be cancelled.
-	*committed = true
-	stopWatch()
-	s.src.Throttle(0)
-	s.src.StopDirtyLog()
-	fail := func(err error) (Stats, error) {
+	if err := s.servePostCopy(nc, regions, bitmaps, ready); err != nil {
+		if !*committed {
+			return s.st, fmt.Errorf("target did not load the VM: %w", err)
+		}
 		err = fmt.Errorf("%w: %v", ErrPostCopyFailed, err)
 		s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(s.start)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -214,32 +231,21 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		s.c.flush()
 		return s.st, err
 	}
-	if err := s.c.send(msgGo); err != nil {
-		return fail(fmt.Errorf("send go: %w", err))
-	}
-	if err := s.c.flush(); err != nil {
-		return fail(fmt.Errorf("send go: %w", err))
-	}
-	s.st.Downtime = time.Since(pausedAt)
-	s.st.Phase = "postcopy"
-	if s.opt.Progress != nil {
-		s.opt.Progress(s.st)
-	}
-	if err := s.servePostCopy(nc, regions, bitmaps); err != nil {
-		return fail(err)
-	}
 	s.st.Phase, s.st.Remaining, s.st.Total = "completed", 0, time.Since(s.start)
 	return s.st, nil
 }
 
 // servePostCopy sends every page set in bitmaps, requested ones first,
-// then waits for the target to confirm it has them all.
-func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uint64) error {
+// calls ready when the target has loaded the state, and returns once the
+// target confirms it has every page.
+func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uint64, ready func() error) error {
 	reqs := make(chan []uint64, 64)
+	readyCh := make(chan struct{}, 1)
 	done := make(chan error, 1)
 	quit := make(chan struct{})
 	defer close(quit)
 	go func() {
+		gotReady := false
 		for {
 			k, p, err := s.c.recv()
 			if err != nil {
@@ -247,7 +253,10 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 				return
 			}
 			switch {
-			case k == msgDone:
+			case k == msgReady && !gotReady:
+				gotReady = true
+				readyCh <- struct{}{}
+			case k == msgDone && gotReady:
 				done <- nil
 				return
 			case k == msgRequest && len(p)%8 == 0 && len(p) > 0:
@@ -285,54 +294,85 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 		}
 		left--
 	}
+	serve := func(gpas []uint64) error {
+		for _, gpa := range gpas {
+			i, pg, ok := pageOf(regions, gpa)
+			if !ok || gpa%pageSize != 0 {
+				return fmt.Errorf("%w: target requested %#x, not a page of guest RAM", ErrProtocol, gpa)
+			}
+			s.st.RequestedPages++
+			take(i, pg)
+		}
+		return nil
+	}
 	cursor, cursorPage := 0, uint64(0)
+	// background queues the next pages in address order.
+	background := func() {
+		for n := 0; n < postCopyBatch && left > 0 && cursor < len(regions); {
+			r, bm := regions[cursor], bitmaps[cursor]
+			if cursorPage >= r.Size/pageSize {
+				cursor, cursorPage = cursor+1, 0
+				continue
+			}
+			if bm[cursorPage/64] == 0 {
+				cursorPage = (cursorPage/64 + 1) * 64
+				continue
+			}
+			if bm[cursorPage/64]&(1<<(cursorPage%64)) != 0 {
+				take(cursor, cursorPage)
+				n++
+			}
+			cursorPage++
+		}
+	}
+	isReady := false
 	lastProgress := time.Now()
-	for left > 0 {
-		select {
-		case gpas := <-reqs:
-			for _, gpa := range gpas {
-				i, pg, ok := pageOf(regions, gpa)
-				if !ok || gpa%pageSize != 0 {
-					return fmt.Errorf("%w: target requested %#x, not a page of guest RAM", ErrProtocol, gpa)
-				}
-				s.st.RequestedPages++
-				take(i, pg)
+	for left > 0 || !isReady {
+		var err error
+		if left > 0 {
+			select {
+			case gpas := <-reqs:
+				err = serve(gpas)
+			case <-readyCh:
+				isReady = true
+				err = ready()
+			case err = <-done:
+			default:
+				background()
 			}
-		case err := <-done:
-			if err == nil {
-				err = fmt.Errorf("%w: target reported done with %d pages still to send", ErrProtocol, left)
-			}
-			return err
-		default:
-			// Background: the next pages in address order.
-			for n := 0; n < postCopyBatch && left > 0 && cursor < len(regions); {
-				r, bm := regions[cursor], bitmaps[cursor]
-				if cursorPage >= r.Size/pageSize {
-					cursor, cursorPage = cursor+1, 0
-					continue
-				}
-				if bm[cursorPage/64] == 0 {
-					cursorPage = (cursorPage/64 + 1) * 64
-					continue
-				}
-				if bm[cursorPage/64]&(1<<(cursorPage%64)) != 0 {
-					take(cursor, cursorPage)
-					n++
-				}
-				cursorPage++
+		} else {
+			// Everything is sent; the target is still loading the state.
+			select {
+			case <-reqs: // already sent: the pages are on their way
+			case <-readyCh:
+				isReady = true
+				err = ready()
+			case err = <-done:
 			}
 		}
+		if err != nil {
+			return err
+		}
 		if len(msg.b) > 0 {
-			if err := s.c.send(msgPages, msg.b); err != nil {
-				return fmt.Errorf("send pages: %w", err)
+			err := s.c.send(msgPages, msg.b)
+			if err == nil {
+				err = s.c.flush()
 			}
-			if err := s.c.flush(); err != nil {
+			if err != nil {
+				// The target may have said why it went away.
+				select {
+				case derr := <-done:
+					if derr != nil {
+						return derr
+					}
+				default:
+				}
 				return fmt.Errorf("send pages: %w", err)
 			}
 			msg.reset()
 		}
 		s.st.Remaining = int64(left) * pageSize
-		if s.opt.Progress != nil && time.Since(lastProgress) > 200*time.Millisecond {
+		if isReady && s.opt.Progress != nil && time.Since(lastProgress) > 200*time.Millisecond {
 			s.opt.Progress(s.st)
 			lastProgress = time.Now()
 		}
@@ -357,10 +397,11 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 }
 
 // receivePostCopy runs the target's side once the source has announced
-// post-copy with the missing pages in payload: it loads the state, makes
-// those pages missing, starts the guest after the handshake, and serves
-// the missing pages in the background until all are in. It reports
-// whether the guest was started.
+// post-copy with the missing pages in payload: it makes those pages
+// missing and starts serving them, loads the state (restoring devices may
+// touch missing pages: they are fetched like any other), starts the guest
+// after the handshake, and leaves the rest of the pages to a goroutine.
+// It reports whether the guest was started.
 func receivePostCopy(c *conn, nc net.Conn, t Target, mem *memory.Guest, payload []byte, st *TargetStats) (bool, error) {
 	pt, ok := t.(PostCopyTarget)
 	if !ok {
@@ -370,45 +411,74 @@ func receivePostCopy(c *conn, nc net.Conn, t Target, mem *memory.Guest, payload 
 	if err != nil {
 		return false, err
 	}
-	state, err := c.expect(msgState)
-	if err != nil {
-		return false, fmt.Errorf("post-copy state: %w", err)
-	}
-	st.Bytes += int64(len(state)) + 9
-	if err := t.Restore(state); err != nil {
-		return false, fmt.Errorf("restore VM state: %w", err)
-	}
 	uf, err := mem.Userfault(missing)
 	if err != nil {
 		return false, fmt.Errorf("post-copy: %w", err)
 	}
-	if err := c.send(msgReady); err == nil {
-		err = c.flush()
-	}
-	if err != nil {
-		uf.Close()
-		return false, fmt.Errorf("send ready: %w", err)
-	}
-	if _, err := c.expect(msgGo); err != nil {
-		uf.Close()
-		return false, fmt.Errorf("source did not hand over the VM: %w", err)
-	}
-	p := &pageServer{c: c, nc: nc, uf: uf, regions: mem.Regions(), missing: missing, left: n}
+	p := &pageServer{c: c, nc: nc, uf: uf, regions: mem.Regions(), missing: missing, left: n,
+		states: make(chan []byte, 1), gos: make(chan struct{}, 1)}
 	p.requested = make([][]uint64, len(missing))
 	for i := range missing {
 		p.requested[i] = make([]uint64, len(missing[i]))
 	}
 	go p.serveFaults()
+	received := make(chan error, 1)
+	go func() { received <- p.receive() }()
+	// abort stops both goroutines before the caller discards the VM
+	// (and its RAM) and reports the error on the stream.
+	abort := func(err error) (bool, error) {
+		nc.SetReadDeadline(time.Unix(1, 0))
+		<-received
+		uf.Close()
+		p.wmu.Lock()
+		p.stopped = true
+		p.wmu.Unlock()
+		nc.SetReadDeadline(time.Time{})
+		return false, err
+	}
+	unexpected := func(err error) error {
+		if err == nil {
+			return fmt.Errorf("%w: source ended post-copy before the handover", ErrProtocol)
+		}
+		return err
+	}
+	var state []byte
+	select {
+	case state = <-p.states:
+	case err := <-received:
+		received <- err
+		return abort(fmt.Errorf("post-copy state: %w", unexpected(err)))
+	}
+	st.Bytes += int64(len(state)) + 9
+	if err := t.Restore(state); err != nil {
+		return abort(fmt.Errorf("restore VM state: %w", err))
+	}
+	p.wmu.Lock()
+	err = c.send(msgReady)
+	if err == nil {
+		err = c.flush()
+	}
+	p.wmu.Unlock()
+	if err != nil {
+		return abort(fmt.Errorf("send ready: %w", err))
+	}
+	select {
+	case <-p.gos:
+	case err := <-received:
+		received <- err
+		return abort(fmt.Errorf("source did not hand over the VM: %w", unexpected(err)))
+	}
 	if err := t.Start(); err != nil {
 		// The source has committed: its guest can only run here.
-		err = fmt.Errorf("%w: start migrated VM: %v", ErrPostCopyFailed, err)
-		nc.Close()
-		return false, err
+		return abort(fmt.Errorf("%w: start migrated VM: %v", ErrPostCopyFailed, err))
 	}
 	st.PostCopy, st.MissingPages = true, int64(n)
 	go func() {
-		err := p.receive()
+		err := <-received
 		nc.Close()
+		if err != nil {
+			err = p.lost(err)
+		}
 		pt.PostCopyDone(err)
 	}()
 	return true, nil
@@ -421,6 +491,9 @@ type pageServer struct {
 	uf      *memory.Userfault
 	regions []*memory.Region
 	wmu     sync.Mutex // one writer on the stream at a time
+	stopped bool       // under wmu: the migration failed before the handover
+	states  chan []byte
+	gos     chan struct{}
 
 	mu        sync.Mutex
 	missing   [][]uint64 // pages not installed yet
@@ -464,7 +537,7 @@ func (p *pageServer) serveFaults() {
 		if len(req) > 0 {
 			// A failed write shows as a broken stream in receive.
 			p.wmu.Lock()
-			if p.c.send(msgRequest, req) == nil {
+			if !p.stopped && p.c.send(msgRequest, req) == nil {
 				p.c.flush()
 			}
 			p.wmu.Unlock()
@@ -472,41 +545,56 @@ func (p *pageServer) serveFaults() {
 	}
 }
 
-// receive installs the pages the source sends until it says all are sent.
+// receive installs the pages the source sends until it says all are
+// sent, and passes on the state and the go of the handover.
 func (p *pageServer) receive() error {
+	gotState, gotGo := false, false
 	for {
-		p.nc.SetReadDeadline(time.Now().Add(postCopyIdle))
+		if gotGo {
+			p.nc.SetReadDeadline(time.Now().Add(postCopyIdle))
+		}
 		k, payload, err := p.c.recv()
 		if err != nil {
-			return p.lost(err)
+			return err
+		}
+		switch {
+		case k == msgState && !gotState:
+			gotState = true
+			p.states <- payload
+			continue
+		case k == msgGo && gotState && !gotGo:
+			gotGo = true
+			p.gos <- struct{}{}
+			continue
 		}
 		switch k {
 		case msgPages:
 			if err := p.install(payload); err != nil {
-				return p.lost(err)
+				return err
 			}
 		case msgPostCopyEnd:
+			if !gotGo {
+				return fmt.Errorf("%w: source ended post-copy before the handover", ErrProtocol)
+			}
 			p.mu.Lock()
 			left := p.left
 			p.mu.Unlock()
 			if left != 0 {
-				return p.lost(fmt.Errorf("%w: source ended post-copy with %d pages never sent", ErrProtocol, left))
+				return fmt.Errorf("%w: source ended post-copy with %d pages never sent", ErrProtocol, left)
 			}
 			if err := p.uf.Close(); err != nil {
-				return p.lost(err)
+				return err
 			}
+			// Every page is here: whether the confirmation reaches the
+			// source is its business, the guest no longer needs it.
 			p.wmu.Lock()
-			err := p.c.send(msgDone)
-			if err == nil {
-				err = p.c.flush()
+			if p.c.send(msgDone) == nil {
+				p.c.flush()
 			}
 			p.wmu.Unlock()
-			// Every page is here: the source's confirmation is its own
-			// business, the guest no longer needs it.
-			_ = err
 			return nil
 		default:
-			return p.lost(fmt.Errorf("%w: unexpected %s message during post-copy", ErrProtocol, kindName(k)))
+			return fmt.Errorf("%w: unexpected %s message during post-copy", ErrProtocol, kindName(k))
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -18,7 +19,15 @@ import (
 // userfaultfd, touched by the test instead of vCPUs.
 type postTarget struct {
 	memTarget
-	done chan error
+	done      chan error
+	onRestore func()
+}
+
+func (t *postTarget) Restore(s []byte) error {
+	if t.onRestore != nil {
+		t.onRestore()
+	}
+	return t.memTarget.Restore(s)
 }
 
 func (t *postTarget) PostCopyDone(err error) { t.done <- err }
@@ -64,9 +73,14 @@ func TestPostCopyFinishesAGuestThatOutrunsPrecopy(t *testing.T) {
 	const size = 4 << 20
 	src := dirtyingSource(t, size, 200)
 	tgt := &postTarget{memTarget: memTarget{size: size}, done: make(chan error, 1)}
+	// Restoring devices may read guest RAM: missing pages are served
+	// before the handover too.
+	hot0 := make([]byte, pageSize)
+	tgt.onRestore = func() { require.NoError(t, tgt.mem.ReadAt(hot0, 0)) }
 	_, sent, st, tst := startPostCopy(t, src, tgt, Options{PostCopy: true, Downtime: time.Nanosecond, Bandwidth: 4 << 20})
 	defer tgt.mem.Close()
 	assert.Positive(t, tst.MissingPages)
+	assert.Equal(t, src.mem.Regions()[0].Data[:pageSize], hot0, "a page read while the state loads has the source's last contents")
 
 	// The guest runs on the target: it reads a hot page (missing here
 	// until fetched) and gets the source's latest contents.
@@ -119,6 +133,32 @@ func TestPostCopyNeedsAPostCopyTarget(t *testing.T) {
 	assert.Equal(t, 1, src.resumes, "the source keeps its guest")
 	assert.True(t, tgt.discarded)
 	assert.False(t, tgt.started)
+}
+
+func TestPostCopyTargetFailingBeforeHandoverLeavesSourceRunning(t *testing.T) {
+	const size = 1 << 20
+	src := dirtyingSource(t, size, 100)
+	tgt := &postTarget{memTarget: memTarget{size: size, failRestore: errors.New("no such device")}, done: make(chan error, 1)}
+	a, b := net.Pipe()
+	defer a.Close()
+	sent := make(chan error, 1)
+	var st Stats
+	go func() {
+		var err error
+		st, err = Send(context.Background(), a, src, Options{PostCopy: true, Downtime: time.Nanosecond})
+		sent <- err
+	}()
+	_, terr := Receive(context.Background(), b, tgt)
+	require.ErrorContains(t, terr, "no such device")
+	assert.NotErrorIs(t, terr, ErrPostCopyFailed)
+	assert.True(t, tgt.discarded)
+	assert.False(t, tgt.started)
+	b.Close()
+	err := <-sent
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, ErrPostCopyFailed, "the target never ran the guest")
+	assert.Equal(t, "failed", st.Phase)
+	assert.Equal(t, 1, src.resumes, "the source keeps its guest")
 }
 
 func TestMissingPageListIsChecked(t *testing.T) {
