@@ -103,4 +103,3 @@ func waitPhase(t *testing.T, sock, phase string) {
 	}
 	t.Fatalf("migration never reached %s", phase)
 }
-
