@@ -280,10 +280,10 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 	var msg pageMsg
 	msg.reset()
 	// take queues page pg of region i if it is still to be sent.
-	take := func(i int, pg uint64) {
+	take := func(i int, pg uint64) bool {
 		bm := bitmaps[i]
 		if bm[pg/64]&(1<<(pg%64)) == 0 {
-			return
+			return false
 		}
 		bm[pg/64] &^= 1 << (pg % 64)
 		r := regions[i]
@@ -293,6 +293,7 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 			s.st.DataPages++
 		}
 		left--
+		return true
 	}
 	serve := func(gpas []uint64) error {
 		for _, gpa := range gpas {
@@ -300,8 +301,9 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 			if !ok || gpa%pageSize != 0 {
 				return fmt.Errorf("%w: target requested %#x, not a page of guest RAM", ErrProtocol, gpa)
 			}
-			s.st.RequestedPages++
-			take(i, pg)
+			if take(i, pg) {
+				s.st.RequestedPages++
+			}
 		}
 		return nil
 	}
