@@ -1,13 +1,16 @@
 package machine
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
 	"github.com/kubevmm/kubevmm/vmm/memory"
+	"github.com/kubevmm/kubevmm/vmm/migration"
 )
 
 // TestVCPUWaitsForMissingPage runs guest code that loads from a page of
@@ -53,4 +56,49 @@ func TestVCPUWaitsForMissingPage(t *testing.T) {
 	v, err := m.Mem.Uint64(out)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0x1122334455667788), v, "the vCPU read the installed page")
+}
+
+// TestPostCopyMigrationRunsTheGuestBeforeItsMemoryArrives migrates a
+// guest that keeps writing its counter, so pre-copy never converges: the
+// target starts it with that page missing (its vCPU waits for the page,
+// asked for or pushed, whichever comes first), the counter goes on from
+// where the source stopped, and the rest of RAM arrives intact.
+func TestPostCopyMigrationRunsTheGuestBeforeItsMemoryArrives(t *testing.T) {
+	m, exited, sum := countingVM(t)
+	defer m.Close()
+	waitCounter(t, m, 1000)
+	src, dst := migrationPipe(t)
+	in := NewIncoming(Config{})
+	received := make(chan migration.TargetStats, 1)
+	go func() {
+		st, err := migration.Receive(context.Background(), dst, in)
+		assert.NoError(t, err)
+		received <- st
+	}()
+	sent := make(chan migration.Stats, 1)
+	go func() {
+		st, err := migration.Send(context.Background(), src, m.AsMigrationSource(),
+			migration.Options{PostCopy: true, Downtime: time.Nanosecond, Bandwidth: 1 << 20})
+		assert.NoError(t, err)
+		sent <- st
+	}()
+	tst := <-received
+	require.True(t, tst.PostCopy)
+	require.Positive(t, tst.MissingPages, "the counter's page at least is still missing")
+	target := in.Machine
+	require.NotNil(t, target)
+	defer target.Close()
+	texit := run(target)
+	final := counter(t, m) // the source is paused for good
+	waitCounter(t, target, final)
+
+	st := <-sent
+	assert.Equal(t, "completed", st.Phase)
+	assert.True(t, st.PostCopy)
+	t.Logf("post-copy: %d rounds, %d pages missing at the handover, %d fetched on demand, downtime %v, total %v",
+		st.Rounds, tst.MissingPages, st.RequestedPages, st.Downtime, st.Total)
+	m.EndMigrated()
+	assert.Equal(t, ExitMigrated, (<-exited).Reason)
+	assert.Equal(t, sum, patternSum(t, target), "the untouched data arrived intact")
+	stopAndWait(t, target, texit)
 }
