@@ -43,17 +43,27 @@ func receiveIncoming(addr string, tlsFiles *migration.TLSFiles, s *session) (*ma
 			return nil, usagef("run: --incoming: %v", err)
 		}
 		in := machine.NewIncoming(s.baseConfig())
+		in.PostCopyFailed = func(err error) {
+			// The guest is gone: the source died holding pages it needs.
+			// vCPUs waiting for them can't be stopped; exiting frees them.
+			s.restoreTTY()
+			fmt.Fprintf(s.stderr, "vmm: %s\n", oneLine(err.Error()))
+			os.Exit(exitGuest)
+		}
 		start := time.Now()
 		st, err := migration.Receive(context.Background(), conn, in)
-		conn.Close()
+		if err != nil || !st.PostCopy {
+			// In post-copy the stream stays open for the missing pages.
+			conn.Close()
+		}
 		if err != nil {
 			// A failed attempt leaves nothing behind here and the source
 			// keeps its guest: wait for the next attempt.
 			fmt.Fprintf(s.stderr, "vmm: incoming migration failed, waiting for another: %s\n", oneLine(err.Error()))
 			continue
 		}
-		s.logf("received VM in %v: %d rounds, %d data pages, %d zero pages",
-			time.Since(start).Round(time.Millisecond), st.Rounds, st.DataPages, st.ZeroPages)
+		s.logf("received VM in %v: %d rounds, %d data pages, %d zero pages, %d pages to come in post-copy",
+			time.Since(start).Round(time.Millisecond), st.Rounds, st.DataPages, st.ZeroPages, st.MissingPages)
 		return in.Machine, nil
 	}
 }
@@ -147,6 +157,7 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	bw := fs.String("bandwidth", "", "bandwidth cap per second, e.g. 100M (default: none)")
 	downtime := fs.Duration("downtime", 300*time.Millisecond, "longest acceptable pause for the final copy")
 	autoConverge := fs.Bool("auto-converge", false, "throttle vCPUs when the guest dirties memory faster than it can be sent")
+	postCopy := fs.Bool("post-copy", false, "when pre-copy does not converge (2 rounds; with --auto-converge, at full throttle), run the guest on the target at once and fetch the rest on demand; a failure after that loses the guest")
 	progressTimeout := fs.Duration("progress-timeout", 150*time.Second, "give up when no progress is made for this long")
 	timeout := fs.Duration("timeout", 0, "give up after this long in total (0: never)")
 	cancelIt := fs.Bool("cancel", false, "cancel the migration in progress instead (the VM keeps running here); so does Ctrl-C while migrating")
@@ -170,7 +181,7 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	req := api.MigrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge,
+	req := api.MigrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge, PostCopy: *postCopy,
 		ProgressTimeout: int64(progressTimeout.Seconds()), Timeout: int64(timeout.Seconds()), TLS: files}
 	if *bw != "" {
 		b, err := parseSize(*bw)
@@ -202,11 +213,19 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 		return exitGuest, fmt.Errorf("migrate: %w", err)
 	}
 	st := final.Stats
+	if st.Phase != "completed" && st.PostCopy {
+		// Not resumable: end the source VMM too (it exits with the error).
+		c.Stop(ctx)
+		return exitGuest, fmt.Errorf("migrate: %s", st.Error)
+	}
 	if st.Phase != "completed" {
 		return exitGuest, fmt.Errorf("migrate: failed, the VM keeps running here: %s", st.Error)
 	}
 	fmt.Fprintf(stdout, "migrate: completed in %v: %d rounds, %.1f MiB sent (%d data + %d zero pages), downtime %v\n",
 		st.Total.Round(time.Millisecond), st.Rounds, mib(st.BytesSent), st.DataPages, st.ZeroPages, st.Downtime.Round(time.Microsecond))
+	if st.PostCopy {
+		fmt.Fprintf(stdout, "migrate: post-copy after round %d: %d pages fetched on the target's demand, the rest pushed\n", st.Rounds, st.RequestedPages)
+	}
 	// The source holds its (paused, now stale) VM until told to go.
 	if err := c.Stop(ctx); err != nil {
 		return exitGuest, fmt.Errorf("migrate: completed, but stopping the source VMM: %w", err)

@@ -209,7 +209,8 @@ func (e *env) snapshotAndRestore(ctx context.Context, a *kvm, snap snapRow) snap
 }
 
 // kubevmmDirty starts the memory writer on holder's guest and migrates it
-// without, then with auto-converge; each successful run moves it on.
+// without, then with auto-converge, then with post-copy; each successful
+// run moves it on.
 func (e *env) kubevmmDirty(ctx context.Context, holder *kvm) []migRow {
 	var dirty []migRow
 	defer func() { holder.stop() }()
@@ -217,16 +218,19 @@ func (e *env) kubevmmDirty(ctx context.Context, holder *kvm) []migRow {
 	if err != nil {
 		return []migRow{{what: "writer", vmm: "kubevmm", err: err}}
 	}
-	for i, ac := range []bool{false, true} {
-		row := migRow{what: dirtyName(ac), vmm: "kubevmm", writerMax: writerMax}
+	for i, mode := range []string{"", "--auto-converge", "--post-copy"} {
+		row := migRow{what: dirtyName(mode == "--auto-converge"), vmm: "kubevmm", writerMax: writerMax}
+		if mode == "--post-copy" {
+			row.what += ", post-copy"
+		}
 		dst, addr, err := e.incomingKubevmm(ctx, fmt.Sprintf("mig128-dirty%d", i), holder.memMiB)
 		if err != nil {
 			row.err = err
 			return append(dirty, row)
 		}
 		flags := []string{"--bandwidth", fmt.Sprintf("%dM", capMiB), "--timeout", dirtyTimeout.String()}
-		if ac {
-			flags = append(flags, "--auto-converge")
+		if mode != "" {
+			flags = append(flags, mode)
 		}
 		before := sampleWriter(ctx, holder.con)
 		st, err := e.migrate(ctx, holder, dst, addr, flags...)
@@ -290,6 +294,9 @@ func kubevmmRow(row migRow, st migration.Stats, err error) migRow {
 func kubevmmConverged(st migration.Stats, err error) string {
 	if err != nil {
 		return "no: " + oneLine(err)
+	}
+	if st.PostCopy {
+		return fmt.Sprintf("no: post-copy after %d rounds, %d pages fetched on demand", st.Rounds, st.RequestedPages)
 	}
 	rate := min(st.Bandwidth, capMiB<<20)
 	if rate > 0 && float64(st.Remaining)/rate <= downtimeTarget.Seconds() {
@@ -579,7 +586,7 @@ func (res migrationResults) render(b *strings.Builder) {
 	fmt.Fprintf(b, "### A guest writing memory faster than the link (cap %d MiB/s)\n\n", capMiB)
 	fmt.Fprintf(b, "Method: on the %s guest a busybox awk program keeps rewriting a %d MiB working set (a numeric array) at about %d MiB/s, CPU-bound (busy work between writes, "+
 		"calibrated in the guest) so that vCPU throttling slows it; each VMM migrates it with `--bandwidth %dM` (QEMU: max-bandwidth), without and with auto-converge, "+
-		"giving up after %v. The dirty rate is the one the source VMM measured last during pre-copy (kubevmm: its last round; QEMU: query-migrate's dirty-pages-rate); the writer's rate is what it wrote from just before the migration to just after, over the guest's clock "+
+		"giving up after %v; kubevmm also with `--post-copy`, where the downtime is the pause until the target runs the guest and the total includes pulling the pages still missing then. The dirty rate is the one the source VMM measured last during pre-copy (kubevmm: its last round; QEMU: query-migrate's dirty-pages-rate); the writer's rate is what it wrote from just before the migration to just after, over the guest's clock "+
 		"(it records its progress in the guest a few times a second; the bench reads that and /proc/uptime over the console).\n\n", sizeName(idleSizes[0]), dirtySetMiB, dirtyRateMiB, capMiB, dirtyTimeout)
 	b.WriteString("| run | VMM | converged | rounds | sent | dirty rate seen | dirty at last round | throttle | writer's rate | downtime | total |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.dirty {

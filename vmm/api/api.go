@@ -74,6 +74,11 @@ type MigrateRequest struct {
 	// the VMM reads the files. Without it a tcp: stream is plaintext and
 	// unauthenticated.
 	TLS *migration.TLSFiles `json:"tls,omitempty"`
+	// PostCopy switches to post-copy when pre-copy does not converge: the
+	// target runs the guest at once and fetches the remaining pages on
+	// demand (KubeVirt's allowPostCopy). From then on a failure of either
+	// side loses the guest.
+	PostCopy bool `json:"post_copy,omitempty"`
 }
 
 // MigrationStatus is the state of the current or last migration.

@@ -170,13 +170,20 @@ type Incoming struct {
 	base    Config
 	header  SavedConfig // what Prepare built; the state must describe the same VM
 	Machine *Machine
+	// PostCopyFailed, if set, hears that a post-copy migration lost the
+	// guest after it started here (the source died with pages only it
+	// had). The VM is stopped, but vCPUs and device workers waiting for a
+	// missing page stay blocked in the kernel (KVM does not give a vCPU
+	// back while it waits, even when kicked): only ending the process
+	// frees them, so that is the caller's job.
+	PostCopyFailed func(error)
 }
 
 // NewIncoming prepares to receive a VM; base supplies console, log and
 // KVM path.
 func NewIncoming(base Config) *Incoming { return &Incoming{base: base} }
 
-var _ migration.Target = (*Incoming)(nil)
+var _ migration.PostCopyTarget = (*Incoming)(nil)
 
 // Prepare builds an empty machine from the source's header.
 func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
@@ -230,6 +237,22 @@ func checkConfig(sc *SavedConfig, m *Machine) error {
 
 // Start is a no-op: the caller runs Machine once Receive returns.
 func (in *Incoming) Start() error { return nil }
+
+// PostCopyDone implements migration.PostCopyTarget.
+func (in *Incoming) PostCopyDone(err error) {
+	if err == nil {
+		in.Machine.logf("post-copy: every page has arrived")
+		return
+	}
+	in.Machine.EndLost(err)
+	if in.PostCopyFailed != nil {
+		in.PostCopyFailed(err)
+	}
+}
+
+// EndLost ends a VM whose guest a failed post-copy migration lost; Run
+// returns ExitError with err. A source in that state must never resume.
+func (m *Machine) EndLost(err error) { m.stop(Exit{Reason: ExitError, Err: err}) }
 
 // Discard throws the half-built VM away.
 func (in *Incoming) Discard() {

@@ -45,6 +45,8 @@ type Guest struct {
 	regions []*Region
 	file    *os.File // memfd (or snapshot file) backing all regions
 	shared  bool     // mapped MAP_SHARED: the file holds exactly guest RAM
+	// uf is set while pages may be missing (post-copy migration).
+	uf atomic.Pointer[Userfault]
 }
 
 // New creates guest RAM for the given layout, backed by one memfd (so a
@@ -134,6 +136,15 @@ func (g *Guest) Size() uint64 {
 // one region; guest RAM regions are never adjacent across the MMIO hole, so
 // a range that spans two is a guest error, not a case to stitch together.
 func (g *Guest) Slice(gpa, n uint64) ([]byte, error) {
+	s, err := g.slice(gpa, n)
+	if err == nil && g.uf.Load() != nil {
+		populate(s)
+	}
+	return s, err
+}
+
+// slice is Slice without waiting for missing pages.
+func (g *Guest) slice(gpa, n uint64) ([]byte, error) {
 	for _, r := range g.regions {
 		if gpa >= r.GPA && gpa < r.End() {
 			off := gpa - r.GPA

@@ -60,13 +60,17 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the target to load the state
 	// (default 60s).
 	ReadyTimeout time.Duration
+	// PostCopy lets the migration switch to post-copy when pre-copy does
+	// not converge (see postCopyDue): the target runs the guest at once
+	// and fetches the pages still dirty on demand (postcopy.go).
+	PostCopy bool
 	// Progress, if set, is called after every round.
 	Progress func(Stats)
 }
 
 // Stats describe a migration as it goes.
 type Stats struct {
-	Phase     string        `json:"phase"` // precopy, stop-and-copy, completed, failed
+	Phase     string        `json:"phase"` // precopy, stop-and-copy, postcopy, completed, failed
 	Rounds    int           `json:"rounds"`
 	RAMBytes  int64         `json:"ram_bytes"`
 	BytesSent int64         `json:"bytes_sent"`
@@ -79,6 +83,11 @@ type Stats struct {
 	Downtime  time.Duration `json:"downtime_ns"`     // guest paused on the source until the target was told to run
 	Total     time.Duration `json:"total_ns"`
 	Error     string        `json:"error,omitempty"`
+	// PostCopy: the migration switched to post-copy; from then on a
+	// failure loses the guest. RequestedPages were fetched by the
+	// target's faults, the rest pushed in the background.
+	PostCopy       bool  `json:"post_copy"`
+	RequestedPages int64 `json:"requested_pages,omitempty"`
 }
 
 func (o *Options) defaults() {
@@ -122,7 +131,7 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		st.RAMBytes += int64(r.Size)
 	}
 	s.st = st
-	paused, logging, committed := false, false, false
+	paused, logging, committed, postCopy := false, false, false, false
 	defer func() {
 		if committed {
 			return
@@ -230,6 +239,10 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		if rate > 0 && float64(dirty)/rate <= opt.Downtime.Seconds() || dirty == 0 {
 			break
 		}
+		if opt.PostCopy && (round+1 >= opt.MaxRounds || postCopyDue(opt, round, throttle)) {
+			postCopy = true
+			break
+		}
 		if round+1 >= opt.MaxRounds {
 			break
 		}
@@ -241,7 +254,7 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		// Auto-converge: the guest dirties memory faster than half the
 		// link's rate; hold its vCPUs a growing share of the time.
 		if opt.AutoConverge && round >= 1 && s.st.DirtyRate > rate/2 {
-			throttle = min(0.99, max(0.2, throttle+0.1))
+			throttle = min(maxThrottle, max(0.2, throttle+0.1))
 			src.Throttle(throttle)
 			s.st.Throttle = throttle
 		}
@@ -255,6 +268,9 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	pausedAt := time.Now()
 	if err := src.SyncDirty(bitmaps); err != nil {
 		return s.st, fmt.Errorf("final dirty sync: %w", err)
+	}
+	if postCopy {
+		return s.postCopy(nc, regions, bitmaps, pausedAt, stopWatch, &committed)
 	}
 	if err := s.sendDirty(regions, bitmaps); err != nil {
 		return s.st, err

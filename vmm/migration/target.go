@@ -30,6 +30,10 @@ type TargetStats struct {
 	DataPages int64 `json:"data_pages"`
 	ZeroPages int64 `json:"zero_pages"`
 	Bytes     int64 `json:"bytes"`
+	// PostCopy: the guest was started with MissingPages still to come;
+	// the PostCopyTarget hears when they are all in (or lost).
+	PostCopy     bool  `json:"post_copy,omitempty"`
+	MissingPages int64 `json:"missing_pages,omitempty"`
 }
 
 // Receive takes a VM from nc into t. On any error (a broken or corrupt
@@ -93,6 +97,9 @@ func Receive(ctx context.Context, nc net.Conn, t Target) (st TargetStats, err er
 				return st, fmt.Errorf("%w: round message: %v", ErrProtocol, err)
 			}
 			st.Rounds = rs.Rounds
+		case msgPostCopy:
+			started, err = receivePostCopy(c, nc, t, mem, payload, &st)
+			return st, err
 		case msgState:
 			if err := t.Restore(payload); err != nil {
 				return st, fmt.Errorf("restore VM state: %w", err)

@@ -5,6 +5,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ type Runner struct {
 	mu       sync.Mutex
 	paused   bool
 	migrated bool
+	lost     error // a post-copy migration failed: the guest is gone
 	exited   *machine.Exit
 	mig      *migrationJob
 	done     chan struct{}
@@ -81,6 +83,8 @@ func (r *Runner) Info() api.Info {
 		}
 	case r.migrated:
 		i.State = api.StateMigrated
+	case r.lost != nil:
+		i.State, i.Exit, i.Error = api.StateStopped, string(machine.ExitError), r.lost.Error()
 	case r.mig != nil && r.mig.active:
 		i.State = api.StateMigrating
 	case r.paused:
@@ -94,6 +98,9 @@ func (r *Runner) Info() api.Info {
 func (r *Runner) checkRunning(what string) error {
 	if r.migrated {
 		return fmt.Errorf("%w: cannot %s: the guest now runs on the migration target", api.ErrConflict, what)
+	}
+	if r.lost != nil {
+		return fmt.Errorf("%w: cannot %s: %v", api.ErrConflict, what, r.lost)
 	}
 	if r.exited != nil {
 		return fmt.Errorf("%w: cannot %s: the VM has ended (%s)", api.ErrConflict, what, r.exited.Reason)
@@ -137,11 +144,14 @@ func (r *Runner) Stop() error {
 	if j := r.mig; j != nil && j.active {
 		j.cancel()
 	}
-	migrated := r.migrated
+	migrated, lost := r.migrated, r.lost
 	r.mu.Unlock()
-	if migrated {
+	switch {
+	case migrated:
 		r.m.EndMigrated()
-	} else {
+	case lost != nil:
+		r.m.EndLost(lost)
+	default:
 		r.m.Stop()
 	}
 	return nil
@@ -200,6 +210,7 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		Downtime:        time.Duration(req.DowntimeMs) * time.Millisecond,
 		AutoConverge:    req.AutoConverge,
 		ProgressTimeout: time.Duration(req.ProgressTimeout) * time.Second,
+		PostCopy:        req.PostCopy,
 		Progress: func(s migration.Stats) {
 			r.mu.Lock()
 			job.stats = s
@@ -214,8 +225,13 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		st, err := migration.Send(ctx, conn, r.m.AsMigrationSource(), opt)
 		r.mu.Lock()
 		job.stats, job.active = st, false
-		if err == nil {
+		switch {
+		case err == nil:
 			r.migrated = true
+		case errors.Is(err, migration.ErrPostCopyFailed):
+			// Part of the guest's memory ran on the target: resuming
+			// here would fork it. It stays paused until Stop ends it.
+			r.lost = err
 		}
 		r.mu.Unlock()
 		cancel()
@@ -239,6 +255,9 @@ func (r *Runner) CancelMigration() error {
 	defer r.mu.Unlock()
 	if r.mig == nil || !r.mig.active {
 		return fmt.Errorf("%w: no migration in progress", api.ErrConflict)
+	}
+	if r.mig.stats.Phase == "postcopy" {
+		return fmt.Errorf("%w: the migration is in post-copy: the guest already runs on the target and needs the pages still here", api.ErrConflict)
 	}
 	r.mig.cancel()
 	return nil
