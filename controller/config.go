@@ -74,6 +74,7 @@ type MigrationLimits struct {
 	CompletionTimeoutPerGiB int64
 	ProgressTimeout         int64
 	AllowAutoConverge       bool
+	AllowPostCopy           bool
 	UnschedulableTimeout    time.Duration
 	CatchAllTimeout         time.Duration
 }
@@ -92,6 +93,7 @@ func (c ClusterConfig) Limits() MigrationLimits {
 		CompletionTimeoutPerGiB: ptr.Deref(m.CompletionTimeoutPerGiB, defaultCompletionTimeoutPerGiB),
 		ProgressTimeout:         ptr.Deref(m.ProgressTimeout, defaultProgressTimeout),
 		AllowAutoConverge:       ptr.Deref(m.AllowAutoConverge, false),
+		AllowPostCopy:           ptr.Deref(m.AllowPostCopy, false),
 		UnschedulableTimeout:    time.Duration(ptr.Deref(m.UnschedulablePendingTimeoutSeconds, defaultUnschedulablePendingTimeout)) * time.Second,
 		CatchAllTimeout:         time.Duration(ptr.Deref(m.CatchAllPendingTimeoutSeconds, defaultCatchAllPendingTimeout)) * time.Second,
 	}
@@ -100,9 +102,6 @@ func (c ClusterConfig) Limits() MigrationLimits {
 // Validate refuses what kubevmm cannot do or what makes no sense.
 func (c ClusterConfig) Validate() error {
 	m := c.Migrations
-	if ptr.Deref(m.AllowPostCopy, false) {
-		return fmt.Errorf("migrations.allowPostCopy: post-copy migration is not implemented by kubevmm")
-	}
 	for name, v := range map[string]*uint32{"parallelMigrationsPerCluster": m.ParallelMigrationsPerCluster, "parallelOutboundMigrationsPerNode": m.ParallelOutboundMigrationsPerNode} {
 		if v != nil && *v == 0 {
 			return fmt.Errorf("migrations.%s: must be at least 1", name)

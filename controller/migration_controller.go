@@ -449,7 +449,7 @@ func (r *MigrationReconciler) handOff(ctx context.Context, p *migrationPass, cfg
 		CompletionTimeoutPerGiB:           ptr.To(lim.CompletionTimeoutPerGiB),
 		ProgressTimeout:                   ptr.To(lim.ProgressTimeout),
 		AllowAutoConverge:                 ptr.To(lim.AllowAutoConverge),
-		AllowPostCopy:                     ptr.To(false),
+		AllowPostCopy:                     ptr.To(lim.AllowPostCopy),
 	}
 	orig := vmi.DeepCopy()
 	vmi.Status.MigrationState = &v1.VirtualMachineInstanceMigrationState{

@@ -160,6 +160,16 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		return ctrl.Result{}, false, fmt.Errorf("migration status of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	switch {
+	case st.Active && st.Stats.PostCopy:
+		// Past the point of no return: the guest runs on the target and
+		// neither side can give it up (an abort is too late now, as after
+		// the commit). KubeVirt says so with the mode.
+		if ms.Mode == v1.MigrationPostCopy {
+			return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
+		}
+		return ctrl.Result{RequeueAfter: migrationPoll}, false, r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+			ms.Mode = v1.MigrationPostCopy
+		})
 	case st.Active && ms.AbortRequested:
 		return ctrl.Result{RequeueAfter: migrationPoll}, false, r.abortMigration(ctx, vmi, l)
 	case st.Active:
@@ -177,11 +187,41 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		if why == "" {
 			why = "the migration ended in phase " + st.Stats.Phase
 		}
+		if st.Stats.PostCopy {
+			return ctrl.Result{}, false, r.loseGuest(ctx, vmi, l, why)
+		}
 		if ms.AbortRequested {
 			why = abortedReason + ": " + why
 		}
 		return ctrl.Result{}, false, r.failMigration(ctx, vmi, why)
 	}
+}
+
+// loseGuest records a migration that failed in post-copy: the guest's
+// memory was split between the two sides and neither can run it any more
+// (KubeVirt's post-copy has the same risk). The source VMM, which kept
+// the guest paused, is stopped; its launcher then ends and the VMI fails
+// with it.
+func (r *VMIReconciler) loseGuest(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn, why string) error {
+	r.proxies.drop(sourceProxyKey(vmi.Status.MigrationState))
+	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+	err := l.client().Stop(qctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("stopping the source of VMI %s/%s after its post-copy migration failed: %w", vmi.Namespace, vmi.Name, err)
+	}
+	now := metav1.NewTime(r.now().Time)
+	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+		ms.Failed, ms.FailureReason, ms.EndTimestamp = true, why, &now
+		if ms.AbortRequested {
+			ms.AbortStatus = v1.MigrationAbortFailed
+		}
+	}); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonMigrationFailed, "Migrate",
+		"Migration to %s failed in post-copy; the guest is lost: %s", vmi.Status.MigrationState.TargetNode, why)
+	return nil
 }
 
 // abortMigration cancels the VMM's migration virt-controller wants ended.
@@ -237,6 +277,7 @@ func migrateRequest(vmi *v1.VirtualMachineInstance) api.MigrateRequest {
 			req.Timeout = int64(spec.CompletionTimeout(&vmi.Spec, *c.CompletionTimeoutPerGiB).Seconds())
 		}
 		req.AutoConverge = ptr.Deref(c.AllowAutoConverge, false)
+		req.PostCopy = ptr.Deref(c.AllowPostCopy, false)
 	}
 	return req
 }

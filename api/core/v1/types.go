@@ -413,7 +413,10 @@ type MigrationConfiguration struct {
 	// memory faster than it can be sent (default false).
 	// +optional
 	AllowAutoConverge *bool `json:"allowAutoConverge,omitempty"`
-	// AllowPostCopy is not implemented by kubevmm; true is refused.
+	// AllowPostCopy lets a migration that pre-copy cannot converge switch
+	// to post-copy (default false): the target runs the guest and fetches
+	// the remaining pages on demand. A failure of either side from then on
+	// loses the guest, as in KubeVirt.
 	// +optional
 	AllowPostCopy *bool `json:"allowPostCopy,omitempty"`
 	// UnschedulablePendingTimeoutSeconds: a migration whose target pod
