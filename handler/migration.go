@@ -132,7 +132,7 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		target := strings.TrimPrefix(req.To, "tcp:")
 		logger := log.FromContext(ctx)
 		if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
-			return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), target, string(ms.MigrationUID), r.MigrationTLS.Client,
+			return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), l.socket(), target, string(ms.MigrationUID), r.MigrationTLS.Client,
 				func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
 		}); err != nil {
 			return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())

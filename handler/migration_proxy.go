@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The migration stream between nodes is the handlers' to carry, as in
@@ -246,12 +248,22 @@ func (p *migrationProxy) stop() {
 
 // listenSource makes the unix socket sock that the source launcher's VMM
 // connects to, and joins that connection to a TLS connection to the
-// target's handler at target, naming migration uid.
-func listenSource(sock, target, uid string, cfg *tls.Config, logf func(string, ...any)) (*migrationProxy, error) {
+// target's handler at target, naming migration uid. The socket belongs to
+// the owner of the launcher's control socket, launcherSock, and only it
+// may connect: the launcher does not run as root.
+func listenSource(sock, launcherSock, target, uid string, cfg *tls.Config, logf func(string, ...any)) (*migrationProxy, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(launcherSock, &st); err != nil {
+		return nil, fmt.Errorf("migration proxy: the launcher's socket: %w", err)
+	}
 	os.Remove(sock) // a previous migration's, whose proxy is gone
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("migration proxy: %w", err)
+	}
+	if err := errors.Join(os.Chown(sock, int(st.Uid), int(st.Gid)), os.Chmod(sock, 0o600)); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("migration proxy: giving %s to the launcher: %w", sock, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &migrationProxy{cancel: cancel, done: make(chan struct{})}

@@ -21,6 +21,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // testCA is a throwaway certificate authority.
@@ -184,11 +187,16 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 
 	// A handler naming a migration this node does not expect gets nothing.
 	out := filepath.Join(dir, "out.sock")
+	ctl := launcherControlSocket(t, dir)
 	send := func(uid, data string) string {
 		t.Helper()
-		p, err := listenSource(out, addr, uid, tlsCfg.Client, t.Logf)
+		p, err := listenSource(out, ctl, addr, uid, tlsCfg.Client, t.Logf)
 		require.NoError(t, err)
 		defer p.stop()
+		var st unix.Stat_t
+		require.NoError(t, unix.Stat(out, &st))
+		assert.Equal(t, uint32(launcherUID), st.Uid, "the launcher, not root, may connect")
+		assert.Equal(t, uint32(0o600), st.Mode&0o777)
 		s, err := net.Dial("unix", out)
 		require.NoError(t, err)
 		defer s.Close()
@@ -238,7 +246,8 @@ func TestMigrationProxySourceChecksTheTarget(t *testing.T) {
 				received <- b
 			}()
 			sock := filepath.Join(dir, "out.sock")
-			source, err := listenSource(sock, l.Addr().String(), "migration-1", tlsCfg.Client, t.Logf)
+			ctl := launcherControlSocket(t, dir)
+			source, err := listenSource(sock, ctl, l.Addr().String(), "migration-1", tlsCfg.Client, t.Logf)
 			require.NoError(t, err)
 			defer source.stop()
 			s, err := net.Dial("unix", sock)
@@ -253,3 +262,16 @@ func TestMigrationProxySourceChecksTheTarget(t *testing.T) {
 }
 
 func toPtr[T any](v T) *T { return &v }
+
+// launcherUID is the user a launcher runs as in these tests (nobody).
+const launcherUID = 65534
+
+// launcherControlSocket stands for a launcher's control socket: a file
+// owned by the launcher's user.
+func launcherControlSocket(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, spec.ControlSocket)
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	require.NoError(t, os.Chown(p, launcherUID, launcherUID))
+	return p
+}
