@@ -313,8 +313,11 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		if err == nil {
 			t.Fatalf("the VM with a SCSI disk was accepted:\n%s", out)
 		}
+		// The webhook answers as KubeVirt's do, an Invalid status with one
+		// cause per field, which kubectl prints as "The request is invalid:
+		// <field>: <message>".
 		want := `spec.template.spec.domain.devices.disks[0].disk.bus: "scsi" is not supported by kubevmm`
-		if !strings.Contains(out, want) || !strings.Contains(out, "admission webhook") {
+		if !strings.Contains(out, want) || !strings.Contains(out, "The request is invalid") {
 			t.Fatalf("refusal does not name the field (want %q):\n%s", want, out)
 		}
 	})
