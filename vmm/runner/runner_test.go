@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,45 +14,28 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubevmm/kubevmm/vmm/api"
-	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 	"github.com/kubevmm/kubevmm/vmm/runner"
+	"github.com/kubevmm/kubevmm/vmm/runner/runnertest"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
 )
 
 // The runner is driven the way the `vmm` CLI and virt-launcher drive it:
 // through the control API's client on a real unix socket, in front of a
-// real KVM machine whose one-instruction guest (`jmp $`) spins forever.
+// real KVM machine (runnertest).
 
-const memBytes = 64 << 20
+const memBytes = runnertest.MemoryBytes
 
 type vm struct {
 	r      *runner.Runner
 	c      *api.Client
-	exited chan machine.Exit // Run's result
+	exited <-chan machine.Exit
 }
 
 func spinningVM(t *testing.T) *vm {
-	t.Helper()
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		t.Skip("no /dev/kvm")
-	}
-	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: memBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, 0x100000), Console: io.Discard})
-	require.NoError(t, err)
-	r := runner.New(m, 1, memBytes)
-	exited := make(chan machine.Exit, 1)
-	go func() { exited <- r.Run() }()
-	sock := filepath.Join(t.TempDir(), "vmm.sock")
-	srv, err := api.Listen(sock, r)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = r.Stop()
-		<-r.Done()
-		srv.Close()
-		m.Close()
-	})
-	return &vm{r: r, c: api.NewClient(sock), exited: exited}
+	v := runnertest.Spinning(t)
+	return &vm{r: v.Runner, c: v.Client, exited: v.Exited}
 }
 
 func (v *vm) state(t *testing.T) api.State {
@@ -165,7 +147,7 @@ func TestSnapshot(t *testing.T) {
 			defer mem.Close()
 			assert.Equal(t, snapshot.Format, man.Format)
 			assert.Equal(t, uint64(memBytes), mem.Size())
-			code, err := mem.Slice(0x100000, 2)
+			code, err := mem.Slice(runnertest.CodeAddr, 2)
 			require.NoError(t, err)
 			assert.Equal(t, []byte{0xeb, 0xfe}, code, "the guest's RAM is in the snapshot")
 		})
@@ -215,48 +197,17 @@ func TestMigrateErrors(t *testing.T) {
 	apiError(t, v.c.Migrate(ctx, api.MigrateRequest{To: "unix:/x"}), http.StatusConflict, "resume the VM before migrating it")
 }
 
-// deafTarget accepts migration connections and never reads them, so a
-// migration to it runs until it is cancelled.
-func deafTarget(t *testing.T) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "deaf.sock")
-	ln, err := net.Listen("unix", sock)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "unix:" + sock
-}
-
 func TestCancelMigration(t *testing.T) {
 	v := spinningVM(t)
 	ctx := context.Background()
-	require.NoError(t, v.c.Migrate(ctx, api.MigrateRequest{To: deafTarget(t)}))
+	require.NoError(t, v.c.Migrate(ctx, api.MigrateRequest{To: runnertest.DeafTarget(t)}))
 
 	assert.Equal(t, api.StateMigrating, v.state(t))
 	s, err := v.c.Migration(ctx)
 	require.NoError(t, err)
 	assert.True(t, s.Active)
 	apiError(t, v.c.Pause(ctx), http.StatusConflict, "during a live migration")
-	apiError(t, v.c.Migrate(ctx, api.MigrateRequest{To: deafTarget(t)}), http.StatusConflict, "during a live migration")
+	apiError(t, v.c.Migrate(ctx, api.MigrateRequest{To: runnertest.DeafTarget(t)}), http.StatusConflict, "during a live migration")
 	_, err = v.c.Snapshot(ctx, api.SnapshotRequest{Dir: t.TempDir()})
 	apiError(t, err, http.StatusConflict, "during a live migration")
 
@@ -309,7 +260,7 @@ func TestMigrationToARealTarget(t *testing.T) {
 	apiError(t, v.c.Resume(ctx), http.StatusConflict, "the guest now runs on the migration target")
 	apiError(t, v.c.CancelMigration(ctx), http.StatusConflict, "no migration in progress")
 
-	code, err := in.Machine.Mem.Slice(0x100000, 2)
+	code, err := in.Machine.Mem.Slice(runnertest.CodeAddr, 2)
 	require.NoError(t, err)
 	assert.Equal(t, []byte{0xeb, 0xfe}, code, "the target has the guest's RAM")
 
