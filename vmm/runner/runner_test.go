@@ -224,6 +224,21 @@ func TestCancelMigration(t *testing.T) {
 	assert.Equal(t, machine.ExitStopped, (<-v.exited).Reason)
 }
 
+// Stopping the VM cancels its migration, and Run returns only once the
+// sender is done with the machine: the launcher and the `vmm` CLI close
+// the machine (unmapping guest RAM) right after.
+func TestStopDuringMigration(t *testing.T) {
+	v := spinningVM(t)
+	ctx := context.Background()
+	require.NoError(t, v.c.Migrate(ctx, api.MigrateRequest{To: runnertest.DeafTarget(t)}))
+	require.NoError(t, v.c.Stop(ctx))
+	assert.Equal(t, machine.ExitStopped, (<-v.exited).Reason)
+	s := v.r.Migration()
+	assert.False(t, s.Active, "Run returned while the migration still ran")
+	assert.Equal(t, "failed", s.Stats.Phase)
+	assert.Equal(t, api.StateStopped, v.r.Info().State)
+}
+
 func TestMigrationToARealTarget(t *testing.T) {
 	v := spinningVM(t)
 	ctx := context.Background()
