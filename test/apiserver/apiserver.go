@@ -33,8 +33,10 @@ func Assets() string {
 }
 
 // Start starts an API server for the test (stopped when it ends) and
-// returns its admin config and a client with kubevmm's scheme.
-func Start(t testing.TB) (*rest.Config, client.Client) {
+// returns its admin config and a client with kubevmm's scheme. Each
+// configure function may change the environment first (e.g. add
+// kube-apiserver flags).
+func Start(t testing.TB, configure ...func(*envtest.Environment)) (*rest.Config, client.Client) {
 	t.Helper()
 	dir := Assets()
 	for _, b := range []string{"etcd", "kube-apiserver"} {
@@ -48,6 +50,9 @@ func Start(t testing.TB) (*rest.Config, client.Client) {
 	}
 	// The timeouts are upper bounds for a busy 2-core machine.
 	env := &envtest.Environment{BinaryAssetsDirectory: dir, CRDs: all, ControlPlaneStartTimeout: 3 * time.Minute, ControlPlaneStopTimeout: time.Minute}
+	for _, f := range configure {
+		f(env)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting the API server: %v", err)

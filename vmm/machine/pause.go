@@ -23,7 +23,10 @@ func (m *Machine) Pause() error {
 	// Tell a kvmclock guest its vCPUs were stopped on purpose, so its
 	// soft-lockup watchdog doesn't fire when they run again.
 	for _, v := range m.vcpus {
-		if err := v.c.KVMClockCtrl(); err != nil && v.started {
+		v.mu.Lock()
+		started := v.started // set by the vCPU thread as it starts
+		v.mu.Unlock()
+		if err := v.c.KVMClockCtrl(); err != nil && started {
 			m.logf("KVM_KVMCLOCK_CTRL on vCPU %d: %v", v.id, err)
 		}
 	}

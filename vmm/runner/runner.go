@@ -35,6 +35,7 @@ type migrationJob struct {
 	cancel context.CancelFunc
 	active bool
 	stats  migration.Stats
+	ended  chan struct{} // closed when the sender no longer uses the machine
 }
 
 // New wraps a built machine; Run starts it.
@@ -45,7 +46,8 @@ func New(m *machine.Machine, cpus int, memBytes uint64) *Runner {
 // Machine is the VM.
 func (r *Runner) Machine() *machine.Machine { return r.m }
 
-// Run runs the VM until it ends and returns how.
+// Run runs the VM until it ends and returns how. It returns only once a
+// migration has stopped using the machine, so the caller may close it.
 func (r *Runner) Run() machine.Exit {
 	r.mu.Lock()
 	r.started = time.Now()
@@ -53,10 +55,14 @@ func (r *Runner) Run() machine.Exit {
 	e := r.m.Run()
 	r.mu.Lock()
 	r.exited = &e
-	if j := r.mig; j != nil && j.active {
+	j := r.mig
+	if j != nil && j.active {
 		j.cancel()
 	}
 	r.mu.Unlock()
+	if j != nil {
+		<-j.ended
+	}
 	close(r.done)
 	return e
 }
@@ -203,7 +209,7 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		return fmt.Errorf("connect to migration target %s: %w", req.To, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	job := &migrationJob{cancel: cancel, active: true, stats: migration.Stats{Phase: "connecting"}}
+	job := &migrationJob{cancel: cancel, active: true, stats: migration.Stats{Phase: "connecting"}, ended: make(chan struct{})}
 	r.mig = job
 	opt := migration.Options{
 		Bandwidth:       req.BandwidthMBps << 20,
@@ -221,6 +227,7 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		opt.CompletionTimeout = time.Duration(req.Timeout) * time.Second
 	}
 	go func() {
+		defer close(job.ended)
 		defer conn.Close()
 		st, err := migration.Send(ctx, conn, r.m.AsMigrationSource(), opt)
 		r.mu.Lock()

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+	"github.com/kubevmm/kubevmm/virtapi"
+	"github.com/kubevmm/kubevmm/vmm/migration/tlstest"
+)
+
+// virtctl's commands against the real path they take in a cluster: a
+// kube-apiserver (envtest) with the aggregation layer on, fronting the
+// subresources.kubevirt.io APIService that the real virt-api serves in
+// this process. No controller runs: the test checks what virt-api writes
+// for virt-controller to act on.
+
+// hostIP is an address of this machine the API server may route to (an
+// Endpoints address may not be a loopback one).
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address for virt-api's endpoint")
+	return ""
+}
+
+// cluster starts the API server and virt-api behind it, and returns a
+// kubeconfig for virtctl and a client.
+func cluster(t *testing.T) (string, client.Client) {
+	t.Helper()
+	ip := hostIP(t)
+	ca := tlstest.NewCA(t, "kubevmm-test-ca")
+	proxy := ca.Issue(t, "front-proxy-client")
+	cfg, c := apiserver.Start(t, func(env *envtest.Environment) {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("requestheader-client-ca-file", proxy.CA)
+		args.Set("requestheader-allowed-names", "front-proxy-client")
+		args.Set("requestheader-username-headers", "X-Remote-User")
+		args.Set("requestheader-group-headers", "X-Remote-Group")
+		args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
+		args.Set("proxy-client-cert-file", proxy.Cert)
+		args.Set("proxy-client-key-file", proxy.Key)
+		// To the endpoint's address: there is no kube-proxy for the
+		// service's cluster IP.
+		args.Set("enable-aggregator-routing", "true")
+	})
+	ctx := context.Background()
+
+	// virt-api, as cmd/virt-api runs it, on a certificate of our CA for
+	// the service's name, which the aggregator checks.
+	caPEM, err := os.ReadFile(ca.File)
+	require.NoError(t, err)
+	proxyCAs := x509.NewCertPool()
+	require.True(t, proxyCAs.AppendCertsFromPEM(caPEM))
+	serving := ca.Issue(t, "virt-api.kubevirt.svc")
+	cert, err := tls.LoadX509KeyPair(serving.Cert, serving.Key)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	require.NoError(t, err)
+	s := &virtapi.Server{Client: c, Namespace: "kubevirt", ProxyCAs: proxyCAs, ProxyNames: []string{"front-proxy-client"},
+		UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}, Log: logr.Discard()}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	port := int32(ln.Addr().(*net.TCPAddr).Port)
+
+	// Registered as in a cluster: a service without a selector whose
+	// endpoint is virt-api here, and the APIService naming it.
+	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}}))
+	require.NoError(t, c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port)}}}}))
+	require.NoError(t, c.Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt"}, //nolint:staticcheck // what the aggregator may still read
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}}, Ports: []corev1.EndpointPort{{Name: "https", Port: port}}}}}))
+	require.NoError(t, c.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt", Labels: map[string]string{discoveryv1.LabelServiceName: "virt-api"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(port)}},
+	}))
+	apisvc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"metadata": map[string]any{"name": "v1." + v1.SubresourceGroupName},
+		"spec": map[string]any{
+			"group": v1.SubresourceGroupName, "version": "v1",
+			"service":  map[string]any{"namespace": "kubevirt", "name": "virt-api", "port": int64(443)},
+			"caBundle": caPEM, "groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
+		},
+	}}
+	require.NoError(t, c.Create(ctx, apisvc))
+	// The aggregator proxies only once it has found virt-api available;
+	// the deadline only turns a hang into a failure.
+	require.Eventually(t, func() bool {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(apisvc), apisvc); err != nil {
+			return false
+		}
+		conds, _, _ := unstructured.NestedSlice(apisvc.Object, "status", "conditions")
+		for _, cd := range conds {
+			if m, ok := cd.(map[string]any); ok && m["type"] == "Available" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Minute, 100*time.Millisecond, "the APIService never became available")
+
+	return kubeconfig(t, cfg), c
+}
+
+// kubeconfig writes the admin config the way a user's kubeconfig holds it.
+func kubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin", Namespace: "default"}
+	kc.CurrentContext = "envtest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	return path
+}
+
+func TestVirtctlAgainstVirtAPI(t *testing.T) {
+	kc, c := cluster(t)
+	ctx := context.Background()
+	virtctl := func(args ...string) (int, string, error) {
+		var out bytes.Buffer
+		code, err := run(append([]string{"--kubeconfig", kc}, args...), os.Stdin, &out)
+		return code, out.String(), err
+	}
+	g := resource.MustParse("128Mi")
+	tmpl := &v1.VirtualMachineInstanceTemplateSpec{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &g}}}}
+	newVM := func(name string, rs v1.VirtualMachineRunStrategy) {
+		require.NoError(t, c.Create(ctx, &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: v1.VirtualMachineSpec{RunStrategy: ptr.To(rs), Template: tmpl}}))
+	}
+	get := func(name string) *v1.VirtualMachine {
+		vm := &v1.VirtualMachine{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, vm))
+		return vm
+	}
+
+	t.Run("version", func(t *testing.T) {
+		code, out, err := virtctl("version")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Contains(t, out, "Client Version: devel\n")
+		assert.Contains(t, out, `Server Version: {"gitVersion":"devel"`)
+	})
+
+	t.Run("stop and start flip the run strategy", func(t *testing.T) {
+		newVM("always", v1.RunStrategyAlways)
+		code, out, err := virtctl("stop", "always")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "VM always was scheduled to stop\n", out)
+		assert.Equal(t, v1.RunStrategyHalted, *get("always").Spec.RunStrategy)
+
+		code, _, err = virtctl("stop", "always")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "stop always: VM is not running")
+
+		code, out, err = virtctl("-n", "default", "start", "always")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "VM always was scheduled to start\n", out)
+		assert.Equal(t, v1.RunStrategyAlways, *get("always").Spec.RunStrategy)
+
+		code, _, err = virtctl("start", "always")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "start always: Always does not support manual start requests")
+	})
+
+	t.Run("manual VM: start, restart, migrate", func(t *testing.T) {
+		newVM("manual", v1.RunStrategyManual)
+		code, _, err := virtctl("restart", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "restart manual: VM is not running")
+
+		code, _, err = virtctl("start", "manual")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		reqs := get("manual").Status.StateChangeRequests
+		require.Len(t, reqs, 1)
+		assert.Equal(t, v1.StartRequest, reqs[0].Action)
+
+		// What virt-controller would do next: drop the request, create
+		// the VMI, which then runs.
+		vm := get("manual")
+		vm.Status.StateChangeRequests = nil
+		require.NoError(t, c.Status().Update(ctx, vm))
+		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: "default"}, Spec: tmpl.Spec}
+		require.NoError(t, c.Create(ctx, vmi))
+
+		code, _, err = virtctl("migrate", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "migrate manual: VMI is not running")
+		code, _, err = virtctl("pause", "vmi", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "pause manual: VMI is not running")
+
+		vmi.Status.Phase, vmi.Status.NodeName = v1.Running, "node01"
+		require.NoError(t, c.Status().Update(ctx, vmi))
+
+		code, out, err := virtctl("restart", "manual")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "VM manual was scheduled to restart\n", out)
+		reqs = get("manual").Status.StateChangeRequests
+		require.Len(t, reqs, 2)
+		assert.Equal(t, v1.StopRequest, reqs[0].Action)
+		assert.Equal(t, vmi.UID, *reqs[0].UID)
+		assert.Equal(t, v1.StartRequest, reqs[1].Action)
+
+		code, out, err = virtctl("migrate", "manual")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "VM manual was scheduled to migrate\n", out)
+		migs := &v1.VirtualMachineInstanceMigrationList{}
+		require.NoError(t, c.List(ctx, migs, client.InNamespace("default")))
+		require.Len(t, migs.Items, 1)
+		assert.Equal(t, "manual", migs.Items[0].Spec.VMIName)
+
+		// Pausing needs the VMI's virt-handler, and none runs here.
+		code, _, err = virtctl("unpause", "vm", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "unpause manual: VMI is not paused")
+		code, _, err = virtctl("pause", "vm", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "pause manual: no running virt-handler on node node01")
+	})
+
+	t.Run("unknown VM and wrong namespace", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"start", "nope"},
+			{"-n", "other", "stop", "always"},
+			{"--namespace", "other", "migrate", "manual"},
+			{"pause", "vmi", "nope"},
+		} {
+			code, out, err := virtctl(args...)
+			assert.Equal(t, 1, code, "%v", args)
+			assert.Empty(t, out, "%v", args)
+			require.Error(t, err, "%v", args)
+			assert.Contains(t, err.Error(), "not found", "%v", args)
+		}
+		// Nothing was changed by them.
+		assert.Equal(t, v1.RunStrategyAlways, *get("always").Spec.RunStrategy)
+	})
+
+	t.Run("usage errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			err  string
+		}{
+			{[]string{"start"}, "start: want VM"},
+			{[]string{"stop", "a", "b"}, "stop: want VM"},
+			{[]string{"pause", "always"}, "pause: want vm|vmi NAME"},
+			{[]string{"pause", "pod", "always"}, `pause: "pod" is not vm or vmi`},
+			{[]string{"reboot", "always"}, `unknown command "reboot"`},
+		} {
+			code, _, err := virtctl(tc.args...)
+			assert.Equal(t, 2, code, "%v", tc.args)
+			assert.EqualError(t, err, tc.err, "%v", tc.args)
+		}
+	})
+}
+
+// A broken kubeconfig is an error naming it.
+func TestVirtctlBadKubeconfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte("not: [a kubeconfig"), 0o600))
+	code, err := run([]string{"--kubeconfig", path, "start", "vm"}, os.Stdin, &bytes.Buffer{})
+	assert.Equal(t, 1, code)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path, "names the file")
+}

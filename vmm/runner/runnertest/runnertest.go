@@ -1,0 +1,88 @@
+// Package runnertest serves a real running VM on the control API for
+// tests that drive it: a KVM machine whose one-instruction guest (`jmp $`)
+// spins forever, so no Linux boot is needed.
+package runnertest
+
+import (
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
+	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/runner"
+)
+
+// MemoryBytes is the spinning VM's RAM.
+const MemoryBytes = 64 << 20
+
+// CodeAddr is where the guest's code (0xeb 0xfe) sits in its RAM.
+const CodeAddr = 0x100000
+
+// VM is a running VM served on a unix socket.
+type VM struct {
+	Runner *runner.Runner
+	Client *api.Client
+	Socket string
+	Exited <-chan machine.Exit // what Run returned, once it has
+}
+
+// Spinning starts the VM, or skips without /dev/kvm. Cleanup stops it.
+func Spinning(t *testing.T) *VM {
+	t.Helper()
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		t.Skip("no /dev/kvm")
+	}
+	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: MemoryBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr), Console: io.Discard})
+	require.NoError(t, err)
+	r := runner.New(m, 1, MemoryBytes)
+	exited := make(chan machine.Exit, 1)
+	go func() { exited <- r.Run() }()
+	sock := filepath.Join(t.TempDir(), "vmm.sock")
+	srv, err := api.Listen(sock, r)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = r.Stop()
+		<-r.Done()
+		srv.Close()
+		m.Close()
+	})
+	return &VM{Runner: r, Client: api.NewClient(sock), Socket: sock, Exited: exited}
+}
+
+// DeafTarget accepts migration connections and never reads them, so a
+// migration to it runs until it is cancelled. It returns its address.
+func DeafTarget(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "deaf.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "unix:" + sock
+}
