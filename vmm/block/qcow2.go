@@ -43,8 +43,10 @@ import (
 //  4. A new refcount table (with its blocks) is durable before the
 //     header points at it, and the header before the old table is freed.
 //
-// Rewrites of allocated clusters go straight to the file. Flush is an
-// fdatasync of the whole file, so it makes every write and entry durable.
+// One WriteAt syncs once, however many clusters it allocates: their
+// entries are written together after it. Rewrites of allocated clusters
+// go straight to the file. Flush is an fdatasync of the whole file, so
+// it makes every write and entry durable.
 
 var (
 	// ErrQcow2Corrupt is wrapped by every error about a malformed image.
@@ -568,20 +570,51 @@ func (q *Qcow2) WriteAt(p []byte, off int64) (int, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// The L2 and L1 entries of the clusters this write allocates wait
+	// until their data is written, and then one sync covers all of them.
+	var entries []entryWrite
 	done := 0
+	var err error
 	for done < len(p) {
 		pos := uint64(off) + uint64(done)
 		in := pos % q.cs
 		seg := p[done:min(len(p), done+int(q.cs-in))]
-		if err := q.writeCluster(pos, in, seg); err != nil {
-			return done, err
+		if err = q.writeCluster(pos, in, seg, &entries); err != nil {
+			break
 		}
 		done += len(seg)
 	}
-	return done, nil
+	if werr := q.writeEntries(entries); werr != nil {
+		return 0, werr
+	}
+	return done, err
 }
 
-func (q *Qcow2) writeCluster(pos, in uint64, seg []byte) error {
+// entryWrite is an L2 or L1 entry to write at off once what it points at
+// is durable. The in-memory tables have it already, so later clusters of
+// the same write find the new L2 tables.
+type entryWrite struct{ off, entry uint64 }
+
+// writeEntries writes entries after a sync: rules 1 and 2, for the
+// refcounts, new L2 tables and data clusters they point at.
+func (q *Qcow2) writeEntries(entries []entryWrite) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := q.sync(); err != nil {
+		return err
+	}
+	var b [8]byte
+	for _, e := range entries {
+		binary.BigEndian.PutUint64(b[:], e.entry)
+		if _, err := q.f.WriteAt(b[:], int64(e.off)); err != nil {
+			return fmt.Errorf("write L1/L2 entry at %#x: %w", e.off, err)
+		}
+	}
+	return nil
+}
+
+func (q *Qcow2) writeCluster(pos, in uint64, seg []byte, entries *[]entryWrite) error {
 	vc := pos / q.cs
 	m, err := q.lookup(vc)
 	if err != nil {
@@ -628,16 +661,13 @@ func (q *Qcow2) writeCluster(pos, in uint64, seg []byte) error {
 	if _, err := q.f.WriteAt(buf, int64(host)); err != nil {
 		return fmt.Errorf("write new data cluster at %#x: %w", host, err)
 	}
-	// Rules 1 and 2: the refcounts, the new L2 table and the data are
-	// durable before an L2 or L1 entry points at them.
-	if err := q.sync(); err != nil {
-		return err
-	}
-	if err := q.setL2(m, host|qcowCopied); err != nil {
-		return err
-	}
-	if newL2 {
-		return q.setL1(vc/q.l2n, m.l2Off|qcowCopied)
+	entry := host | qcowCopied
+	m.l2[m.l2Idx] = entry
+	*entries = append(*entries, entryWrite{m.l2Off + 8*m.l2Idx, entry})
+	if newL2 { // after the table's first entry: never a table without it
+		l1i, l1e := vc/q.l2n, m.l2Off|qcowCopied
+		q.l1[l1i] = l1e
+		*entries = append(*entries, entryWrite{q.h.L1TableOffset + 8*l1i, l1e})
 	}
 	return nil
 }
@@ -661,18 +691,8 @@ func (q *Qcow2) checkNotMetadata(host uint64) error {
 	return nil
 }
 
-func (q *Qcow2) setL2(m mapping, entry uint64) error {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], entry)
-	if _, err := q.f.WriteAt(b[:], int64(m.l2Off+8*m.l2Idx)); err != nil {
-		return fmt.Errorf("write L2 entry: %w", err)
-	}
-	m.l2[m.l2Idx] = entry
-	return nil
-}
-
 // allocL2 makes a new, empty L2 table for guest cluster vc's L1 entry;
-// the caller writes the L1 entry once the table is durable (rule 2).
+// the caller sets the L1 entry, written once the table is durable.
 func (q *Qcow2) allocL2(vc uint64) (mapping, error) {
 	if q.l1[vc/q.l2n] != 0 {
 		return mapping{}, unsupported("L1 entry %d is shared (refcount > 1)", vc/q.l2n)
@@ -687,16 +707,6 @@ func (q *Qcow2) allocL2(vc uint64) (mapping, error) {
 	l2 := make([]uint64, q.l2n)
 	q.l2[off] = l2
 	return mapping{kind: clusterUnallocated, l2: l2, l2Off: off, l2Idx: vc % q.l2n, copied: true}, nil
-}
-
-func (q *Qcow2) setL1(i, entry uint64) error {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], entry)
-	if _, err := q.f.WriteAt(b[:], int64(q.h.L1TableOffset+8*i)); err != nil {
-		return fmt.Errorf("write L1 entry: %w", err)
-	}
-	q.l1[i] = entry
-	return nil
 }
 
 // allocCluster reserves the next host cluster at the end of the file with
