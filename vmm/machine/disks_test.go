@@ -148,13 +148,14 @@ func TestFailedMigrationSourceCannotRetakeADisk(t *testing.T) {
 	in := &checkingTarget{Incoming: NewIncoming(Config{}), t: t, disks: disks,
 		restore: func([]byte) error {
 			var err error
-			stolen, err = block.Open(disks[0].Path, block.Options{})
-			require.NoError(t, err)
+			if stolen, err = block.Open(disks[0].Path, block.Options{}); err != nil {
+				return err
+			}
 			return errors.New("the target gives up, still holding the disk")
 		}}
 	go migration.Receive(context.Background(), dst, in)
 	_, err := migration.Send(context.Background(), src, m.AsMigrationSource(), migration.Options{})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "still holding the disk")
 	require.NotNil(t, stolen)
 	defer stolen.Close()
 	var e Exit
