@@ -144,20 +144,20 @@ func TestFailedMigrationSourceCannotRetakeADisk(t *testing.T) {
 	defer m.Close()
 	waitCounter(t, m, 1000)
 	src, dst := migrationPipe(t)
-	var stolen block.Disk
+	stolen := make(chan block.Disk, 1)
 	in := &checkingTarget{Incoming: NewIncoming(Config{}), t: t, disks: disks,
 		restore: func([]byte) error {
-			var err error
-			if stolen, err = block.Open(disks[0].Path, block.Options{}); err != nil {
+			d, err := block.Open(disks[0].Path, block.Options{})
+			if err != nil {
 				return err
 			}
+			stolen <- d
 			return errors.New("the target gives up, still holding the disk")
 		}}
 	go migration.Receive(context.Background(), dst, in)
 	_, err := migration.Send(context.Background(), src, m.AsMigrationSource(), migration.Options{})
 	require.ErrorContains(t, err, "still holding the disk")
-	require.NotNil(t, stolen)
-	defer stolen.Close()
+	defer (<-stolen).Close()
 	var e Exit
 	select {
 	case e = <-exited:
