@@ -53,8 +53,8 @@ func openWritable(d DiskConfig) error {
 // Restore step.
 type checkingTarget struct {
 	*Incoming
-	t        *testing.T
-	disks    []DiskConfig
+	t       *testing.T
+	disks   []DiskConfig
 	restore func(state []byte) error
 }
 
