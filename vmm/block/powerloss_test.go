@@ -25,8 +25,27 @@ type powerFile struct {
 	pending      []pendingWrite
 	// the power goes before operation number lossAt (a write or a sync)
 	lossAt, ops int
+	// or, if set, with even odds before each sync that follows a write
+	// to the header or the refcount table: the rare windows of rules 3
+	// and 4 that a uniform pick almost never hits
+	atTableSync bool
 	r           *rand.Rand
 	lost        []byte // the file after the loss
+}
+
+// tableWrite reports whether a pending write touches the header or the
+// refcount table the current header names.
+func (f *powerFile) tableWrite() bool {
+	be := binary.BigEndian
+	cs := int64(1) << be.Uint32(f.cur[20:])
+	rt, n := int64(be.Uint64(f.cur[48:])), int64(be.Uint32(f.cur[56:]))*cs
+	for _, w := range f.pending {
+		end := w.off + int64(len(w.data))
+		if w.off < 104 || w.off < rt+n && rt < end {
+			return true
+		}
+	}
+	return false
 }
 
 // op counts an operation and loses the power before the lossAt'th.
@@ -64,6 +83,9 @@ func (f *powerFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (f *powerFile) Sync() error {
+	if f.atTableSync && f.lost == nil && f.tableWrite() && f.r.IntN(2) == 0 {
+		f.lost = f.lose(f.r)
+	}
 	f.op()
 	f.durable, f.pending = bytes.Clone(f.cur), nil
 	return nil
@@ -110,6 +132,9 @@ func TestQcow2SurvivesPowerLoss(t *testing.T) {
 		ops := map[string]int{"512": 6000, "65536": 1000}[cs] // about a round's
 		for round := range 30 {
 			f := &powerFile{durable: bytes.Clone(empty), cur: bytes.Clone(empty), lossAt: 1 + r.IntN(ops), r: r}
+			if round%2 == 1 {
+				f.lossAt, f.atTableSync = -1, true
+			}
 			q, err := newQcow2(f, img, int64(len(empty)), false, nil)
 			require.NoError(t, err)
 			// per block: the data last flushed, and writes since
