@@ -51,7 +51,6 @@ func TestRaw(t *testing.T) {
 	path := writeFile(t, "disk.raw", want)
 	d, err := block.OpenRaw(path, false)
 	require.NoError(t, err)
-	defer d.Close()
 	assert.Equal(t, uint64(size), d.Size())
 
 	copy(want[4096:], "written by the test")
@@ -64,6 +63,7 @@ func TestRaw(t *testing.T) {
 	clear(want[200000:201000])
 	require.NoError(t, d.WriteZeroes(300000, 4096, true))
 	clear(want[300000:304096])
+	require.NoError(t, d.Close())
 
 	got, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -20,6 +20,33 @@ import (
 // entries with an error that says so. Opened writable, it allocates
 // clusters at the end of the file and keeps refcounts, L2 and L1 entries
 // consistent, so `qemu-img check` is clean.
+//
+// Crash consistency: a VMM killed at any point must leave an image that
+// `qemu-img check` accepts (leaked clusters are allowed: a leak is a
+// refcount higher than the references, harmless and repaired by
+// `qemu-img check -r leaks`) and that holds every write before the last
+// Flush. Writes to the file reach the disk in any order unless a sync
+// (fdatasync) separates them, so metadata is ordered by syncs:
+//
+//  1. A cluster's refcount is durable before any L2 or L1 entry, or the
+//     refcount table, refers to the cluster; refcounts drop only after
+//     the reference is gone durably. On disk a refcount is therefore
+//     never below the references: at worst a cluster leaks.
+//  2. A new cluster's contents (guest data, including what it copied
+//     from the backing file, or a zeroed L2 table) are durable before
+//     the L2 or L1 entry that makes them visible: a crash never exposes
+//     stale bytes or garbage tables. Entries themselves need no sync
+//     until Flush: an entry that didn't reach the disk is a write the
+//     guest never flushed.
+//  3. A new refcount block, counting itself, is durable before the
+//     refcount table entry that points at it.
+//  4. A new refcount table (with its blocks) is durable before the
+//     header points at it, and the header before the old table is freed.
+//
+// One WriteAt syncs once, however many clusters it allocates: their
+// entries are written together after it. Rewrites of allocated clusters
+// go straight to the file. Flush is an fdatasync of the whole file, so
+// it makes every write and entry durable.
 
 var (
 	// ErrQcow2Corrupt is wrapped by every error about a malformed image.
@@ -263,11 +290,7 @@ func openQcow2(path string, readOnly bool, depth int) (*Qcow2, error) {
 	if depth > qcowMaxDepth {
 		return nil, unsupported("backing chain deeper than %d at %s", qcowMaxDepth, path)
 	}
-	flag := os.O_RDWR
-	if readOnly {
-		flag = os.O_RDONLY
-	}
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := openLocked(path, readOnly)
 	if err != nil {
 		return nil, fmt.Errorf("open qcow2 image: %w", err)
 	}
@@ -336,6 +359,10 @@ func newQcow2(f imageFile, name string, fileSize int64, readOnly bool, openBacki
 			if _, err := f.WriteAt(zero[:], 88); err != nil {
 				return nil, fmt.Errorf("clear autoclear features: %w", err)
 			}
+			// durable before any write the features' data would miss
+			if err := f.Sync(); err != nil {
+				return nil, fmt.Errorf("clear autoclear features: %w", err)
+			}
 			h.AutoclearFeatures = 0
 		}
 	}
@@ -376,6 +403,23 @@ func (q *Qcow2) Close() error {
 	}
 	errs = append(errs, q.f.Close())
 	return errors.Join(errs...)
+}
+
+// Unlock lets go of the image's lock (its backing chain keeps its shared
+// locks); the image stays open.
+func (q *Qcow2) Unlock() error {
+	if f, ok := q.f.(osFile); ok {
+		return unlockFile(f.File)
+	}
+	return nil
+}
+
+// Lock takes the image's lock again after Unlock.
+func (q *Qcow2) Lock() error {
+	if f, ok := q.f.(osFile); ok {
+		return lockFile(f.File, !q.ro)
+	}
+	return nil
 }
 
 // Flush makes data and metadata durable.
@@ -526,20 +570,51 @@ func (q *Qcow2) WriteAt(p []byte, off int64) (int, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// The L2 and L1 entries of the clusters this write allocates wait
+	// until their data is written, and then one sync covers all of them.
+	var entries []entryWrite
 	done := 0
+	var err error
 	for done < len(p) {
 		pos := uint64(off) + uint64(done)
 		in := pos % q.cs
 		seg := p[done:min(len(p), done+int(q.cs-in))]
-		if err := q.writeCluster(pos, in, seg); err != nil {
-			return done, err
+		if err = q.writeCluster(pos, in, seg, &entries); err != nil {
+			break
 		}
 		done += len(seg)
 	}
-	return done, nil
+	if werr := q.writeEntries(entries); werr != nil {
+		return 0, werr
+	}
+	return done, err
 }
 
-func (q *Qcow2) writeCluster(pos, in uint64, seg []byte) error {
+// entryWrite is an L2 or L1 entry to write at off once what it points at
+// is durable. The in-memory tables have it already, so later clusters of
+// the same write find the new L2 tables.
+type entryWrite struct{ off, entry uint64 }
+
+// writeEntries writes entries after a sync: rules 1 and 2, for the
+// refcounts, new L2 tables and data clusters they point at.
+func (q *Qcow2) writeEntries(entries []entryWrite) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := q.sync(); err != nil {
+		return err
+	}
+	var b [8]byte
+	for _, e := range entries {
+		binary.BigEndian.PutUint64(b[:], e.entry)
+		if _, err := q.f.WriteAt(b[:], int64(e.off)); err != nil {
+			return fmt.Errorf("write L1/L2 entry at %#x: %w", e.off, err)
+		}
+	}
+	return nil
+}
+
+func (q *Qcow2) writeCluster(pos, in uint64, seg []byte, entries *[]entryWrite) error {
 	vc := pos / q.cs
 	m, err := q.lookup(vc)
 	if err != nil {
@@ -566,7 +641,8 @@ func (q *Qcow2) writeCluster(pos, in uint64, seg []byte) error {
 		}
 	}
 	copy(buf[in:], seg)
-	if m.l2 == nil {
+	newL2 := m.l2 == nil
+	if newL2 {
 		if m, err = q.allocL2(vc); err != nil {
 			return err
 		}
@@ -582,12 +658,26 @@ func (q *Qcow2) writeCluster(pos, in uint64, seg []byte) error {
 	} else if err := q.checkNotMetadata(host); err != nil {
 		return err
 	}
-	// Data first, then the L2 entry that makes it visible: a crash in
-	// between leaks a cluster but never exposes garbage.
 	if _, err := q.f.WriteAt(buf, int64(host)); err != nil {
 		return fmt.Errorf("write new data cluster at %#x: %w", host, err)
 	}
-	return q.setL2(m, host|qcowCopied)
+	entry := host | qcowCopied
+	m.l2[m.l2Idx] = entry
+	*entries = append(*entries, entryWrite{m.l2Off + 8*m.l2Idx, entry})
+	if newL2 { // after the table's first entry: never a table without it
+		l1i, l1e := vc/q.l2n, m.l2Off|qcowCopied
+		q.l1[l1i] = l1e
+		*entries = append(*entries, entryWrite{q.h.L1TableOffset + 8*l1i, l1e})
+	}
+	return nil
+}
+
+// sync is a write barrier for the ordering rules above.
+func (q *Qcow2) sync() error {
+	if err := q.f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", q.name, err)
+	}
+	return nil
 }
 
 // checkNotMetadata refuses to write guest data over the header or the L1
@@ -601,21 +691,11 @@ func (q *Qcow2) checkNotMetadata(host uint64) error {
 	return nil
 }
 
-func (q *Qcow2) setL2(m mapping, entry uint64) error {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], entry)
-	if _, err := q.f.WriteAt(b[:], int64(m.l2Off+8*m.l2Idx)); err != nil {
-		return fmt.Errorf("write L2 entry: %w", err)
-	}
-	m.l2[m.l2Idx] = entry
-	return nil
-}
-
-// allocL2 gives guest cluster vc's L1 entry a new, empty L2 table.
+// allocL2 makes a new, empty L2 table for guest cluster vc's L1 entry;
+// the caller sets the L1 entry, written once the table is durable.
 func (q *Qcow2) allocL2(vc uint64) (mapping, error) {
-	l1i := vc / q.l2n
-	if q.l1[l1i] != 0 {
-		return mapping{}, unsupported("L1 entry %d is shared (refcount > 1)", l1i)
+	if q.l1[vc/q.l2n] != 0 {
+		return mapping{}, unsupported("L1 entry %d is shared (refcount > 1)", vc/q.l2n)
 	}
 	off, err := q.allocCluster()
 	if err != nil {
@@ -624,13 +704,6 @@ func (q *Qcow2) allocL2(vc uint64) (mapping, error) {
 	if _, err := q.f.WriteAt(make([]byte, q.cs), int64(off)); err != nil {
 		return mapping{}, fmt.Errorf("write new L2 table: %w", err)
 	}
-	entry := off | qcowCopied
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], entry)
-	if _, err := q.f.WriteAt(b[:], int64(q.h.L1TableOffset+8*l1i)); err != nil {
-		return mapping{}, fmt.Errorf("write L1 entry: %w", err)
-	}
-	q.l1[l1i] = entry
 	l2 := make([]uint64, q.l2n)
 	q.l2[off] = l2
 	return mapping{kind: clusterUnallocated, l2: l2, l2Off: off, l2Idx: vc % q.l2n, copied: true}, nil
@@ -667,16 +740,21 @@ func (q *Qcow2) setRefcount(host uint64, v uint16) error {
 		if _, err := q.f.WriteAt(make([]byte, q.cs), int64(block)); err != nil {
 			return fmt.Errorf("write new refcount block: %w", err)
 		}
+		q.ref[ti] = block
+		if err := q.setRefcount(block, 1); err != nil {
+			return err
+		}
 		if !q.growing { // a growing table is written whole at the end
+			// Rule 3: the block, counting itself, is durable before
+			// the table points at it.
+			if err := q.sync(); err != nil {
+				return err
+			}
 			var b [8]byte
 			binary.BigEndian.PutUint64(b[:], block)
 			if _, err := q.f.WriteAt(b[:], int64(q.h.RefcountTableOffset+8*ti)); err != nil {
 				return fmt.Errorf("write refcount table entry: %w", err)
 			}
-		}
-		q.ref[ti] = block
-		if err := q.setRefcount(block, 1); err != nil {
-			return err
 		}
 	} else if block%q.cs != 0 {
 		return corrupt("refcount table entry %d: block at %#x is not cluster aligned", ti, block)
@@ -718,6 +796,12 @@ func (q *Qcow2) growRefTable(need uint64) error {
 	if _, err := q.f.WriteAt(table, int64(newOff)); err != nil {
 		return fmt.Errorf("write new refcount table: %w", err)
 	}
+	// Rule 4: the new table, its blocks and counts are durable before
+	// the header points at it, and the header before the old table's
+	// clusters are freed.
+	if err := q.sync(); err != nil {
+		return err
+	}
 	var hdr [12]byte
 	binary.BigEndian.PutUint64(hdr[0:], newOff)
 	binary.BigEndian.PutUint32(hdr[8:], uint32(newN))
@@ -725,6 +809,9 @@ func (q *Qcow2) growRefTable(need uint64) error {
 		return fmt.Errorf("switch to the new refcount table: %w", err)
 	}
 	q.h.RefcountTableOffset, q.h.RefcountTableClusters = newOff, uint32(newN)
+	if err := q.sync(); err != nil {
+		return err
+	}
 	for i := uint64(0); i < oldN; i++ {
 		if err := q.setRefcount(oldOff+i*q.cs, 0); err != nil {
 			return err

@@ -16,13 +16,9 @@ type Raw struct {
 	ro   bool
 }
 
-// OpenRaw opens a raw image.
+// OpenRaw opens a raw image and locks it (lock.go).
 func OpenRaw(path string, readOnly bool) (*Raw, error) {
-	flag := os.O_RDWR
-	if readOnly {
-		flag = os.O_RDONLY
-	}
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := openLocked(path, readOnly)
 	if err != nil {
 		return nil, fmt.Errorf("open raw image: %w", err)
 	}
@@ -105,8 +101,14 @@ func writeZeros(w io.WriterAt, off, n int64) error {
 	return nil
 }
 
-// Close closes the file.
+// Close closes the file (which drops its lock).
 func (r *Raw) Close() error { return r.f.Close() }
+
+// Unlock lets go of the image's lock; the image stays open.
+func (r *Raw) Unlock() error { return unlockFile(r.f) }
+
+// Lock takes the image's lock again after Unlock.
+func (r *Raw) Lock() error { return lockFile(r.f, !r.ro) }
 
 // VectorIO is a Disk that transfers a scatter-gather list in one call.
 type VectorIO interface {

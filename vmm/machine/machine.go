@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/assist"
+	"github.com/kubevmm/kubevmm/vmm/block"
 	"github.com/kubevmm/kubevmm/vmm/boot"
 	"github.com/kubevmm/kubevmm/vmm/devices/bus"
 	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
@@ -48,6 +49,11 @@ type Config struct {
 	NICs  []NICConfig
 	RNG   bool
 	Vsock *VsockConfig
+
+	// deferDisks, set for an incoming migration, are the virtual sizes of
+	// Disks: their devices are built without opening the images, which
+	// the source still writes (Incoming.Restore opens them).
+	deferDisks []uint64
 }
 
 // Machine is a built VM.
@@ -70,6 +76,8 @@ type Machine struct {
 	msrList  []uint32 // MSRs saved in snapshots, probed on first use
 	panics   *panicWatch
 	virtio   []*VirtioDevice
+	disks    []block.Disk   // cfg.Disks' images, in order
+	released []block.Locker // disks a migration source let go of
 	profiler atomic.Pointer[Profiler]
 
 	// live migration (migrate.go)

@@ -121,17 +121,30 @@ func (m *Machine) Throttle(fraction float64) {
 }
 
 // migrationPause pauses vCPUs and holds every device still until
-// migrationResume; the migration's stop-and-copy runs in between.
+// migrationResume; the migration's stop-and-copy runs in between. The
+// disks are flushed and their images' locks released for the target,
+// which opens them when it loads the state.
 func (m *Machine) migrationPause() error {
 	m.Throttle(0)
 	if err := m.Pause(); err != nil {
 		return err
 	}
 	m.releaseDevices = m.holdDevices()
+	if err := m.releaseDisks(); err != nil {
+		m.migrationResume()
+		return err
+	}
 	return nil
 }
 
+// migrationResume runs the guest again after a failed migration, once it
+// has its images' locks back. If another process holds one (the target
+// did not let go), the guest must not write it: the VM ends with an error
+// naming the image instead.
 func (m *Machine) migrationResume() {
+	if err := m.retakeDisks(); err != nil {
+		m.stop(Exit{Reason: ExitError, Err: fmt.Errorf("resuming after a failed migration: %w", err)})
+	}
 	if m.releaseDevices != nil {
 		m.releaseDevices()
 		m.releaseDevices = nil
@@ -198,6 +211,11 @@ func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The source still writes its disks: build them unopened.
+	cfg.deferDisks = make([]uint64, len(sc.Disks))
+	for i, d := range sc.Disks {
+		cfg.deferDisks[i] = d.Image.Size
+	}
 	m, err := build(cfg, freshRAM)
 	if err != nil {
 		return nil, err
@@ -223,6 +241,13 @@ func (in *Incoming) Restore(state []byte) error {
 	}
 	if !reflect.DeepEqual(s.Config, in.header) {
 		return fmt.Errorf("migrated state describes another VM than the header did")
+	}
+	// The source has stopped, flushed its disks and let go of them.
+	if err := in.Machine.openDeferredDisks(); err != nil {
+		return err
+	}
+	if err := in.Machine.checkDisks(s.Config.Disks); err != nil {
+		return err
 	}
 	return in.Machine.loadState(&s)
 }

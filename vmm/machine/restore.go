@@ -63,6 +63,10 @@ func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
 		mem.Close() // idempotent: build may have closed it already
 		return nil, err
 	}
+	if err := m.checkDisks(s.Config.Disks); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
 	if err := m.loadState(s); err != nil {
 		m.Close()
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kubevmm/kubevmm/vmm/block"
 	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
 	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
@@ -19,8 +20,9 @@ import (
 )
 
 // StateVersion is the version of State; each device's own state carries
-// its own version too, checked by the device.
-const StateVersion = 1
+// its own version too, checked by the device. Version 2: each saved disk
+// records its image's identity.
+const StateVersion = 2
 
 // SavedConfig is the part of Config that describes the VM's hardware: what
 // a snapshot or a migration target needs to rebuild the same machine.
@@ -29,10 +31,18 @@ type SavedConfig struct {
 	MemoryBytes uint64       `json:"memory_bytes"`
 	Cmdline     string       `json:"cmdline"` // as the guest booted with it
 	Nested      bool         `json:"nested_profile"`
-	Disks       []DiskConfig `json:"disks,omitempty"`
+	Disks       []savedDisk  `json:"disks,omitempty"`
 	NICs        []savedNIC   `json:"nics,omitempty"`
 	RNG         bool         `json:"rng,omitempty"`
 	Vsock       *VsockConfig `json:"vsock,omitempty"`
+}
+
+// savedDisk is a disk and what the guest saw of its image: a migration
+// target builds the device from the size before it may open the image,
+// and a restore or a target refuses an image that doesn't match.
+type savedDisk struct {
+	DiskConfig
+	Image block.Identity `json:"image"`
 }
 
 type savedNIC struct {
@@ -62,7 +72,10 @@ type VirtioState struct {
 func (m *Machine) savedConfig() SavedConfig {
 	c := SavedConfig{
 		CPUs: m.cfg.CPUs, MemoryBytes: m.cfg.MemoryBytes, Cmdline: m.Cmdline, Nested: m.Nested,
-		Disks: m.cfg.Disks, RNG: m.cfg.RNG, Vsock: m.cfg.Vsock,
+		RNG: m.cfg.RNG, Vsock: m.cfg.Vsock,
+	}
+	for i, d := range m.cfg.Disks {
+		c.Disks = append(c.Disks, savedDisk{DiskConfig: d, Image: block.Identify(m.disks[i])})
 	}
 	for _, n := range m.cfg.NICs {
 		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String()})
@@ -77,7 +90,11 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 	c.CPUs, c.MemoryBytes, c.Cmdline = sc.CPUs, sc.MemoryBytes, sc.Cmdline
 	nested := sc.Nested
 	c.HostProfile = &nested
-	c.Disks, c.RNG, c.Vsock = sc.Disks, sc.RNG, sc.Vsock
+	c.RNG, c.Vsock = sc.RNG, sc.Vsock
+	c.Disks = nil
+	for _, d := range sc.Disks {
+		c.Disks = append(c.Disks, d.DiskConfig)
+	}
 	if base.Vsock != nil && base.Vsock.Socket != "" {
 		// The caller's socket path replaces the saved one; the CID
 		// belongs to the guest and stays.
@@ -246,7 +263,13 @@ func (m *Machine) Snapshot(dir string, resume bool) (SnapshotResult, error) {
 	}
 	var res SnapshotResult
 	release := m.holdDevices()
-	s, err := m.saveState()
+	// The snapshot is only as good as the disks under it: everything the
+	// guest wrote before it must be on them.
+	err := m.flushDisks()
+	var s *State
+	if err == nil {
+		s, err = m.saveState()
+	}
 	if err == nil {
 		res.StoredBytes, err = snapshot.Write(dir, m.Mem, s)
 	}

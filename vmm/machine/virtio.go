@@ -98,16 +98,96 @@ func (m *Machine) setupVirtio() error {
 }
 
 func (m *Machine) addDisk(i int, c DiskConfig) error {
-	disk, err := block.Open(c.Path, block.Options{Format: c.Format, ReadOnly: c.ReadOnly})
-	if err != nil {
-		return configErr("disk %d: %v", i, err)
+	opt := block.Options{Format: c.Format, ReadOnly: c.ReadOnly}
+	var disk block.Disk
+	if m.cfg.deferDisks != nil {
+		disk = block.NewDeferred(c.Path, opt, m.cfg.deferDisks[i])
+	} else {
+		var err error
+		if disk, err = block.Open(c.Path, opt); err != nil {
+			return configErr("disk %d: %v", i, err)
+		}
 	}
 	dev, err := blk.New(blk.Config{Disk: disk, Serial: c.Serial})
 	if err != nil {
 		disk.Close()
 		return configErr("disk %d: %v", i, err)
 	}
-	return m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk)
+	if err := m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk); err != nil {
+		return err
+	}
+	m.disks = append(m.disks, disk)
+	return nil
+}
+
+// openDeferredDisks opens (and locks) the images of an incoming
+// migration's disks, at the switchover: the source has stopped, flushed
+// them and let go of their locks.
+func (m *Machine) openDeferredDisks() error {
+	for i, d := range m.disks {
+		if dd, ok := d.(*block.Deferred); ok {
+			if err := dd.Open(); err != nil {
+				return fmt.Errorf("disk %d: %w", i, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkDisks refuses images that are not the ones a saved VM used.
+func (m *Machine) checkDisks(saved []savedDisk) error {
+	if len(saved) != len(m.disks) {
+		return fmt.Errorf("the saved VM has %d disks, this one %d", len(saved), len(m.disks))
+	}
+	for i, d := range m.disks {
+		if err := saved[i].Image.Check(block.Identify(d)); err != nil {
+			return fmt.Errorf("disk %d (%s): %w", i, m.cfg.Disks[i].Path, err)
+		}
+	}
+	return nil
+}
+
+// flushDisks makes every write the guest's disks completed durable.
+func (m *Machine) flushDisks() error {
+	for i, d := range m.disks {
+		if d.ReadOnly() {
+			continue
+		}
+		if err := d.Flush(); err != nil {
+			return fmt.Errorf("disk %d (%s): %w", i, m.cfg.Disks[i].Path, err)
+		}
+	}
+	return nil
+}
+
+// releaseDisks flushes the disks and lets go of the writable images'
+// locks, so a migration target can open them. Devices must be held.
+func (m *Machine) releaseDisks() error {
+	if err := m.flushDisks(); err != nil {
+		return err
+	}
+	for i, d := range m.disks {
+		l, ok := d.(block.Locker)
+		if !ok || d.ReadOnly() { // shared locks don't stand in the target's way
+			continue
+		}
+		if err := l.Unlock(); err != nil {
+			return fmt.Errorf("disk %d: %w", i, err)
+		}
+		m.released = append(m.released, l)
+	}
+	return nil
+}
+
+// retakeDisks locks the images releaseDisks let go of again.
+func (m *Machine) retakeDisks() error {
+	for len(m.released) > 0 {
+		if err := m.released[0].Lock(); err != nil {
+			return err
+		}
+		m.released = m.released[1:]
+	}
+	return nil
 }
 
 func (m *Machine) addNIC(i int, c NICConfig) error {
@@ -164,7 +244,7 @@ func (m *Machine) closeVirtio() error {
 			errs = append(errs, c.Close())
 		}
 	}
-	m.virtio = nil
+	m.virtio, m.disks, m.released = nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -72,10 +72,13 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Disk.ReadOnly() {
 		d.features |= FRO
 	} else {
-		if _, ok := cfg.Disk.(block.Discarder); ok {
+		// block.Features, not type checks: a migration target's disk is
+		// a block.Deferred until the switchover opens the image.
+		discard, zeroes := block.Features(cfg.Disk)
+		if discard {
 			d.features |= FDiscard
 		}
-		if _, ok := cfg.Disk.(block.ZeroWriter); ok {
+		if zeroes {
 			d.features |= FWriteZeroes
 		}
 	}
