@@ -11,12 +11,8 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
-	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
 	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
-	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
-	"github.com/kubevmm/kubevmm/vmm/virtio/rng"
-	"github.com/kubevmm/kubevmm/vmm/virtio/vsock"
 )
 
 // StateVersion is the version of State; each device's own state carries
@@ -154,22 +150,9 @@ func (m *Machine) saveState() (*State, error) {
 	}
 	s.Serial, s.I8042, s.RTC = m.Serial.Save(), m.kbd.Save(), m.clock.Save()
 	for _, d := range m.virtio {
-		var ds any
-		switch dev := d.Device.(type) {
-		case *blk.Device:
-			ds = dev.Save()
-		case *vnet.Device:
-			ds = dev.Save()
-		case *rng.Device:
-			ds = dev.Save()
-		case *vsock.Device:
-			ds = dev.Save()
-		default:
-			return nil, fmt.Errorf("%s: device cannot be saved", d.Name)
-		}
-		b, err := json.Marshal(ds)
+		b, err := d.Device.SaveState()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", d.Name, err)
 		}
 		s.Virtio = append(s.Virtio, VirtioState{Name: d.Name, Transport: d.Transport.Save(), Device: b})
 	}
@@ -215,37 +198,14 @@ func (m *Machine) restoreState(s *State) error {
 		if vs.Name != d.Name {
 			return fmt.Errorf("virtio device %d is %s in the state, %s in the VM", i, vs.Name, d.Name)
 		}
-		var err error
-		switch dev := d.Device.(type) {
-		case *blk.Device:
-			err = restoreJSON(vs.Device, dev.Restore)
-		case *vnet.Device:
-			err = restoreJSON(vs.Device, dev.Restore)
-		case *rng.Device:
-			err = restoreJSON(vs.Device, dev.Restore)
-		case *vsock.Device:
-			err = restoreJSON(vs.Device, dev.Restore)
-		}
-		if err != nil {
+		if err := d.Device.RestoreState(vs.Device); err != nil {
 			return fmt.Errorf("%s: %w", d.Name, err)
 		}
 		if err := d.Transport.Restore(vs.Transport); err != nil {
 			return fmt.Errorf("%s: %w", d.Name, err)
 		}
-		if v, ok := d.Device.(*vsock.Device); ok {
-			// The guest's streams had their host ends in the old VMM.
-			v.TransportReset()
-		}
 	}
 	return nil
-}
-
-func restoreJSON[T any](b []byte, restore func(T) error) error {
-	var s T
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("device state: %w", err)
-	}
-	return restore(s)
 }
 
 // SnapshotResult describes a written snapshot.

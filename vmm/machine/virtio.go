@@ -45,24 +45,13 @@ type VirtioDevice struct {
 	closers   []io.Closer
 }
 
-// Metrics returns the device's and its transport's counters.
+// Metrics returns the device's counters and its transport's, the latter
+// prefixed "transport_".
 func (d *VirtioDevice) Metrics() map[string]uint64 {
-	out := map[string]uint64{}
-	switch dev := d.Device.(type) {
-	case *blk.Device:
-		out = dev.Metrics.Snapshot()
-	case *vnet.Device:
-		out = dev.Metrics.Snapshot()
-	case *vsock.Device:
-		out = dev.Metrics.Snapshot()
-	case *rng.Device:
-		out["bytes"] = dev.Metrics.Bytes.Load()
-		out["requests"] = dev.Metrics.Requests.Load()
+	out := d.Device.Counters()
+	for k, v := range d.Transport.Counters() {
+		out["transport_"+k] = v
 	}
-	t := &d.Transport.Metrics
-	out["interrupts"] = t.Interrupts.Load()
-	out["slow_notifies"] = t.SlowNotifies.Load()
-	out["needs_reset"] = t.NeedsResetEvents.Load()
 	return out
 }
 

@@ -14,8 +14,10 @@
 //   - virtio/event: eventfds and the epoll loop that is each device's one
 //     worker goroutine.
 //   - virtio/blk, virtio/net, virtio/rng, virtio/vsock: the devices, each
-//     with device.go (registers, queues, worker), metrics.go and
-//     persist.go (a versioned State with Save/Restore).
+//     with device.go (registers, queues, worker), metrics.go (Counters)
+//     and persist.go (a versioned State with Save/Restore, and
+//     SaveState/RestoreState over it): the machine saves, restores and
+//     reports every device through the Device interface alone.
 //
 // vmm/machine places the devices (virtio.go there): 4 KiB windows from
 // 0xd0000000 in the 32-bit MMIO hole, IOAPIC pins 5-7 and 9-15, announced
@@ -23,6 +25,9 @@
 package virtio
 
 import (
+	"encoding/json"
+	"fmt"
+
 	"github.com/kubevmm/kubevmm/vmm/memory"
 	"github.com/kubevmm/kubevmm/vmm/virtio/event"
 	"github.com/kubevmm/kubevmm/vmm/virtio/queue"
@@ -122,6 +127,27 @@ type Device interface {
 	// Reset stops the worker (waiting for it) and returns the device to
 	// its state before activation.
 	Reset()
+	// SaveState is the device's part of a snapshot or a migration: its
+	// versioned State (persist.go) as JSON. The machine calls it with the
+	// device's worker held still.
+	SaveState() (json.RawMessage, error)
+	// RestoreState loads a saved state into a device built from the same
+	// configuration, before the transport re-activates it; a state of
+	// another version or configuration is refused.
+	RestoreState(json.RawMessage) error
+	// Counters are the device's metrics by snake_case name, readable at
+	// any time.
+	Counters() map[string]uint64
+}
+
+// RestoreJSON decodes a saved device state and hands it to restore: the
+// common implementation of RestoreState over a device's typed Restore.
+func RestoreJSON[T any](b json.RawMessage, restore func(T) error) error {
+	var s T
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("device state: %w", err)
+	}
+	return restore(s)
 }
 
 // ReadConfigBytes copies the part of cfg at off into data and zeroes the

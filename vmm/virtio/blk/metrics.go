@@ -23,3 +23,6 @@ func (m *Metrics) Snapshot() map[string]uint64 {
 		"malformed_chains": m.MalformedChains.Load(),
 	}
 }
+
+// Counters implements virtio.Device.
+func (d *Device) Counters() map[string]uint64 { return d.Metrics.Snapshot() }

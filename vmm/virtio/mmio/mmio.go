@@ -86,6 +86,16 @@ type Metrics struct {
 	NeedsResetEvents atomic.Uint64
 }
 
+// Counters are the transport's metrics by snake_case name.
+func (t *Transport) Counters() map[string]uint64 {
+	m := &t.Metrics
+	return map[string]uint64{
+		"activations": m.Activations.Load(), "activate_fails": m.ActivateFails.Load(), "resets": m.Resets.Load(),
+		"interrupts": m.Interrupts.Load(), "slow_notifies": m.SlowNotifies.Load(), "bad_accesses": m.BadAccesses.Load(),
+		"bad_status": m.BadStatus.Load(), "needs_reset_events": m.NeedsResetEvents.Load(),
+	}
+}
+
 // Transport is one virtio-mmio device window.
 type Transport struct {
 	dev  virtio.Device

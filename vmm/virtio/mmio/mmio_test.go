@@ -2,6 +2,7 @@ package mmio_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"sync"
 	"testing"
 
@@ -307,6 +308,9 @@ func (f *fakeDev) ReadConfig(off uint64, data []byte)  { virtio.ReadConfigBytes(
 func (f *fakeDev) WriteConfig(off uint64, data []byte) { copy(f.config[off:], data) }
 func (f *fakeDev) Activate(a virtio.Activation) error  { f.irq = a.Interrupt; return nil }
 func (f *fakeDev) Reset()                              { f.resets++; f.irq = nil }
+func (f *fakeDev) SaveState() (json.RawMessage, error) { return json.RawMessage("{}"), nil }
+func (f *fakeDev) RestoreState(json.RawMessage) error  { return nil }
+func (f *fakeDev) Counters() map[string]uint64         { return nil }
 
 func TestConfigGenerationAndNeedsReset(t *testing.T) {
 	mem := queuetest.NewMem(t, 1<<20)

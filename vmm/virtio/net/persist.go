@@ -2,8 +2,11 @@ package net
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
+
+	"github.com/kubevmm/kubevmm/vmm/virtio"
 )
 
 // StateVersion is the version of State this code reads and writes.
@@ -39,3 +42,9 @@ func (d *Device) Restore(s State) error {
 	}
 	return nil
 }
+
+// SaveState implements virtio.Device.
+func (d *Device) SaveState() (json.RawMessage, error) { return json.Marshal(d.Save()) }
+
+// RestoreState implements virtio.Device.
+func (d *Device) RestoreState(b json.RawMessage) error { return virtio.RestoreJSON(b, d.Restore) }

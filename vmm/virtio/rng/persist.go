@@ -1,6 +1,11 @@
 package rng
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/kubevmm/kubevmm/vmm/virtio"
+)
 
 // StateVersion is the version of State this code reads and writes.
 const StateVersion = 1
@@ -21,3 +26,9 @@ func (d *Device) Restore(s State) error {
 	}
 	return nil
 }
+
+// SaveState implements virtio.Device.
+func (d *Device) SaveState() (json.RawMessage, error) { return json.Marshal(d.Save()) }
+
+// RestoreState implements virtio.Device.
+func (d *Device) RestoreState(b json.RawMessage) error { return virtio.RestoreJSON(b, d.Restore) }

@@ -21,3 +21,6 @@ func (m *Metrics) Snapshot() map[string]uint64 {
 		"transport_resets": m.TransportResets.Load(),
 	}
 }
+
+// Counters implements virtio.Device.
+func (d *Device) Counters() map[string]uint64 { return d.Metrics.Snapshot() }

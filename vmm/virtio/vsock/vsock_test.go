@@ -218,3 +218,31 @@ func TestTransportReset(t *testing.T) {
 	assert.Equal(t, [][2]uint32{{uint32(spare), vsock.EventSize}}, g.h.WaitUsed(2, 1, false))
 	assert.Equal(t, uint64(2), dev.Metrics.TransportResets.Load())
 }
+
+// A restored device owes the guest a transport reset (its streams' host
+// ends stayed with the old VMM): it goes out at the first look at the
+// event queue, which the restored transport makes. A state saved with
+// another CID is refused.
+func TestRestoreOwesTransportReset(t *testing.T) {
+	src, err := vsock.New(vsock.Config{CID: guestCID, Socket: filepath.Join(t.TempDir(), "a.sock")})
+	require.NoError(t, err)
+	defer src.Close()
+	st, err := src.SaveState()
+	require.NoError(t, err)
+
+	other, err := vsock.New(vsock.Config{CID: guestCID + 1, Socket: filepath.Join(t.TempDir(), "c.sock")})
+	require.NoError(t, err)
+	defer other.Close()
+	assert.ErrorContains(t, other.RestoreState(st), "CID")
+
+	dev, err := vsock.New(vsock.Config{CID: guestCID, Socket: filepath.Join(t.TempDir(), "b.sock")})
+	require.NoError(t, err)
+	defer dev.Close()
+	require.NoError(t, dev.RestoreState(st))
+	h := virtiotest.Activate(t, dev, virtio.FVersion1|virtio.FRingEventIdx)
+	ev := h.Queues[2]
+	head, a := ev.Add(queuetest.Buf{Write: true, Len: 8})
+	assert.Equal(t, [][2]uint32{{uint32(head), vsock.EventSize}}, h.WaitUsed(2, 1, true))
+	assert.Equal(t, []byte{0, 0, 0, 0}, ev.Read(a[0], vsock.EventSize))
+	assert.Equal(t, uint64(1), dev.Metrics.TransportResets.Load())
+}
