@@ -279,6 +279,9 @@ func TestLinuxDiskNetRNG(t *testing.T) {
 		rate(8<<20/1e3, "ddw_start", "ddw_end"), rate(8<<20/1e3, "ddw_end", "ddr_end"),
 		kv["ping_rtt"], kv["down_ticks0"], kv["down_ticks1"])
 
+	// The overlay's backing file is this VM's data disk: let it go first
+	// (its image lock would refuse the second VMM, rightly).
+	m.Close()
 	t.Run("qcow2 overlay and vsock via the vmm binary", func(t *testing.T) { qcow2Boot(t, dataImg, payload) })
 }
 
