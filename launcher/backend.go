@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
@@ -174,13 +175,14 @@ type kubevmmBackend struct {
 
 // startKubevmm builds the machine, serves its console on consolePath and
 // starts the guest.
-func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog) (*kubevmmBackend, error) {
+func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.Logger) (*kubevmmBackend, error) {
 	con := console.New(logSink)
 	mc, err := cfg.MachineConfig(con)
 	if err != nil {
 		con.Close()
 		return nil, err
 	}
+	mc.Logger = log
 	m, err := machine.New(mc)
 	if err != nil {
 		con.Close()

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/console"
@@ -21,7 +22,7 @@ import (
 // source keeps its guest, and virt-controller deletes this pod. While it
 // waits, the control API says Incoming (that is how virt-handler knows
 // the target is ready).
-func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *lineLog, sw *switchVM, logf func(string, ...any)) (*kubevmmBackend, error) {
+func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *lineLog, sw *switchVM, log *slog.Logger) (*kubevmmBackend, error) {
 	l, err := api.ListenAddress(addr)
 	if err != nil {
 		return nil, fmt.Errorf("migration target: %w", err)
@@ -37,7 +38,7 @@ func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *line
 		}
 	}()
 	sw.setIncoming()
-	logf("waiting for the migration on %s", l.Addr())
+	log.Info("waiting for the migration", "address", l.Addr().String())
 	conn, err := l.Accept()
 	l.Close()
 	if err != nil {
@@ -47,15 +48,15 @@ func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *line
 		return nil, fmt.Errorf("migration target: accepting on %s: %w", addr, err)
 	}
 	defer conn.Close()
-	logf("migration stream from %s", conn.RemoteAddr())
+	log.Info("migration stream", "from", conn.RemoteAddr().String())
 
 	con := console.New(logSink)
-	in := machine.NewIncoming(machine.Config{Console: con})
+	in := machine.NewIncoming(machine.Config{Console: con, Logger: log.With("component", "vmm")})
 	st, err := migration.Receive(ctx, conn, in)
 	if err != nil {
 		con.Close()
 		return nil, fmt.Errorf("receiving the migration from %s: %w", conn.RemoteAddr(), err)
 	}
-	logf("received the guest: %d rounds, %d data pages, %d zero pages", st.Rounds, st.DataPages, st.ZeroPages)
+	log.Info("received the guest", "rounds", st.Rounds, "data_pages", st.DataPages, "zero_pages", st.ZeroPages)
 	return runKubevmm(in.Machine, con, consolePath)
 }

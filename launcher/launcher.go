@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -85,16 +86,19 @@ func ReadVMI(path string) (*v1.VirtualMachineInstance, error) {
 // returns the process exit code: 0 if the guest ended cleanly (powered
 // off, rebooted with reboot=k, stopped), 1 if it failed.
 func Run(ctx context.Context, o Options) (int, error) {
-	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, "virt-launcher: "+format+"\n", a...) }
 	vmi, err := ReadVMI(o.VMIFile)
 	if err != nil {
 		return 1, err
 	}
+	// One JSON line per event, in the pod's log; the VMM's own lines (its
+	// state changes) carry component=vmm.
+	log := slog.New(slog.NewJSONHandler(o.Log, nil)).With("component", "virt-launcher", "vmi", vmi.Namespace+"/"+vmi.Name)
+	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
 	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
 	if err != nil {
 		return 1, err
 	}
-	logf("VMI %s/%s (uid %s): backend %s (%s)", vmi.Namespace, vmi.Name, vmi.UID, backendName, why)
+	log.Info("backend selected", "uid", vmi.UID, "backend", backendName, "why", why)
 	if o.Incoming != "" && backendName != spec.BackendKubevmm {
 		// Refused before anything runs: the controller does not migrate
 		// such VMIs (LiveMigratable is False), so this is a bad pod.
@@ -138,9 +142,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	t0 := time.Now()
 	switch {
 	case o.Incoming != "":
-		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, logf)
+		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log)
 	case backendName == spec.BackendKubevmm:
-		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console})
+		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"))
 	case backendName == spec.BackendQEMU:
 		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
 			var qc qemuStart
@@ -159,7 +163,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 		sw.fail(err)
 		writeExit(o.Paths.SocketDir, sw.Info(), logf)
-		logf("the guest could not start: %v", err)
+		log.Error("the guest could not start", "error", err)
 		// Answer the handler until the pod goes, so it reads the reason.
 		lingerUntil(ctx, o.Linger)
 		return 1, err
@@ -170,9 +174,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 		be.Stop()
 	}
 	if o.Incoming != "" {
-		logf("guest received on %s in %v; it runs here now", o.Incoming, time.Since(t0).Round(time.Millisecond))
+		log.Info("guest received: it runs here now", "from", o.Incoming, "took", time.Since(t0).Round(time.Millisecond))
 	} else {
-		logf("guest started on %s in %v", backendName, time.Since(t0).Round(time.Millisecond))
+		log.Info("guest started", "backend", backendName, "took", time.Since(t0).Round(time.Millisecond))
 	}
 
 	select {
@@ -180,11 +184,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 	case <-ctx.Done():
 		if in := spec.ShutdownInput(vmi.Annotations); in != nil {
 			if t, ok := be.(interface{ Type([]byte) }); ok {
-				logf("asked to stop: typing %q on the guest's console (%s)", in, spec.ShutdownInputAnnotation)
+				log.Info("asked to stop: typing the shutdown input on the guest's console", "input", string(in), "annotation", spec.ShutdownInputAnnotation)
 				t.Type(in)
 			}
 		}
-		logf("asked to stop: giving the guest %v to end by itself (no ACPI power button), then stopping it", grace)
+		log.Info("asked to stop: the guest may end by itself (no ACPI power button), then it is stopped", "grace", grace)
 		select {
 		case <-be.Done():
 		case <-time.After(grace):
@@ -193,7 +197,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}
 	info := be.Info()
-	logf("guest ended: %s %s", info.Exit, info.Error)
+	log.Info("guest ended", "state", info.State, "exit", info.Exit, "error", info.Error)
 	writeExit(o.Paths.SocketDir, info, logf)
 	if info.State == api.StateMigrated {
 		// The guest runs on the migration target now and virt-handler,

@@ -36,7 +36,7 @@ func receiveIncoming(addr string, tlsFiles *migration.TLSFiles, s *session) (*ma
 		}
 		defer l.Close()
 	}
-	s.logf("waiting for a migration on %s", l.Addr())
+	s.log.Info("waiting for a migration", "address", l.Addr().String())
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -62,8 +62,8 @@ func receiveIncoming(addr string, tlsFiles *migration.TLSFiles, s *session) (*ma
 			fmt.Fprintf(s.stderr, "vmm: incoming migration failed, waiting for another: %s\n", oneLine(err.Error()))
 			continue
 		}
-		s.logf("received VM in %v: %d rounds, %d data pages, %d zero pages, %d pages to come in post-copy",
-			time.Since(start).Round(time.Millisecond), st.Rounds, st.DataPages, st.ZeroPages, st.MissingPages)
+		s.log.Info("received the VM", "took", time.Since(start).Round(time.Millisecond), "rounds", st.Rounds,
+			"data_pages", st.DataPages, "zero_pages", st.ZeroPages, "post_copy_pages", st.MissingPages)
 		return in.Machine, nil
 	}
 }

@@ -53,7 +53,7 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	if err != nil {
 		return 0, usagef("run: %v", err)
 	}
-	s.logf("QEMU pid %d, QMP monitor %s", vm.PID(), vm.QMPPath())
+	s.log.Info("QEMU started", "pid", vm.PID(), "qmp", vm.QMPPath())
 	serial, err := net.Dial("unix", cfg.SerialSocket)
 	if err != nil {
 		vm.Kill(ctx)
@@ -97,7 +97,7 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	if err != nil {
 		return exitGuest, fmt.Errorf("run: %w", err)
 	}
-	s.logf("QEMU ended after %v: %s", time.Since(s.start).Round(time.Millisecond), exit)
+	s.log.Info("QEMU ended", "after", time.Since(s.start).Round(time.Millisecond), "exit", exit)
 	switch exit.Reason {
 	case qemu.ExitGuestShutdown, qemu.ExitHostShutdown, qemu.ExitKilled:
 		if exit.ShutdownReason == "guest-panic" {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -198,7 +199,7 @@ func cmdRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, 
 	if err != nil {
 		return 0, usagef("%v", err)
 	}
-	sess.logf("restored %s in %v", dir, time.Since(start).Round(time.Microsecond))
+	sess.log.Info("restored", "snapshot", dir, "took", time.Since(start).Round(time.Microsecond))
 	return sess.serve(m, "")
 }
 
@@ -215,10 +216,12 @@ type session struct {
 	marks       map[string]<-chan time.Time
 	firstOutput <-chan time.Time
 	restoreTTY  func()
+	log         *slog.Logger
 }
 
 func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start time.Time) (*session, error) {
 	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {}}
+	s.log = s.logger()
 	var sinks []io.Writer
 	switch {
 	case f.console == "stdio":
@@ -243,10 +246,14 @@ func (s *session) close() {
 	s.restoreTTY()
 }
 
-func (s *session) logf(format string, a ...any) {
-	if s.f.verbose {
-		fmt.Fprintf(s.stderr, "vmm: "+format+"\n", a...)
+// logger is the session's structured log: with -v, text lines on stderr
+// (the machine's included); without, nothing, so that stderr carries only
+// the one-line errors of the CLI contract.
+func (s *session) logger() *slog.Logger {
+	if !s.f.verbose {
+		return slog.New(slog.DiscardHandler)
 	}
+	return slog.New(slog.NewTextHandler(s.stderr, nil)).With("component", "vmm")
 }
 
 // baseConfig is the runtime part of a machine's configuration.
@@ -255,9 +262,7 @@ func (s *session) baseConfig() machine.Config {
 	if s.f.vsockSocket != "" {
 		c.Vsock = &machine.VsockConfig{Socket: s.f.vsockSocket}
 	}
-	if s.f.verbose {
-		c.Log = s.stderr
-	}
+	c.Logger = s.log
 	return c
 }
 
@@ -346,7 +351,7 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 		fmt.Fprintf(s.stderr, "vmm: guest failed: %s\n", oneLine(exit.String()))
 		return exitGuest, nil
 	}
-	s.logf("guest ended: %s", exit)
+	s.log.Info("guest ended", "exit", exit.String())
 	return exitOK, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +42,9 @@ type Config struct {
 	Console     io.Writer // guest serial output; the console hub in practice
 	// HostProfile forces (true/false) the nested-host profile; nil detects it.
 	HostProfile *bool
-	// Log, if set, receives VMM diagnostics.
-	Log io.Writer
+	// Logger receives the VMM's structured log: one line per state
+	// change of the VM and per diagnostic; nil discards it.
+	Logger *slog.Logger
 
 	// Virtio devices (see virtio.go).
 	Disks []DiskConfig
@@ -223,10 +225,12 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	return m, nil
 }
 
-func (m *Machine) logf(format string, a ...any) {
-	if m.cfg.Log != nil {
-		fmt.Fprintf(m.cfg.Log, "vmm: "+format+"\n", a...)
+// Log is the machine's logger (never nil).
+func (m *Machine) Log() *slog.Logger {
+	if m.cfg.Logger == nil {
+		return slog.New(slog.DiscardHandler)
 	}
+	return m.cfg.Logger
 }
 
 func (m *Machine) setupVM() error {
@@ -296,8 +300,8 @@ func (m *Machine) loadGuest() error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	m.Loaded = l
-	m.logf("%s kernel at %#x-%#x, entry %#x, initrd %d bytes at %#x, cmdline %q",
-		l.Format, l.KernelStart, l.KernelEnd, l.Entry, len(m.cfg.Initrd), l.InitrdAddr, m.Cmdline)
+	m.Log().Info("kernel loaded", "format", l.Format, "start", hex(l.KernelStart), "end", hex(l.KernelEnd),
+		"entry", hex(l.Entry), "initrd_bytes", len(m.cfg.Initrd), "initrd_at", hex(l.InitrdAddr), "cmdline", m.Cmdline)
 	return nil
 }
 
@@ -431,3 +435,6 @@ func (m *Machine) Stats() map[string]any {
 // Config is the configuration the machine was built with (for a restored
 // or migrated machine, the saved one).
 func (m *Machine) Config() Config { return m.cfg }
+
+// hex formats a guest address for the log.
+func hex(v uint64) string { return fmt.Sprintf("%#x", v) }

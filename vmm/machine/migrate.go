@@ -266,7 +266,7 @@ func (in *Incoming) Start() error { return nil }
 // PostCopyDone implements migration.PostCopyTarget.
 func (in *Incoming) PostCopyDone(err error) {
 	if err == nil {
-		in.Machine.logf("post-copy: every page has arrived")
+		in.Machine.Log().Info("post-copy complete: every page has arrived")
 		return
 	}
 	in.Machine.EndLost(err)

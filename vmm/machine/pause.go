@@ -27,7 +27,7 @@ func (m *Machine) Pause() error {
 		started := v.started // set by the vCPU thread as it starts
 		v.mu.Unlock()
 		if err := v.c.KVMClockCtrl(); err != nil && started {
-			m.logf("KVM_KVMCLOCK_CTRL on vCPU %d: %v", v.id, err)
+			m.Log().Warn("KVM_KVMCLOCK_CTRL failed", "vcpu", v.id, "error", err)
 		}
 	}
 	return nil

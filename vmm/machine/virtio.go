@@ -203,7 +203,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 		return configErr("%s: at most %d virtio devices", name, len(virtioGSIs))
 	}
 	base := uint64(VirtioMMIOBase + n*mmio.Size)
-	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Log: m.logf})
+	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Logger: m.Log().With("device", name)})
 	if err != nil {
 		for _, c := range closers {
 			c.Close()
@@ -215,7 +215,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 		return err
 	}
 	m.Cmdline += " " + t.Cmdline()
-	m.logf("%s: virtio-%s at %#x, GSI %d", name, dev.Type(), base, virtioGSIs[n])
+	m.Log().Info("virtio device", "name", name, "type", dev.Type().String(), "base", hex(base), "gsi", virtioGSIs[n])
 	return nil
 }
 

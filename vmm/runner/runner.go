@@ -52,6 +52,7 @@ func (r *Runner) Run() machine.Exit {
 	r.mu.Lock()
 	r.started = time.Now()
 	r.mu.Unlock()
+	r.m.Log().Info("VM state", "state", api.StateRunning)
 	e := r.m.Run()
 	r.mu.Lock()
 	r.exited = &e
@@ -64,6 +65,11 @@ func (r *Runner) Run() machine.Exit {
 		<-j.ended
 	}
 	close(r.done)
+	attrs := []any{"state", api.StateStopped, "exit", e.Reason}
+	if e.Err != nil {
+		attrs = append(attrs, "error", e.Err)
+	}
+	r.m.Log().Info("VM state", attrs...)
 	return e
 }
 
@@ -127,8 +133,22 @@ func (r *Runner) Pause() error {
 	if err := r.m.Pause(); err != nil {
 		return err
 	}
-	r.paused = true
+	r.setPaused(true)
 	return nil
+}
+
+// setPaused records (and logs, once per change) whether the guest is
+// paused. Called with r.mu held.
+func (r *Runner) setPaused(p bool) {
+	if p == r.paused {
+		return
+	}
+	r.paused = p
+	state := api.StateRunning
+	if p {
+		state = api.StatePaused
+	}
+	r.m.Log().Info("VM state", "state", state)
 }
 
 // Resume implements api.VM.
@@ -139,7 +159,7 @@ func (r *Runner) Resume() error {
 		return err
 	}
 	r.m.Resume()
-	r.paused = false
+	r.setPaused(false)
 	return nil
 }
 
@@ -178,7 +198,8 @@ func (r *Runner) Snapshot(req api.SnapshotRequest) (api.SnapshotResult, error) {
 	if err != nil {
 		return api.SnapshotResult{}, err
 	}
-	r.paused = !resume
+	r.m.Log().Info("snapshot taken", "dir", req.Dir, "stored_bytes", res.StoredBytes, "paused", res.Paused, "resumed", resume)
+	r.setPaused(!resume)
 	return api.SnapshotResult{Dir: req.Dir, MemoryBytes: res.StoredBytes, PausedMs: float64(res.Paused.Microseconds()) / 1000}, nil
 }
 
@@ -208,6 +229,7 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 	if err != nil {
 		return fmt.Errorf("connect to migration target %s: %w", req.To, err)
 	}
+	r.m.Log().Info("VM state", "state", api.StateMigrating, "to", req.To, "tls", req.TLS != nil, "post_copy", req.PostCopy)
 	ctx, cancel := context.WithCancel(context.Background())
 	job := &migrationJob{cancel: cancel, active: true, stats: migration.Stats{Phase: "connecting"}, ended: make(chan struct{})}
 	r.mig = job
@@ -235,10 +257,16 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		switch {
 		case err == nil:
 			r.migrated = true
+			r.m.Log().Info("VM state", "state", api.StateMigrated, "rounds", st.Rounds, "bytes_sent", st.BytesSent,
+				"downtime", st.Downtime, "total", st.Total, "post_copy", st.PostCopy)
 		case errors.Is(err, migration.ErrPostCopyFailed):
 			// Part of the guest's memory ran on the target: resuming
 			// here would fork it. It stays paused until Stop ends it.
 			r.lost = err
+			r.m.Log().Error("migration failed in post-copy: the guest is lost", "error", err)
+		default:
+			r.m.Log().Warn("migration failed; the guest runs here", "error", err)
+			r.m.Log().Info("VM state", "state", api.StateRunning)
 		}
 		r.mu.Unlock()
 		cancel()

@@ -2,11 +2,13 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,11 +33,26 @@ type vm struct {
 	r      *runner.Runner
 	c      *api.Client
 	exited <-chan machine.Exit
+	log    *runnertest.Log
 }
 
 func spinningVM(t *testing.T) *vm {
 	v := runnertest.Spinning(t)
-	return &vm{r: v.Runner, c: v.Client, exited: v.Exited}
+	return &vm{r: v.Runner, c: v.Client, exited: v.Exited, log: v.Log}
+}
+
+// states are the VM states the runner logged, in order.
+func (v *vm) states(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(v.log.String()), "\n") {
+		var rec struct{ Msg, State string }
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "a JSON log line: %q", line)
+		if rec.Msg == "VM state" {
+			out = append(out, rec.State)
+		}
+	}
+	return out
 }
 
 func (v *vm) state(t *testing.T) api.State {
@@ -65,6 +82,7 @@ func apiError(t *testing.T, err error, status int, msg string) {
 func TestPauseResumeStop(t *testing.T) {
 	v := spinningVM(t)
 	ctx := context.Background()
+	v.vcpuRuns(t) // Run has begun (and said so) before the first pause
 
 	i, err := v.c.Info(ctx)
 	require.NoError(t, err)
@@ -101,6 +119,9 @@ func TestPauseResumeStop(t *testing.T) {
 	_, err = v.c.Snapshot(ctx, api.SnapshotRequest{Dir: t.TempDir()})
 	apiError(t, err, http.StatusConflict, "the VM has ended")
 	apiError(t, v.c.Migrate(ctx, api.MigrateRequest{To: "unix:/nonexistent"}), http.StatusConflict, "the VM has ended")
+
+	// Every state change is logged once: the second pause changed nothing.
+	assert.Equal(t, []string{"Running", "Paused", "Running", "Stopped"}, v.states(t))
 }
 
 func TestStopWhilePausedEndsTheVM(t *testing.T) {

@@ -5,6 +5,7 @@ package runnertest
 
 import (
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +32,27 @@ type VM struct {
 	Client *api.Client
 	Socket string
 	Exited <-chan machine.Exit // what Run returned, once it has
+	Log    *Log                // the machine's log, as JSON lines
+}
+
+// Log collects log lines safely across goroutines.
+type Log struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// String is everything logged so far.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
 }
 
 // Spinning starts the VM, or skips without /dev/kvm. Cleanup stops it.
@@ -39,7 +61,9 @@ func Spinning(t *testing.T) *VM {
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
 	}
-	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: MemoryBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr), Console: io.Discard})
+	log := &Log{}
+	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: MemoryBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr),
+		Console: io.Discard, Logger: slog.New(slog.NewJSONHandler(log, nil))})
 	require.NoError(t, err)
 	r := runner.New(m, 1, MemoryBytes)
 	exited := make(chan machine.Exit, 1)
@@ -53,7 +77,7 @@ func Spinning(t *testing.T) *VM {
 		srv.Close()
 		m.Close()
 	})
-	return &VM{Runner: r, Client: api.NewClient(sock), Socket: sock, Exited: exited}
+	return &VM{Runner: r, Client: api.NewClient(sock), Socket: sock, Exited: exited, Log: log}
 }
 
 // DeafTarget accepts migration connections and never reads them, so a

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -103,7 +104,7 @@ type Transport struct {
 	hv   Hypervisor
 	base uint64
 	gsi  uint32
-	log  func(format string, a ...any)
+	log  *slog.Logger
 
 	irq      *event.FD
 	notify   []*event.FD
@@ -130,8 +131,9 @@ type Transport struct {
 type Config struct {
 	Base uint64 // guest-physical base of the 4 KiB window
 	GSI  uint32 // IOAPIC pin of its interrupt
-	// Log, if set, receives guest errors worth a line (NEEDS_RESET causes).
-	Log func(format string, a ...any)
+	// Logger, if set, receives guest errors worth a line (NEEDS_RESET
+	// causes).
+	Logger *slog.Logger
 }
 
 // New creates the transport for dev and wires its eventfds into KVM.
@@ -139,9 +141,9 @@ func New(dev virtio.Device, mem *memory.Guest, hv Hypervisor, cfg Config) (t *Tr
 	if cfg.Base%Size != 0 {
 		return nil, fmt.Errorf("virtio-mmio %s: base %#x not 4 KiB aligned", dev.Type(), cfg.Base)
 	}
-	t = &Transport{dev: dev, mem: mem, hv: hv, base: cfg.Base, gsi: cfg.GSI, log: cfg.Log, maxSizes: dev.QueueMaxSizes()}
+	t = &Transport{dev: dev, mem: mem, hv: hv, base: cfg.Base, gsi: cfg.GSI, log: cfg.Logger, maxSizes: dev.QueueMaxSizes()}
 	if t.log == nil {
-		t.log = func(string, ...any) {}
+		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.queues = make([]queue.Config, len(t.maxSizes))
 	defer func() {
@@ -232,7 +234,7 @@ func (i interrupt) ConfigChanged() {
 func (i interrupt) Fail(err error) {
 	i.t.Metrics.NeedsResetEvents.Add(1)
 	if !i.t.needsReset.Swap(true) {
-		i.t.log("virtio-%s at %#x needs reset: %v", i.t.dev.Type(), i.t.base, err)
+		i.t.log.Warn("virtio device needs reset", "type", i.t.dev.Type().String(), "error", err)
 	}
 	i.raise(IntConfigChange)
 }
@@ -428,7 +430,7 @@ func (t *Transport) setStatus(v uint32) {
 		t.status = v
 	case old == drv && v == featOK:
 		if err := t.checkFeatures(); err != nil {
-			t.log("virtio-%s at %#x: refusing features: %v", t.dev.Type(), t.base, err)
+			t.log.Warn("virtio device refuses the driver's features", "type", t.dev.Type().String(), "error", err)
 			t.Metrics.BadStatus.Add(1)
 			return // FEATURES_OK stays clear: the driver sees the refusal
 		}
