@@ -22,9 +22,9 @@ import (
 // network. The source launcher's VMM connects to a unix socket in its own
 // socket directory, where its handler accepts and dials the target's
 // handler over mutually authenticated TLS, naming the migration; the
-// target's handler accepts that connection on its pod IP (MigrationPort)
-// and joins it to a unix socket in the target launcher's directory, where
-// the VMM waits for its guest. MigrationServer serves spec.HandlerMigrationPort.
+// target's handler (MigrationServer) accepts that connection on its pod IP
+// and spec.HandlerMigrationPort and joins it to a unix socket in the
+// target launcher's directory, where the VMM waits for its guest.
 //
 // Both handlers present the virt-handler certificate (signed by the
 // cluster's kubevmm CA, client and server usage) and accept only a peer
