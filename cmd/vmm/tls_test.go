@@ -82,7 +82,9 @@ func TestMigrateOverMutualTLS(t *testing.T) {
 			}
 		}
 	}()
-	_, addr, _ := strings.Cut(log.waitFor(t, "waiting for a migration on ", 1), "waiting for a migration on ")
+	// `-v` logs it as a structured text record: ... address=HOST:PORT
+	_, addr, _ := strings.Cut(log.waitFor(t, `msg="waiting for a migration"`, 1), " address=")
+	addr, _, _ = strings.Cut(addr, " ")
 	to := "tcp:" + addr
 
 	for _, tc := range []struct {
