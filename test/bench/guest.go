@@ -255,7 +255,7 @@ func (k *kvm) readReport() (kvmReport, error) {
 	return r, nil
 }
 
-var listeningRE = regexp.MustCompile(`waiting for a migration on (\S+)`)
+var listeningRE = regexp.MustCompile(`msg="waiting for a migration".* address=(\S+)`)
 
 // incomingKubevmm starts `vmm run --incoming tcp:127.0.0.1:0` and returns
 // it with the address it listens on (from its -v log: the kernel picks
