@@ -2,13 +2,11 @@ package handler
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,9 +23,7 @@ import (
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
-	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
-	"github.com/kubevmm/kubevmm/vmm/machine"
-	"github.com/kubevmm/kubevmm/vmm/runner"
+	"github.com/kubevmm/kubevmm/vmm/runner/runnertest"
 )
 
 // The source end of a migration that virt-controller asks to abort, with
@@ -64,22 +60,7 @@ func apiServer(t *testing.T) client.Client {
 // in dir as a launcher does.
 func spinningVMM(t *testing.T, dir string) *api.Client {
 	t.Helper()
-	if _, err := os.Stat("/dev/kvm"); err != nil {
-		t.Skip("no /dev/kvm")
-	}
-	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: 64 << 20, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, 0x100000), Console: io.Discard})
-	require.NoError(t, err)
-	r := runner.New(m, 1, 64<<20)
-	go r.Run()
-	srv, err := api.Listen(filepath.Join(dir, spec.ControlSocket), r)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = r.Stop()
-		<-r.Done()
-		srv.Close()
-		m.Close()
-	})
-	return api.NewClient(filepath.Join(dir, spec.ControlSocket))
+	return runnertest.SpinningAt(t, filepath.Join(dir, spec.ControlSocket)).Client
 }
 
 // deafTarget is a target handler whose launcher accepts the migration
@@ -87,29 +68,7 @@ func spinningVMM(t *testing.T, dir string) *api.Client {
 func deafTarget(t *testing.T, cfg *MigrationTLS, uids ...string) int {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), spec.MigrationInSocket)
-	ln, err := net.Listen("unix", sock)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
+	runnertest.Deaf(t, sock)
 	srv, addr := migrationServer(t, cfg)
 	for _, uid := range uids {
 		srv.Expect(uid, "default/target-"+uid, sock)

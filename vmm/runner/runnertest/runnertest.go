@@ -58,6 +58,13 @@ func (l *Log) String() string {
 // Spinning starts the VM, or skips without /dev/kvm. Cleanup stops it.
 func Spinning(t *testing.T) *VM {
 	t.Helper()
+	return SpinningAt(t, filepath.Join(t.TempDir(), "vmm.sock"))
+}
+
+// SpinningAt is Spinning serving the control API on the unix socket sock
+// (where a launcher would).
+func SpinningAt(t *testing.T, sock string) *VM {
+	t.Helper()
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
 	}
@@ -68,7 +75,6 @@ func Spinning(t *testing.T) *VM {
 	r := runner.New(m, 1, MemoryBytes)
 	exited := make(chan machine.Exit, 1)
 	go func() { exited <- r.Run() }()
-	sock := filepath.Join(t.TempDir(), "vmm.sock")
 	srv, err := api.Listen(sock, r)
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -85,6 +91,14 @@ func Spinning(t *testing.T) *VM {
 func DeafTarget(t *testing.T) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "deaf.sock")
+	Deaf(t, sock)
+	return "unix:" + sock
+}
+
+// Deaf listens on the unix socket sock, accepts every connection and
+// never reads from it, until the test ends.
+func Deaf(t *testing.T, sock string) {
+	t.Helper()
 	ln, err := net.Listen("unix", sock)
 	require.NoError(t, err)
 	var mu sync.Mutex
@@ -108,5 +122,4 @@ func DeafTarget(t *testing.T) string {
 			c.Close()
 		}
 	})
-	return "unix:" + sock
 }
