@@ -296,7 +296,7 @@ func openQcow2(path string, readOnly bool, depth int) (*Qcow2, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // nothing written yet
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
@@ -313,7 +313,7 @@ func openQcow2(path string, readOnly bool, depth int) (*Qcow2, error) {
 		return nil, unsupported("backing file format %q", format)
 	})
 	if err != nil {
-		f.Close()
+		_ = f.Close() // refused while opening: nothing written
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return q, nil

@@ -25,7 +25,7 @@ func OpenRaw(path string, readOnly bool) (*Raw, error) {
 	// Seek works for regular files and block devices alike.
 	end, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // nothing written yet
 		return nil, fmt.Errorf("size of raw image %s: %w", path, err)
 	}
 	return &Raw{f: f, size: uint64(end), ro: readOnly}, nil

@@ -110,7 +110,7 @@ func (m *Machine) addDisk(i int, c DiskConfig) error {
 	}
 	dev, err := blk.New(blk.Config{Disk: disk, Serial: c.Serial})
 	if err != nil {
-		disk.Close()
+		_ = disk.Close() // never attached: nothing written
 		return configErr("disk %d: %v", i, err)
 	}
 	if err := m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk); err != nil {
@@ -209,7 +209,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 	n := len(m.virtio)
 	if n >= len(virtioGSIs) {
 		for _, c := range closers {
-			c.Close()
+			_ = c.Close() // never attached: nothing written
 		}
 		return configErr("%s: at most %d virtio devices", name, len(virtioGSIs))
 	}
@@ -217,7 +217,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Log: m.logf})
 	if err != nil {
 		for _, c := range closers {
-			c.Close()
+			_ = c.Close() // never attached: nothing written
 		}
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -206,7 +206,8 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		*committed = true
 		stopWatch()
 		s.src.Throttle(0)
-		s.src.StopDirtyLog()
+		// Committed: the guest moves whatever the dirty log says.
+		_ = s.src.StopDirtyLog()
 		if err := s.c.send(msgGo); err != nil {
 			return fmt.Errorf("send go: %w", err)
 		}
@@ -227,8 +228,10 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		err = fmt.Errorf("%w: %v", ErrPostCopyFailed, err)
 		s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(s.start)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		s.c.send(msgError, []byte(err.Error()))
-		s.c.flush()
+		// Best effort: the stream may be what failed.
+		if s.c.send(msgError, []byte(err.Error())) == nil {
+			_ = s.c.flush()
+		}
 		return s.st, err
 	}
 	s.st.Phase, s.st.Remaining, s.st.Total = "completed", 0, time.Since(s.start)
@@ -430,7 +433,7 @@ func receivePostCopy(c *conn, nc net.Conn, t Target, mem *memory.Guest, payload 
 	// (and its RAM) and reports the error on the stream.
 	abort := func(err error) (bool, error) {
 		nc.SetReadDeadline(time.Unix(1, 0))
-		<-received
+		_ = <-received // the cut stream's error; err is the cause
 		uf.Close()
 		p.wmu.Lock()
 		p.stopped = true
@@ -534,13 +537,13 @@ func (p *pageServer) serveFaults() {
 		p.mu.Unlock()
 		for _, gpa := range zero {
 			// Present already (installed after the fault) is fine.
-			p.uf.Zero(gpa, pageSize)
+			_ = p.uf.Zero(gpa, pageSize)
 		}
 		if len(req) > 0 {
 			// A failed write shows as a broken stream in receive.
 			p.wmu.Lock()
 			if !p.stopped && p.c.send(msgRequest, req) == nil {
-				p.c.flush()
+				_ = p.c.flush()
 			}
 			p.wmu.Unlock()
 		}
@@ -591,7 +594,7 @@ func (p *pageServer) receive() error {
 			// source is its business, the guest no longer needs it.
 			p.wmu.Lock()
 			if p.c.send(msgDone) == nil {
-				p.c.flush()
+				_ = p.c.flush()
 			}
 			p.wmu.Unlock()
 			return nil

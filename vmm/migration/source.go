@@ -141,7 +141,8 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 			src.Resume()
 		}
 		if logging {
-			src.StopDirtyLog()
+			// Failing already: err is the one to report.
+			_ = src.StopDirtyLog()
 		}
 		// Cancelling cuts the stream, so err is then an I/O error: say
 		// what caused it first.
@@ -155,8 +156,9 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		st = s.st
 		// Best effort: tell the target why, so it discards at once.
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		s.c.send(msgError, []byte(err.Error()))
-		s.c.flush()
+		if s.c.send(msgError, []byte(err.Error())) == nil {
+			_ = s.c.flush()
+		}
 	}()
 
 	if err := s.c.writeMagic(); err != nil {
@@ -293,10 +295,13 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	// From here on the guest belongs to the target: even if this message
 	// is lost, the source must not run it again.
 	committed = true
-	s.c.send(msgGo)
-	goErr := s.c.flush()
+	goErr := s.c.send(msgGo)
+	if goErr == nil {
+		goErr = s.c.flush()
+	}
 	src.Throttle(0)
-	src.StopDirtyLog()
+	// The guest is the target's now: a dirty log left on costs nothing here.
+	_ = src.StopDirtyLog()
 	s.st.Downtime = time.Since(pausedAt)
 	s.st.Total = time.Since(start)
 	s.st.Phase = "completed"

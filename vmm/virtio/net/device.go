@@ -298,7 +298,8 @@ func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.StopWorker() {
-		d.tap.SetOffload(0)
+		// The next driver negotiates offloads again before any packet.
+		_ = d.tap.SetOffload(0)
 	}
 	d.rxq, d.txq, d.irq, d.acked, d.rxLen = nil, nil, nil, 0, 0
 }

@@ -170,7 +170,7 @@ func (d *Device) post(f func()) bool {
 		return false
 	}
 	d.inbox = append(d.inbox, f)
-	d.wake.Signal()
+	_ = d.wake.Signal() // fails only once closed, at teardown
 	return true
 }
 
