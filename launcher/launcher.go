@@ -126,7 +126,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := waitForTaps(ctx, o.Paths.SysClassNet, cfg.NICs, logf); err != nil {
 		if ctx.Err() != nil {
 			logf("stopped before the guest started")
-			sw.Stop()
+			_ = sw.Stop() // no backend yet: this only records the stop
 			writeExit(o.Paths.SocketDir, sw.Info(), logf)
 			return 0, nil
 		}
@@ -153,7 +153,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		if ctx.Err() != nil && o.Incoming != "" {
 			// Deleted while waiting for the migration: nothing ran here.
 			logf("stopped before a migration arrived")
-			sw.Stop()
+			_ = sw.Stop() // no backend yet: this only records the stop
 			writeExit(o.Paths.SocketDir, sw.Info(), logf)
 			return 0, nil
 		}
@@ -164,10 +164,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 		lingerUntil(ctx, o.Linger)
 		return 1, err
 	}
-	defer be.Close()
+	defer func() {
+		if err := be.Close(); err != nil {
+			logf("releasing the VM: %v", err)
+		}
+	}()
 	if !sw.set(be) {
 		// Stopped while starting.
-		be.Stop()
+		if err := be.Stop(); err != nil {
+			logf("stop: %v", err)
+		}
 	}
 	if o.Incoming != "" {
 		logf("guest received on %s in %v; it runs here now", o.Incoming, time.Since(t0).Round(time.Millisecond))
@@ -188,7 +194,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 		select {
 		case <-be.Done():
 		case <-time.After(grace):
-			be.Stop()
+			if err := be.Stop(); err != nil {
+				logf("stop: %v", err)
+			}
 			<-be.Done()
 		}
 	}
@@ -297,7 +305,8 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	l.mu.Lock()
-	l.w.Write(p)
+	// The console log must not stop the guest: a failed write is dropped.
+	_, _ = l.w.Write(p)
 	l.mu.Unlock()
 	return len(p), nil
 }

@@ -56,16 +56,17 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	s.logf("QEMU pid %d, QMP monitor %s", vm.PID(), vm.QMPPath())
 	serial, err := net.Dial("unix", cfg.SerialSocket)
 	if err != nil {
-		vm.Kill(ctx)
+		_, _ = vm.Kill(ctx) // failing already: the error below is the one to report
 		return exitGuest, fmt.Errorf("run: QEMU serial console: %w", err)
 	}
 	defer serial.Close()
-	s.con.SetInput(func(b []byte) { serial.Write(b) })
+	// Keystrokes QEMU no longer reads have nowhere to go.
+	s.con.SetInput(func(b []byte) { _, _ = serial.Write(b) })
 	go func() {
 		buf := make([]byte, 4096)
 		for {
 			n, err := serial.Read(buf)
-			s.con.Write(buf[:n])
+			_, _ = s.con.Write(buf[:n]) // the console never fails the guest
 			if err != nil {
 				return
 			}
@@ -73,7 +74,7 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	}()
 	if s.socketPath != "" {
 		if err := s.con.Listen(s.socketPath); err != nil {
-			vm.Kill(ctx)
+			_, _ = vm.Kill(ctx) // QEMU's exit, reported below, tells how it ended
 			return 0, usagef("--console: %v", err)
 		}
 	} else if s.f.console == "stdio" {
@@ -85,11 +86,11 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	defer signal.Stop(sigs)
 	go func() {
 		if _, ok := <-sigs; ok {
-			vm.Kill(ctx)
+			_, _ = vm.Kill(ctx) // QEMU's exit, reported below, tells how it ended
 		}
 	}()
 	if err := vm.Resume(ctx); err != nil {
-		vm.Kill(ctx)
+		_, _ = vm.Kill(ctx) // failing already: the error below is the one to report
 		return exitGuest, fmt.Errorf("run: start QEMU guest: %w", err)
 	}
 	exit, err := vm.Wait(ctx)

@@ -264,7 +264,12 @@ func (s *session) baseConfig() machine.Config {
 // serve connects the console and the API to m, runs it until it ends and
 // reports. profile is "OUT|SYSTEM.MAP" to sample guest RIPs.
 func (s *session) serve(m *machine.Machine, profile string) (int, error) {
-	defer m.Close()
+	defer func() {
+		if err := m.Close(); err != nil {
+			// A disk that failed to flush: said even without -v.
+			fmt.Fprintf(s.stderr, "vmm: releasing the VM: %v\n", err)
+		}
+	}()
 	r := runner.New(m, m.Config().CPUs, m.Config().MemoryBytes)
 	s.con.SetInput(m.Serial.Input)
 	if s.socketPath != "" {
@@ -287,7 +292,9 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	defer signal.Stop(sigs)
 	go func() {
 		if _, ok := <-sigs; ok {
-			r.Stop()
+			if err := r.Stop(); err != nil {
+				fmt.Fprintf(s.stderr, "vmm: stop: %v\n", err)
+			}
 		}
 	}()
 

@@ -79,7 +79,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu %s: %w", cfg.Name, err)
 	}
-	defer monFile.Close() // QEMU has its own copy once started
+	defer func() { _ = monFile.Close() }() // a listening socket; QEMU has its own copy once started
 
 	out := &tailBuffer{max: 20}
 	cmd := exec.Command(path, args...)
@@ -208,14 +208,14 @@ func copyIfMissing(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy failed already; the temporary is not renamed
 		return err
 	}
 	if err := out.Close(); err != nil {
