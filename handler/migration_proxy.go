@@ -318,7 +318,7 @@ func join(ctx context.Context, a, b net.Conn) error {
 	err := <-errc
 	a.Close()
 	b.Close()
-	<-errc
+	_ = <-errc // the other direction, cut by the Close above
 	return err
 }
 

@@ -219,7 +219,7 @@ func (s *Server) lifecycle(ctx context.Context, ns, name, op string) error {
 	if err != nil {
 		return fmt.Errorf("virt-handler on %s: %w", vmi.Status.NodeName, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read side: nothing to lose
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return &opError{code: resp.StatusCode, reason: metav1.StatusReasonConflict, msg: strings.TrimSpace(string(b))}

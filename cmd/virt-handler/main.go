@@ -153,7 +153,8 @@ func run() error {
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			srv.Shutdown(sctx)
+			// Past the grace time open requests are cut: nothing to save.
+			_ = srv.Shutdown(sctx)
 		}()
 		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err

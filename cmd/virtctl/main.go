@@ -165,7 +165,7 @@ func (c *apiClient) do(ctx context.Context, method, url string, body io.Reader) 
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read side: nothing to lose
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 300 {
 		return nil, statusError(resp.StatusCode, b)
@@ -224,7 +224,8 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 	if interactive {
 		old, err := term.MakeRaw(int(stdin.Fd()))
 		if err == nil {
-			defer term.Restore(int(stdin.Fd()), old)
+			// Best effort on the way out: a terminal gone needs no restoring.
+			defer func() { _ = term.Restore(int(stdin.Fd()), old) }()
 		}
 		fmt.Fprintf(os.Stderr, "Successfully connected to %s console. The escape sequence is ^]\r\n", name)
 	}
@@ -250,7 +251,8 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 				data := buf[:n]
 				if i := bytes.IndexByte(data, 0x1d); i >= 0 && interactive { // Ctrl+]
 					if i > 0 {
-						ws.WriteMessage(websocket.BinaryMessage, data[:i])
+						// Leaving anyway: what precedes ^] is best effort.
+						_ = ws.WriteMessage(websocket.BinaryMessage, data[:i])
 					}
 					done <- nil
 					return
