@@ -471,7 +471,7 @@ func (r *MigrationReconciler) handOff(ctx context.Context, p *migrationPass, cfg
 	return nil
 }
 
-// MigrationBandwidthAnnotation, on a VirtualMachineInstanceMigration, caps
+// MigrationBandwidthAnnotation on a VirtualMachineInstanceMigration caps
 // that migration's bandwidth (a quantity, bytes per second) below the
 // cluster's bandwidthPerMigration: kubevmm's stand-in for a KubeVirt
 // MigrationPolicy. It can only lower the cap.

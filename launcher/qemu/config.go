@@ -20,6 +20,7 @@ import (
 // Firmware the guest boots with.
 type Firmware string
 
+// The Firmware values.
 const (
 	FirmwareBIOS Firmware = "bios" // SeaBIOS, QEMU's default
 	FirmwareEFI  Firmware = "efi"  // OVMF, from Debian's ovmf package
@@ -28,6 +29,7 @@ const (
 // Accel is how QEMU runs guest code.
 type Accel string
 
+// The Accel values.
 const (
 	AccelKVM Accel = "kvm"
 	// AccelTCG is QEMU's emulator: slow, but independent of the host's KVM
@@ -38,6 +40,7 @@ const (
 // DiskFormat is the image format of a disk's file.
 type DiskFormat string
 
+// The DiskFormat values.
 const (
 	FormatRaw   DiskFormat = "raw"
 	FormatQCOW2 DiskFormat = "qcow2"
@@ -46,6 +49,7 @@ const (
 // DiskBus is how a disk is attached.
 type DiskBus string
 
+// The DiskBus values.
 const (
 	BusVirtio DiskBus = "virtio" // virtio-blk-pci
 	BusSATA   DiskBus = "sata"   // ICH9 AHCI controller, ide-hd / ide-cd
@@ -54,6 +58,7 @@ const (
 // NICModel is the emulated network card.
 type NICModel string
 
+// The NICModel values.
 const (
 	NICVirtio NICModel = "virtio" // virtio-net-pci
 	NICE1000  NICModel = "e1000"  // Intel 82540EM, driver in every Windows

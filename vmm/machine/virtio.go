@@ -30,8 +30,8 @@ type NICConfig struct {
 	MAC net.HardwareAddr
 }
 
-// Virtio devices sit in the 32-bit MMIO hole, one 4 KiB window each from
-// VirtioMMIOBase, each on an IOAPIC pin the PC platform leaves free (4 is
+// VirtioMMIOBase is where virtio devices sit in the 32-bit MMIO hole, one
+// 4 KiB window each from here, each on an IOAPIC pin the PC platform leaves free (4 is
 // COM1, 8 the RTC); the MP table describes all 24 pins.
 const VirtioMMIOBase = 0xd0000000
 

@@ -99,7 +99,7 @@ func (d *Device) Type() virtio.DeviceType { return virtio.TypeNet }
 // Features offered.
 func (d *Device) Features() uint64 { return d.features }
 
-// QueueMaxSizes: receive and transmit.
+// QueueMaxSizes is receive and transmit.
 func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize, queueSize} }
 
 // ReadConfig reads struct virtio_net_config (mac, status).

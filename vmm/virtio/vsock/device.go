@@ -121,7 +121,7 @@ func (d *Device) Features() uint64 {
 	return virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc
 }
 
-// QueueMaxSizes: rx, tx, event.
+// QueueMaxSizes is rx, tx, event.
 func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize, queueSize, queueSize} }
 
 // ReadConfig reads guest_cid.
