@@ -235,7 +235,7 @@ func (r *VMIReconciler) abortMigration(ctx context.Context, vmi *v1.VirtualMachi
 	err := l.client().CancelMigration(qctx)
 	cancel()
 	var apiErr *api.Error
-	if err != nil && !(errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict) {
+	if err != nil && (!errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict) {
 		// A conflict is a migration that ended meanwhile: its outcome
 		// is read on the next pass.
 		return fmt.Errorf("aborting the migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)

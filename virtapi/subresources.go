@@ -106,11 +106,12 @@ func (s *Server) vmStateChange(ctx context.Context, ns, name, op string) error {
 
 	setSpec := func(run bool) error {
 		orig := vm.DeepCopy()
-		if vm.Spec.Running != nil {
+		switch {
+		case vm.Spec.Running != nil:
 			vm.Spec.Running = ptr.To(run)
-		} else if run {
+		case run:
 			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyAlways)
-		} else {
+		default:
 			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyHalted)
 		}
 		return s.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))

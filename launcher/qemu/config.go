@@ -230,7 +230,7 @@ func (c Config) Validate() error {
 		bad("name is empty")
 	}
 	for _, r := range c.Name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' && r != '_' && r != '.' {
 			bad("name %q: only letters, digits, '-', '_' and '.' are allowed", c.Name)
 			break
 		}
@@ -257,11 +257,12 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.CPUModel, ", ") {
 		bad("cpu model %q: one model name, no options", c.CPUModel)
 	}
-	if c.RunDir == "" {
+	switch {
+	case c.RunDir == "":
 		bad("run dir is empty")
-	} else if !filepath.IsAbs(c.RunDir) {
+	case !filepath.IsAbs(c.RunDir):
 		bad("run dir %q: must be absolute", c.RunDir)
-	} else if len(c.QMPPath()) > maxSocketPath {
+	case len(c.QMPPath()) > maxSocketPath:
 		bad("run dir %q: too long for a unix socket path (%d > %d bytes)", c.RunDir, len(c.QMPPath()), maxSocketPath)
 	}
 	for _, s := range []struct{ what, path string }{{"serial socket", c.SerialSocket}, {"vnc socket", c.VNCSocket}} {

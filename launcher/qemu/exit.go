@@ -102,7 +102,8 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 			}
 			break
 		}
-		line := append(b.partial, p[:i]...)
+		line := b.partial
+		line = append(line, p[:i]...)
 		b.partial = nil
 		b.lines = append(b.lines, strings.TrimRight(string(line), "\r"))
 		if len(b.lines) > b.max {

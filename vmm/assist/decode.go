@@ -125,7 +125,8 @@ func (in *insn) modrm(r *kvm.Regs, s *kvm.Sregs, immBytes int) error {
 	}
 	var ea uint64
 	ripRel := false
-	if rm == 4 {
+	switch {
+	case rm == 4:
 		sib, err := in.next()
 		if err != nil {
 			return err
@@ -145,14 +146,14 @@ func (in *insn) modrm(r *kvm.Regs, s *kvm.Sregs, immBytes int) error {
 		} else {
 			ea += *reg(r, base)
 		}
-	} else if rm == 5 && in.mod == 0 {
+	case rm == 5 && in.mod == 0:
 		d, err := in.imm32()
 		if err != nil {
 			return err
 		}
 		ripRel = true
 		ea += uint64(d)
-	} else {
+	default:
 		ea += *reg(r, rm|b2i(in.rexB)<<3)
 	}
 	switch in.mod {

@@ -178,7 +178,8 @@ func (d *Device) send(c *queue.Chain) {
 		return
 	}
 	h.Put(d.txHdr[:])
-	iov := append(d.txIov[:0], d.txHdr[:])
+	iov := d.txIov[:0]
+	iov = append(iov, d.txHdr[:])
 	iov = c.Readable.Slice(iov, HdrSize, frameLen)
 	if len(iov) > iovMax {
 		if d.txBuf == nil {
