@@ -86,21 +86,7 @@ func ReadVMI(path string) (*v1.VirtualMachineInstance, error) {
 // off, rebooted with reboot=k, stopped), 1 if it failed.
 func Run(ctx context.Context, o Options) (int, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(o.Log, "virt-launcher: "+format+"\n", a...) }
-	vmi, err := ReadVMI(o.VMIFile)
-	if err != nil {
-		return 1, err
-	}
-	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
-	if err != nil {
-		return 1, err
-	}
-	logf("VMI %s/%s (uid %s): backend %s (%s)", vmi.Namespace, vmi.Name, vmi.UID, backendName, why)
-	if o.Incoming != "" && backendName != spec.BackendKubevmm {
-		// Refused before anything runs: the controller does not migrate
-		// such VMIs (LiveMigratable is False), so this is a bad pod.
-		return 1, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
-	}
-	cfg, err := BuildVMConfig(vmi, o.Paths)
+	vmi, backendName, cfg, err := prepare(o, logf)
 	if err != nil {
 		return 1, err
 	}
@@ -133,22 +119,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 1, err
 	}
 
-	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
-	var be backend
 	t0 := time.Now()
-	switch {
-	case o.Incoming != "":
-		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, logf)
-	case backendName == spec.BackendKubevmm:
-		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console})
-	case backendName == spec.BackendQEMU:
-		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
-			var qc qemuStart
-			if qc, err = qemuStartConfig(cfg, vmi, o); err == nil {
-				be, err = startQEMU(ctx, qc, consolePath, &lineLog{w: o.Console}, logf)
-			}
-		}
-	}
+	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, logf)
 	if err != nil {
 		if ctx.Err() != nil && o.Incoming != "" {
 			// Deleted while waiting for the migration: nothing ran here.
@@ -181,25 +153,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		logf("guest started on %s in %v", backendName, time.Since(t0).Round(time.Millisecond))
 	}
 
-	select {
-	case <-be.Done():
-	case <-ctx.Done():
-		if in := spec.ShutdownInput(vmi.Annotations); in != nil {
-			if t, ok := be.(interface{ Type([]byte) }); ok {
-				logf("asked to stop: typing %q on the guest's console (%s)", in, spec.ShutdownInputAnnotation)
-				t.Type(in)
-			}
-		}
-		logf("asked to stop: giving the guest %v to end by itself (no ACPI power button), then stopping it", grace)
-		select {
-		case <-be.Done():
-		case <-time.After(grace):
-			if err := be.Stop(); err != nil {
-				logf("stop: %v", err)
-			}
-			<-be.Done()
-		}
-	}
+	waitForGuest(ctx, be, vmi, grace, logf)
 	info := be.Info()
 	logf("guest ended: %s %s", info.Exit, info.Error)
 	writeExit(o.Paths.SocketDir, info, logf)
@@ -214,6 +168,77 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	lingerUntil(ctx, o.Linger)
 	return code, nil
+}
+
+// prepare reads the VMI and picks its backend and VM configuration.
+func prepare(o Options, logf func(string, ...any)) (*v1.VirtualMachineInstance, spec.Backend, VMConfig, error) {
+	vmi, err := ReadVMI(o.VMIFile)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	logf("VMI %s/%s (uid %s): backend %s (%s)", vmi.Namespace, vmi.Name, vmi.UID, backendName, why)
+	if o.Incoming != "" && backendName != spec.BackendKubevmm {
+		// Refused before anything runs: the controller does not migrate
+		// such VMIs (LiveMigratable is False), so this is a bad pod.
+		return nil, "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
+	}
+	cfg, err := BuildVMConfig(vmi, o.Paths)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	return vmi, backendName, cfg, nil
+}
+
+// startBackend starts the guest on the selected backend, or receives it
+// when this pod is a migration target.
+func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, logf func(string, ...any)) (backend, error) {
+	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
+	switch {
+	case o.Incoming != "":
+		return receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, logf)
+	case backendName == spec.BackendKubevmm:
+		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console})
+	case backendName == spec.BackendQEMU:
+		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
+			return nil, err
+		}
+		qc, err := qemuStartConfig(cfg, vmi, o)
+		if err != nil {
+			return nil, err
+		}
+		return startQEMU(ctx, qc, consolePath, &lineLog{w: o.Console}, logf)
+	}
+	return nil, fmt.Errorf("backend %q", backendName)
+}
+
+// waitForGuest returns when the guest has ended. Asked to stop (ctx done),
+// it types the VMI's shutdown input, if any, gives the guest its grace
+// period to end by itself, then stops it.
+func waitForGuest(ctx context.Context, be backend, vmi *v1.VirtualMachineInstance, grace time.Duration, logf func(string, ...any)) {
+	select {
+	case <-be.Done():
+		return
+	case <-ctx.Done():
+	}
+	if in := spec.ShutdownInput(vmi.Annotations); in != nil {
+		if t, ok := be.(interface{ Type([]byte) }); ok {
+			logf("asked to stop: typing %q on the guest's console (%s)", in, spec.ShutdownInputAnnotation)
+			t.Type(in)
+		}
+	}
+	logf("asked to stop: giving the guest %v to end by itself (no ACPI power button), then stopping it", grace)
+	select {
+	case <-be.Done():
+	case <-time.After(grace):
+		if err := be.Stop(); err != nil {
+			logf("stop: %v", err)
+		}
+		<-be.Done()
+	}
 }
 
 // listenWhenWritable serves the control API once the socket directory is
