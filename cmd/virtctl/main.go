@@ -54,6 +54,27 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
 `)
 }
 
+// newAPIClient talks to the cluster kubeconfig (or the default loading
+// rules) names, in namespace ns or the kubeconfig's.
+func newAPIClient(ns, kubeconfig string) (*apiClient, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	if ns == "" {
+		var err error
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, fmt.Errorf("namespace: %w", err)
+		}
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return &apiClient{cfg: cfg, ns: ns}, nil
+}
+
 func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("virtctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -79,22 +100,10 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 		return 0, nil
 	}
 
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	if ns == "" {
-		var err error
-		if ns, _, err = cc.Namespace(); err != nil {
-			return 1, fmt.Errorf("namespace: %w", err)
-		}
-	}
-	cfg, err := cc.ClientConfig()
+	c, err := newAPIClient(ns, kubeconfig)
 	if err != nil {
-		return 1, fmt.Errorf("kubeconfig: %w", err)
+		return 1, err
 	}
-	c := &apiClient{cfg: cfg, ns: ns}
 
 	need := func(n int, what string) error {
 		if len(rest_) != n {

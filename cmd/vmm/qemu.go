@@ -32,19 +32,7 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(runDir)
-	cfg := qemu.Config{
-		Name: "vmm", CPUs: f.cpus, MemoryMiB: int(mem >> 20),
-		Kernel: f.kernel, Initrd: f.initrd, Cmdline: f.cmdline,
-		SerialSocket: runDir + "/serial.sock", RunDir: runDir, Accel: accel,
-		NoReboot: true, StartPaused: true, // attach to the console before the guest's first byte
-	}
-	for _, d := range devs.disks {
-		cfg.Disks = append(cfg.Disks, qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(d.Format),
-			Bus: qemu.DiskBus(d.Bus), ReadOnly: d.ReadOnly, Serial: d.Serial})
-	}
-	for _, n := range devs.nics {
-		cfg.NICs = append(cfg.NICs, qemu.NIC{Model: qemu.NICModel(n.Model), Tap: n.Tap, MAC: n.MAC.String()})
-	}
+	cfg := qemuConfig(f, mem, devs, runDir, accel)
 	if err := cfg.Validate(); err != nil {
 		return 0, usagef("run: %v", err)
 	}
@@ -99,13 +87,37 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 		return exitGuest, fmt.Errorf("run: %w", err)
 	}
 	s.logf("QEMU ended after %v: %s", time.Since(s.start).Round(time.Millisecond), exit)
+	return s.qemuExit(exit), nil
+}
+
+// qemuConfig is the QEMU configuration for vmm run's flags.
+func qemuConfig(f *runFlags, mem uint64, devs devices, runDir string, accel qemu.Accel) qemu.Config {
+	cfg := qemu.Config{
+		Name: "vmm", CPUs: f.cpus, MemoryMiB: int(mem >> 20),
+		Kernel: f.kernel, Initrd: f.initrd, Cmdline: f.cmdline,
+		SerialSocket: runDir + "/serial.sock", RunDir: runDir, Accel: accel,
+		NoReboot: true, StartPaused: true, // attach to the console before the guest's first byte
+	}
+	for _, d := range devs.disks {
+		cfg.Disks = append(cfg.Disks, qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(d.Format),
+			Bus: qemu.DiskBus(d.Bus), ReadOnly: d.ReadOnly, Serial: d.Serial})
+	}
+	for _, n := range devs.nics {
+		cfg.NICs = append(cfg.NICs, qemu.NIC{Model: qemu.NICModel(n.Model), Tap: n.Tap, MAC: n.MAC.String()})
+	}
+	return cfg
+}
+
+// qemuExit is vmm run's exit code for how QEMU ended, saying why if the
+// guest failed.
+func (s *session) qemuExit(exit qemu.Exit) int {
 	switch exit.Reason {
 	case qemu.ExitGuestShutdown, qemu.ExitHostShutdown, qemu.ExitKilled:
 		if exit.ShutdownReason == "guest-panic" {
 			break
 		}
-		return exitOK, nil
+		return exitOK
 	}
 	fmt.Fprintf(s.stderr, "vmm: guest failed: QEMU %s\n", oneLine(exit.String()))
-	return exitGuest, nil
+	return exitGuest
 }
