@@ -104,18 +104,7 @@ func (s *Server) vmStateChange(ctx context.Context, ns, name, op string) error {
 	running := vmi != nil && vmi.DeletionTimestamp == nil && !vmi.IsFinal()
 	pending := len(vm.Status.StateChangeRequests) > 0
 
-	setSpec := func(run bool) error {
-		orig := vm.DeepCopy()
-		switch {
-		case vm.Spec.Running != nil:
-			vm.Spec.Running = ptr.To(run)
-		case run:
-			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyAlways)
-		default:
-			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyHalted)
-		}
-		return s.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	}
+	setSpec := func(run bool) error { return s.setRunning(ctx, vm, run) }
 	request := func(reqs ...v1.VirtualMachineStateChangeRequest) error {
 		orig := vm.DeepCopy()
 		vm.Status.StateChangeRequests = append(vm.Status.StateChangeRequests, reqs...)
@@ -169,6 +158,21 @@ func (s *Server) vmStateChange(ctx context.Context, ns, name, op string) error {
 		return request(stopReq(), v1.VirtualMachineStateChangeRequest{Action: v1.StartRequest})
 	}
 	return fmt.Errorf("unknown operation %q", op)
+}
+
+// setRunning flips the VM's spec: spec.running if it uses that, else the
+// run strategy (Always or Halted).
+func (s *Server) setRunning(ctx context.Context, vm *v1.VirtualMachine, run bool) error {
+	orig := vm.DeepCopy()
+	switch {
+	case vm.Spec.Running != nil:
+		vm.Spec.Running = ptr.To(run)
+	case run:
+		vm.Spec.RunStrategy = ptr.To(v1.RunStrategyAlways)
+	default:
+		vm.Spec.RunStrategy = ptr.To(v1.RunStrategyHalted)
+	}
+	return s.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
 // migrate creates a VirtualMachineInstanceMigration, as `virtctl migrate`
