@@ -101,6 +101,36 @@ type launcherVMI struct {
 	Spec              v1.VirtualMachineInstanceSpec `json:"spec"`
 }
 
+// computeContainer is the launcher pod's container that runs the VM.
+func computeContainer(vmi *v1.VirtualMachineInstance, image string, pullPolicy corev1.PullPolicy, resources corev1.ResourceRequirements, extraMounts []corev1.VolumeMount) corev1.Container {
+	return corev1.Container{
+		Name:            ComputeContainerName,
+		Image:           image,
+		ImagePullPolicy: pullPolicy,
+		Env: []corev1.EnvVar{
+			{Name: "KUBEVMM_VMI_NAME", Value: vmi.Name},
+			{Name: "KUBEVMM_VMI_NAMESPACE", Value: vmi.Namespace},
+			{Name: "KUBEVMM_VMI_UID", Value: string(vmi.UID)},
+			{Name: "KUBEVMM_VMI_FILE", Value: VMIFileDir + "/" + VMIFileName},
+			{Name: "KUBEVMM_SOCKET_DIR", Value: SocketRootDir},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		},
+		Resources: resources,
+		VolumeMounts: append([]corev1.VolumeMount{
+			{Name: spec.SocketsVolume, MountPath: SocketRootDir},
+			{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
+		}, extraMounts...),
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{
+				Drop: []corev1.Capability{"ALL"},
+				// Binding low ports for masquerade port forwarding.
+				Add: []corev1.Capability{"NET_BIND_SERVICE"},
+			},
+		},
+	}
+}
+
 // RenderLauncherPod builds the virt-launcher pod for a VMI. It is a pure
 // function of its inputs so that it can be tested without an API server.
 func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*corev1.Pod, error) {
@@ -183,32 +213,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			},
 			InitContainers:   initContainers,
 			ImagePullSecrets: pullSecrets,
-			Containers: []corev1.Container{{
-				Name:            ComputeContainerName,
-				Image:           cfg.Image,
-				ImagePullPolicy: pullPolicy,
-				Env: []corev1.EnvVar{
-					{Name: "KUBEVMM_VMI_NAME", Value: vmi.Name},
-					{Name: "KUBEVMM_VMI_NAMESPACE", Value: vmi.Namespace},
-					{Name: "KUBEVMM_VMI_UID", Value: string(vmi.UID)},
-					{Name: "KUBEVMM_VMI_FILE", Value: VMIFileDir + "/" + VMIFileName},
-					{Name: "KUBEVMM_SOCKET_DIR", Value: SocketRootDir},
-					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-				},
-				Resources: resources,
-				VolumeMounts: append([]corev1.VolumeMount{
-					{Name: spec.SocketsVolume, MountPath: SocketRootDir},
-					{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
-				}, computeMounts...),
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{
-						Drop: []corev1.Capability{"ALL"},
-						// Binding low ports for masquerade port forwarding.
-						Add: []corev1.Capability{"NET_BIND_SERVICE"},
-					},
-				},
-			}},
+			Containers:       []corev1.Container{computeContainer(vmi, cfg.Image, pullPolicy, resources, computeMounts)},
 			Volumes: append([]corev1.Volume{
 				{
 					// One directory per VMI, so a launcher can only reach its

@@ -327,8 +327,14 @@ func (r *MigrationReconciler) step(ctx context.Context, p *migrationPass, cfg Cl
 		setMigrationPhase(p.st, v1.MigrationPreparingTarget, p.now)
 		return 0, r.setTargetNodeLabel(ctx, vmi, ms.TargetNode)
 	}
+	return r.awaitTarget(ctx, p, cfg)
+}
 
-	// The target pod exists and has not been handed off yet.
+// awaitTarget follows the target pod, which exists and has not been
+// handed off yet, until it runs (then hands off) or its timeouts fail the
+// migration.
+func (r *MigrationReconciler) awaitTarget(ctx context.Context, p *migrationPass, cfg ClusterConfig) (time.Duration, error) {
+	target := p.target
 	lim := cfg.Limits()
 	age := p.now.Sub(target.CreationTimestamp.Time)
 	if c := podCondition(target, corev1.PodScheduled); target.Spec.NodeName == "" && c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
@@ -471,7 +477,7 @@ func (r *MigrationReconciler) handOff(ctx context.Context, p *migrationPass, cfg
 	return nil
 }
 
-// MigrationBandwidthAnnotation, on a VirtualMachineInstanceMigration, caps
+// MigrationBandwidthAnnotation on a VirtualMachineInstanceMigration caps
 // that migration's bandwidth (a quantity, bytes per second) below the
 // cluster's bandwidthPerMigration: kubevmm's stand-in for a KubeVirt
 // MigrationPolicy. It can only lower the cap.

@@ -212,7 +212,7 @@ func TestMigrationTargetPod(t *testing.T) {
 				node = "node01"
 			}
 			bindPod(t, target, node)
-			m = waitMigration(t, ns, "mig-job", "to be Scheduled", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationScheduled })
+			waitMigration(t, ns, "mig-job", "to be Scheduled", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationScheduled })
 			setPodStatus(t, target, func(s *corev1.PodStatus) { s.Phase = corev1.PodRunning; s.PodIP = "10.200.0.11" })
 			m = waitMigration(t, ns, "mig-job", "to be PreparingTarget", func(m *v1.VirtualMachineInstanceMigration) bool { return m.Status.Phase == v1.MigrationPreparingTarget })
 
@@ -435,7 +435,7 @@ func TestMigrationAbortTooLate(t *testing.T) {
 		st.MigrationState.AbortStatus = v1.MigrationAbortFailed
 		st.NodeName = st.MigrationState.TargetNode
 	})
-	m = waitMigration(t, ns, "late-job", "to be Succeeded and let go", func(m *v1.VirtualMachineInstanceMigration) bool {
+	waitMigration(t, ns, "late-job", "to be Succeeded and let go", func(m *v1.VirtualMachineInstanceMigration) bool {
 		return m.Status.Phase == v1.MigrationSucceeded && !controllerutil.ContainsFinalizer(m, v1.VirtualMachineInstanceMigrationFinalizer)
 	})
 	waitEvent(t, ns, "VirtualMachineInstanceMigration", "late-job", controller.ReasonMigrationSucceeded,

@@ -18,7 +18,7 @@ import (
 // Pure functions, tested without an API server.
 
 func TestLauncherResources(t *testing.T) {
-	gi := func(s string) resource.Quantity { return resource.MustParse(s) }
+	gi := resource.MustParse
 	tests := []struct {
 		name    string
 		domain  v1.DomainSpec

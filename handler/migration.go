@@ -118,35 +118,7 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 		if info.State != api.StateRunning {
 			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("the guest is %s, not running: only a running guest is migrated", info.State))
 		}
-		// Recorded before the launcher is asked, with the optimistic lock:
-		// the controller may be failing the migration at this moment, and
-		// only one of us may win. A start that is recorded but never
-		// reached the launcher is found below and fails the migration.
-		now := metav1.NewTime(r.now().Time)
-		if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
-			ms.StartTimestamp, ms.Mode = &now, v1.MigrationPreCopy
-		}); err != nil {
-			return ctrl.Result{}, false, err
-		}
-		req := migrateRequest(vmi)
-		target := strings.TrimPrefix(req.To, "tcp:")
-		logger := log.FromContext(ctx)
-		if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
-			return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), l.socket(), target, string(ms.MigrationUID), r.MigrationTLS.Client,
-				func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
-		}); err != nil {
-			return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())
-		}
-		req.To = "unix:" + filepath.Join(r.launcherSocketDir(), spec.MigrationOutSocket)
-		qctx, cancel := context.WithTimeout(ctx, time.Minute) // includes the connect
-		err := c.Migrate(qctx, req)
-		cancel()
-		if err != nil {
-			return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("starting the migration to %s: %v", target, err))
-		}
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrating, "Migrate",
-			"Migrating to pod %s on node %s (%s, over TLS between the handlers)", ms.TargetPod, ms.TargetNode, target)
-		return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
+		return r.startMigration(ctx, vmi, l)
 	}
 	if !live {
 		// Mid-migration and the launcher is gone: so is the guest; the
@@ -197,6 +169,43 @@ func (r *VMIReconciler) syncMigrationSource(ctx context.Context, vmi *v1.Virtual
 	}
 }
 
+// startMigration records the start and asks the source launcher to
+// migrate through a TLS proxy to the target's handler.
+func (r *VMIReconciler) startMigration(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) (ctrl.Result, bool, error) {
+	ms := vmi.Status.MigrationState
+	c := l.client()
+	// Recorded before the launcher is asked, with the optimistic lock:
+	// the controller may be failing the migration at this moment, and
+	// only one of us may win. A start that is recorded but never
+	// reached the launcher is found by syncMigrationSource, which fails
+	// the migration.
+	now := metav1.NewTime(r.now().Time)
+	if err := r.patchMigrationState(ctx, vmi, func(ms *v1.VirtualMachineInstanceMigrationState) {
+		ms.StartTimestamp, ms.Mode = &now, v1.MigrationPreCopy
+	}); err != nil {
+		return ctrl.Result{}, false, err
+	}
+	req := migrateRequest(vmi)
+	target := strings.TrimPrefix(req.To, "tcp:")
+	logger := log.FromContext(ctx)
+	if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
+		return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), l.socket(), target, string(ms.MigrationUID), r.MigrationTLS.Client,
+			func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
+	}); err != nil {
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())
+	}
+	req.To = "unix:" + filepath.Join(r.launcherSocketDir(), spec.MigrationOutSocket)
+	qctx, cancel := context.WithTimeout(ctx, time.Minute) // includes the connect
+	err := c.Migrate(qctx, req)
+	cancel()
+	if err != nil {
+		return ctrl.Result{}, false, r.failMigration(ctx, vmi, fmt.Sprintf("starting the migration to %s: %v", target, err))
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonMigrating, "Migrate",
+		"Migrating to pod %s on node %s (%s, over TLS between the handlers)", ms.TargetPod, ms.TargetNode, target)
+	return ctrl.Result{RequeueAfter: migrationPoll}, false, nil
+}
+
 // loseGuest records a migration that failed in post-copy: the guest's
 // memory was split between the two sides and neither can run it any more
 // (KubeVirt's post-copy has the same risk). The source VMM, which kept
@@ -235,7 +244,7 @@ func (r *VMIReconciler) abortMigration(ctx context.Context, vmi *v1.VirtualMachi
 	err := l.client().CancelMigration(qctx)
 	cancel()
 	var apiErr *api.Error
-	if err != nil && !(errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict) {
+	if err != nil && (!errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict) {
 		// A conflict is a migration that ended meanwhile: its outcome
 		// is read on the next pass.
 		return fmt.Errorf("aborting the migration of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)

@@ -47,7 +47,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+base+"pause", s.lifecycle("pause"))
 	mux.HandleFunc("PUT "+base+"unpause", s.lifecycle("unpause"))
 	mux.HandleFunc("GET "+base+"console", s.console)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
 }
 
@@ -174,9 +174,10 @@ func BridgeWebsocket(ws *websocket.Conn, conn io.ReadWriteCloser) {
 		}
 	}()
 	<-done
-	ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	// Best effort: the client may be what ended the session.
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 	ws.Close()
-	conn.Close()
+	_ = conn.Close() // the console socket, being torn down
 }
 
 // TLSFiles are a certificate, its key and the CA that signed its peers'.

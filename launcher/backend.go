@@ -23,8 +23,9 @@ type backend interface {
 	Done() <-chan struct{}
 	// Failed says, once Done, whether the guest's end was a failure.
 	Failed() bool
-	// Close releases what the backend holds; the guest has ended.
-	Close()
+	// Close releases what the backend holds; the guest has ended. Its
+	// error (a disk that failed to flush) is for the log.
+	Close() error
 }
 
 // switchVM is what the control socket serves for the launcher's whole
@@ -207,7 +208,7 @@ func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.
 func runKubevmm(m *machine.Machine, con *console.Console, consolePath string) (*kubevmmBackend, error) {
 	con.SetInput(m.Serial.Input)
 	if err := con.Listen(consolePath); err != nil {
-		m.Close()
+		_ = m.Close() // never ran: the console error is the one to report
 		con.Close()
 		return nil, err
 	}
@@ -225,7 +226,7 @@ func (b *kubevmmBackend) Type(input []byte) { b.Machine().Serial.Input(input) }
 
 func (b *kubevmmBackend) Done() <-chan struct{} { return b.done }
 func (b *kubevmmBackend) Failed() bool          { return b.exit.Failed() }
-func (b *kubevmmBackend) Close() {
+func (b *kubevmmBackend) Close() error {
 	b.con.Close()
-	b.Machine().Close()
+	return b.Machine().Close()
 }

@@ -219,7 +219,7 @@ func probeFormat(path string) (block.Format, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	magic := make([]byte, 4)
 	if _, err := io.ReadFull(f, magic); err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		return "", err

@@ -67,7 +67,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("copy: %w", err)
 	}
@@ -77,7 +77,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return fmt.Errorf("copy: %w", err)
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy failed already; the temporary is not renamed
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	if err := out.Close(); err != nil {

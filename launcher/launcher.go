@@ -86,28 +86,15 @@ func ReadVMI(path string) (*v1.VirtualMachineInstance, error) {
 // returns the process exit code: 0 if the guest ended cleanly (powered
 // off, rebooted with reboot=k, stopped), 1 if it failed.
 func Run(ctx context.Context, o Options) (int, error) {
-	vmi, err := ReadVMI(o.VMIFile)
-	if err != nil {
-		return 1, err
-	}
 	// One JSON line per event, in the pod's log; the VMM's own lines (its
 	// state changes) carry component=vmm.
-	log := slog.New(slog.NewJSONHandler(o.Log, nil)).With("component", "virt-launcher", "vmi", vmi.Namespace+"/"+vmi.Name)
+	log := slog.New(slog.NewJSONHandler(o.Log, nil)).With("component", "virt-launcher")
+	vmi, backendName, cfg, err := prepare(o, log)
+	if err != nil {
+		return 1, err
+	}
+	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
-	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
-	if err != nil {
-		return 1, err
-	}
-	log.Info("backend selected", "uid", vmi.UID, "backend", backendName, "why", why)
-	if o.Incoming != "" && backendName != spec.BackendKubevmm {
-		// Refused before anything runs: the controller does not migrate
-		// such VMIs (LiveMigratable is False), so this is a bad pod.
-		return 1, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
-	}
-	cfg, err := BuildVMConfig(vmi, o.Paths)
-	if err != nil {
-		return 1, err
-	}
 	grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 
 	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
@@ -130,34 +117,20 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := waitForTaps(ctx, o.Paths.SysClassNet, cfg.NICs, logf); err != nil {
 		if ctx.Err() != nil {
 			logf("stopped before the guest started")
-			sw.Stop()
+			_ = sw.Stop() // no backend yet: this only records the stop
 			writeExit(o.Paths.SocketDir, sw.Info(), logf)
 			return 0, nil
 		}
 		return 1, err
 	}
 
-	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
-	var be backend
 	t0 := time.Now()
-	switch {
-	case o.Incoming != "":
-		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log)
-	case backendName == spec.BackendKubevmm:
-		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"))
-	case backendName == spec.BackendQEMU:
-		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
-			var qc qemuStart
-			if qc, err = qemuStartConfig(cfg, vmi, o); err == nil {
-				be, err = startQEMU(ctx, qc, consolePath, &lineLog{w: o.Console}, logf)
-			}
-		}
-	}
+	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, log)
 	if err != nil {
 		if ctx.Err() != nil && o.Incoming != "" {
 			// Deleted while waiting for the migration: nothing ran here.
 			logf("stopped before a migration arrived")
-			sw.Stop()
+			_ = sw.Stop() // no backend yet: this only records the stop
 			writeExit(o.Paths.SocketDir, sw.Info(), logf)
 			return 0, nil
 		}
@@ -168,10 +141,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 		lingerUntil(ctx, o.Linger)
 		return 1, err
 	}
-	defer be.Close()
+	defer func() {
+		if err := be.Close(); err != nil {
+			logf("releasing the VM: %v", err)
+		}
+	}()
 	if !sw.set(be) {
 		// Stopped while starting.
-		be.Stop()
+		if err := be.Stop(); err != nil {
+			logf("stop: %v", err)
+		}
 	}
 	if o.Incoming != "" {
 		log.Info("guest received: it runs here now", "from", o.Incoming, "took", time.Since(t0).Round(time.Millisecond))
@@ -179,23 +158,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		log.Info("guest started", "backend", backendName, "took", time.Since(t0).Round(time.Millisecond))
 	}
 
-	select {
-	case <-be.Done():
-	case <-ctx.Done():
-		if in := spec.ShutdownInput(vmi.Annotations); in != nil {
-			if t, ok := be.(interface{ Type([]byte) }); ok {
-				log.Info("asked to stop: typing the shutdown input on the guest's console", "input", string(in), "annotation", spec.ShutdownInputAnnotation)
-				t.Type(in)
-			}
-		}
-		log.Info("asked to stop: the guest may end by itself (no ACPI power button), then it is stopped", "grace", grace)
-		select {
-		case <-be.Done():
-		case <-time.After(grace):
-			be.Stop()
-			<-be.Done()
-		}
-	}
+	waitForGuest(ctx, be, vmi, grace, log)
 	info := be.Info()
 	log.Info("guest ended", "state", info.State, "exit", info.Exit, "error", info.Error)
 	writeExit(o.Paths.SocketDir, info, logf)
@@ -210,6 +173,78 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	lingerUntil(ctx, o.Linger)
 	return code, nil
+}
+
+// prepare reads the VMI and picks its backend and VM configuration.
+func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, VMConfig, error) {
+	vmi, err := ReadVMI(o.VMIFile)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	log.Info("backend selected", "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID, "backend", backendName, "why", why)
+	if o.Incoming != "" && backendName != spec.BackendKubevmm {
+		// Refused before anything runs: the controller does not migrate
+		// such VMIs (LiveMigratable is False), so this is a bad pod.
+		return nil, "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
+	}
+	cfg, err := BuildVMConfig(vmi, o.Paths)
+	if err != nil {
+		return nil, "", VMConfig{}, err
+	}
+	return vmi, backendName, cfg, nil
+}
+
+// startBackend starts the guest on the selected backend, or receives it
+// when this pod is a migration target.
+func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger) (backend, error) {
+	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
+	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
+	switch {
+	case o.Incoming != "":
+		return receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log)
+	case backendName == spec.BackendKubevmm:
+		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"))
+	case backendName == spec.BackendQEMU:
+		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
+			return nil, err
+		}
+		qc, err := qemuStartConfig(cfg, vmi, o)
+		if err != nil {
+			return nil, err
+		}
+		return startQEMU(ctx, qc, consolePath, &lineLog{w: o.Console}, logf)
+	}
+	return nil, fmt.Errorf("backend %q", backendName)
+}
+
+// waitForGuest returns when the guest has ended. Asked to stop (ctx done),
+// it types the VMI's shutdown input, if any, gives the guest its grace
+// period to end by itself, then stops it.
+func waitForGuest(ctx context.Context, be backend, vmi *v1.VirtualMachineInstance, grace time.Duration, log *slog.Logger) {
+	select {
+	case <-be.Done():
+		return
+	case <-ctx.Done():
+	}
+	if in := spec.ShutdownInput(vmi.Annotations); in != nil {
+		if t, ok := be.(interface{ Type([]byte) }); ok {
+			log.Info("asked to stop: typing the shutdown input on the guest's console", "input", string(in), "annotation", spec.ShutdownInputAnnotation)
+			t.Type(in)
+		}
+	}
+	log.Info("asked to stop: the guest may end by itself (no ACPI power button), then it is stopped", "grace", grace)
+	select {
+	case <-be.Done():
+	case <-time.After(grace):
+		if err := be.Stop(); err != nil {
+			log.Warn("stopping the guest", "error", err)
+		}
+		<-be.Done()
+	}
 }
 
 // listenWhenWritable serves the control API once the socket directory is
@@ -301,7 +336,8 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	l.mu.Lock()
-	l.w.Write(p)
+	// The console log must not stop the guest: a failed write is dropped.
+	_, _ = l.w.Write(p)
 	l.mu.Unlock()
 	return len(p), nil
 }

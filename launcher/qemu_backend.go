@@ -141,7 +141,7 @@ func startQEMU(ctx context.Context, s qemuStart, consolePath string, logSink *li
 	}
 	q.con.SetInput(func(b []byte) {
 		q.serial.SetWriteDeadline(time.Now().Add(qemuCommandTimeout))
-		q.serial.Write(b)
+		_, _ = q.serial.Write(b) // keystrokes QEMU no longer reads have nowhere to go
 	})
 	go func() {
 		// Guest output, until QEMU closes the socket.
@@ -149,7 +149,7 @@ func startQEMU(ctx context.Context, s qemuStart, consolePath string, logSink *li
 		for {
 			n, err := q.serial.Read(buf)
 			if n > 0 {
-				q.con.Write(buf[:n])
+				_, _ = q.con.Write(buf[:n]) // the console never fails the guest
 			}
 			if err != nil {
 				return
@@ -371,7 +371,7 @@ func (q *qemuBackend) Stop() error {
 // Type writes input to the guest's serial console.
 func (q *qemuBackend) Type(input []byte) {
 	q.serial.SetWriteDeadline(time.Now().Add(qemuCommandTimeout))
-	q.serial.Write(input)
+	_, _ = q.serial.Write(input) // as a user typing on a dead console
 }
 
 var errQEMUUnsupported = fmt.Errorf("%w: not supported by the launcher's QEMU backend yet", api.ErrBadRequest)
@@ -395,7 +395,8 @@ func (q *qemuBackend) Failed() bool {
 }
 
 // Close waits for the watchdog (QEMU has ended) and releases the console.
-func (q *qemuBackend) Close() {
+func (q *qemuBackend) Close() error {
 	<-q.watchDone
 	q.closeConsole()
+	return nil
 }

@@ -67,14 +67,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMI) })
 	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVM) })
 	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 
 	mux.HandleFunc("GET /apis", s.discoveryGroups)
 	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupName, s.discoveryGroup)
 	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupVersion.String(), s.discoveryResources)
 	sr := "/apis/" + v1.SubresourceGroupVersion.String()
 	mux.HandleFunc("GET "+sr+"/version", s.authn(s.version))
-	mux.HandleFunc("GET "+sr+"/healthz", s.authn(func(w http.ResponseWriter, r *http.Request, _ userInfo) { w.Write([]byte("ok")) }))
+	mux.HandleFunc("GET "+sr+"/healthz", s.authn(func(w http.ResponseWriter, r *http.Request, _ userInfo) { _, _ = w.Write([]byte("ok")) }))
 	ns := sr + "/namespaces/{namespace}/"
 	for _, op := range []string{"start", "stop", "restart", "migrate", "pause", "unpause"} {
 		mux.HandleFunc("PUT "+ns+"virtualmachines/{name}/"+op, s.authz("virtualmachines", op, "update", s.vmOp(op)))
@@ -175,12 +175,14 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(st)
+	// The status is sent: a client gone mid-body cannot be told more.
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	// A client gone mid-body cannot be told more.
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (s *Server) discoveryGroups(w http.ResponseWriter, _ *http.Request) {

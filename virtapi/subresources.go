@@ -104,17 +104,7 @@ func (s *Server) vmStateChange(ctx context.Context, ns, name, op string) error {
 	running := vmi != nil && vmi.DeletionTimestamp == nil && !vmi.IsFinal()
 	pending := len(vm.Status.StateChangeRequests) > 0
 
-	setSpec := func(run bool) error {
-		orig := vm.DeepCopy()
-		if vm.Spec.Running != nil {
-			vm.Spec.Running = ptr.To(run)
-		} else if run {
-			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyAlways)
-		} else {
-			vm.Spec.RunStrategy = ptr.To(v1.RunStrategyHalted)
-		}
-		return s.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	}
+	setSpec := func(run bool) error { return s.setRunning(ctx, vm, run) }
 	request := func(reqs ...v1.VirtualMachineStateChangeRequest) error {
 		orig := vm.DeepCopy()
 		vm.Status.StateChangeRequests = append(vm.Status.StateChangeRequests, reqs...)
@@ -170,6 +160,21 @@ func (s *Server) vmStateChange(ctx context.Context, ns, name, op string) error {
 	return fmt.Errorf("unknown operation %q", op)
 }
 
+// setRunning flips the VM's spec: spec.running if it uses that, else the
+// run strategy (Always or Halted).
+func (s *Server) setRunning(ctx context.Context, vm *v1.VirtualMachine, run bool) error {
+	orig := vm.DeepCopy()
+	switch {
+	case vm.Spec.Running != nil:
+		vm.Spec.Running = ptr.To(run)
+	case run:
+		vm.Spec.RunStrategy = ptr.To(v1.RunStrategyAlways)
+	default:
+		vm.Spec.RunStrategy = ptr.To(v1.RunStrategyHalted)
+	}
+	return s.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
 // migrate creates a VirtualMachineInstanceMigration, as `virtctl migrate`
 // does in KubeVirt; the migration controller carries it out.
 func (s *Server) migrate(ctx context.Context, ns, name string) error {
@@ -219,7 +224,7 @@ func (s *Server) lifecycle(ctx context.Context, ns, name, op string) error {
 	if err != nil {
 		return fmt.Errorf("virt-handler on %s: %w", vmi.Status.NodeName, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read side: nothing to lose
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return &opError{code: resp.StatusCode, reason: metav1.StatusReasonConflict, msg: strings.TrimSpace(string(b))}

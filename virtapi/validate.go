@@ -279,8 +279,8 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 	}
 	if kb := fw.KernelBoot; kb != nil {
 		kp := p.Child("kernelBoot")
-		switch c := kb.Container; {
-		case c == nil:
+		switch c := kb.Container; c {
+		case nil:
 			errs = append(errs, required(kp.Child("container"), "the kernel comes from a container image"))
 		default:
 			if c.Image == "" {

@@ -73,12 +73,21 @@ func run() error {
 	if !proxyCAs.AppendCertsFromPEM([]byte(cm.Data["requestheader-client-ca-file"])) {
 		return errors.New("extension-apiserver-authentication has no requestheader-client-ca-file: is the aggregation layer configured?")
 	}
-	list := func(key string) []string {
-		var out []string
-		if s := cm.Data[key]; s != "" {
-			json.Unmarshal([]byte(s), &out)
+	// A malformed list must not silently widen or empty what is trusted.
+	var proxyNames, userHeaders, groupHeaders []string
+	for _, l := range []struct {
+		key string
+		out *[]string
+	}{
+		{"requestheader-allowed-names", &proxyNames},
+		{"requestheader-username-headers", &userHeaders},
+		{"requestheader-group-headers", &groupHeaders},
+	} {
+		if s := cm.Data[l.key]; s != "" {
+			if err := json.Unmarshal([]byte(s), l.out); err != nil {
+				return fmt.Errorf("extension-apiserver-authentication %s: %w", l.key, err)
+			}
 		}
-		return out
 	}
 	handlerTLS, err := virtapi.HandlerClientTLS(handlerCertDir+"/tls.crt", handlerCertDir+"/tls.key", handlerCertDir+"/ca.crt", "kubevirt.io:system:node:virt-handler")
 	if err != nil {
@@ -86,8 +95,8 @@ func run() error {
 	}
 	s := &virtapi.Server{
 		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
-		ProxyCAs: proxyCAs, ProxyNames: list("requestheader-allowed-names"),
-		UserHeaders: list("requestheader-username-headers"), GroupHeaders: list("requestheader-group-headers"),
+		ProxyCAs: proxyCAs, ProxyNames: proxyNames,
+		UserHeaders: userHeaders, GroupHeaders: groupHeaders,
 		Log: log,
 	}
 	if len(s.UserHeaders) == 0 {
@@ -115,7 +124,8 @@ func run() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		// Past the grace time open requests are cut: nothing to save.
+		_ = srv.Shutdown(sctx)
 	}()
 	log.Info("starting virt-api", "addr", addr)
 	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -40,92 +41,125 @@ func main() {
 	}
 }
 
+// options are virt-handler's flags.
+type options struct {
+	nodeName, socketRoot, pluginDir, probeAddr string
+	certDir, podIP                             string
+	devices                                    int
+}
+
 func run() error {
-	var (
-		nodeName, socketRoot, pluginDir, probeAddr string
-		certDir, podIP                             string
-		devices                                    int
-	)
-	flag.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
-	flag.StringVar(&socketRoot, "socket-root", spec.SocketRootDir, "node directory of the launchers' socket directories")
-	flag.StringVar(&pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
-	flag.StringVar(&certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
-	flag.StringVar(&podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
-	flag.IntVar(&devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm and /tun offered by this node")
+	var o options
+	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
+	flag.StringVar(&o.socketRoot, "socket-root", spec.SocketRootDir, "node directory of the launchers' socket directories")
+	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
+	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
+	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
+	flag.IntVar(&o.devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm and /tun offered by this node")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("virt-handler")
-	if nodeName == "" {
+	if o.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}
-	if podIP == "" {
+	if o.podIP == "" {
 		return errors.New("--pod-ip (or $POD_IP) is required")
 	}
-	certs := handler.TLSFiles{Cert: certDir + "/tls.crt", Key: certDir + "/tls.key", CA: certDir + "/ca.crt"}
+	certs := handler.TLSFiles{Cert: o.certDir + "/tls.crt", Key: o.certDir + "/tls.key", CA: o.certDir + "/ca.crt"}
 	migTLS, err := handler.NewMigrationTLS(certs)
 	if err != nil {
 		return err
 	}
 	migrations := &handler.MigrationServer{TLS: migTLS.Server, Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }}
 
-	scheme, err := kvscheme.New()
+	mgr, err := newManager(o)
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	// The cache holds this node's objects only: VMIs labelled with it,
-	// pods scheduled to it, and the node itself.
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: probeAddr,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&v1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{v1.NodeNameLabel: nodeName})},
-			&corev1.Pod{}:                {Field: fields.OneTermEqualSelector("spec.nodeName", nodeName)},
-			&corev1.Node{}:               {Field: fields.OneTermEqualSelector("metadata.name", nodeName)},
-		}},
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-
 	kick := make(chan event.GenericEvent, 64)
-	if err := (&handler.VMIReconciler{
-		Client: mgr.GetClient(), NodeName: nodeName, SocketRoot: socketRoot,
-		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the VMI controller: %w", err)
-	}
-	if err := (&handler.MigrationTargetReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: nodeName, SocketRoot: socketRoot,
-		Recorder: mgr.GetEventRecorder("virt-handler"), PodIP: podIP, Migrations: migrations,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the migration target controller: %w", err)
-	}
-	if err := (&handler.NodeReconciler{Client: mgr.GetClient(), NodeName: nodeName}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the node controller: %w", err)
+	if err := addControllers(mgr, o, migTLS, migrations, kick); err != nil {
+		return err
 	}
 	for _, d := range []struct{ res, path string }{
 		{string(v1.KVMResource), "/dev/kvm"},
 		{string(v1.TunResource), "/dev/net/tun"},
 	} {
-		p := &handler.DevicePlugin{Resource: d.res, DevPath: d.path, Count: devices, Dir: pluginDir, Log: log}
+		p := &handler.DevicePlugin{Resource: d.res, DevPath: d.path, Count: o.devices, Dir: o.pluginDir, Log: log}
 		if err := mgr.Add(manager.RunnableFunc(p.Run)); err != nil {
 			return err
 		}
 	}
-
-	gc := &handler.SocketGC{Client: mgr.GetClient(), SocketRoot: socketRoot, Log: log, MinAge: 5 * time.Minute, Interval: 10 * time.Minute}
+	gc := &handler.SocketGC{Client: mgr.GetClient(), SocketRoot: o.socketRoot, Log: log, MinAge: 5 * time.Minute, Interval: 10 * time.Minute}
 	if err := mgr.Add(manager.RunnableFunc(gc.Run)); err != nil {
 		return err
 	}
+	if err := addServers(mgr, o, certs, migrations, kick, log); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting virt-handler", "node", o.nodeName)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
 
+// newManager is the controller manager, its cache holding this node's
+// objects only: VMIs labelled with it, pods scheduled to it, and the node
+// itself.
+func newManager(o options) (ctrl.Manager, error) {
+	scheme, err := kvscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: o.probeAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{v1.NodeNameLabel: o.nodeName})},
+			&corev1.Pod{}:                {Field: fields.OneTermEqualSelector("spec.nodeName", o.nodeName)},
+			&corev1.Node{}:               {Field: fields.OneTermEqualSelector("metadata.name", o.nodeName)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// addControllers sets up the VMI, migration target and node controllers.
+func addControllers(mgr ctrl.Manager, o options, migTLS *handler.MigrationTLS, migrations *handler.MigrationServer, kick chan event.GenericEvent) error {
+	if err := (&handler.VMIReconciler{
+		Client: mgr.GetClient(), NodeName: o.nodeName, SocketRoot: o.socketRoot,
+		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the VMI controller: %w", err)
+	}
+	if err := (&handler.MigrationTargetReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, SocketRoot: o.socketRoot,
+		Recorder: mgr.GetEventRecorder("virt-handler"), PodIP: o.podIP, Migrations: migrations,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the migration target controller: %w", err)
+	}
+	if err := (&handler.NodeReconciler{Client: mgr.GetClient(), NodeName: o.nodeName}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the node controller: %w", err)
+	}
+	return nil
+}
+
+// addServers runs the migration server (streams from other handlers) and
+// the HTTPS server virt-api talks to.
+func addServers(mgr ctrl.Manager, o options, certs handler.TLSFiles, migrations *handler.MigrationServer, kick chan event.GenericEvent, log logr.Logger) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		l, err := net.Listen("tcp", ":"+strconv.Itoa(spec.HandlerMigrationPort))
 		if err != nil {
@@ -135,16 +169,15 @@ func run() error {
 	})); err != nil {
 		return err
 	}
-
 	tlsCfg, err := handler.ServerTLS(certs)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:   (&handler.Server{Client: mgr.GetClient(), NodeName: nodeName, SocketRoot: socketRoot, Kick: kick, Log: log}).Handler(),
+		Handler:   (&handler.Server{Client: mgr.GetClient(), NodeName: o.nodeName, SocketRoot: o.socketRoot, Kick: kick, Log: log}).Handler(),
 		TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		l, err := net.Listen("tcp", ":"+strconv.Itoa(handler.Port))
 		if err != nil {
 			return fmt.Errorf("virt-handler server: %w", err)
@@ -153,21 +186,12 @@ func run() error {
 			<-ctx.Done()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			srv.Shutdown(sctx)
+			// Past the grace time open requests are cut: nothing to save.
+			_ = srv.Shutdown(sctx)
 		}()
 		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
-	})); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-	log.Info("starting virt-handler", "node", nodeName)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	}))
 }

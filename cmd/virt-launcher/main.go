@@ -37,14 +37,13 @@ func main() {
 		}
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	for _, k := range []string{"KUBEVMM_VMI_FILE", "KUBEVMM_SOCKET_DIR"} {
 		if os.Getenv(k) == "" {
 			fmt.Fprintf(os.Stderr, "virt-launcher: %s is not set (this runs in a virt-launcher pod)\n", k)
 			os.Exit(2)
 		}
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code, err := launcher.Run(ctx, launcher.Options{
 		VMIFile:    os.Getenv("KUBEVMM_VMI_FILE"),
 		Paths:      launcher.DefaultPaths(os.Getenv("KUBEVMM_SOCKET_DIR")),
@@ -55,6 +54,7 @@ func main() {
 		// booting it.
 		Incoming: os.Getenv(spec.IncomingEnv),
 	})
+	stop() // os.Exit runs no deferred calls
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "virt-launcher:", err)
 	}

@@ -54,6 +54,27 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
 `)
 }
 
+// newAPIClient talks to the cluster kubeconfig (or the default loading
+// rules) names, in namespace ns or the kubeconfig's.
+func newAPIClient(ns, kubeconfig string) (*apiClient, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	if ns == "" {
+		var err error
+		if ns, _, err = cc.Namespace(); err != nil {
+			return nil, fmt.Errorf("namespace: %w", err)
+		}
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return &apiClient{cfg: cfg, ns: ns}, nil
+}
+
 func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("virtctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -79,22 +100,10 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 		return 0, nil
 	}
 
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	if ns == "" {
-		var err error
-		if ns, _, err = cc.Namespace(); err != nil {
-			return 1, fmt.Errorf("namespace: %w", err)
-		}
-	}
-	cfg, err := cc.ClientConfig()
+	c, err := newAPIClient(ns, kubeconfig)
 	if err != nil {
-		return 1, fmt.Errorf("kubeconfig: %w", err)
+		return 1, err
 	}
-	c := &apiClient{cfg: cfg, ns: ns}
 
 	need := func(n int, what string) error {
 		if len(rest_) != n {
@@ -165,7 +174,7 @@ func (c *apiClient) do(ctx context.Context, method, url string, body io.Reader) 
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read side: nothing to lose
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 300 {
 		return nil, statusError(resp.StatusCode, b)
@@ -224,7 +233,8 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 	if interactive {
 		old, err := term.MakeRaw(int(stdin.Fd()))
 		if err == nil {
-			defer term.Restore(int(stdin.Fd()), old)
+			// Best effort on the way out: a terminal gone needs no restoring.
+			defer func() { _ = term.Restore(int(stdin.Fd()), old) }()
 		}
 		fmt.Fprintf(os.Stderr, "Successfully connected to %s console. The escape sequence is ^]\r\n", name)
 	}
@@ -250,7 +260,8 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 				data := buf[:n]
 				if i := bytes.IndexByte(data, 0x1d); i >= 0 && interactive { // Ctrl+]
 					if i > 0 {
-						ws.WriteMessage(websocket.BinaryMessage, data[:i])
+						// Leaving anyway: what precedes ^] is best effort.
+						_ = ws.WriteMessage(websocket.BinaryMessage, data[:i])
 					}
 					done <- nil
 					return

@@ -102,7 +102,7 @@ func cluster(t *testing.T) (string, client.Client) {
 	require.NoError(t, c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(port)}}}}))
 	require.NoError(t, c.Create(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt"}, //nolint:staticcheck // what the aggregator may still read
-		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}}, Ports: []corev1.EndpointPort{{Name: "https", Port: port}}}}}))
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}}, Ports: []corev1.EndpointPort{{Name: "https", Port: port}}}}})) //nolint:staticcheck // as above
 	require.NoError(t, c.Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "virt-api", Namespace: "kubevirt", Labels: map[string]string{discoveryv1.LabelServiceName: "virt-api"}},
 		AddressType: discoveryv1.AddressTypeIPv4,

@@ -202,7 +202,9 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	}
 	go func() {
 		<-sigs
-		c.CancelMigration(ctx)
+		// Too late to cancel (committed) is fine: WaitMigration reports
+		// how it ended.
+		_ = c.CancelMigration(ctx)
 	}()
 	tty := isTerminal(stdout)
 	final, err := c.WaitMigration(ctx, 500*time.Millisecond, progressPrinter(stdout, tty, time.Now))
@@ -215,7 +217,9 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	st := final.Stats
 	if st.Phase != "completed" && st.PostCopy {
 		// Not resumable: end the source VMM too (it exits with the error).
-		c.Stop(ctx)
+		if err := c.Stop(ctx); err != nil {
+			return exitGuest, fmt.Errorf("migrate: %s (stopping the source: %v)", st.Error, err)
+		}
 		return exitGuest, fmt.Errorf("migrate: %s", st.Error)
 	}
 	if st.Phase != "completed" {

@@ -53,7 +53,7 @@ func loadSymbols(path string) symbols {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	var s symbols
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

@@ -32,6 +32,66 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(runDir)
+	cfg := qemuConfig(f, mem, devs, runDir, accel)
+	if err := cfg.Validate(); err != nil {
+		return 0, usagef("run: %v", err)
+	}
+	ctx := context.Background()
+	vm, err := qemu.Start(ctx, cfg)
+	if err != nil {
+		return 0, usagef("run: %v", err)
+	}
+	s.log.Info("QEMU started", "pid", vm.PID(), "qmp", vm.QMPPath())
+	serial, err := net.Dial("unix", cfg.SerialSocket)
+	if err != nil {
+		_, _ = vm.Kill(ctx) // failing already: the error below is the one to report
+		return exitGuest, fmt.Errorf("run: QEMU serial console: %w", err)
+	}
+	defer serial.Close()
+	// Keystrokes QEMU no longer reads have nowhere to go.
+	s.con.SetInput(func(b []byte) { _, _ = serial.Write(b) })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := serial.Read(buf)
+			_, _ = s.con.Write(buf[:n]) // the console never fails the guest
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if s.socketPath != "" {
+		if err := s.con.Listen(s.socketPath); err != nil {
+			_, _ = vm.Kill(ctx) // QEMU's exit, reported below, tells how it ended
+			return 0, usagef("--console: %v", err)
+		}
+	} else if s.f.console == "stdio" {
+		s.restoreTTY = rawTerminal(s.stdin)
+		go s.con.ReadInput(s.stdin)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; ok {
+			_, _ = vm.Kill(ctx) // QEMU's exit, reported below, tells how it ended
+		}
+	}()
+	if err := vm.Resume(ctx); err != nil {
+		_, _ = vm.Kill(ctx) // failing already: the error below is the one to report
+		return exitGuest, fmt.Errorf("run: start QEMU guest: %w", err)
+	}
+	exit, err := vm.Wait(ctx)
+	s.con.Close()
+	if err != nil {
+		return exitGuest, fmt.Errorf("run: %w", err)
+	}
+	s.log.Info("QEMU ended", "after", time.Since(s.start).Round(time.Millisecond), "exit", exit)
+	return s.qemuExit(exit), nil
+}
+
+// qemuConfig is the QEMU configuration for vmm run's flags.
+func qemuConfig(f *runFlags, mem uint64, devs devices, runDir string, accel qemu.Accel) qemu.Config {
 	cfg := qemu.Config{
 		Name: "vmm", CPUs: f.cpus, MemoryMiB: int(mem >> 20),
 		Kernel: f.kernel, Initrd: f.initrd, Cmdline: f.cmdline,
@@ -45,66 +105,19 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	for _, n := range devs.nics {
 		cfg.NICs = append(cfg.NICs, qemu.NIC{Model: qemu.NICModel(n.Model), Tap: n.Tap, MAC: n.MAC.String()})
 	}
-	if err := cfg.Validate(); err != nil {
-		return 0, usagef("run: %v", err)
-	}
-	ctx := context.Background()
-	vm, err := qemu.Start(ctx, cfg)
-	if err != nil {
-		return 0, usagef("run: %v", err)
-	}
-	s.log.Info("QEMU started", "pid", vm.PID(), "qmp", vm.QMPPath())
-	serial, err := net.Dial("unix", cfg.SerialSocket)
-	if err != nil {
-		vm.Kill(ctx)
-		return exitGuest, fmt.Errorf("run: QEMU serial console: %w", err)
-	}
-	defer serial.Close()
-	s.con.SetInput(func(b []byte) { serial.Write(b) })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := serial.Read(buf)
-			s.con.Write(buf[:n])
-			if err != nil {
-				return
-			}
-		}
-	}()
-	if s.socketPath != "" {
-		if err := s.con.Listen(s.socketPath); err != nil {
-			vm.Kill(ctx)
-			return 0, usagef("--console: %v", err)
-		}
-	} else if s.f.console == "stdio" {
-		s.restoreTTY = rawTerminal(s.stdin)
-		go s.con.ReadInput(s.stdin)
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		if _, ok := <-sigs; ok {
-			vm.Kill(ctx)
-		}
-	}()
-	if err := vm.Resume(ctx); err != nil {
-		vm.Kill(ctx)
-		return exitGuest, fmt.Errorf("run: start QEMU guest: %w", err)
-	}
-	exit, err := vm.Wait(ctx)
-	s.con.Close()
-	if err != nil {
-		return exitGuest, fmt.Errorf("run: %w", err)
-	}
-	s.log.Info("QEMU ended", "after", time.Since(s.start).Round(time.Millisecond), "exit", exit)
+	return cfg
+}
+
+// qemuExit is vmm run's exit code for how QEMU ended, saying why if the
+// guest failed.
+func (s *session) qemuExit(exit qemu.Exit) int {
 	switch exit.Reason {
 	case qemu.ExitGuestShutdown, qemu.ExitHostShutdown, qemu.ExitKilled:
 		if exit.ShutdownReason == "guest-panic" {
 			break
 		}
-		return exitOK, nil
+		return exitOK
 	}
 	fmt.Fprintf(s.stderr, "vmm: guest failed: QEMU %s\n", oneLine(exit.String()))
-	return exitGuest, nil
+	return exitGuest
 }

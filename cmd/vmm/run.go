@@ -82,10 +82,8 @@ func parseFlags(fs *flag.FlagSet, name, usage string, args []string, stdout io.W
 	return false, nil
 }
 
-func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	start := time.Now()
-	var f runFlags
-	fs := flag.NewFlagSet("vmm run", flag.ContinueOnError)
+// register defines vmm run's flags on fs.
+func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kernel, "kernel", "", "Linux kernel: ELF vmlinux or bzImage (required unless --incoming)")
 	fs.StringVar(&f.initrd, "initrd", "", "initrd / initramfs image")
 	fs.StringVar(&f.cmdline, "cmdline", machine.DefaultCmdline, "kernel command line")
@@ -101,6 +99,13 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it; tcp: without --tls-* is unauthenticated: whoever connects first supplies the VM")
 	f.incomingTLS.register(fs, "tls-peer-name", "--incoming with TLS: accept only a source whose certificate carries this name (default: any the CA signed)")
 	f.session.register(fs)
+}
+
+func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	start := time.Now()
+	var f runFlags
+	fs := flag.NewFlagSet("vmm run", flag.ContinueOnError)
+	f.register(fs)
 	if done, err := parseFlags(fs, "run", "--kernel FILE [flags] | --incoming ADDR [flags]", args, stdout); done || err != nil {
 		return exitOK, err
 	}
@@ -269,7 +274,12 @@ func (s *session) baseConfig() machine.Config {
 // serve connects the console and the API to m, runs it until it ends and
 // reports. profile is "OUT|SYSTEM.MAP" to sample guest RIPs.
 func (s *session) serve(m *machine.Machine, profile string) (int, error) {
-	defer m.Close()
+	defer func() {
+		if err := m.Close(); err != nil {
+			// A disk that failed to flush: said even without -v.
+			fmt.Fprintf(s.stderr, "vmm: releasing the VM: %v\n", err)
+		}
+	}()
 	r := runner.New(m, m.Config().CPUs, m.Config().MemoryBytes)
 	s.con.SetInput(m.Serial.Input)
 	if s.socketPath != "" {
@@ -292,7 +302,9 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	defer signal.Stop(sigs)
 	go func() {
 		if _, ok := <-sigs; ok {
-			r.Stop()
+			if err := r.Stop(); err != nil {
+				fmt.Fprintf(s.stderr, "vmm: stop: %v\n", err)
+			}
 		}
 	}()
 

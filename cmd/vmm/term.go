@@ -30,7 +30,8 @@ func rawTerminal(r io.Reader) func() {
 	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
 		return func() {}
 	}
-	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }
+	// Best effort on the way out: a terminal gone needs no restoring.
+	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }
 }
 
 // isTerminal reports whether w is a terminal.

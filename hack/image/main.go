@@ -249,7 +249,7 @@ func buildLayer(files []fileSpec) ([]byte, error) {
 			return nil, fmt.Errorf("adding %s: %w", n, err)
 		}
 		err = writeEntry(tw, e.hdr, f)
-		f.Close()
+		_ = f.Close() // read-only
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 // Firmware the guest boots with.
 type Firmware string
 
+// The Firmware values.
 const (
 	FirmwareBIOS Firmware = "bios" // SeaBIOS, QEMU's default
 	FirmwareEFI  Firmware = "efi"  // OVMF, from Debian's ovmf package
@@ -28,6 +29,7 @@ const (
 // Accel is how QEMU runs guest code.
 type Accel string
 
+// The Accel values.
 const (
 	AccelKVM Accel = "kvm"
 	// AccelTCG is QEMU's emulator: slow, but independent of the host's KVM
@@ -38,6 +40,7 @@ const (
 // DiskFormat is the image format of a disk's file.
 type DiskFormat string
 
+// The DiskFormat values.
 const (
 	FormatRaw   DiskFormat = "raw"
 	FormatQCOW2 DiskFormat = "qcow2"
@@ -46,6 +49,7 @@ const (
 // DiskBus is how a disk is attached.
 type DiskBus string
 
+// The DiskBus values.
 const (
 	BusVirtio DiskBus = "virtio" // virtio-blk-pci
 	BusSATA   DiskBus = "sata"   // ICH9 AHCI controller, ide-hd / ide-cd
@@ -54,6 +58,7 @@ const (
 // NICModel is the emulated network card.
 type NICModel string
 
+// The NICModel values.
 const (
 	NICVirtio NICModel = "virtio" // virtio-net-pci
 	NICE1000  NICModel = "e1000"  // Intel 82540EM, driver in every Windows
@@ -225,7 +230,7 @@ func (c Config) Validate() error {
 		bad("name is empty")
 	}
 	for _, r := range c.Name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' && r != '_' && r != '.' {
 			bad("name %q: only letters, digits, '-', '_' and '.' are allowed", c.Name)
 			break
 		}
@@ -252,11 +257,12 @@ func (c Config) Validate() error {
 	if strings.ContainsAny(c.CPUModel, ", ") {
 		bad("cpu model %q: one model name, no options", c.CPUModel)
 	}
-	if c.RunDir == "" {
+	switch {
+	case c.RunDir == "":
 		bad("run dir is empty")
-	} else if !filepath.IsAbs(c.RunDir) {
+	case !filepath.IsAbs(c.RunDir):
 		bad("run dir %q: must be absolute", c.RunDir)
-	} else if len(c.QMPPath()) > maxSocketPath {
+	case len(c.QMPPath()) > maxSocketPath:
 		bad("run dir %q: too long for a unix socket path (%d > %d bytes)", c.RunDir, len(c.QMPPath()), maxSocketPath)
 	}
 	for _, s := range []struct{ what, path string }{{"serial socket", c.SerialSocket}, {"vnc socket", c.VNCSocket}} {
@@ -280,61 +286,71 @@ func (c Config) Validate() error {
 	}
 
 	for i, d := range c.Disks {
-		if d.Path == "" {
-			bad("disk %d: path is empty", i)
-		}
-		switch d.format() {
-		case FormatRaw, FormatQCOW2:
-		default:
-			bad("disk %d: format %q: must be raw or qcow2", i, d.Format)
-		}
-		switch d.bus() {
-		case BusVirtio:
-			if d.CDROM {
-				bad("disk %d: a CD-ROM must be on the sata bus", i)
-			}
-		case BusSATA:
-			if d.ReadOnly && !d.CDROM {
-				bad("disk %d: QEMU's SATA hard disk cannot be read-only: make it a CD-ROM or use the virtio bus", i)
-			}
-		default:
-			bad("disk %d: bus %q: must be virtio or sata", i, d.Bus)
-		}
-		if len(d.Serial) > 20 {
-			bad("disk %d: serial %q: at most 20 characters", i, d.Serial)
-		}
-		for _, r := range d.Serial {
-			if r < 0x21 || r > 0x7e {
-				bad("disk %d: serial %q: printable ASCII without spaces only", i, d.Serial)
-				break
-			}
-		}
-		if d.BootOrder < 0 {
-			bad("disk %d: boot order %d: must not be negative", i, d.BootOrder)
-		}
+		d.validate(i, bad)
 	}
 	for i, n := range c.NICs {
-		switch n.model() {
-		case NICVirtio, NICE1000:
-		default:
-			bad("nic %d: model %q: must be virtio or e1000", i, n.Model)
-		}
-		if n.Tap == "" || len(n.Tap) > 15 || strings.ContainsAny(n.Tap, "/ \t\n") {
-			bad("nic %d: tap %q: must be an interface name of 1..15 characters", i, n.Tap)
-		}
-		if n.MAC != "" {
-			hw, err := net.ParseMAC(n.MAC)
-			if err != nil || len(hw) != 6 {
-				bad("nic %d: mac %q: not a 6-byte MAC address", i, n.MAC)
-			} else if hw[0]&1 != 0 {
-				bad("nic %d: mac %q: multicast address", i, n.MAC)
-			}
-		}
+		n.validate(i, bad)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("qemu config: %w", err)
 	}
 	return nil
+}
+
+// validate reports what is wrong with disk i through bad.
+func (d Disk) validate(i int, bad func(string, ...any)) {
+	if d.Path == "" {
+		bad("disk %d: path is empty", i)
+	}
+	switch d.format() {
+	case FormatRaw, FormatQCOW2:
+	default:
+		bad("disk %d: format %q: must be raw or qcow2", i, d.Format)
+	}
+	switch d.bus() {
+	case BusVirtio:
+		if d.CDROM {
+			bad("disk %d: a CD-ROM must be on the sata bus", i)
+		}
+	case BusSATA:
+		if d.ReadOnly && !d.CDROM {
+			bad("disk %d: QEMU's SATA hard disk cannot be read-only: make it a CD-ROM or use the virtio bus", i)
+		}
+	default:
+		bad("disk %d: bus %q: must be virtio or sata", i, d.Bus)
+	}
+	if len(d.Serial) > 20 {
+		bad("disk %d: serial %q: at most 20 characters", i, d.Serial)
+	}
+	for _, r := range d.Serial {
+		if r < 0x21 || r > 0x7e {
+			bad("disk %d: serial %q: printable ASCII without spaces only", i, d.Serial)
+			break
+		}
+	}
+	if d.BootOrder < 0 {
+		bad("disk %d: boot order %d: must not be negative", i, d.BootOrder)
+	}
+}
+
+// validate reports what is wrong with NIC i through bad.
+func (n NIC) validate(i int, bad func(string, ...any)) {
+	switch n.model() {
+	case NICVirtio, NICE1000:
+	default:
+		bad("nic %d: model %q: must be virtio or e1000", i, n.Model)
+	}
+	if n.Tap == "" || len(n.Tap) > 15 || strings.ContainsAny(n.Tap, "/ \t\n") {
+		bad("nic %d: tap %q: must be an interface name of 1..15 characters", i, n.Tap)
+	}
+	if n.MAC != "" {
+		hw, err := net.ParseMAC(n.MAC)
+		if err != nil || len(hw) != 6 {
+			bad("nic %d: mac %q: not a 6-byte MAC address", i, n.MAC)
+		} else if hw[0]&1 != 0 {
+			bad("nic %d: mac %q: multicast address", i, n.MAC)
+		}
+	}
 }
 
 // checkFiles checks that the files the VM needs exist, so the error names
@@ -433,20 +449,7 @@ func (c Config) Args() ([]string, error) {
 		"-mon", "chardev=qmp,mode=control",
 	}
 
-	cpu := c.CPUModel
-	if cpu == "" {
-		cpu = "host"
-		if c.accel() == AccelTCG {
-			cpu = "qemu64"
-		}
-	}
-	if c.HyperV {
-		cpu += "," + strings.Join(hypervBase, ",")
-		if c.accel() == AccelKVM {
-			cpu += "," + strings.Join(hypervKVM, ",")
-		}
-	}
-	a = append(a, "-cpu", cpu)
+	a = append(a, "-cpu", c.cpuArg())
 
 	// Start with vCPUs stopped, so the launcher is subscribed to events
 	// before the guest runs; Start continues unless asked to stay paused.
@@ -491,6 +494,37 @@ func (c Config) Args() ([]string, error) {
 		a = append(a, "-device", "VGA,id=video0", "-vnc", "unix:"+optEscape(c.VNCSocket))
 	}
 
+	a = append(a, c.diskArgs(jsonArg)...)
+	a = append(a, c.nicArgs(jsonArg)...)
+	if jsonErr != nil {
+		return nil, fmt.Errorf("qemu config: %w", jsonErr)
+	}
+	return a, nil
+}
+
+// cpuArg is -cpu's value: the configured model, or the host's (QEMU's
+// generic one under TCG), with the Hyper-V enlightenments if asked.
+func (c Config) cpuArg() string {
+	cpu := c.CPUModel
+	if cpu == "" {
+		cpu = "host"
+		if c.accel() == AccelTCG {
+			cpu = "qemu64"
+		}
+	}
+	if c.HyperV {
+		cpu += "," + strings.Join(hypervBase, ",")
+		if c.accel() == AccelKVM {
+			cpu += "," + strings.Join(hypervKVM, ",")
+		}
+	}
+	return cpu
+}
+
+// diskArgs are the disks' block nodes and devices, with an AHCI controller
+// for every portsPerAHCI SATA disks.
+func (c Config) diskArgs(jsonArg func(map[string]any) string) []string {
+	var a []string
 	sata := 0
 	for i, d := range c.Disks {
 		file := fmt.Sprintf("disk%d-file", i)
@@ -524,7 +558,12 @@ func (c Config) Args() ([]string, error) {
 		}
 		a = append(a, "-device", jsonArg(dev))
 	}
+	return a
+}
 
+// nicArgs are the NICs' tap netdevs and devices.
+func (c Config) nicArgs(jsonArg func(map[string]any) string) []string {
+	var a []string
 	for i, n := range c.NICs {
 		id := fmt.Sprintf("net%d", i)
 		a = append(a, "-netdev", jsonArg(map[string]any{
@@ -539,10 +578,7 @@ func (c Config) Args() ([]string, error) {
 		}
 		a = append(a, "-device", jsonArg(dev))
 	}
-	if jsonErr != nil {
-		return nil, fmt.Errorf("qemu config: %w", jsonErr)
-	}
-	return a, nil
+	return a
 }
 
 // jsonArg renders an option value in QEMU's JSON syntax (-device,

@@ -152,12 +152,6 @@ func (c *console) counts() []int {
 	return out
 }
 
-func (c *console) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.lines)
-}
-
 func (c *console) dump() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -14,19 +14,19 @@ import (
 type ExitReason string
 
 const (
-	// ExitGuestShutdown: the guest powered off, or reset with NoReboot.
+	// ExitGuestShutdown means the guest powered off, or reset with NoReboot.
 	ExitGuestShutdown ExitReason = "guest-shutdown"
-	// ExitHostShutdown: QEMU was told to quit (QMP quit, which Shutdown uses
+	// ExitHostShutdown means QEMU was told to quit (QMP quit, which Shutdown uses
 	// when the guest ignores the power button; SIGTERM/SIGINT/SIGHUP).
 	ExitHostShutdown ExitReason = "host-shutdown"
-	// ExitKilled: this package killed it (Kill, or Shutdown's last resort).
+	// ExitKilled means this package killed it (Kill, or Shutdown's last resort).
 	ExitKilled ExitReason = "killed"
-	// ExitCrashed: it died of a signal nobody here sent.
+	// ExitCrashed means it died of a signal nobody here sent.
 	ExitCrashed ExitReason = "crashed"
-	// ExitFailed: it exited non-zero without a shutdown: a configuration
+	// ExitFailed means it exited non-zero without a shutdown: a configuration
 	// QEMU refused, a failed incoming migration, a fatal device error.
 	ExitFailed ExitReason = "failed"
-	// ExitExited: status 0 without a SHUTDOWN event; not expected.
+	// ExitExited means status 0 came without a SHUTDOWN event; not expected.
 	ExitExited ExitReason = "exited"
 )
 
@@ -102,7 +102,8 @@ func (b *tailBuffer) Write(p []byte) (int, error) {
 			}
 			break
 		}
-		line := append(b.partial, p[:i]...)
+		line := b.partial
+		line = append(line, p[:i]...)
 		b.partial = nil
 		b.lines = append(b.lines, strings.TrimRight(string(line), "\r"))
 		if len(b.lines) > b.max {

@@ -48,9 +48,9 @@ const (
 )
 
 var (
-	// ErrMigrationFailed: QEMU gave up the migration (WaitMigration).
+	// ErrMigrationFailed means QEMU gave up the migration (WaitMigration).
 	ErrMigrationFailed = errors.New("migration failed")
-	// ErrMigrationCancelled: the migration was cancelled (WaitMigration).
+	// ErrMigrationCancelled means the migration was cancelled (WaitMigration).
 	ErrMigrationCancelled = errors.New("migration cancelled")
 )
 

@@ -56,30 +56,15 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkFiles(); err != nil {
-		return nil, err
-	}
-	bin := cfg.Binary
-	if bin == "" {
-		bin = "qemu-system-x86_64"
-	}
-	path, err := exec.LookPath(bin)
+	path, err := cfg.prepareHost()
 	if err != nil {
-		return nil, fmt.Errorf("qemu %s: QEMU binary (Debian: hack/deps.sh qemu): %w", cfg.Name, err)
-	}
-	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
-		return nil, fmt.Errorf("qemu %s: run dir: %w", cfg.Name, err)
-	}
-	if cfg.firmware() == FirmwareEFI {
-		if err := copyIfMissing(cfg.ovmfVars(), cfg.efiVarsPath()); err != nil {
-			return nil, fmt.Errorf("qemu %s: EFI variable store: %w", cfg.Name, err)
-		}
+		return nil, err
 	}
 	monFile, err := listenMonitor(cfg.QMPPath())
 	if err != nil {
 		return nil, fmt.Errorf("qemu %s: %w", cfg.Name, err)
 	}
-	defer monFile.Close() // QEMU has its own copy once started
+	defer func() { _ = monFile.Close() }() // a listening socket; QEMU has its own copy once started
 
 	out := &tailBuffer{max: 20}
 	cmd := exec.Command(path, args...)
@@ -163,6 +148,31 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	return vm, nil
 }
 
+// prepareHost checks the files the VM needs, finds the QEMU binary and
+// makes the run directory (with the EFI variable store) ready.
+func (c Config) prepareHost() (string, error) {
+	if err := c.checkFiles(); err != nil {
+		return "", err
+	}
+	bin := c.Binary
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return "", fmt.Errorf("qemu %s: QEMU binary (Debian: hack/deps.sh qemu): %w", c.Name, err)
+	}
+	if err := os.MkdirAll(c.RunDir, 0o700); err != nil {
+		return "", fmt.Errorf("qemu %s: run dir: %w", c.Name, err)
+	}
+	if c.firmware() == FirmwareEFI {
+		if err := copyIfMissing(c.ovmfVars(), c.efiVarsPath()); err != nil {
+			return "", fmt.Errorf("qemu %s: EFI variable store: %w", c.Name, err)
+		}
+	}
+	return path, nil
+}
+
 // describe is the exit with all of QEMU's last output, for start failures.
 func (e Exit) describe() string {
 	s := e.String()
@@ -208,14 +218,14 @@ func copyIfMissing(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy failed already; the temporary is not renamed
 		return err
 	}
 	if err := out.Close(); err != nil {

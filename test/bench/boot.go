@@ -135,7 +135,8 @@ func watch(ctx context.Context, cl *cleanups, cmd *exec.Cmd, timeout time.Durati
 			seen.Reset()
 		}
 	}
-	io.Copy(io.Discard, r)
+	// Drain so the process can exit; output past the boot is not measured.
+	_, _ = io.Copy(io.Discard, r)
 	<-p.done
 	return b
 }

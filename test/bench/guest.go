@@ -275,9 +275,10 @@ func (e *env) incomingKubevmm(ctx context.Context, name string, memMiB int) (*kv
 	cmd := exec.Command(e.vmm, args...)
 	cmd.Stderr = pw
 	p, err := startProc(&e.cl, cmd)
-	pw.Close()
+	// The pipe's ends are in-process: closing them loses nothing.
+	_ = pw.Close() // the child holds its own copy
 	if err != nil {
-		pr.Close()
+		_ = pr.Close()
 		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}
 	k := &kvm{name: name, p: p, report: filepath.Join(dir, "report.json"), memMiB: memMiB,
@@ -285,10 +286,10 @@ func (e *env) incomingKubevmm(ctx context.Context, name string, memMiB int) (*kv
 	addr := make(chan string, 1)
 	go func() {
 		// keep draining: the VMM logs to stderr for as long as it runs
-		defer pr.Close()
+		defer func() { _ = pr.Close() }()
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			p.stderr.Write([]byte(sc.Text() + "\n"))
+			_, _ = p.stderr.Write([]byte(sc.Text() + "\n")) // an in-memory buffer
 			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- "tcp:" + m[1]
 			}

@@ -38,7 +38,8 @@ func (e *env) ioKubevmm(ctx context.Context, nn *netns) ioResult {
 	if err != nil {
 		return ioResult{err: err}
 	}
-	defer k.stop()
+	// The measurement is taken; a failed stop kills the VMM itself.
+	defer func() { _ = k.stop() }()
 	return measureIO(ctx, k.con, nn, func() time.Duration { return vmmCPU(k.p.pid()) })
 }
 

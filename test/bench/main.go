@@ -106,6 +106,21 @@ func run() int {
 	for _, s := range strings.Split(*sections, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
+	report := e.report(ctx, want)
+	if ctx.Err() != nil {
+		log("interrupted: %s left as it was", *out)
+		return 130
+	}
+	if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	fmt.Print(report)
+	return 0
+}
+
+// report runs the sections in want and renders them as RESULTS.md.
+func (e *env) report(ctx context.Context, want map[string]bool) string {
 	began := time.Now()
 	e.probeQEMUAccel(ctx)
 	var b strings.Builder
@@ -130,16 +145,7 @@ func run() int {
 		e.migrationSection(ctx).render(&b)
 	}
 	fmt.Fprintf(&b, "The bench ran for %s.\n", time.Since(began).Round(time.Second))
-	if ctx.Err() != nil {
-		log("interrupted: %s left as it was", *out)
-		return 130
-	}
-	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		return 1
-	}
-	fmt.Print(b.String())
-	return 0
+	return b.String()
 }
 
 func log(format string, a ...any) {

@@ -85,7 +85,7 @@ func (p *proc) kill() {
 		return
 	default:
 	}
-	p.cmd.Process.Kill()
+	_ = p.cmd.Process.Kill() // fails only if it exited already; Wait below reaps it
 	<-p.done
 }
 

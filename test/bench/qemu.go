@@ -145,7 +145,7 @@ func (e *env) startQEMU(ctx context.Context, cfg qemu.Config) (*qvm, error) {
 	e.cl.add(func() {
 		kctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		vm.Kill(kctx)
+		_, _ = vm.Kill(kctx) // cleanup: an already ended QEMU is fine
 	})
 	q := &qvm{name: cfg.Name, vm: vm, cfg: cfg}
 	gone := func() error {
@@ -212,7 +212,7 @@ func (q *qvm) kill() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	q.con.close()
-	q.vm.Kill(ctx)
+	_, _ = q.vm.Kill(ctx) // an already ended QEMU is fine
 }
 
 // migrationInfo is query-migrate's answer with what launcher/qemu's

@@ -33,7 +33,7 @@ func writeDiskImage(path string) error {
 	buf := make([]byte, 1<<20)
 	for i := 0; i < diskImageMiB; i++ {
 		if _, err := f.Write(buf); err != nil {
-			f.Close()
+			_ = f.Close() // the write failed already
 			return fmt.Errorf("disk image: %w", err)
 		}
 	}

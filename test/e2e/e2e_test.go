@@ -116,7 +116,7 @@ func console(t *testing.T, vmi string, bound time.Duration) string {
 		}
 	}
 	// The rest of the marker's line.
-	for !bytes.Contains(seen.Bytes()[bytes.Index(seen.Bytes(), []byte(marker)):], []byte("\n")) {
+	for !bytes.Contains(afterMarker(seen.Bytes(), marker), []byte("\n")) {
 		n, err := r.Read(buf)
 		seen.Write(buf[:n])
 		if err != nil {
@@ -334,7 +334,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 			t.Fatalf("active backend %q, want qemu", got)
 		}
 		out := console(t, name, 5*time.Minute)
-		line, _, _ := strings.Cut(out[strings.Index(out, marker):], "\n")
+		line, _, _ := strings.Cut(marker+string(afterMarker([]byte(out), marker)), "\n")
 		t.Logf("guest on QEMU: %s (%v after apply)", strings.TrimSpace(line), time.Since(t0).Round(time.Millisecond))
 
 		// QEMU ends under the launcher (as an OOM kill or a crash would
@@ -382,8 +382,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 	t.Run("virtctl console shows the guest's /init output", func(t *testing.T) {
 		t0 := time.Now()
 		out := console(t, vmName, 15*time.Minute)
-		line := out[strings.Index(out, marker):]
-		line, _, _ = strings.Cut(line, "\n")
+		line, _, _ := strings.Cut(marker+string(afterMarker([]byte(out), marker)), "\n")
 		t.Logf("guest: %s (console connected, marker after %v)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
 	})
 
@@ -556,4 +555,10 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 	})
 
 	kubectl(t, "-n", ns, "delete", "vm", vmName, "--wait=true", "--timeout=180s")
+}
+
+// afterMarker is what follows the first marker in b (nothing if absent).
+func afterMarker(b []byte, marker string) []byte {
+	_, after, _ := bytes.Cut(b, []byte(marker))
+	return after
 }

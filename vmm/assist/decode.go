@@ -125,34 +125,19 @@ func (in *insn) modrm(r *kvm.Regs, s *kvm.Sregs, immBytes int) error {
 	}
 	var ea uint64
 	ripRel := false
-	if rm == 4 {
-		sib, err := in.next()
-		if err != nil {
+	switch {
+	case rm == 4:
+		if ea, err = in.sib(r); err != nil {
 			return err
 		}
-		scale := sib >> 6
-		idx := int(sib>>3&7) | b2i(in.rexX)<<3
-		base := int(sib&7) | b2i(in.rexB)<<3
-		if idx != 4 {
-			ea += *reg(r, idx) << scale
-		}
-		if base&7 == 5 && in.mod == 0 {
-			d, err := in.imm32()
-			if err != nil {
-				return err
-			}
-			ea += uint64(d)
-		} else {
-			ea += *reg(r, base)
-		}
-	} else if rm == 5 && in.mod == 0 {
+	case rm == 5 && in.mod == 0:
 		d, err := in.imm32()
 		if err != nil {
 			return err
 		}
 		ripRel = true
 		ea += uint64(d)
-	} else {
+	default:
 		ea += *reg(r, rm|b2i(in.rexB)<<3)
 	}
 	switch in.mod {
@@ -187,6 +172,30 @@ func (in *insn) modrm(r *kvm.Regs, s *kvm.Sregs, immBytes int) error {
 	}
 	in.ea = ea
 	return nil
+}
+
+// sib decodes a SIB byte (and the disp32 that replaces its base with
+// mod 0) and returns base + index<<scale.
+func (in *insn) sib(r *kvm.Regs) (uint64, error) {
+	sib, err := in.next()
+	if err != nil {
+		return 0, err
+	}
+	var ea uint64
+	scale := sib >> 6
+	idx := int(sib>>3&7) | b2i(in.rexX)<<3
+	base := int(sib&7) | b2i(in.rexB)<<3
+	if idx != 4 {
+		ea += *reg(r, idx) << scale
+	}
+	if base&7 == 5 && in.mod == 0 {
+		d, err := in.imm32()
+		if err != nil {
+			return 0, err
+		}
+		return ea + uint64(d), nil
+	}
+	return ea + *reg(r, base), nil
 }
 
 func (in *insn) checkLen() error {

@@ -39,29 +39,70 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 	rfbm := (uint64(uint32(x.r.RAX)) | uint64(uint32(x.r.RDX))<<32) & xcr0
 	m := x.mode()
 
-	var hdr [64]byte
+	present := rfbm
 	if restore {
+		var hdr [64]byte
 		if ex, err := x.load(ea+xsHeader, hdr[:]); ex != nil || err != nil {
 			return ex, err
 		}
-		xstateBV := binary.LittleEndian.Uint64(hdr[0:])
-		xcompBV := binary.LittleEndian.Uint64(hdr[8:])
-		compact = xcompBV&xcompCompacted != 0
-		if compact {
-			if xcompBV&^xcompCompacted&^xcr0 != 0 || xstateBV&^xcompBV != 0 || !allZero(hdr[16:]) {
-				return gp0(), nil
-			}
-		} else if xstateBV&^xcr0 != 0 || !allZero(hdr[8:24]) {
+		var ok bool
+		if compact, ok = checkXRstorHeader(hdr, xcr0); !ok {
 			return gp0(), nil
 		}
+		if compact {
+			present = binary.LittleEndian.Uint64(hdr[8:]) &^ xcompCompacted
+		}
 	}
-	// components and their offsets in guest memory
-	var off [64]uint64
-	end := uint64(xsExtended)
-	present := rfbm
-	if restore && compact {
-		present = binary.LittleEndian.Uint64(hdr[8:]) &^ xcompCompacted
+	off, end, err := x.xsaveLayout(present, compact)
+	if err != nil {
+		return nil, err
 	}
+	if ex, err := checkRange(x.a.mem, m, ea, end, !restore); ex != nil || err != nil {
+		return ex, err
+	}
+	ks, err := x.c.GetXSave()
+	if err != nil {
+		return nil, err
+	}
+	k := ks.Bytes()
+	if err := x.checkKVMArea(k, rfbm, end); err != nil {
+		return nil, err
+	}
+	guest := make([]byte, end)
+	if err := access(x.a.mem, m, ea, guest, false); err != nil {
+		return nil, err
+	}
+	if !restore {
+		x.saveComponents(guest, k, rfbm, &off, compact)
+		return nil, access(x.a.mem, m, ea, guest, true)
+	}
+	if ex := x.restoreComponents(k, guest, rfbm, present, &off); ex != nil {
+		return ex, nil
+	}
+	if err := x.c.SetXSave(ks); err != nil {
+		// KVM validates the image as hardware would: refuse it with #GP
+		return gp0(), nil
+	}
+	return nil, nil
+}
+
+// checkXRstorHeader checks the XSAVE header XRSTOR reads as hardware does
+// and says whether the area is in the compacted form; !ok is a #GP.
+func checkXRstorHeader(hdr [64]byte, xcr0 uint64) (compact, ok bool) {
+	xstateBV := binary.LittleEndian.Uint64(hdr[0:])
+	xcompBV := binary.LittleEndian.Uint64(hdr[8:])
+	compact = xcompBV&xcompCompacted != 0
+	if compact {
+		return true, xcompBV&^xcompCompacted&^xcr0 == 0 && xstateBV&^xcompBV == 0 && allZero(hdr[16:])
+	}
+	return false, xstateBV&^xcr0 == 0 && allZero(hdr[8:24])
+}
+
+// xsaveLayout places the extended components in present in the guest's
+// area (standard or compacted) and returns their offsets and the area's
+// end.
+func (x *exec) xsaveLayout(present uint64, compact bool) (off [64]uint64, end uint64, err error) {
+	end = uint64(xsExtended)
 	o := uint64(xsExtended)
 	for i := 2; i < 63; i++ {
 		if present>>i&1 == 0 {
@@ -69,7 +110,7 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 		}
 		size := uint64(x.a.xs.Size[i])
 		if size == 0 {
-			return nil, fmt.Errorf("XSAVE component %d enabled but not described by CPUID leaf 0xD", i)
+			return off, 0, fmt.Errorf("XSAVE component %d enabled but not described by CPUID leaf 0xD", i)
 		}
 		if compact {
 			if x.a.xs.Align64[i] {
@@ -82,59 +123,60 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 		}
 		end = max(end, off[i]+size)
 	}
-	if ex, err := checkRange(x.a.mem, m, ea, end, !restore); ex != nil || err != nil {
-		return ex, err
-	}
-	ks, err := x.c.GetXSave()
-	if err != nil {
-		return nil, err
-	}
-	k := ks.Bytes()
+	return off, end, nil
+}
+
+// checkKVMArea checks that KVM's copy k, in the standard format, holds
+// every component copied, whatever its place in the guest's (compacted)
+// area.
+func (x *exec) checkKVMArea(k []byte, rfbm, end uint64) error {
 	if end > uint64(len(k)) {
-		return nil, fmt.Errorf("XSAVE area of %d bytes exceeds KVM's %d", end, len(k))
+		return fmt.Errorf("XSAVE area of %d bytes exceeds KVM's %d", end, len(k))
 	}
-	// KVM's copy is in the standard format: each component copied below
-	// must lie inside it whatever its place in the guest's (compacted) area.
 	for i := 2; i < 63; i++ {
 		if rfbm>>i&1 != 0 && uint64(x.a.xs.Offset[i])+uint64(x.a.xs.Size[i]) > uint64(len(k)) {
-			return nil, fmt.Errorf("XSAVE component %d at [%d+%d] lies outside KVM's %d-byte XSAVE area",
+			return fmt.Errorf("XSAVE component %d at [%d+%d] lies outside KVM's %d-byte XSAVE area",
 				i, x.a.xs.Offset[i], x.a.xs.Size[i], len(k))
 		}
 	}
+	return nil
+}
+
+// saveComponents copies the components in rfbm from KVM's copy k into the
+// guest's area and writes its header (XSAVE, XSAVEC).
+func (x *exec) saveComponents(guest, k []byte, rfbm uint64, off *[64]uint64, compact bool) {
 	kbv := binary.LittleEndian.Uint64(k[xsHeader:])
-	guest := make([]byte, end)
-	if err := access(x.a.mem, m, ea, guest, false); err != nil {
-		return nil, err
+	if rfbm&1 != 0 {
+		copy(guest[xsLegacyX87Lo:xsLegacyX87Hi], k[xsLegacyX87Lo:xsLegacyX87Hi])
+		copy(guest[xsSTRegs:xsXMM], k[xsSTRegs:xsXMM])
 	}
-
-	if !restore {
-		if rfbm&1 != 0 {
-			copy(guest[xsLegacyX87Lo:xsLegacyX87Hi], k[xsLegacyX87Lo:xsLegacyX87Hi])
-			copy(guest[xsSTRegs:xsXMM], k[xsSTRegs:xsXMM])
-		}
-		if rfbm&6 != 0 {
-			copy(guest[xsMXCSR:xsSTRegs], k[xsMXCSR:xsSTRegs])
-		}
-		if rfbm&2 != 0 {
-			copy(guest[xsXMM:xsXMMEnd], k[xsXMM:xsXMMEnd])
-		}
-		for i := 2; i < 63; i++ {
-			if rfbm>>i&1 != 0 {
-				src := k[x.a.xs.Offset[i] : x.a.xs.Offset[i]+x.a.xs.Size[i]]
-				copy(guest[off[i]:], src)
-			}
-		}
-		bv := guest[xsHeader:]
-		if compact {
-			binary.LittleEndian.PutUint64(bv[0:], kbv&rfbm)
-			binary.LittleEndian.PutUint64(bv[8:], rfbm|xcompCompacted)
-		} else {
-			old := binary.LittleEndian.Uint64(bv[0:])
-			binary.LittleEndian.PutUint64(bv[0:], old&^rfbm|kbv&rfbm)
-		}
-		return nil, access(x.a.mem, m, ea, guest, true)
+	if rfbm&6 != 0 {
+		copy(guest[xsMXCSR:xsSTRegs], k[xsMXCSR:xsSTRegs])
 	}
+	if rfbm&2 != 0 {
+		copy(guest[xsXMM:xsXMMEnd], k[xsXMM:xsXMMEnd])
+	}
+	for i := 2; i < 63; i++ {
+		if rfbm>>i&1 != 0 {
+			src := k[x.a.xs.Offset[i] : x.a.xs.Offset[i]+x.a.xs.Size[i]]
+			copy(guest[off[i]:], src)
+		}
+	}
+	bv := guest[xsHeader:]
+	if compact {
+		binary.LittleEndian.PutUint64(bv[0:], kbv&rfbm)
+		binary.LittleEndian.PutUint64(bv[8:], rfbm|xcompCompacted)
+	} else {
+		old := binary.LittleEndian.Uint64(bv[0:])
+		binary.LittleEndian.PutUint64(bv[0:], old&^rfbm|kbv&rfbm)
+	}
+}
 
+// restoreComponents loads the components in rfbm from the guest's area
+// into KVM's copy k (XRSTOR): those the header marks as in their initial
+// state are reset. A reserved MXCSR bit is a #GP.
+func (x *exec) restoreComponents(k, guest []byte, rfbm, present uint64, off *[64]uint64) *exception {
+	kbv := binary.LittleEndian.Uint64(k[xsHeader:])
 	bv := binary.LittleEndian.Uint64(guest[xsHeader:])
 	if rfbm&6 != 0 {
 		mxcsr := binary.LittleEndian.Uint32(guest[xsMXCSR:])
@@ -143,7 +185,7 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 			mask = 0xffbf
 		}
 		if mxcsr&^mask != 0 {
-			return gp0(), nil
+			return gp0()
 		}
 		binary.LittleEndian.PutUint32(k[xsMXCSR:], mxcsr)
 	}
@@ -176,11 +218,7 @@ func (x *exec) xsave(ea uint64, restore, compact bool) (*exception, error) {
 		}
 	}
 	binary.LittleEndian.PutUint64(k[xsHeader:], kbv&^rfbm|bv&rfbm)
-	if err := x.c.SetXSave(ks); err != nil {
-		// KVM validates the image as hardware would: refuse it with #GP
-		return gp0(), nil
-	}
-	return nil, nil
+	return nil
 }
 
 func allZero(b []byte) bool {

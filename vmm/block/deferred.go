@@ -37,7 +37,7 @@ func (d *Deferred) Open() error {
 		return err
 	}
 	if disk.Size() != d.size {
-		disk.Close()
+		_ = disk.Close() // opened only to be refused: nothing written
 		return fmt.Errorf("%s: the image is %d bytes, the VM's disk %d", d.path, disk.Size(), d.size)
 	}
 	d.disk = disk

@@ -43,7 +43,7 @@ func openLocked(path string, readOnly bool) (*os.File, error) {
 		return nil, err
 	}
 	if err := lockFile(f, !readOnly); err != nil {
-		f.Close()
+		_ = f.Close() // nothing written yet
 		return nil, err
 	}
 	return f, nil
@@ -120,7 +120,7 @@ func fdHasLock(pid, fd string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if strings.HasPrefix(s.Text(), "lock:") {

@@ -119,6 +119,21 @@ func unsupported(format string, a ...any) error {
 // first cluster (or all of a shorter file), for an image of fileSize
 // bytes. Every offset it accepts lies inside the file.
 func ParseQcow2Header(b []byte, fileSize int64) (*Qcow2Header, error) {
+	h, err := decodeQcow2Header(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.check(fileSize); err != nil {
+		return nil, err
+	}
+	if err := h.parseExtensions(b); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// decodeQcow2Header reads the header's fields (version 2 or 3) from b.
+func decodeQcow2Header(b []byte) (*Qcow2Header, error) {
 	be := binary.BigEndian
 	if len(b) < 4 || be.Uint32(b[0:]) != qcowMagic {
 		return nil, corrupt("not a qcow2 image (no qcow2 magic)")
@@ -156,58 +171,69 @@ func ParseQcow2Header(b []byte, fileSize int64) (*Qcow2Header, error) {
 	default:
 		return nil, unsupported("version %d (want 2 or 3)", h.Version)
 	}
+	return h, nil
+}
+
+// check validates the header's fields: what this package supports, and
+// that the L1 and refcount tables lie inside a file of fileSize bytes.
+func (h *Qcow2Header) check(fileSize int64) error {
 	if h.ClusterBits < 9 || h.ClusterBits > 21 {
-		return nil, corrupt("cluster_bits %d outside 9..21", h.ClusterBits)
+		return corrupt("cluster_bits %d outside 9..21", h.ClusterBits)
 	}
 	cs := uint64(1) << h.ClusterBits
 	if h.Version == 3 && (h.HeaderLength < 104 || uint64(h.HeaderLength) > cs || h.HeaderLength%8 != 0) {
-		return nil, corrupt("header_length %d", h.HeaderLength)
+		return corrupt("header_length %d", h.HeaderLength)
 	}
 	if h.CryptMethod != 0 {
-		return nil, unsupported("encrypted image (crypt_method %d)", h.CryptMethod)
+		return unsupported("encrypted image (crypt_method %d)", h.CryptMethod)
 	}
 	if f := h.IncompatibleFeatures; f != 0 {
 		switch {
 		case f&incompatCorrupt != 0:
-			return nil, corrupt("image is marked corrupt (run qemu-img check -r all)")
+			return corrupt("image is marked corrupt (run qemu-img check -r all)")
 		case f&incompatExtData != 0:
-			return nil, unsupported("external data file")
+			return unsupported("external data file")
 		case f&incompatCompress != 0:
-			return nil, unsupported("non-zlib compression type")
+			return unsupported("non-zlib compression type")
 		case f&incompatExtL2 != 0:
-			return nil, unsupported("extended L2 entries (subclusters)")
+			return unsupported("extended L2 entries (subclusters)")
 		case f&^incompatDirty != 0:
-			return nil, unsupported("unknown incompatible features %#x", f&^incompatDirty)
+			return unsupported("unknown incompatible features %#x", f&^incompatDirty)
 		}
 	}
 	if h.RefcountOrder > 6 {
-		return nil, corrupt("refcount_order %d", h.RefcountOrder)
+		return corrupt("refcount_order %d", h.RefcountOrder)
 	}
 	// The L1 table must cover the virtual size and lie inside the file.
 	perL1 := cs * (cs / 8) // bytes mapped by one L1 entry
 	need := (h.Size + perL1 - 1) / perL1
 	if h.Size > 1<<62 || need > uint64(h.L1Size) {
-		return nil, corrupt("L1 table of %d entries can't map %d bytes", h.L1Size, h.Size)
+		return corrupt("L1 table of %d entries can't map %d bytes", h.L1Size, h.Size)
 	}
 	if uint64(h.L1Size)*8 > qcowMaxL1Bytes {
-		return nil, unsupported("L1 table of %d entries is too large", h.L1Size)
+		return unsupported("L1 table of %d entries is too large", h.L1Size)
 	}
 	if err := inFile("L1 table", h.L1TableOffset, uint64(h.L1Size)*8, cs, fileSize); err != nil {
-		return nil, err
+		return err
 	}
 	rt := uint64(h.RefcountTableClusters) * cs
 	if rt > qcowMaxRefTable {
-		return nil, unsupported("refcount table of %d clusters is too large", h.RefcountTableClusters)
+		return unsupported("refcount table of %d clusters is too large", h.RefcountTableClusters)
 	}
-	if err := inFile("refcount table", h.RefcountTableOffset, rt, cs, fileSize); err != nil {
-		return nil, err
-	}
+	return inFile("refcount table", h.RefcountTableOffset, rt, cs, fileSize)
+}
+
+// parseExtensions reads the backing file name and the header extensions
+// from the first cluster, b.
+func (h *Qcow2Header) parseExtensions(b []byte) error {
+	be := binary.BigEndian
+	cs := uint64(1) << h.ClusterBits
 	// Header extensions and the backing file name live in the first cluster.
 	limit := min(cs, uint64(len(b)))
 	if h.BackingFileOffset != 0 {
 		end := h.BackingFileOffset + uint64(h.BackingFileSize)
 		if h.BackingFileSize == 0 || h.BackingFileSize > qcowMaxBacking || h.BackingFileOffset > limit || end > limit {
-			return nil, corrupt("backing file name at %#x+%d outside the first cluster", h.BackingFileOffset, h.BackingFileSize)
+			return corrupt("backing file name at %#x+%d outside the first cluster", h.BackingFileOffset, h.BackingFileSize)
 		}
 		h.BackingFile = string(b[h.BackingFileOffset:end])
 		limit = min(limit, h.BackingFileOffset)
@@ -222,19 +248,19 @@ func ParseQcow2Header(b []byte, fileSize int64) (*Qcow2Header, error) {
 		}
 		data := off + 8
 		if n > limit-data {
-			return nil, corrupt("header extension %#x of %d bytes overruns the header", typ, n)
+			return corrupt("header extension %#x of %d bytes overruns the header", typ, n)
 		}
 		switch typ {
 		case extBackingFormat:
 			h.BackingFormat = string(b[data : data+n])
 		case extDataFile:
-			return nil, unsupported("external data file")
+			return unsupported("external data file")
 		case extEncryption:
-			return nil, unsupported("encryption")
+			return unsupported("encryption")
 		}
 		off = data + (n+7)&^7
 	}
-	return h, nil
+	return nil
 }
 
 // inFile checks that a cluster-aligned table [off, off+n) is in the file.
@@ -296,7 +322,7 @@ func openQcow2(path string, readOnly bool, depth int) (*Qcow2, error) {
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // nothing written yet
 		return nil, fmt.Errorf("stat %s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
@@ -313,7 +339,7 @@ func openQcow2(path string, readOnly bool, depth int) (*Qcow2, error) {
 		return nil, unsupported("backing file format %q", format)
 	})
 	if err != nil {
-		f.Close()
+		_ = f.Close() // refused while opening: nothing written
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return q, nil

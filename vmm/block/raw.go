@@ -25,7 +25,7 @@ func OpenRaw(path string, readOnly bool) (*Raw, error) {
 	// Seek works for regular files and block devices alike.
 	end, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // nothing written yet
 		return nil, fmt.Errorf("size of raw image %s: %w", path, err)
 	}
 	return &Raw{f: f, size: uint64(end), ro: readOnly}, nil
@@ -121,43 +121,36 @@ const iovMax = 1024
 
 // ReadvAt fills bufs from off with preadv; a short read (past the end of
 // the file) is an error.
-func (r *Raw) ReadvAt(bufs [][]byte, off int64) error {
-	for len(bufs) > 0 {
-		chunk := bufs[:min(len(bufs), iovMax)]
-		want := 0
-		for _, b := range chunk {
-			want += len(b)
-		}
-		n, err := unix.Preadv(int(r.f.Fd()), chunk, off)
-		if err != nil {
-			return fmt.Errorf("preadv %s at %d: %w", r.f.Name(), off, err)
-		}
-		if n != want {
-			// rare (signals, end of file): finish buffer by buffer
-			return r.finish(chunk, off, n, false)
-		}
-		bufs, off = bufs[len(chunk):], off+int64(n)
-	}
-	return nil
-}
+func (r *Raw) ReadvAt(bufs [][]byte, off int64) error { return r.vectorAt(bufs, off, false) }
 
 // WritevAt writes bufs at off with pwritev.
 func (r *Raw) WritevAt(bufs [][]byte, off int64) error {
 	if r.ro {
 		return ErrReadOnly
 	}
+	return r.vectorAt(bufs, off, true)
+}
+
+// vectorAt reads (preadv) or writes (pwritev) bufs at off, iovMax buffers
+// at a time.
+func (r *Raw) vectorAt(bufs [][]byte, off int64, write bool) error {
+	op, name := unix.Preadv, "preadv"
+	if write {
+		op, name = unix.Pwritev, "pwritev"
+	}
 	for len(bufs) > 0 {
 		chunk := bufs[:min(len(bufs), iovMax)]
 		want := 0
 		for _, b := range chunk {
 			want += len(b)
 		}
-		n, err := unix.Pwritev(int(r.f.Fd()), chunk, off)
+		n, err := op(int(r.f.Fd()), chunk, off)
 		if err != nil {
-			return fmt.Errorf("pwritev %s at %d: %w", r.f.Name(), off, err)
+			return fmt.Errorf("%s %s at %d: %w", name, r.f.Name(), off, err)
 		}
 		if n != want {
-			return r.finish(chunk, off, n, true)
+			// rare (signals, end of file): finish buffer by buffer
+			return r.finish(chunk, off, n, write)
 		}
 		bufs, off = bufs[len(chunk):], off+int64(n)
 	}

@@ -180,7 +180,9 @@ func (c *Console) flush() {
 	c.mu.Unlock()
 	if len(p) > 0 {
 		for _, s := range sinks {
-			s.Write(p)
+			// A sink that fails (a client gone) is removed by its
+			// owner; the others still get the output.
+			_, _ = s.Write(p)
 		}
 	}
 	if client != nil && len(out) > 0 {

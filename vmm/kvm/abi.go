@@ -90,9 +90,10 @@ var (
 	ioctlKVMClockCtrl  = io(0xad)
 )
 
-// Capabilities (KVM_CAP_*), for CheckExtension and EnableCap.
+// Cap is a capability (KVM_CAP_*), for CheckExtension and EnableCap.
 type Cap uintptr
 
+// The capabilities this package asks about.
 const (
 	CapIRQChip                Cap = 0
 	CapHLT                    Cap = 1
@@ -175,6 +176,7 @@ const (
 // ExitReason is kvm_run.exit_reason.
 type ExitReason uint32
 
+// The ExitReason values (KVM_EXIT_*).
 const (
 	ExitUnknown       ExitReason = 0
 	ExitException     ExitReason = 1

@@ -173,7 +173,7 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	built := false
 	defer func() {
 		if !built {
-			m.Close()
+			_ = m.Close() // the build error is the one to report
 		}
 	}()
 	m.Nested = x86.EmulatedKernelMode()
@@ -364,7 +364,8 @@ func (m *Machine) Close() error {
 		m.releaseDevices()
 		m.releaseDevices = nil
 	}
-	m.closeVirtio()
+	// Disks flush their metadata here: their errors are the caller's.
+	err := m.closeVirtio()
 	for _, v := range m.vcpus {
 		v.c.Close()
 	}
@@ -381,7 +382,7 @@ func (m *Machine) Close() error {
 		m.sys.Close()
 		m.sys = nil
 	}
-	return nil
+	return err
 }
 
 // stop records the first reason the VM ends and kicks every vCPU out.

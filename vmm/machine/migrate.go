@@ -282,7 +282,8 @@ func (m *Machine) EndLost(err error) { m.stop(Exit{Reason: ExitError, Err: err})
 // Discard throws the half-built VM away.
 func (in *Incoming) Discard() {
 	if in.Machine != nil {
-		in.Machine.Close()
+		// The source still owns the VM and its disks: nothing here to keep.
+		_ = in.Machine.Close()
 		in.Machine = nil
 	}
 }

@@ -64,11 +64,11 @@ func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
 		return nil, err
 	}
 	if err := m.checkDisks(s.Config.Disks); err != nil {
-		m.Close()
+		_ = m.Close() // never ran: the refusal is the error to report
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if err := m.loadState(s); err != nil {
-		m.Close()
+		_ = m.Close() // never ran: the restore error is the one to report
 		return nil, err
 	}
 	return m, nil

@@ -30,8 +30,8 @@ type NICConfig struct {
 	MAC net.HardwareAddr
 }
 
-// Virtio devices sit in the 32-bit MMIO hole, one 4 KiB window each from
-// VirtioMMIOBase, each on an IOAPIC pin the PC platform leaves free (4 is
+// VirtioMMIOBase is where virtio devices sit in the 32-bit MMIO hole, one
+// 4 KiB window each from here, each on an IOAPIC pin the PC platform leaves free (4 is
 // COM1, 8 the RTC); the MP table describes all 24 pins.
 const VirtioMMIOBase = 0xd0000000
 
@@ -99,7 +99,7 @@ func (m *Machine) addDisk(i int, c DiskConfig) error {
 	}
 	dev, err := blk.New(blk.Config{Disk: disk, Serial: c.Serial})
 	if err != nil {
-		disk.Close()
+		_ = disk.Close() // never attached: nothing written
 		return configErr("disk %d: %v", i, err)
 	}
 	if err := m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk); err != nil {
@@ -198,7 +198,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 	n := len(m.virtio)
 	if n >= len(virtioGSIs) {
 		for _, c := range closers {
-			c.Close()
+			_ = c.Close() // never attached: nothing written
 		}
 		return configErr("%s: at most %d virtio devices", name, len(virtioGSIs))
 	}
@@ -206,7 +206,7 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Logger: m.Log().With("device", name)})
 	if err != nil {
 		for _, c := range closers {
-			c.Close()
+			_ = c.Close() // never attached: nothing written
 		}
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -65,12 +65,12 @@ func New(layout []Layout) (*Guest, error) {
 	}
 	f := os.NewFile(uintptr(fd), "kubevmm-guest-ram")
 	if err := f.Truncate(int64(total)); err != nil {
-		f.Close()
+		_ = f.Close() // an empty memfd
 		return nil, fmt.Errorf("size guest RAM to %d bytes: %w", total, err)
 	}
 	g, err := Map(f, layout, unix.MAP_SHARED)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // a fresh memfd, never mapped
 		return nil, err
 	}
 	return g, nil

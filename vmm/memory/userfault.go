@@ -122,12 +122,12 @@ func (g *Guest) Userfault(missing [][]uint64) (*Userfault, error) {
 	for _, r := range g.regions {
 		reg := uffdioRegisterArg{Range: uffdioRange{uint64(uintptr(unsafe.Pointer(&r.Data[0]))), r.Size}, Mode: uffdRegisterModeMissing}
 		if err := u.ioctl(uffdioRegister, unsafe.Pointer(&reg)); err != nil {
-			u.f.Close()
+			_ = u.f.Close() // a kernel object: nothing to lose
 			return nil, fmt.Errorf("userfaultfd: register guest RAM at %#x (%d MiB): %w", r.GPA, r.Size>>20, err)
 		}
 		const need = 1<<3 | 1<<4 // _UFFDIO_COPY, _UFFDIO_ZEROPAGE
 		if reg.Ioctls&need != need {
-			u.f.Close()
+			_ = u.f.Close() // a kernel object: nothing to lose
 			return nil, fmt.Errorf("userfaultfd: guest RAM at %#x does not support UFFDIO_COPY/UFFDIO_ZEROPAGE (ioctls %#x)", r.GPA, reg.Ioctls)
 		}
 	}

@@ -206,7 +206,8 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		*committed = true
 		stopWatch()
 		s.src.Throttle(0)
-		s.src.StopDirtyLog()
+		// Committed: the guest moves whatever the dirty log says.
+		_ = s.src.StopDirtyLog()
 		if err := s.c.send(msgGo); err != nil {
 			return fmt.Errorf("send go: %w", err)
 		}
@@ -227,8 +228,10 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 		err = fmt.Errorf("%w: %v", ErrPostCopyFailed, err)
 		s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(s.start)
 		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		s.c.send(msgError, []byte(err.Error()))
-		s.c.flush()
+		// Best effort: the stream may be what failed.
+		if s.c.send(msgError, []byte(err.Error())) == nil {
+			_ = s.c.flush()
+		}
 		return s.st, err
 	}
 	s.st.Phase, s.st.Remaining, s.st.Total = "completed", 0, time.Since(s.start)
@@ -239,141 +242,44 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 // calls ready when the target has loaded the state, and returns once the
 // target confirms it has every page.
 func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uint64, ready func() error) error {
-	reqs := make(chan []uint64, 64)
-	readyCh := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	quit := make(chan struct{})
-	defer close(quit)
-	go func() {
-		gotReady := false
-		for {
-			k, p, err := s.c.recv()
-			if err != nil {
-				done <- fmt.Errorf("target: %w", err)
-				return
-			}
-			switch {
-			case k == msgReady && !gotReady:
-				gotReady = true
-				readyCh <- struct{}{}
-			case k == msgDone && gotReady:
-				done <- nil
-				return
-			case k == msgRequest && len(p)%8 == 0 && len(p) > 0:
-				gpas := make([]uint64, len(p)/8)
-				for i := range gpas {
-					gpas[i] = binary.LittleEndian.Uint64(p[8*i:])
-				}
-				select {
-				case reqs <- gpas:
-				case <-quit:
-					return
-				}
-			default:
-				done <- fmt.Errorf("%w: %s message of %d bytes during post-copy", ErrProtocol, kindName(k), len(p))
-				return
-			}
-		}
-	}()
+	in := postCopyInbox{reqs: make(chan []uint64, 64), ready: make(chan struct{}, 1), done: make(chan error, 1), quit: make(chan struct{})}
+	defer close(in.quit)
+	go s.readPostCopy(in)
 
-	left := countBits(bitmaps)
-	var msg pageMsg
-	msg.reset()
-	// take queues page pg of region i if it is still to be sent.
-	take := func(i int, pg uint64) bool {
-		bm := bitmaps[i]
-		if bm[pg/64]&(1<<(pg%64)) == 0 {
-			return false
-		}
-		bm[pg/64] &^= 1 << (pg % 64)
-		r := regions[i]
-		if msg.add(r.GPA+pg*pageSize, r.Data[pg*pageSize:(pg+1)*pageSize]) {
-			s.st.ZeroPages++
-		} else {
-			s.st.DataPages++
-		}
-		left--
-		return true
-	}
-	serve := func(gpas []uint64) error {
-		for _, gpa := range gpas {
-			i, pg, ok := pageOf(regions, gpa)
-			if !ok || gpa%pageSize != 0 {
-				return fmt.Errorf("%w: target requested %#x, not a page of guest RAM", ErrProtocol, gpa)
-			}
-			if take(i, pg) {
-				s.st.RequestedPages++
-			}
-		}
-		return nil
-	}
-	cursor, cursorPage := 0, uint64(0)
-	// background queues the next pages in address order.
-	background := func() {
-		for n := 0; n < postCopyBatch && left > 0 && cursor < len(regions); {
-			r, bm := regions[cursor], bitmaps[cursor]
-			if cursorPage >= r.Size/pageSize {
-				cursor, cursorPage = cursor+1, 0
-				continue
-			}
-			if bm[cursorPage/64] == 0 {
-				cursorPage = (cursorPage/64 + 1) * 64
-				continue
-			}
-			if bm[cursorPage/64]&(1<<(cursorPage%64)) != 0 {
-				take(cursor, cursorPage)
-				n++
-			}
-			cursorPage++
-		}
-	}
+	ps := &pushState{s: s, regions: regions, bitmaps: bitmaps, left: countBits(bitmaps)}
+	ps.msg.reset()
 	isReady := false
 	lastProgress := time.Now()
-	for left > 0 || !isReady {
+	for ps.left > 0 || !isReady {
 		var err error
-		if left > 0 {
+		if ps.left > 0 {
 			select {
-			case gpas := <-reqs:
-				err = serve(gpas)
-			case <-readyCh:
+			case gpas := <-in.reqs:
+				err = ps.serve(gpas)
+			case <-in.ready:
 				isReady = true
 				err = ready()
-			case err = <-done:
+			case err = <-in.done:
 			default:
-				background()
+				ps.background()
 			}
 		} else {
 			// Everything is sent; the target is still loading the state.
 			select {
-			case <-reqs: // already sent: the pages are on their way
-			case <-readyCh:
+			case <-in.reqs: // already sent: the pages are on their way
+			case <-in.ready:
 				isReady = true
 				err = ready()
-			case err = <-done:
+			case err = <-in.done:
 			}
 		}
 		if err != nil {
 			return err
 		}
-		if len(msg.b) > 0 {
-			err := s.c.send(msgPages, msg.b)
-			if err == nil {
-				err = s.c.flush()
-			}
-			if err != nil {
-				// The target may have said why it went away.
-				select {
-				case derr := <-done:
-					if derr != nil {
-						return derr
-					}
-				default:
-				}
-				return fmt.Errorf("send pages: %w", err)
-			}
-			msg.reset()
+		if err := ps.flush(in.done); err != nil {
+			return err
 		}
-		s.st.Remaining = int64(left) * pageSize
+		s.st.Remaining = int64(ps.left) * pageSize
 		if isReady && s.opt.Progress != nil && time.Since(lastProgress) > 200*time.Millisecond {
 			s.opt.Progress(s.st)
 			lastProgress = time.Now()
@@ -388,14 +294,146 @@ func (s *sender) servePostCopy(nc net.Conn, regions []*memory.Region, bitmaps []
 	nc.SetReadDeadline(time.Now().Add(s.opt.ReadyTimeout))
 	for {
 		select {
-		case <-reqs: // already sent: the pages are on their way
-		case err := <-done:
+		case <-in.reqs: // already sent: the pages are on their way
+		case err := <-in.done:
 			if err != nil {
 				return fmt.Errorf("target did not confirm it has every page: %w", err)
 			}
 			return nil
 		}
 	}
+}
+
+// postCopyInbox carries what the target sends during post-copy from
+// readPostCopy to servePostCopy.
+type postCopyInbox struct {
+	reqs  chan []uint64 // pages the target faulted on
+	ready chan struct{} // the target loaded the state
+	done  chan error    // the target has every page (nil), or the stream broke
+	quit  chan struct{} // servePostCopy returned
+}
+
+// readPostCopy reads the target's messages until it has every page or the
+// stream breaks.
+func (s *sender) readPostCopy(in postCopyInbox) {
+	gotReady := false
+	for {
+		k, p, err := s.c.recv()
+		if err != nil {
+			in.done <- fmt.Errorf("target: %w", err)
+			return
+		}
+		switch {
+		case k == msgReady && !gotReady:
+			gotReady = true
+			in.ready <- struct{}{}
+		case k == msgDone && gotReady:
+			in.done <- nil
+			return
+		case k == msgRequest && len(p)%8 == 0 && len(p) > 0:
+			gpas := make([]uint64, len(p)/8)
+			for i := range gpas {
+				gpas[i] = binary.LittleEndian.Uint64(p[8*i:])
+			}
+			select {
+			case in.reqs <- gpas:
+			case <-in.quit:
+				return
+			}
+		default:
+			in.done <- fmt.Errorf("%w: %s message of %d bytes during post-copy", ErrProtocol, kindName(k), len(p))
+			return
+		}
+	}
+}
+
+// pushState is the source's side of post-copy: the pages still to be sent
+// and the message being filled.
+type pushState struct {
+	s       *sender
+	regions []*memory.Region
+	bitmaps [][]uint64
+	msg     pageMsg
+	left    int
+	// background's position, in address order
+	cursor     int
+	cursorPage uint64
+}
+
+// take queues page pg of region i if it is still to be sent.
+func (ps *pushState) take(i int, pg uint64) bool {
+	bm := ps.bitmaps[i]
+	if bm[pg/64]&(1<<(pg%64)) == 0 {
+		return false
+	}
+	bm[pg/64] &^= 1 << (pg % 64)
+	r := ps.regions[i]
+	if ps.msg.add(r.GPA+pg*pageSize, r.Data[pg*pageSize:(pg+1)*pageSize]) {
+		ps.s.st.ZeroPages++
+	} else {
+		ps.s.st.DataPages++
+	}
+	ps.left--
+	return true
+}
+
+// serve queues the pages the target asked for.
+func (ps *pushState) serve(gpas []uint64) error {
+	for _, gpa := range gpas {
+		i, pg, ok := pageOf(ps.regions, gpa)
+		if !ok || gpa%pageSize != 0 {
+			return fmt.Errorf("%w: target requested %#x, not a page of guest RAM", ErrProtocol, gpa)
+		}
+		if ps.take(i, pg) {
+			ps.s.st.RequestedPages++
+		}
+	}
+	return nil
+}
+
+// background queues the next pages in address order.
+func (ps *pushState) background() {
+	for n := 0; n < postCopyBatch && ps.left > 0 && ps.cursor < len(ps.regions); {
+		r, bm := ps.regions[ps.cursor], ps.bitmaps[ps.cursor]
+		if ps.cursorPage >= r.Size/pageSize {
+			ps.cursor, ps.cursorPage = ps.cursor+1, 0
+			continue
+		}
+		if bm[ps.cursorPage/64] == 0 {
+			ps.cursorPage = (ps.cursorPage/64 + 1) * 64
+			continue
+		}
+		if bm[ps.cursorPage/64]&(1<<(ps.cursorPage%64)) != 0 {
+			ps.take(ps.cursor, ps.cursorPage)
+			n++
+		}
+		ps.cursorPage++
+	}
+}
+
+// flush sends the queued pages, if any. On a broken stream it prefers the
+// reason the target gave, if it gave one (done).
+func (ps *pushState) flush(done <-chan error) error {
+	if len(ps.msg.b) == 0 {
+		return nil
+	}
+	c := ps.s.c
+	err := c.send(msgPages, ps.msg.b)
+	if err == nil {
+		err = c.flush()
+	}
+	if err != nil {
+		select {
+		case derr := <-done:
+			if derr != nil {
+				return derr
+			}
+		default:
+		}
+		return fmt.Errorf("send pages: %w", err)
+	}
+	ps.msg.reset()
+	return nil
 }
 
 // receivePostCopy runs the target's side once the source has announced
@@ -430,7 +468,8 @@ func receivePostCopy(c *conn, nc net.Conn, t Target, mem *memory.Guest, payload 
 	// (and its RAM) and reports the error on the stream.
 	abort := func(err error) (bool, error) {
 		nc.SetReadDeadline(time.Unix(1, 0))
-		<-received
+		// errcheck wants the drop said; S1005 calls saying it unnecessary.
+		_ = <-received //nolint:staticcheck // the cut stream's error; err is the cause
 		uf.Close()
 		p.wmu.Lock()
 		p.stopped = true
@@ -534,13 +573,13 @@ func (p *pageServer) serveFaults() {
 		p.mu.Unlock()
 		for _, gpa := range zero {
 			// Present already (installed after the fault) is fine.
-			p.uf.Zero(gpa, pageSize)
+			_ = p.uf.Zero(gpa, pageSize)
 		}
 		if len(req) > 0 {
 			// A failed write shows as a broken stream in receive.
 			p.wmu.Lock()
 			if !p.stopped && p.c.send(msgRequest, req) == nil {
-				p.c.flush()
+				_ = p.c.flush()
 			}
 			p.wmu.Unlock()
 		}
@@ -591,7 +630,7 @@ func (p *pageServer) receive() error {
 			// source is its business, the guest no longer needs it.
 			p.wmu.Lock()
 			if p.c.send(msgDone) == nil {
-				p.c.flush()
+				_ = p.c.flush()
 			}
 			p.wmu.Unlock()
 			return nil

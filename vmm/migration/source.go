@@ -131,151 +131,208 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 		st.RAMBytes += int64(r.Size)
 	}
 	s.st = st
-	paused, logging, committed, postCopy := false, false, false, false
 	defer func() {
-		if committed {
-			return
+		if !s.committed {
+			err = s.abort(ctx, nc, err)
+			st = s.st
 		}
-		src.Throttle(0)
-		if paused {
-			src.Resume()
-		}
-		if logging {
-			src.StopDirtyLog()
-		}
-		// Cancelling cuts the stream, so err is then an I/O error: say
-		// what caused it first.
-		switch {
-		case errors.Is(ctx.Err(), context.Canceled):
-			err = fmt.Errorf("migration cancelled: %w", err)
-		case ctx.Err() != nil:
-			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
-		}
-		s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(start)
-		st = s.st
-		// Best effort: tell the target why, so it discards at once.
-		nc.SetWriteDeadline(time.Now().Add(time.Second))
-		s.c.send(msgError, []byte(err.Error()))
-		s.c.flush()
 	}()
 
-	if err := s.c.writeMagic(); err != nil {
-		return st, fmt.Errorf("send stream magic: %w", err)
-	}
-	hdr, err := src.Header()
+	regions, bitmaps, err := s.begin()
 	if err != nil {
-		return st, fmt.Errorf("describe VM: %w", err)
+		return s.st, err
 	}
-	if err := s.c.send(msgHeader, hdr); err != nil {
-		return st, fmt.Errorf("send header: %w", err)
+	postCopy, err := s.preCopy(ctx, regions, bitmaps)
+	if err != nil {
+		return s.st, err
 	}
-	regions := src.Memory().Regions()
-	bitmaps := make([][]uint64, len(regions))
-	for i, r := range regions {
-		pages := r.Size / pageSize
-		bitmaps[i] = make([]uint64, (pages+63)/64)
-	}
-	if err := src.StartDirtyLog(); err != nil {
-		return st, fmt.Errorf("start dirty logging: %w", err)
-	}
-	logging = true
-	// Round 0 sends everything; pages written from now on are caught by
-	// the next sync.
-	if err := src.SyncDirty(bitmaps); err != nil {
-		return st, fmt.Errorf("sync dirty log: %w", err)
-	}
-	// Pages the guest never touched are holes in the memfd and zero on
-	// the target already: only populated ranges are sent (or scanned,
-	// which would allocate them here).
-	mem := src.Memory()
-	for i, r := range regions {
-		for _, rg := range mem.Populated(r) {
-			setRange(bitmaps[i], rg.Off/pageSize, (rg.Off+rg.Len+pageSize-1)/pageSize)
-		}
-	}
-
-	s.st.Phase = "precopy"
-	best := int64(-1)
-	bestAt := time.Now()
-	throttle := 0.0
-	for round := 0; ; round++ {
-		if err := ctx.Err(); err != nil {
-			return s.st, err // the deferred handler names it
-		}
-		roundStart := time.Now()
-		sentBefore := s.st.BytesSent
-		if err := s.sendDirty(regions, bitmaps); err != nil {
-			return s.st, err
-		}
-		if err := s.c.flush(); err != nil {
-			return s.st, fmt.Errorf("send pages: %w", err)
-		}
-		elapsed := time.Since(roundStart)
-		s.st.Rounds = round + 1
-		if elapsed > 0 {
-			s.st.Bandwidth = float64(s.st.BytesSent-sentBefore) / elapsed.Seconds()
-		}
-		if err := src.SyncDirty(bitmaps); err != nil {
-			return s.st, fmt.Errorf("sync dirty log: %w", err)
-		}
-		dirty := int64(countBits(bitmaps)) * pageSize
-		s.st.Remaining = dirty
-		if elapsed > 0 {
-			s.st.DirtyRate = float64(dirty) / elapsed.Seconds()
-		}
-		if opt.Progress != nil {
-			opt.Progress(s.st)
-		}
-		rb, _ := json.Marshal(s.st)
-		if err := s.c.send(msgRound, rb); err != nil {
-			return s.st, fmt.Errorf("send round: %w", err)
-		}
-
-		// Converged when what is left fits the downtime at the measured rate.
-		rate := s.st.Bandwidth
-		if opt.Bandwidth > 0 && (rate == 0 || rate > float64(opt.Bandwidth)) {
-			rate = float64(opt.Bandwidth)
-		}
-		if rate > 0 && float64(dirty)/rate <= opt.Downtime.Seconds() || dirty == 0 {
-			break
-		}
-		if opt.PostCopy && (round+1 >= opt.MaxRounds || postCopyDue(opt, round, throttle)) {
-			postCopy = true
-			break
-		}
-		if round+1 >= opt.MaxRounds {
-			break
-		}
-		if best < 0 || dirty < best {
-			best, bestAt = dirty, time.Now()
-		} else if time.Since(bestAt) > opt.ProgressTimeout {
-			return s.st, fmt.Errorf("%w: %d MiB still dirty after %v without improvement", ErrNoProgress, dirty>>20, opt.ProgressTimeout)
-		}
-		// Auto-converge: the guest dirties memory faster than half the
-		// link's rate; hold its vCPUs a growing share of the time.
-		if opt.AutoConverge && round >= 1 && s.st.DirtyRate > rate/2 {
-			throttle = min(maxThrottle, max(0.2, throttle+0.1))
-			src.Throttle(throttle)
-			s.st.Throttle = throttle
-		}
-	}
-
 	s.st.Phase = "stop-and-copy"
 	if err := src.Pause(); err != nil {
 		return s.st, fmt.Errorf("pause source VM: %w", err)
 	}
-	paused = true
+	s.paused = true
 	pausedAt := time.Now()
 	if err := src.SyncDirty(bitmaps); err != nil {
 		return s.st, fmt.Errorf("final dirty sync: %w", err)
 	}
 	if postCopy {
-		return s.postCopy(nc, regions, bitmaps, pausedAt, stopWatch, &committed)
+		return s.postCopy(nc, regions, bitmaps, pausedAt, stopWatch, &s.committed)
 	}
+	return s.stopAndCopy(nc, regions, bitmaps, pausedAt)
+}
+
+// abort leaves the source VM as it was before a failed migration (resumed,
+// unthrottled, dirty logging off), tells the target why, and returns err
+// naming a cancellation or timeout that caused it.
+func (s *sender) abort(ctx context.Context, nc net.Conn, err error) error {
+	s.src.Throttle(0)
+	if s.paused {
+		s.src.Resume()
+	}
+	if s.logging {
+		// Failing already: err is the one to report.
+		_ = s.src.StopDirtyLog()
+	}
+	// Cancelling cuts the stream, so err is then an I/O error: say
+	// what caused it first.
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		err = fmt.Errorf("migration cancelled: %w", err)
+	case ctx.Err() != nil:
+		err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+	}
+	s.st.Phase, s.st.Error, s.st.Total = "failed", err.Error(), time.Since(s.start)
+	// Best effort: tell the target why, so it discards at once.
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	if s.c.send(msgError, []byte(err.Error())) == nil {
+		_ = s.c.flush()
+	}
+	return err
+}
+
+// begin opens the stream (magic, header), starts dirty logging and marks
+// every populated page for round 0.
+func (s *sender) begin() ([]*memory.Region, [][]uint64, error) {
+	if err := s.c.writeMagic(); err != nil {
+		return nil, nil, fmt.Errorf("send stream magic: %w", err)
+	}
+	hdr, err := s.src.Header()
+	if err != nil {
+		return nil, nil, fmt.Errorf("describe VM: %w", err)
+	}
+	if err := s.c.send(msgHeader, hdr); err != nil {
+		return nil, nil, fmt.Errorf("send header: %w", err)
+	}
+	mem := s.src.Memory()
+	regions := mem.Regions()
+	bitmaps := make([][]uint64, len(regions))
+	for i, r := range regions {
+		pages := r.Size / pageSize
+		bitmaps[i] = make([]uint64, (pages+63)/64)
+	}
+	if err := s.src.StartDirtyLog(); err != nil {
+		return nil, nil, fmt.Errorf("start dirty logging: %w", err)
+	}
+	s.logging = true
+	// Round 0 sends everything; pages written from now on are caught by
+	// the next sync.
+	if err := s.src.SyncDirty(bitmaps); err != nil {
+		return nil, nil, fmt.Errorf("sync dirty log: %w", err)
+	}
+	// Pages the guest never touched are holes in the memfd and zero on
+	// the target already: only populated ranges are sent (or scanned,
+	// which would allocate them here).
+	for i, r := range regions {
+		for _, rg := range mem.Populated(r) {
+			setRange(bitmaps[i], rg.Off/pageSize, (rg.Off+rg.Len+pageSize-1)/pageSize)
+		}
+	}
+	return regions, bitmaps, nil
+}
+
+// convergence is what the pre-copy loop remembers between rounds.
+type convergence struct {
+	best     int64 // fewest dirty bytes left after a round so far; -1 before
+	bestAt   time.Time
+	throttle float64
+}
+
+// preCopy sends dirty pages in rounds while the guest runs, until the
+// convergence decision ends it; it reports whether to go on in post-copy.
+func (s *sender) preCopy(ctx context.Context, regions []*memory.Region, bitmaps [][]uint64) (postCopy bool, err error) {
+	s.st.Phase = "precopy"
+	cv := convergence{best: -1, bestAt: time.Now()}
+	for round := 0; ; round++ {
+		if err := ctx.Err(); err != nil {
+			return false, err // the deferred handler names it
+		}
+		dirty, err := s.round(round, regions, bitmaps)
+		if err != nil {
+			return false, err
+		}
+		done, postCopy, err := s.decide(round, dirty, &cv)
+		if done || err != nil {
+			return postCopy, err
+		}
+	}
+}
+
+// round sends what bitmaps mark, syncs the dirty log into them, reports
+// the round and returns how many bytes are dirty again.
+func (s *sender) round(round int, regions []*memory.Region, bitmaps [][]uint64) (int64, error) {
+	roundStart := time.Now()
+	sentBefore := s.st.BytesSent
+	if err := s.sendDirty(regions, bitmaps); err != nil {
+		return 0, err
+	}
+	if err := s.c.flush(); err != nil {
+		return 0, fmt.Errorf("send pages: %w", err)
+	}
+	elapsed := time.Since(roundStart)
+	s.st.Rounds = round + 1
+	if elapsed > 0 {
+		s.st.Bandwidth = float64(s.st.BytesSent-sentBefore) / elapsed.Seconds()
+	}
+	if err := s.src.SyncDirty(bitmaps); err != nil {
+		return 0, fmt.Errorf("sync dirty log: %w", err)
+	}
+	dirty := int64(countBits(bitmaps)) * pageSize
+	s.st.Remaining = dirty
+	if elapsed > 0 {
+		s.st.DirtyRate = float64(dirty) / elapsed.Seconds()
+	}
+	if s.opt.Progress != nil {
+		s.opt.Progress(s.st)
+	}
+	rb, _ := json.Marshal(s.st)
+	if err := s.c.send(msgRound, rb); err != nil {
+		return 0, fmt.Errorf("send round: %w", err)
+	}
+	return dirty, nil
+}
+
+// decide is the convergence decision after a round that left dirty bytes:
+// done (stop-and-copy, or post-copy when postCopy), or another round,
+// with the guest throttled when auto-converge calls for it. It fails when
+// pre-copy stopped making progress.
+func (s *sender) decide(round int, dirty int64, cv *convergence) (done, postCopy bool, err error) {
+	opt := s.opt
+	// Converged when what is left fits the downtime at the measured rate.
+	rate := s.st.Bandwidth
+	if opt.Bandwidth > 0 && (rate == 0 || rate > float64(opt.Bandwidth)) {
+		rate = float64(opt.Bandwidth)
+	}
+	if rate > 0 && float64(dirty)/rate <= opt.Downtime.Seconds() || dirty == 0 {
+		return true, false, nil
+	}
+	if opt.PostCopy && (round+1 >= opt.MaxRounds || postCopyDue(opt, round, cv.throttle)) {
+		return true, true, nil
+	}
+	if round+1 >= opt.MaxRounds {
+		return true, false, nil
+	}
+	if cv.best < 0 || dirty < cv.best {
+		cv.best, cv.bestAt = dirty, time.Now()
+	} else if time.Since(cv.bestAt) > opt.ProgressTimeout {
+		return false, false, fmt.Errorf("%w: %d MiB still dirty after %v without improvement", ErrNoProgress, dirty>>20, opt.ProgressTimeout)
+	}
+	// Auto-converge: the guest dirties memory faster than half the
+	// link's rate; hold its vCPUs a growing share of the time.
+	if opt.AutoConverge && round >= 1 && s.st.DirtyRate > rate/2 {
+		cv.throttle = min(maxThrottle, max(0.2, cv.throttle+0.1))
+		s.src.Throttle(cv.throttle)
+		s.st.Throttle = cv.throttle
+	}
+	return false, false, nil
+}
+
+// stopAndCopy sends the last dirty pages and the device state of the
+// paused guest, waits for the target to load it and hands the guest over.
+func (s *sender) stopAndCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uint64, pausedAt time.Time) (Stats, error) {
 	if err := s.sendDirty(regions, bitmaps); err != nil {
 		return s.st, err
 	}
-	state, err := src.State()
+	state, err := s.src.State()
 	if err != nil {
 		return s.st, fmt.Errorf("save VM state: %w", err)
 	}
@@ -285,20 +342,23 @@ func Send(ctx context.Context, nc net.Conn, src Source, opt Options) (st Stats, 
 	if err := s.c.flush(); err != nil {
 		return s.st, fmt.Errorf("send state: %w", err)
 	}
-	nc.SetReadDeadline(time.Now().Add(opt.ReadyTimeout))
+	nc.SetReadDeadline(time.Now().Add(s.opt.ReadyTimeout))
 	if _, err := s.c.expect(msgReady); err != nil {
 		return s.st, fmt.Errorf("target did not load the VM: %w", err)
 	}
 	nc.SetReadDeadline(time.Time{})
 	// From here on the guest belongs to the target: even if this message
 	// is lost, the source must not run it again.
-	committed = true
-	s.c.send(msgGo)
-	goErr := s.c.flush()
-	src.Throttle(0)
-	src.StopDirtyLog()
+	s.committed = true
+	goErr := s.c.send(msgGo)
+	if goErr == nil {
+		goErr = s.c.flush()
+	}
+	s.src.Throttle(0)
+	// The guest is the target's now: a dirty log left on costs nothing here.
+	_ = s.src.StopDirtyLog()
 	s.st.Downtime = time.Since(pausedAt)
-	s.st.Total = time.Since(start)
+	s.st.Total = time.Since(s.start)
 	s.st.Phase = "completed"
 	if goErr != nil {
 		s.st.Error = fmt.Sprintf("sending go to the target: %v (the guest may be stopped on both sides)", goErr)
@@ -313,6 +373,9 @@ type sender struct {
 	st    Stats
 	start time.Time
 	buf   []byte // page data of the batch being sent, copied out of guest RAM
+	// What a failed migration must undo (see abort); committed once the
+	// guest belongs to the target, when there is nothing to undo.
+	paused, logging, committed bool
 	// rate limiting
 	windowStart time.Time
 	windowBytes int64

@@ -57,8 +57,10 @@ func Receive(ctx context.Context, nc net.Conn, t Target) (st TargetStats, err er
 		}
 		if _, remote := err.(*RemoteError); !remote {
 			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			c.send(msgError, []byte(err.Error()))
-			c.flush()
+			// Best effort: the stream may be what failed.
+			if c.send(msgError, []byte(err.Error())) == nil {
+				_ = c.flush()
+			}
 		}
 	}()
 

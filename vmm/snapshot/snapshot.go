@@ -74,7 +74,7 @@ func Write(dir string, mem *memory.Guest, state any) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("snapshot memory file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // error paths; the success path closes below, checked
 	var off int64
 	var stored int64
 	for _, r := range mem.Regions() {
@@ -93,6 +93,9 @@ func Write(dir string, mem *memory.Guest, state any) (int64, error) {
 	}
 	if err := f.Sync(); err != nil {
 		return stored, fmt.Errorf("sync memory file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return stored, fmt.Errorf("close memory file: %w", err)
 	}
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
@@ -149,7 +152,7 @@ func syncFile(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened only to Sync, checked below
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", path, err)
 	}
@@ -182,32 +185,32 @@ func Read(dir string) (*Manifest, *memory.Guest, error) {
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read-only
 		return nil, nil, err
 	}
 	var layout []memory.Layout
 	var off int64
 	for i, r := range m.Memory {
 		if r.Offset != off {
-			f.Close()
+			_ = f.Close() // read-only
 			return nil, nil, fmt.Errorf("%w: memory region %d at file offset %d, expected %d", ErrInvalid, i, r.Offset, off)
 		}
 		// Each region must be whole pages and fit the file's offsets:
 		// sizes are added up below and mapped one by one.
 		if r.Size == 0 || r.Size%memory.PageSize != 0 || r.Size > math.MaxInt64-uint64(off) || r.GPA%memory.PageSize != 0 {
-			f.Close()
+			_ = f.Close() // read-only
 			return nil, nil, fmt.Errorf("%w: memory region %d at %#x of %d bytes", ErrInvalid, i, r.GPA, r.Size)
 		}
 		layout = append(layout, memory.Layout{GPA: r.GPA, Size: r.Size})
 		off += int64(r.Size)
 	}
 	if fi.Size() != off {
-		f.Close()
+		_ = f.Close() // read-only
 		return nil, nil, fmt.Errorf("%w: memory file is %d bytes, the manifest describes %d (truncated or not this snapshot's)", ErrInvalid, fi.Size(), off)
 	}
 	mem, err := memory.Map(f, layout, unix.MAP_PRIVATE)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read-only
 		return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return &m, mem, nil

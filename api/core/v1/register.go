@@ -19,8 +19,11 @@ var (
 	// SubresourceGroupVersion is subresources.kubevirt.io/v1.
 	SubresourceGroupVersion = schema.GroupVersion{Group: SubresourceGroupName, Version: "v1"}
 
-	VirtualMachineGroupVersionKind                  = GroupVersion.WithKind("VirtualMachine")
-	VirtualMachineInstanceGroupVersionKind          = GroupVersion.WithKind("VirtualMachineInstance")
+	// VirtualMachineGroupVersionKind is kubevirt.io/v1 VirtualMachine.
+	VirtualMachineGroupVersionKind = GroupVersion.WithKind("VirtualMachine")
+	// VirtualMachineInstanceGroupVersionKind is kubevirt.io/v1 VirtualMachineInstance.
+	VirtualMachineInstanceGroupVersionKind = GroupVersion.WithKind("VirtualMachineInstance")
+	// VirtualMachineInstanceMigrationGroupVersionKind is kubevirt.io/v1 VirtualMachineInstanceMigration.
 	VirtualMachineInstanceMigrationGroupVersionKind = GroupVersion.WithKind("VirtualMachineInstanceMigration")
 
 	// SchemeBuilder registers the kinds of this package; the api package

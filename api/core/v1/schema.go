@@ -357,6 +357,7 @@ type Input struct {
 // DiskBus is the bus a disk sits on.
 type DiskBus string
 
+// The DiskBus values.
 const (
 	DiskBusVirtio DiskBus = "virtio"
 	DiskBusSATA   DiskBus = "sata"

@@ -52,6 +52,7 @@ type VirtualMachineInstanceList struct {
 // None, LiveMigrate, LiveMigrateIfPossible or External.
 type EvictionStrategy string
 
+// The EvictionStrategy values.
 const (
 	EvictionStrategyNone                  EvictionStrategy = "None"
 	EvictionStrategyLiveMigrate           EvictionStrategy = "LiveMigrate"
@@ -62,6 +63,7 @@ const (
 // StartStrategy "Paused" starts the guest paused.
 type StartStrategy string
 
+// StartStrategyPaused starts the VMI's guest paused.
 const StartStrategyPaused StartStrategy = "Paused"
 
 // DefaultGracePeriodSeconds is the stop grace period when the VMI names none.
@@ -141,29 +143,30 @@ type VirtualMachineInstanceSpec struct {
 type VirtualMachineInstancePhase string
 
 const (
-	// VmPhaseUnset: nobody has looked at the VMI yet.
+	// VmPhaseUnset means nobody has looked at the VMI yet.
 	VmPhaseUnset VirtualMachineInstancePhase = ""
-	// Pending: accepted; no launcher pod exists yet.
+	// Pending means accepted; no launcher pod exists yet.
 	Pending VirtualMachineInstancePhase = "Pending"
-	// Scheduling: the launcher pod exists but has no node yet.
+	// Scheduling means the launcher pod exists but has no node yet.
 	Scheduling VirtualMachineInstancePhase = "Scheduling"
-	// Scheduled: the launcher pod has a node; virt-handler takes over.
+	// Scheduled means the launcher pod has a node; virt-handler takes over.
 	Scheduled VirtualMachineInstancePhase = "Scheduled"
-	// Running: the guest runs (written by virt-handler).
+	// Running means the guest runs (written by virt-handler).
 	Running VirtualMachineInstancePhase = "Running"
-	// Succeeded: the guest shut down by itself (final).
+	// Succeeded means the guest shut down by itself (final).
 	Succeeded VirtualMachineInstancePhase = "Succeeded"
-	// Failed: the VMI cannot run or the guest crashed (final).
+	// Failed means the VMI cannot run or the guest crashed (final).
 	Failed VirtualMachineInstancePhase = "Failed"
-	// WaitingForSync: target of a decentralized migration.
+	// WaitingForSync marks the target of a decentralized migration.
 	WaitingForSync VirtualMachineInstancePhase = "WaitingForSync"
-	// Unknown: the state could not be determined.
+	// Unknown means the state could not be determined.
 	Unknown VirtualMachineInstancePhase = "Unknown"
 )
 
 // VirtualMachineInstanceConditionType names a VMI condition.
 type VirtualMachineInstanceConditionType string
 
+// The VirtualMachineInstanceConditionType values.
 const (
 	VirtualMachineInstanceProvisioning   VirtualMachineInstanceConditionType = "Provisioning"
 	VirtualMachineInstanceReady          VirtualMachineInstanceConditionType = "Ready"
@@ -244,6 +247,7 @@ type VirtualMachineInstanceGuestOSInfo struct {
 // VirtualMachineInstanceMigrationMethod is LiveMigration or BlockMigration.
 type VirtualMachineInstanceMigrationMethod string
 
+// The VirtualMachineInstanceMigrationMethod values.
 const (
 	BlockMigration VirtualMachineInstanceMigrationMethod = "BlockMigration"
 	LiveMigration  VirtualMachineInstanceMigrationMethod = "LiveMigration"
@@ -252,6 +256,7 @@ const (
 // VirtualMachineInstanceMigrationTransport is how migration data flows.
 type VirtualMachineInstanceMigrationTransport string
 
+// MigrationTransportUnix is the only transport: a unix socket per migration.
 const MigrationTransportUnix VirtualMachineInstanceMigrationTransport = "Unix"
 
 // CPUTopology is the vCPU layout a VMI currently has.
@@ -432,6 +437,7 @@ type MigrationConfiguration struct {
 // MigrationAbortStatus is the state of a requested abort.
 type MigrationAbortStatus string
 
+// The MigrationAbortStatus values.
 const (
 	MigrationAbortSucceeded  MigrationAbortStatus = "Succeeded"
 	MigrationAbortFailed     MigrationAbortStatus = "Failed"
@@ -441,6 +447,7 @@ const (
 // MigrationMode is PreCopy, PostCopy or Paused.
 type MigrationMode string
 
+// The MigrationMode values.
 const (
 	MigrationPreCopy  MigrationMode = "PreCopy"
 	MigrationPostCopy MigrationMode = "PostCopy"
@@ -481,20 +488,22 @@ type VirtualMachineList struct {
 // VirtualMachineRunStrategy says when a VM should have a running VMI.
 type VirtualMachineRunStrategy string
 
+// The VirtualMachineRunStrategy values.
 const (
+	// RunStrategyUnknown means none is set.
 	RunStrategyUnknown VirtualMachineRunStrategy = ""
-	// RunStrategyAlways: a VMI always exists; one that stops is replaced.
+	// RunStrategyAlways means a VMI always exists; one that stops is replaced.
 	RunStrategyAlways VirtualMachineRunStrategy = "Always"
-	// RunStrategyHalted: no VMI exists.
+	// RunStrategyHalted means no VMI exists.
 	RunStrategyHalted VirtualMachineRunStrategy = "Halted"
-	// RunStrategyManual: the start/stop/restart subresources decide.
+	// RunStrategyManual means the start/stop/restart subresources decide.
 	RunStrategyManual VirtualMachineRunStrategy = "Manual"
-	// RunStrategyRerunOnFailure: a VMI that fails is replaced, one that
+	// RunStrategyRerunOnFailure means a VMI that fails is replaced, one that
 	// succeeds (guest shut down) is not.
 	RunStrategyRerunOnFailure VirtualMachineRunStrategy = "RerunOnFailure"
-	// RunStrategyOnce: the VMI runs once and is never replaced.
+	// RunStrategyOnce means the VMI runs once and is never replaced.
 	RunStrategyOnce VirtualMachineRunStrategy = "Once"
-	// RunStrategyWaitAsReceiver: target of a decentralized migration.
+	// RunStrategyWaitAsReceiver marks the target of a decentralized migration.
 	RunStrategyWaitAsReceiver VirtualMachineRunStrategy = "WaitAsReceiver"
 )
 
@@ -549,6 +558,7 @@ type DataVolumeTemplateSpec struct {
 // VirtualMachinePrintableStatus is the one-word status `kubectl get vm` shows.
 type VirtualMachinePrintableStatus string
 
+// The VirtualMachinePrintableStatus values.
 const (
 	VirtualMachineStatusStopped                 VirtualMachinePrintableStatus = "Stopped"
 	VirtualMachineStatusProvisioning            VirtualMachinePrintableStatus = "Provisioning"
@@ -571,6 +581,7 @@ const (
 // VirtualMachineConditionType names a VM condition.
 type VirtualMachineConditionType string
 
+// The VirtualMachineConditionType values.
 const (
 	VirtualMachineFailure         VirtualMachineConditionType = "Failure"
 	VirtualMachineReady           VirtualMachineConditionType = "Ready"
@@ -597,6 +608,7 @@ type VirtualMachineCondition struct {
 // StateChangeRequestAction is Start or Stop.
 type StateChangeRequestAction string
 
+// The StateChangeRequestAction values.
 const (
 	StartRequest StateChangeRequestAction = "Start"
 	StopRequest  StateChangeRequestAction = "Stop"
@@ -714,6 +726,7 @@ type VirtualMachineInstanceMigrationSpec struct {
 // VirtualMachineInstanceMigrationPhase is the lifecycle state of a migration.
 type VirtualMachineInstanceMigrationPhase string
 
+// The VirtualMachineInstanceMigrationPhase values.
 const (
 	MigrationPhaseUnset      VirtualMachineInstanceMigrationPhase = ""
 	MigrationPending         VirtualMachineInstanceMigrationPhase = "Pending"
@@ -729,6 +742,7 @@ const (
 // VirtualMachineInstanceMigrationConditionType names a migration condition.
 type VirtualMachineInstanceMigrationConditionType string
 
+// The VirtualMachineInstanceMigrationConditionType values.
 const (
 	VirtualMachineInstanceMigrationAbortRequested          VirtualMachineInstanceMigrationConditionType = "migrationAbortRequested"
 	VirtualMachineInstanceMigrationRejectedByResourceQuota VirtualMachineInstanceMigrationConditionType = "migrationRejectedByResourceQuota"

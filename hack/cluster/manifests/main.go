@@ -84,49 +84,95 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	svc := "virt-api." + o.namespace + ".svc"
-	apiCert, err := ca.leaf(o.pki, "virt-api", svc, []string{"virt-api", svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return err
-	}
-	// Server for virt-api; both server and client between handlers, which
-	// carry live migration streams to each other (handler.MigrationTLS).
-	handlerCert, err := ca.leaf(o.pki, "virt-handler", handler.HandlerName, nil, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
-	if err != nil {
-		return err
-	}
-	apiClient, err := ca.leaf(o.pki, "virt-api-client", handler.VirtAPIClientName, nil, x509.ExtKeyUsageClientAuth)
-	if err != nil {
-		return err
-	}
-
-	var docs [][]byte
-	add := func(objs ...any) error {
-		for _, obj := range objs {
-			b, err := yaml.Marshal(obj)
-			if err != nil {
-				return err
-			}
-			docs = append(docs, b)
+	m := &manifests{o: o}
+	for _, step := range []func() error{
+		m.rbac,
+		func() error { return m.secrets(ca) },
+		m.controlPlane,
+		m.handler,
+		func() error { return m.webhooks(ca) },
+	} {
+		if err := step(); err != nil {
+			return err
 		}
-		return nil
 	}
-	ns := o.namespace
-	meta := func(name string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubevmm"}}
+	for _, d := range m.docs {
+		fmt.Printf("---\n%s", d)
 	}
-	tm := func(apiVersion, kind string) metav1.TypeMeta {
-		return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
-	}
+	return nil
+}
 
-	if err := add(&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+// manifests collects the YAML documents of the deployment.
+type manifests struct {
+	o    opts
+	docs [][]byte
+}
+
+func (m *manifests) add(objs ...any) error {
+	for _, obj := range objs {
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		m.docs = append(m.docs, b)
+	}
+	return nil
+}
+
+func (m *manifests) meta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: m.o.namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubevmm"}}
+}
+
+func tm(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+func (m *manifests) image(n string) string { return m.o.imagePrefix + "/" + n + ":" + m.o.tag }
+
+func appLabels(app string) map[string]string { return map[string]string{v1.AppLabel: app} }
+
+func nonRoot() *corev1.SecurityContext {
+	return &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+}
+
+func req(cpu, mem string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+}
+
+func secretVol(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
+}
+
+func (m *manifests) deploy(name, sa string, c corev1.Container, vols []corev1.Volume) *appsv1.Deployment {
+	return &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: m.meta(name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: appLabels(name)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: appLabels(name)},
+				Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{c}, Volumes: vols,
+					Tolerations: []corev1.Toleration{{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists}}},
+			},
+		}}
+}
+
+func probe(scheme corev1.URIScheme, port int) *corev1.Probe {
+	return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port), Scheme: scheme}},
+		PeriodSeconds: 2}
+}
+
+// rbac is the namespace, the service accounts and their roles.
+func (m *manifests) rbac() error {
+	ns := m.o.namespace
+	if err := m.add(&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
 	// The generated ClusterRoles, as they are.
-	docs = append(docs, bytes.TrimPrefix(controllerrbac.ClusterRole, []byte("---\n")), bytes.TrimPrefix(handlerrbac.ClusterRole, []byte("---\n")))
+	m.docs = append(m.docs, bytes.TrimPrefix(controllerrbac.ClusterRole, []byte("---\n")), bytes.TrimPrefix(handlerrbac.ClusterRole, []byte("---\n")))
 
 	for _, sa := range []string{"kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"} {
-		if err := add(&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: meta(sa)}); err != nil {
+		if err := m.add(&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: m.meta(sa)}); err != nil {
 			return err
 		}
 	}
@@ -143,7 +189,7 @@ func run(o opts) error {
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachineinstancemigrations"}, Verbs: []string{"create", "get", "list"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 		}}
-	if err := add(apiRole,
+	if err := m.add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),
 		crb("kubevirt-handler", "kubevirt-handler", "kubevirt-handler"),
 		crb("kubevirt-apiserver", "kubevirt-apiserver", "kubevirt-apiserver"),
@@ -156,54 +202,54 @@ func run(o opts) error {
 		return err
 	}
 	for _, r := range userRoles() {
-		if err := add(r); err != nil {
+		if err := m.add(r); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// secrets are the components' certificates, signed by ca.
+func (m *manifests) secrets(ca *authority) error {
+	o := m.o
+	svc := "virt-api." + o.namespace + ".svc"
+	apiCert, err := ca.leaf(o.pki, "virt-api", svc, []string{"virt-api", svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	// Server for virt-api; both server and client between handlers, which
+	// carry live migration streams to each other (handler.MigrationTLS).
+	handlerCert, err := ca.leaf(o.pki, "virt-handler", handler.HandlerName, nil, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
+	apiClient, err := ca.leaf(o.pki, "virt-api-client", handler.VirtAPIClientName, nil, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return err
+	}
 
 	secret := func(name string, data map[string][]byte) *corev1.Secret {
-		return &corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: meta(name), Type: corev1.SecretTypeOpaque, Data: data}
+		return &corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: m.meta(name), Type: corev1.SecretTypeOpaque, Data: data}
 	}
-	if err := add(
+	if err := m.add(
 		secret("virt-api-certs", map[string][]byte{"tls.crt": apiCert.cert, "tls.key": apiCert.key, "ca.crt": ca.certPEM}),
 		secret("virt-api-handler-client", map[string][]byte{"tls.crt": apiClient.cert, "tls.key": apiClient.key, "ca.crt": ca.certPEM}),
 		secret("virt-handler-certs", map[string][]byte{"tls.crt": handlerCert.cert, "tls.key": handlerCert.key, "ca.crt": ca.certPEM}),
 	); err != nil {
 		return err
 	}
+	return nil
+}
 
-	image := func(n string) string { return o.imagePrefix + "/" + n + ":" + o.tag }
-	labels := func(app string) map[string]string { return map[string]string{v1.AppLabel: app} }
-	nonRoot := &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
-		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
-	req := func(cpu, mem string) corev1.ResourceRequirements {
-		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
-	}
-	secretVol := func(name, secret string) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
-	}
-	deploy := func(name, sa string, c corev1.Container, vols []corev1.Volume) *appsv1.Deployment {
-		return &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: meta(name),
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To(int32(1)),
-				Selector: &metav1.LabelSelector{MatchLabels: labels(name)},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels(name)},
-					Spec: corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{c}, Volumes: vols,
-						Tolerations: []corev1.Toleration{{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists}}},
-				},
-			}}
-	}
-	probe := func(scheme corev1.URIScheme, port int) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(port), Scheme: scheme}},
-			PeriodSeconds: 2}
-	}
+// controlPlane is virt-controller with the cluster configuration, and
+// virt-api with its service.
+func (m *manifests) controlPlane() error {
 	// The cluster configuration (KubeVirt's spec.configuration; there is
 	// no operator yet), as a ConfigMap mounted into virt-controller, which
 	// re-reads the file when the kubelet updates it.
 	var cc controller.ClusterConfig
-	if o.featureGates != "" {
-		cc.DeveloperConfiguration.FeatureGates = strings.Split(o.featureGates, ",")
+	if m.o.featureGates != "" {
+		cc.DeveloperConfiguration.FeatureGates = strings.Split(m.o.featureGates, ",")
 	}
 	ccYAML, err := yaml.Marshal(cc)
 	if err != nil {
@@ -213,36 +259,40 @@ func run(o opts) error {
 		return err
 	}
 	const configDir, configFile = "/etc/kubevmm/config", "config.yaml"
-	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: meta("kubevmm-config"), Data: map[string]string{configFile: string(ccYAML)}}
-	vc := corev1.Container{Name: "virt-controller", Image: image("virt-controller"), ImagePullPolicy: o.pull,
-		Args: []string{"--launcher-image", image("virt-launcher"), "--launcher-image-pull-policy", string(o.pull), "--health-probe-bind-address=:8081",
+	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: m.meta("kubevmm-config"), Data: map[string]string{configFile: string(ccYAML)}}
+	vc := corev1.Container{Name: "virt-controller", Image: m.image("virt-controller"), ImagePullPolicy: m.o.pull,
+		Args: []string{"--launcher-image", m.image("virt-launcher"), "--launcher-image-pull-policy", string(m.o.pull), "--health-probe-bind-address=:8081",
 			"--config", configDir + "/" + configFile},
-		Resources: req("10m", "32Mi"), SecurityContext: nonRoot, ReadinessProbe: probe(corev1.URISchemeHTTP, 8081),
+		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTP, 8081),
 		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: configDir, ReadOnly: true}}}
-	va := corev1.Container{Name: "virt-api", Image: image("virt-api"), ImagePullPolicy: o.pull,
+	va := corev1.Container{Name: "virt-api", Image: m.image("virt-api"), ImagePullPolicy: m.o.pull,
 		Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}},
 		Env:       []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
-		Resources: req("10m", "32Mi"), SecurityContext: nonRoot, ReadinessProbe: probe(corev1.URISchemeHTTPS, 8443),
+		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTPS, 8443),
 		VolumeMounts: []corev1.VolumeMount{{Name: "certs", MountPath: "/etc/virt-api/certs", ReadOnly: true},
 			{Name: "handler-client", MountPath: "/etc/virt-api/handler-client", ReadOnly: true}}}
-	if err := add(
+	if err := m.add(
 		cm,
-		deploy("virt-controller", "kubevirt-controller", vc, []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+		m.deploy("virt-controller", "kubevirt-controller", vc, []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "kubevmm-config"}}}}}),
-		deploy("virt-api", "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", "virt-api-certs"), secretVol("handler-client", "virt-api-handler-client")}),
-		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: meta("virt-api"), Spec: corev1.ServiceSpec{
-			Selector: labels("virt-api"), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},
+		m.deploy("virt-api", "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", "virt-api-certs"), secretVol("handler-client", "virt-api-handler-client")}),
+		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: m.meta("virt-api"), Spec: corev1.ServiceSpec{
+			Selector: appLabels("virt-api"), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},
 	); err != nil {
 		return err
 	}
+	return nil
+}
 
+// handler is the virt-handler DaemonSet.
+func (m *manifests) handler() error {
 	hostPath := func(name, path string, t corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
 	}
 	// Privileged, in the host's PID namespace: it enters launcher pods'
 	// network namespaces (by the PID their sockets report) to build the
 	// masquerade network, and serves the kubelet device plugins.
-	vh := corev1.Container{Name: "virt-handler", Image: image("virt-handler"), ImagePullPolicy: o.pull,
+	vh := corev1.Container{Name: "virt-handler", Image: m.image("virt-handler"), ImagePullPolicy: m.o.pull,
 		Env: []corev1.EnvVar{
 			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
@@ -256,25 +306,31 @@ func run(o opts) error {
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
 		}}
-	ds := &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: meta("virt-handler"),
+	ds := &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: m.meta("virt-handler"),
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: labels("virt-handler")},
+			Selector: &metav1.LabelSelector{MatchLabels: appLabels("virt-handler")},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels("virt-handler")},
+				ObjectMeta: metav1.ObjectMeta{Labels: appLabels("virt-handler")},
 				Spec: corev1.PodSpec{ServiceAccountName: "kubevirt-handler", HostPID: true, Containers: []corev1.Container{vh},
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					TerminationGracePeriodSeconds: ptr.To(int64(5)),
 					Volumes: []corev1.Volume{
 						hostPath("sockets", controller.SocketRootDir, corev1.HostPathDirectoryOrCreate),
-						hostPath("device-plugins", o.pluginDir, corev1.HostPathDirectory),
+						hostPath("device-plugins", m.o.pluginDir, corev1.HostPathDirectory),
 						secretVol("certs", "virt-handler-certs"),
 					}},
 			},
 		}}
-	if err := add(ds); err != nil {
+	if err := m.add(ds); err != nil {
 		return err
 	}
+	return nil
+}
 
+// webhooks are virt-api's admission webhooks and its APIService, trusting
+// ca.
+func (m *manifests) webhooks(ca *authority) error {
+	ns := m.o.namespace
 	svcRef := func(path string) admissionregistrationv1.WebhookClientConfig {
 		return admissionregistrationv1.WebhookClientConfig{CABundle: ca.certPEM,
 			Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "virt-api", Path: ptr.To(path), Port: ptr.To(int32(443))}}
@@ -294,7 +350,7 @@ func run(o opts) error {
 		return admissionregistrationv1.ValidatingWebhook{Name: name, ClientConfig: svcRef(path), Rules: rule(res, ops...),
 			SideEffects: none, FailurePolicy: fail, AdmissionReviewVersions: []string{"v1"}}
 	}
-	if err := add(
+	if err := m.add(
 		&admissionregistrationv1.MutatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
 			ObjectMeta: metav1.ObjectMeta{Name: "virt-api-mutator"},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{
@@ -321,9 +377,6 @@ func run(o opts) error {
 		},
 	); err != nil {
 		return err
-	}
-	for _, d := range docs {
-		fmt.Printf("---\n%s", d)
 	}
 	return nil
 }

@@ -51,20 +51,20 @@ type CPUIDPolicy struct {
 func (p CPUIDPolicy) ForVCPU(supported []kvm.CPUIDEntry, id int) []kvm.CPUIDEntry {
 	out := make([]kvm.CPUIDEntry, 0, len(supported))
 	for _, e := range supported {
-		switch {
-		case e.Function == 1:
+		switch e.Function {
+		case 1:
 			e.EBX = uint32(id)<<24 | uint32(p.NumCPUs)<<16 | 8<<8 | e.EBX&0xff // APIC ID, logical CPUs, CLFLUSH 64 B
 			e.ECX |= leaf1ECXHypervisor
 			if p.NumCPUs > 1 {
 				e.EDX |= leaf1EDXHTT
 			}
-		case e.Function == 4:
+		case 4:
 			// one core per vCPU, one package; no cache is shared between threads
 			e.EAX = e.EAX&0x3fff | uint32(p.NumCPUs-1)<<26
-		case e.Function == 0xa:
+		case 0xa:
 			// no PMU: guests would program counters the VMM doesn't save
 			e.EAX, e.EBX, e.ECX, e.EDX = 0, 0, 0, 0
-		case e.Function == 0xb:
+		case 0xb:
 			e = p.topologyLeaf(e, id)
 		}
 		if p.EmulatedKernelMode {
@@ -85,7 +85,7 @@ func (p CPUIDPolicy) topologyLeaf(e kvm.CPUIDEntry, id int) kvm.CPUIDEntry {
 	}
 	switch e.Index {
 	case 0: // SMT level: one thread per core
-		e.EAX, e.EBX, e.ECX = 0, 1, 1<<8|0
+		e.EAX, e.EBX, e.ECX = 0, 1, 1<<8 // level type SMT (1) in ECX[15:8], level number 0
 	case 1: // core level: all vCPUs in one package
 		e.EAX, e.EBX, e.ECX = shift, uint32(p.NumCPUs), 2<<8|1
 	default:

@@ -99,7 +99,8 @@ func BuildMPTable(base uint64, ncpus int) []byte {
 	copy(hdr[16:], "VIRTUAL-CPU ")
 	le.PutUint16(hdr[34:], uint16(entries))
 	le.PutUint32(hdr[36:], LAPICAddr)
-	table := append(hdr, cfg...)
+	table := hdr
+	table = append(table, cfg...)
 	table[7] = checksum(table)
 
 	fp := make([]byte, mpFloatingSize)

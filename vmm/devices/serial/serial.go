@@ -184,7 +184,7 @@ func (u *Serial) Write(off uint64, data []byte) {
 			u.Metrics.TxBytes.Add(1)
 			// A console nobody reads must not stall the guest: write
 			// errors are dropped here and surfaced by the writer itself.
-			u.out.Write([]byte{v})
+			_, _ = u.out.Write([]byte{v})
 		}
 		// transmission is instantaneous: THR is empty again at once
 		s.THRPending = true

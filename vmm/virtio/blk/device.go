@@ -104,7 +104,7 @@ func (d *Device) Type() virtio.DeviceType { return virtio.TypeBlock }
 // Features offered.
 func (d *Device) Features() uint64 { return d.features }
 
-// QueueMaxSizes: one request queue.
+// QueueMaxSizes is one request queue.
 func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize} }
 
 // ReadConfig reads struct virtio_blk_config.

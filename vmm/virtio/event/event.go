@@ -121,7 +121,8 @@ func (l *Loop) Modify(fd int, events uint32) error {
 
 // Remove stops watching fd. Safe to call from a handler.
 func (l *Loop) Remove(fd int) {
-	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	// Fails only for an fd already closed, which epoll has dropped itself.
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
 	delete(l.handlers, fd)
 }
 
@@ -188,7 +189,7 @@ func (l *Loop) Release() {
 // The registered fds are not closed: their owners close them.
 func (l *Loop) Stop() {
 	if l.started {
-		l.stop.Signal()
+		_ = l.stop.Signal() // fails only once closed, at teardown
 		<-l.done
 	}
 	l.close()

@@ -148,7 +148,7 @@ func New(dev virtio.Device, mem *memory.Guest, hv Hypervisor, cfg Config) (t *Tr
 	t.queues = make([]queue.Config, len(t.maxSizes))
 	defer func() {
 		if err != nil {
-			t.Close()
+			_ = t.Close() // err is the one to report
 		}
 	}()
 	if t.irq, err = event.NewFD(); err != nil {
@@ -206,7 +206,8 @@ func (t *Transport) Close() error {
 	t.notify = nil
 	if t.irq != nil {
 		if t.irq.Int() >= 0 {
-			t.hv.DeassignIRQFD(t.irq.Int(), t.gsi)
+			// The irqfd is closed next, which detaches it from KVM anyway.
+			_ = t.hv.DeassignIRQFD(t.irq.Int(), t.gsi)
 		}
 		t.irq.Close()
 		t.irq = nil
@@ -221,7 +222,7 @@ type interrupt struct{ t *Transport }
 func (i interrupt) raise(bit uint32) {
 	i.t.intStatus.Or(bit)
 	i.t.Metrics.Interrupts.Add(1)
-	i.t.irq.Signal()
+	_ = i.t.irq.Signal() // fails only once closed, at teardown
 }
 
 func (i interrupt) UsedBuffer() { i.raise(IntUsedBuffer) }
@@ -329,7 +330,7 @@ func (t *Transport) Write(off uint64, data []byte) {
 		// Only reached when no ioeventfd matched (or none is registered).
 		t.Metrics.SlowNotifies.Add(1)
 		if v < uint32(len(t.notify)) {
-			t.notify[v].Signal()
+			_ = t.notify[v].Signal() // fails only once closed, at teardown
 		}
 		return
 	}

@@ -112,7 +112,7 @@ func (t *Transport) Restore(s State) error {
 		}
 	}
 	if s.InterruptStatus != 0 {
-		t.irq.Signal() // the guest may have missed the edge while saved
+		_ = t.irq.Signal() // the guest may have missed the edge while saved
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func (d *Device) Type() virtio.DeviceType { return virtio.TypeNet }
 // Features offered.
 func (d *Device) Features() uint64 { return d.features }
 
-// QueueMaxSizes: receive and transmit.
+// QueueMaxSizes is receive and transmit.
 func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize, queueSize} }
 
 // ReadConfig reads struct virtio_net_config (mac, status).
@@ -178,7 +178,8 @@ func (d *Device) send(c *queue.Chain) {
 		return
 	}
 	h.Put(d.txHdr[:])
-	iov := append(d.txIov[:0], d.txHdr[:])
+	iov := d.txIov[:0]
+	iov = append(iov, d.txHdr[:])
 	iov = c.Readable.Slice(iov, HdrSize, frameLen)
 	if len(iov) > iovMax {
 		if d.txBuf == nil {
@@ -298,7 +299,8 @@ func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.StopWorker() {
-		d.tap.SetOffload(0)
+		// The next driver negotiates offloads again before any packet.
+		_ = d.tap.SetOffload(0)
 	}
 	d.rxq, d.txq, d.irq, d.acked, d.rxLen = nil, nil, nil, 0, 0
 }

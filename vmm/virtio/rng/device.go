@@ -46,10 +46,10 @@ func (d *Device) Features() uint64 {
 	return virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc
 }
 
-// QueueMaxSizes: one request queue.
+// QueueMaxSizes is one request queue.
 func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize} }
 
-// ReadConfig: virtio-rng has no configuration space.
+// ReadConfig reads zeros: virtio-rng has no configuration space.
 func (d *Device) ReadConfig(off uint64, data []byte) { clear(data) }
 
 // WriteConfig ignores writes.

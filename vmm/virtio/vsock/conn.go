@@ -165,7 +165,7 @@ func (c *conn) writer(d *Device) {
 		c.wmu.Unlock()
 		if closeW {
 			if cw, ok := c.uds.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
+				_ = cw.CloseWrite() // the peer may be gone already
 			}
 			return
 		}

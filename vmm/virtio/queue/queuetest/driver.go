@@ -93,11 +93,15 @@ func (d *Driver) writeDescAt(gpa uint64, desc Desc) {
 // Publish makes head available.
 func (d *Driver) Publish(head uint16) {
 	slot := uint64(d.availIdx % d.Cfg.Size)
-	if err := d.Mem.PutUint16(d.Cfg.AvailRing+4+2*slot, head); err != nil {
-		d.t.Fatal(err)
-	}
+	d.put16(d.Cfg.AvailRing+4+2*slot, head)
 	d.availIdx++
-	if err := d.Mem.PutUint16(d.Cfg.AvailRing+2, d.availIdx); err != nil {
+	d.put16(d.Cfg.AvailRing+2, d.availIdx)
+}
+
+// put16 writes a ring field; the rings lie in guest RAM, so a failure is
+// the test's own bug.
+func (d *Driver) put16(gpa uint64, v uint16) {
+	if err := d.Mem.PutUint16(gpa, v); err != nil {
 		d.t.Fatal(err)
 	}
 }
@@ -199,11 +203,11 @@ func (d *Driver) Read(gpa uint64, n int) []byte {
 }
 
 // SetAvailFlags writes avail->flags.
-func (d *Driver) SetAvailFlags(f uint16) { d.Mem.PutUint16(d.Cfg.AvailRing, f) }
+func (d *Driver) SetAvailFlags(f uint16) { d.put16(d.Cfg.AvailRing, f) }
 
 // SetUsedEvent writes used_event (EVENT_IDX).
 func (d *Driver) SetUsedEvent(v uint16) {
-	d.Mem.PutUint16(d.Cfg.AvailRing+4+2*uint64(d.Cfg.Size), v)
+	d.put16(d.Cfg.AvailRing+4+2*uint64(d.Cfg.Size), v)
 }
 
 // AvailEvent reads avail_event (EVENT_IDX).
