@@ -40,6 +40,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
 // Options configure one launcher run.
@@ -61,6 +62,11 @@ type Options struct {
 	// of booting, it receives the running guest on this address
 	// (tcp:HOST:PORT or unix:PATH) and runs it.
 	Incoming string
+	// Seccomp confines the process to the VMM's system calls once a
+	// kubevmm guest is set up, in the mode SeccompAnnotation picks (kill
+	// by default). virt-launcher sets it; tests that run the launcher
+	// in-process leave it off, as the filter would confine them too.
+	Seccomp bool
 	// QEMUWatchdog tunes how the QEMU backend notices a hung monitor; the
 	// zero value is the production setting.
 	QEMUWatchdog Watchdog
@@ -108,6 +114,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	sandbox := seccomp.Off
+	if o.Seccomp && backendName == spec.BackendKubevmm {
+		a := vmi.Annotations[spec.SeccompAnnotation]
+		if a == "" {
+			a = string(seccomp.Kill)
+		}
+		if sandbox, err = seccomp.ParseMode(a); err != nil {
+			return 1, fmt.Errorf("annotation %s: %w", spec.SeccompAnnotation, err)
+		}
+	}
 	grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 
 	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
@@ -142,9 +158,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	t0 := time.Now()
 	switch {
 	case o.Incoming != "":
-		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log)
+		be, err = receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log, sandbox)
 	case backendName == spec.BackendKubevmm:
-		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"))
+		be, err = startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox)
 	case backendName == spec.BackendQEMU:
 		if err = os.MkdirAll(o.Paths.RunDir, 0o700); err == nil {
 			var qc qemuStart

@@ -54,6 +54,9 @@ func main() {
 		// Set on migration target pods: receive the guest instead of
 		// booting it.
 		Incoming: os.Getenv(spec.IncomingEnv),
+		// The VMM's seccomp filter, in the mode the VMI's
+		// kubevmm.io/seccomp annotation asks for (kill by default).
+		Seccomp: true,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "virt-launcher:", err)
