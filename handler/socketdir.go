@@ -3,7 +3,9 @@ package handler
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -54,4 +56,27 @@ func ensureSocketDir(root, dir string) error {
 		return fmt.Errorf("socket directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// handOverSocket gives the unix socket at path, in a directory a launcher
+// may write, to uid:gid with mode 0600. Between bind and here the
+// launcher could have put a symlink or a hard link to a file of root's in
+// its place: path is opened without following a symlink, must be a
+// socket, and is changed through that descriptor (its /proc/self/fd
+// link, as an O_PATH descriptor takes no fchown).
+func handOverSocket(path string, uid, gid int) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s is no longer a socket (mode %#o)", path, st.Mode)
+	}
+	self := "/proc/self/fd/" + strconv.Itoa(fd)
+	return errors.Join(os.Chown(self, uid, gid), os.Chmod(self, 0o600))
 }

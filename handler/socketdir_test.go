@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -68,4 +69,35 @@ func TestEnsureSocketDirStaysBeneathTheRoot(t *testing.T) {
 	b, err := os.ReadFile(secret)
 	require.NoError(t, err)
 	assert.Equal(t, "root's", string(b))
+}
+
+// The migration socket is handed to the launcher's user after bind, in a
+// directory the launcher writes: a symlink or a hard link to a file of
+// root's in its place is refused and its target keeps its owner and mode.
+func TestHandOverSocketChangesOnlyTheSocket(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to hand a socket to another user")
+	}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "out.sock")
+	l, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, handOverSocket(sock, spec.LauncherUID, spec.LauncherUID))
+	st, err := os.Lstat(sock)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(spec.LauncherUID), st.Sys().(*syscall.Stat_t).Uid)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	secret := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, os.WriteFile(secret, []byte("root's"), 0o640))
+	require.NoError(t, os.Symlink(secret, filepath.Join(dir, "symlink.sock")))
+	require.NoError(t, os.Link(secret, filepath.Join(dir, "hardlink.sock")))
+	for _, name := range []string{"symlink.sock", "hardlink.sock"} {
+		assert.ErrorContains(t, handOverSocket(filepath.Join(dir, name), spec.LauncherUID, spec.LauncherUID), "no longer a socket", name)
+	}
+	st, err = os.Stat(secret)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(0), st.Sys().(*syscall.Stat_t).Uid)
+	assert.Equal(t, os.FileMode(0o640), st.Mode().Perm())
 }
