@@ -261,7 +261,7 @@ func listenSource(sock, launcherSock, target, uid string, cfg *tls.Config, logf 
 	if err != nil {
 		return nil, fmt.Errorf("migration proxy: %w", err)
 	}
-	if err := errors.Join(os.Chown(sock, int(st.Uid), int(st.Gid)), os.Chmod(sock, 0o600)); err != nil {
+	if err := handOverSocket(sock, int(st.Uid), int(st.Gid)); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("migration proxy: giving %s to the launcher: %w", sock, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -502,32 +501,12 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 // own directory), with the socket directories the launcher needs made
 // ready for it.
 func podLauncher(root string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (launcherConn, error) {
-	if err := ensureSocketDir(SocketDir(root, vmi.UID)); err != nil {
+	if err := ensureSocketDir(root, SocketDir(root, vmi.UID)); err != nil {
 		return launcherConn{}, err
 	}
 	l := launcherConn{dir: podSocketDir(root, vmi, pod)}
-	if err := ensureSocketDir(l.dir); err != nil {
+	if err := ensureSocketDir(root, l.dir); err != nil {
 		return launcherConn{}, err
 	}
 	return l, nil
-}
-
-// ensureSocketDir gives the launcher (not root) its socket directory: the
-// kubelet creates the hostPath directory as root, and the launcher waits
-// until it may write there.
-func ensureSocketDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid == spec.LauncherUID {
-		return nil
-	}
-	if err := os.Chown(dir, spec.LauncherUID, spec.LauncherUID); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/console"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/runner"
+	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
 // StateStarting is what the control API reports before the guest runs
@@ -175,8 +176,8 @@ type kubevmmBackend struct {
 }
 
 // startKubevmm builds the machine, serves its console on consolePath and
-// starts the guest.
-func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.Logger) (*kubevmmBackend, error) {
+// starts the guest under the seccomp filter in mode sandbox.
+func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.Logger, sandbox seccomp.Mode) (*kubevmmBackend, error) {
 	con := console.New(logSink)
 	mc, err := cfg.MachineConfig(con)
 	if err != nil {
@@ -189,7 +190,7 @@ func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.
 		con.Close()
 		return nil, fmt.Errorf("building the VM: %w", err)
 	}
-	b, err := runKubevmm(m, con, consolePath)
+	b, err := runKubevmm(m, con, consolePath, sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -203,12 +204,19 @@ func startKubevmm(cfg VMConfig, consolePath string, logSink *lineLog, log *slog.
 	return b, nil
 }
 
-// runKubevmm serves the console of a built machine and runs it. On error
-// the machine and console are closed.
-func runKubevmm(m *machine.Machine, con *console.Console, consolePath string) (*kubevmmBackend, error) {
+// runKubevmm serves the console of a built machine and runs it, under the
+// seccomp filter in mode sandbox from before the guest's first
+// instruction on (the filter covers the whole launcher: the VMM runs
+// in-process). On error the machine and console are closed.
+func runKubevmm(m *machine.Machine, con *console.Console, consolePath string, sandbox seccomp.Mode) (*kubevmmBackend, error) {
 	con.SetInput(m.Serial.Input)
 	if err := con.Listen(consolePath); err != nil {
 		_ = m.Close() // never ran: the console error is the one to report
+		con.Close()
+		return nil, err
+	}
+	if err := seccomp.Install(sandbox); err != nil {
+		_ = m.Close() // never ran: the filter error is the one to report
 		con.Close()
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/console"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
+	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
 // receiveKubevmm is the target end of a live migration: it listens on
@@ -22,7 +23,7 @@ import (
 // source keeps its guest, and virt-controller deletes this pod. While it
 // waits, the control API says Incoming (that is how virt-handler knows
 // the target is ready).
-func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *lineLog, sw *switchVM, log *slog.Logger) (*kubevmmBackend, error) {
+func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *lineLog, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (*kubevmmBackend, error) {
 	l, err := api.ListenAddress(addr)
 	if err != nil {
 		return nil, fmt.Errorf("migration target: %w", err)
@@ -58,5 +59,5 @@ func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *line
 		return nil, fmt.Errorf("receiving the migration from %s: %w", conn.RemoteAddr(), err)
 	}
 	log.Info("received the guest", "rounds", st.Rounds, "data_pages", st.DataPages, "zero_pages", st.ZeroPages)
-	return runKubevmm(in.Machine, con, consolePath)
+	return runKubevmm(in.Machine, con, consolePath, sandbox)
 }

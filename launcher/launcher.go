@@ -40,6 +40,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
 // Options configure one launcher run.
@@ -61,6 +62,11 @@ type Options struct {
 	// of booting, it receives the running guest on this address
 	// (tcp:HOST:PORT or unix:PATH) and runs it.
 	Incoming string
+	// Seccomp confines the process to the VMM's system calls once a
+	// kubevmm guest is set up, in the mode SeccompAnnotation picks (kill
+	// by default). virt-launcher sets it; tests that run the launcher
+	// in-process leave it off, as the filter would confine them too.
+	Seccomp bool
 	// QEMUWatchdog tunes how the QEMU backend notices a hung monitor; the
 	// zero value is the production setting.
 	QEMUWatchdog Watchdog
@@ -95,6 +101,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	log = log.With("vmi", vmi.Namespace+"/"+vmi.Name)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
+	sandbox, err := seccompMode(o, vmi, backendName)
+	if err != nil {
+		return 1, err
+	}
 	grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 
 	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
@@ -125,7 +135,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 
 	t0 := time.Now()
-	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, log)
+	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, log, sandbox)
 	if err != nil {
 		if ctx.Err() != nil && o.Incoming != "" {
 			// Deleted while waiting for the migration: nothing ran here.
@@ -198,16 +208,34 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 	return vmi, backendName, cfg, nil
 }
 
+// seccompMode is the VMM's sandbox for this VMI: with o.Seccomp, kill
+// unless the VMI's annotation asks for log or off (debugging); the QEMU
+// backend is not filtered.
+func seccompMode(o Options, vmi *v1.VirtualMachineInstance, backendName spec.Backend) (seccomp.Mode, error) {
+	if !o.Seccomp || backendName != spec.BackendKubevmm {
+		return seccomp.Off, nil
+	}
+	a := vmi.Annotations[spec.SeccompAnnotation]
+	if a == "" {
+		a = string(seccomp.Kill)
+	}
+	m, err := seccomp.ParseMode(a)
+	if err != nil {
+		return seccomp.Off, fmt.Errorf("annotation %s: %w", spec.SeccompAnnotation, err)
+	}
+	return m, nil
+}
+
 // startBackend starts the guest on the selected backend, or receives it
 // when this pod is a migration target.
-func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger) (backend, error) {
+func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (backend, error) {
 	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
 	switch {
 	case o.Incoming != "":
-		return receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log)
+		return receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log, sandbox)
 	case backendName == spec.BackendKubevmm:
-		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"))
+		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox)
 	case backendName == spec.BackendQEMU:
 		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
 			return nil, err

@@ -199,3 +199,22 @@ func TestRunWaitsForNetwork(t *testing.T) {
 type lockedWriter struct{ b *strings.Builder }
 
 func (w *lockedWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestRunRefusesABadSeccompAnnotation(t *testing.T) {
+	vmi := testVMI()
+	vmi.Annotations = map[string]string{spec.SeccompAnnotation: "strict"}
+	b, err := json.Marshal(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmiFile := filepath.Join(t.TempDir(), "vmi.json")
+	if err := os.WriteFile(vmiFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Refused before anything runs (and before any filter is installed
+	// in this test process).
+	code, err := Run(context.Background(), Options{VMIFile: vmiFile, Paths: testPaths(t), Log: &lockedWriter{}, Seccomp: true})
+	if code != 1 || err == nil || !strings.Contains(err.Error(), spec.SeccompAnnotation) || !strings.Contains(err.Error(), "want off, log or kill") {
+		t.Fatalf("Run = %d, %v; want 1 and an error naming the annotation", code, err)
+	}
+}

@@ -53,6 +53,9 @@ func main() {
 		// Set on migration target pods: receive the guest instead of
 		// booting it.
 		Incoming: os.Getenv(spec.IncomingEnv),
+		// The VMM's seccomp filter, in the mode the VMI's
+		// kubevmm.io/seccomp annotation asks for (kill by default).
+		Seccomp: true,
 	})
 	stop() // os.Exit runs no deferred calls
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 	"github.com/kubevmm/kubevmm/vmm/runner"
+	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
 type runFlags struct {
@@ -48,6 +49,7 @@ type sessionFlags struct {
 	// received VM's vsock device: on the same host the original path
 	// still belongs to the source.
 	vsockSocket string
+	seccomp     string
 }
 
 func (s *sessionFlags) register(fs *flag.FlagSet) {
@@ -56,6 +58,7 @@ func (s *sessionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.verbose, "v", false, "log VMM diagnostics and exit statistics to stderr")
 	fs.StringVar(&s.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
 	fs.Var(&s.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
+	fs.StringVar(&s.seccomp, "seccomp", string(seccomp.Kill), "confine the VMM to its system calls once the VM is set up: kill (a call outside the list kills the VMM), log (it is logged by the kernel and runs), or off")
 	fs.StringVar(&s.vsockSocket, "vsock-socket", "", "restore, run --incoming: serve the VM's vsock device on this unix socket instead of the one saved with it")
 }
 
@@ -218,6 +221,7 @@ type session struct {
 	stderr      io.Writer
 	con         *console.Console
 	socketPath  string
+	seccomp     seccomp.Mode
 	marks       map[string]<-chan time.Time
 	firstOutput <-chan time.Time
 	restoreTTY  func()
@@ -227,6 +231,11 @@ type session struct {
 func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start time.Time) (*session, error) {
 	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {}}
 	s.log = s.logger()
+	mode, err := seccomp.ParseMode(f.seccomp)
+	if err != nil {
+		return nil, usagef("--seccomp: %v", err)
+	}
+	s.seccomp = mode
 	var sinks []io.Writer
 	switch {
 	case f.console == "stdio":
@@ -280,6 +289,13 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 			fmt.Fprintf(s.stderr, "vmm: releasing the VM: %v\n", err)
 		}
 	}()
+	// The machine is set up (kernel loaded, images and taps open, guest
+	// RAM mapped): from here on the VMM needs only the calls of a running
+	// VM, serving its sockets included, so the API socket appearing means
+	// the filter is in place.
+	if err := seccomp.Install(s.seccomp); err != nil {
+		return 0, usagef("--seccomp=%s: %v", s.seccomp, err)
+	}
 	r := runner.New(m, m.Config().CPUs, m.Config().MemoryBytes)
 	s.con.SetInput(m.Serial.Input)
 	if s.socketPath != "" {

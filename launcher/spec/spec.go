@@ -39,6 +39,11 @@ const (
 	// kvm_pvm module, nested without VT-x/SVM, where QEMU+KVM stalls for
 	// minutes in a kernel's decompressor), kvm elsewhere.
 	QEMUAccelAnnotation = "kubevmm.io/qemu-accel"
+	// SeccompAnnotation sets what the kubevmm backend's seccomp filter
+	// does with a system call outside the VMM's list: "kill" (the
+	// default: the pod's VMM dies of SIGSYS), "log" (the kernel logs it
+	// and it runs: for finding what a new path needs) or "off".
+	SeccompAnnotation = "kubevmm.io/seccomp"
 )
 
 // QEMU accelerator choices (QEMUAccelAnnotation).

@@ -17,6 +17,10 @@ const (
 	kvmio = 0xAE
 )
 
+// IoctlType is the type byte (bits 8-15) of every KVM ioctl number: the
+// VMM's seccomp filter allows ioctls by it.
+const IoctlType = kvmio
+
 func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | kvmio<<8 | nr }
 func io(nr uintptr) uintptr             { return ioc(iocNone, nr, 0) }
 func ior(nr, size uintptr) uintptr      { return ioc(iocRead, nr, size) }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -36,6 +37,13 @@ const (
 	firstHostPort = 1 << 30
 )
 
+// MaxConnections bounds the streams of one device, in both directions
+// together: each holds a host socket and two goroutines, and a guest can
+// ask for new ones in a loop. Past it, a guest's REQUEST is answered RST
+// and a host client is hung up on, counted as refused_connections. As
+// many host clients again may be between accept and their CONNECT line.
+const MaxConnections = 1024
+
 // Config describes the device.
 type Config struct {
 	CID    uint64
@@ -56,6 +64,8 @@ type Device struct {
 	evq    *queue.Queue
 	irq    virtio.Interrupt
 	broken bool
+
+	handshakes atomic.Int32 // host clients not yet past their CONNECT line
 
 	wake    *event.FD
 	inboxMu sync.Mutex
@@ -290,6 +300,9 @@ func (d *Device) handleTX(ch *queue.Chain) {
 		d.schedule(c)
 	}
 	switch {
+	case h.Op == OpRequest && c == nil && len(d.conns) >= MaxConnections:
+		d.Metrics.RefusedConnections.Add(1)
+		d.reply(k, OpRst, 0)
 	case h.Op == OpRequest && c == nil:
 		d.dial(k)
 	case h.Op == OpRst:
@@ -465,6 +478,12 @@ func (d *Device) accept() {
 		if err != nil {
 			return // listener closed
 		}
+		if d.handshakes.Add(1) > MaxConnections {
+			d.handshakes.Add(-1)
+			d.Metrics.RefusedConnections.Add(1)
+			uds.Close()
+			continue
+		}
 		go d.hostConnect(uds)
 	}
 }
@@ -472,12 +491,18 @@ func (d *Device) accept() {
 // hostConnect reads "CONNECT <port>\n" and asks the guest for a stream.
 func (d *Device) hostConnect(uds net.Conn) {
 	port, err := readConnect(uds)
+	d.handshakes.Add(-1)
 	if err != nil {
 		d.Metrics.BadConnects.Add(1)
 		uds.Close()
 		return
 	}
 	if !d.post(func() {
+		if len(d.conns) >= MaxConnections {
+			d.Metrics.RefusedConnections.Add(1)
+			uds.Close()
+			return
+		}
 		for d.conns[connKey{d.nextPort, port}] != nil {
 			d.nextPort++
 		}

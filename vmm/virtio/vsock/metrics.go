@@ -9,6 +9,7 @@ type Metrics struct {
 	RxBytes, TxBytes                          atomic.Uint64
 	BadPackets, MalformedChains               atomic.Uint64
 	CreditViolations, TransportResets         atomic.Uint64
+	RefusedConnections                        atomic.Uint64 // past MaxConnections
 }
 
 // Snapshot returns the counters by name.
@@ -18,7 +19,7 @@ func (m *Metrics) Snapshot() map[string]uint64 {
 		"bad_connects": m.BadConnects.Load(), "rx_packets": m.RxPackets.Load(), "tx_packets": m.TxPackets.Load(),
 		"rx_bytes": m.RxBytes.Load(), "tx_bytes": m.TxBytes.Load(), "bad_packets": m.BadPackets.Load(),
 		"malformed_chains": m.MalformedChains.Load(), "credit_violations": m.CreditViolations.Load(),
-		"transport_resets": m.TransportResets.Load(),
+		"transport_resets": m.TransportResets.Load(), "refused_connections": m.RefusedConnections.Load(),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -245,4 +246,138 @@ func TestRestoreOwesTransportReset(t *testing.T) {
 	assert.Equal(t, [][2]uint32{{uint32(head), vsock.EventSize}}, h.WaitUsed(2, 1, true))
 	assert.Equal(t, []byte{0, 0, 0, 0}, ev.Read(a[0], vsock.EventSize))
 	assert.Equal(t, uint64(1), dev.Metrics.TransportResets.Load())
+}
+
+// openFDs is how many file descriptors this process holds.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// A guest connecting to the host in a loop gets MaxConnections streams
+// and RST after that, counted; the streams it has keep working, one it
+// closes frees a place, and the VMM's goroutines and fds stay within
+// what the cap allows (two goroutines and a socket per stream).
+func TestGuestConnectFloodIsCapped(t *testing.T) {
+	g, dev, sock := newGuest(t)
+	l, err := net.Listen("unix", sock+"_6000")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 2*vsock.MaxConnections)
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		l.Close()
+		<-acceptDone
+		close(accepted)
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+	goroutines, fds := runtime.NumGoroutine(), openFDs(t)
+
+	const extra = 100
+	for i := 0; i < vsock.MaxConnections+extra; i++ {
+		port := uint32(10000 + i)
+		g.send(vsock.Hdr{Op: vsock.OpRequest, SrcPort: port, DstPort: 6000}, nil)
+		h, _ := g.recv()
+		require.Equal(t, port, h.DstPort)
+		if i < vsock.MaxConnections {
+			require.Equal(t, uint16(vsock.OpResponse), h.Op, "stream %d", i)
+		} else {
+			require.Equal(t, uint16(vsock.OpRst), h.Op, "stream %d is past the cap", i)
+		}
+	}
+	assert.Equal(t, uint64(extra), dev.Metrics.RefusedConnections.Load())
+	assert.Equal(t, uint64(vsock.MaxConnections), dev.Metrics.Connections.Load())
+	assert.Equal(t, uint64(extra), dev.Counters()["refused_connections"])
+	// The test's side holds one socket per stream, the device one and
+	// two goroutines; some room for the runtime's own and for dialers still on their way out.
+	assert.LessOrEqual(t, runtime.NumGoroutine()-goroutines, 2*vsock.MaxConnections+32)
+	assert.LessOrEqual(t, openFDs(t)-fds, 2*vsock.MaxConnections+32)
+
+	// The first stream still carries data.
+	first := <-accepted
+	defer first.Close()
+	g.send(vsock.Hdr{Op: vsock.OpRW, SrcPort: 10000, DstPort: 6000}, []byte("still here"))
+	got := make([]byte, 10)
+	_, err = io.ReadFull(first, got)
+	require.NoError(t, err)
+	assert.Equal(t, "still here", string(got))
+
+	// The guest closes it: a new stream fits again.
+	g.send(vsock.Hdr{Op: vsock.OpRst, SrcPort: 10000, DstPort: 6000}, nil)
+	g.send(vsock.Hdr{Op: vsock.OpRequest, SrcPort: 20000, DstPort: 6000}, nil)
+	h, _ := g.recv()
+	assert.Equal(t, uint16(vsock.OpResponse), h.Op)
+	assert.Equal(t, uint32(20000), h.DstPort)
+}
+
+// Host clients connecting in a loop: past MaxConnections streams the
+// device hangs up on a CONNECT, and past MaxConnections clients that
+// have not sent their CONNECT line it hangs up at once; both counted.
+// The streams already asked for still complete.
+func TestHostConnectFloodIsCapped(t *testing.T) {
+	g, dev, sock := newGuest(t)
+	clients := make([]net.Conn, 0, vsock.MaxConnections)
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	var ports []uint32
+	for i := 0; i < vsock.MaxConnections; i++ {
+		c, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		clients = append(clients, c)
+		fmt.Fprintf(c, "CONNECT 5000\n")
+		h, _ := g.recv()
+		require.Equal(t, uint16(vsock.OpRequest), h.Op)
+		ports = append(ports, h.SrcPort)
+	}
+	hungUp := func(c net.Conn) {
+		t.Helper()
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, io.EOF, "the device hangs up")
+		c.Close()
+	}
+	over, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	fmt.Fprintf(over, "CONNECT 5000\n")
+	hungUp(over)
+	assert.Equal(t, uint64(1), dev.Metrics.RefusedConnections.Load())
+
+	// Clients that never say CONNECT.
+	idle := make([]net.Conn, 0, vsock.MaxConnections)
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for i := 0; i < vsock.MaxConnections; i++ {
+		c, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	over, err = net.Dial("unix", sock)
+	require.NoError(t, err)
+	hungUp(over)
+	assert.Equal(t, uint64(2), dev.Metrics.RefusedConnections.Load())
+
+	// The guest accepts the first stream: its client gets OK.
+	g.send(vsock.Hdr{Op: vsock.OpResponse, SrcPort: 5000, DstPort: ports[0]}, nil)
+	line, err := bufio.NewReader(clients[0]).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("OK %d\n", ports[0]), line)
 }
