@@ -1,0 +1,120 @@
+// Package disktest builds partitioned disk images for tests with the real
+// tools (sfdisk, mkfs.ext4 -d, qemu-img).
+package disktest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kubevmm/kubevmm/test/hosttools"
+)
+
+// Part is one partition: an ext4 filesystem holding Files (path ->
+// content), or, if Raw is set, those bytes at its start.
+type Part struct {
+	Files   map[string][]byte
+	Raw     []byte
+	MiB     int    // size; default 32
+	Options string // mkfs.ext4 -O
+	UUID    string // ext4 filesystem UUID (mkfs.ext4 -U)
+}
+
+// Disk says what to build.
+type Disk struct {
+	Label string // "gpt" or "dos"; "" writes no partition table
+	Parts []Part
+	Qcow2 bool
+}
+
+// Build writes the image in t.TempDir() and returns its path.
+func Build(t testing.TB, d Disk) string {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	const align = 1 << 20
+	off := int64(align)
+	var script strings.Builder
+	fmt.Fprintf(&script, "label: %s\n", d.Label)
+	var images [][]byte
+	for i, p := range d.Parts {
+		if p.MiB == 0 {
+			p.MiB = 32
+		}
+		size := int64(p.MiB) << 20
+		fmt.Fprintf(&script, "start=%d, size=%d, type=%s\n", off/512, size/512, map[string]string{"gpt": "L", "dos": "83"}[d.Label])
+		data := p.Raw
+		if data == nil {
+			data = ext4Image(t, dir, i, p, size)
+		}
+		images = append(images, data)
+		off += size
+	}
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(off + align); err != nil { // room for the backup GPT
+		t.Fatal(err)
+	}
+	if d.Label != "" {
+		cmd := exec.Command(hosttools.Require(t, "sfdisk"), "--no-reread", "--no-tell-kernel", raw)
+		cmd.Stdin = strings.NewReader(script.String())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("sfdisk: %v\n%s", err, out)
+		}
+	}
+	off = align
+	for i, data := range images {
+		if _, err := f.WriteAt(data, off); err != nil {
+			t.Fatal(err)
+		}
+		mib := d.Parts[i].MiB
+		if mib == 0 {
+			mib = 32
+		}
+		off += int64(mib) << 20
+	}
+	if !d.Qcow2 {
+		return raw
+	}
+	q := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, q)
+	return q
+}
+
+func ext4Image(t testing.TB, dir string, i int, p Part, size int64) []byte {
+	t.Helper()
+	root := filepath.Join(dir, fmt.Sprintf("root%d", i))
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range p.Files {
+		fp := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(fp, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := filepath.Join(dir, fmt.Sprintf("fs%d.img", i))
+	args := []string{"-q", "-F", "-d", root}
+	if p.Options != "" {
+		args = append(args, "-O", p.Options)
+	}
+	if p.UUID != "" {
+		args = append(args, "-U", p.UUID)
+	}
+	args = append(args, img, fmt.Sprintf("%dk", size>>10))
+	hosttools.Run(t, "mkfs.ext4", args...)
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
