@@ -167,9 +167,13 @@ func findBLS(v *volume) (*entry, error) {
 			return nil, fmt.Errorf("%s %s/entries: %w", v, dir, err)
 		}
 		var ents []blsEntry
+		sort.Strings(names)
 		for _, n := range names {
 			if !strings.HasSuffix(n, ".conf") {
 				continue
+			}
+			if len(ents) == maxBLSEntries {
+				return nil, fmt.Errorf("%s %s/entries: more than %d entries", v, dir, maxBLSEntries)
 			}
 			p := dir + "/entries/" + n
 			text, ok, err := readConfig(v, p)
@@ -192,6 +196,10 @@ func findBLS(v *volume) (*entry, error) {
 	}
 	return nil, nil
 }
+
+// maxBLSEntries bounds the work on a directory of entries (a real one has
+// a few, one per installed kernel).
+const maxBLSEntries = 256
 
 type blsEntry struct {
 	id, path                string

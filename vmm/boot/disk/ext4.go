@@ -299,6 +299,11 @@ func (fs *ext4) contents(in *inode, max int64) ([]byte, error) {
 	if in.size > uint64(max) {
 		return nil, fmt.Errorf("file of %d bytes is over the limit of %d", in.size, max)
 	}
+	// Files with holes could be larger, but no boot file has them: this
+	// keeps a lying size from costing more memory than the disk holds.
+	if in.size > fs.blocks*uint64(fs.bs) {
+		return nil, fmt.Errorf("ext4: file of %d bytes is larger than the filesystem", in.size)
+	}
 	nblocks := (in.size + uint64(fs.bs) - 1) / uint64(fs.bs)
 	exts, err := fs.extents(in, nblocks)
 	if err != nil {

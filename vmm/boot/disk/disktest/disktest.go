@@ -19,6 +19,10 @@ type Part struct {
 	Files   map[string][]byte
 	Raw     []byte
 	MiB     int    // size; default 32
+	// KiB, if set, is the size instead of MiB; under 1 MiB the
+	// filesystem gets 1 KiB blocks, 32 inodes and no journal: a small
+	// fuzz seed.
+	KiB int
 	Options string // mkfs.ext4 -O
 	UUID    string // ext4 filesystem UUID (mkfs.ext4 -U)
 }
@@ -28,6 +32,19 @@ type Disk struct {
 	Label string // "gpt" or "dos"; "" writes no partition table
 	Parts []Part
 	Qcow2 bool
+	// Compact puts the partitions right after the GPT (LBA 34), without
+	// alignment: a small fuzz seed.
+	Compact bool
+}
+
+func (p Part) size() int64 {
+	switch {
+	case p.KiB > 0:
+		return int64(p.KiB) << 10
+	case p.MiB > 0:
+		return int64(p.MiB) << 20
+	}
+	return 32 << 20
 }
 
 // Build writes the image in t.TempDir() and returns its path.
@@ -35,16 +52,16 @@ func Build(t testing.TB, d Disk) string {
 	t.Helper()
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "disk.raw")
-	const align = 1 << 20
-	off := int64(align)
+	align := int64(1 << 20)
+	if d.Compact {
+		align = 34 * 512
+	}
+	off := align
 	var script strings.Builder
 	fmt.Fprintf(&script, "label: %s\n", d.Label)
 	var images [][]byte
 	for i, p := range d.Parts {
-		if p.MiB == 0 {
-			p.MiB = 32
-		}
-		size := int64(p.MiB) << 20
+		size := p.size()
 		fmt.Fprintf(&script, "start=%d, size=%d, type=%s\n", off/512, size/512, map[string]string{"gpt": "L", "dos": "83"}[d.Label])
 		data := p.Raw
 		if data == nil {
@@ -73,11 +90,7 @@ func Build(t testing.TB, d Disk) string {
 		if _, err := f.WriteAt(data, off); err != nil {
 			t.Fatal(err)
 		}
-		mib := d.Parts[i].MiB
-		if mib == 0 {
-			mib = 32
-		}
-		off += int64(mib) << 20
+		off += d.Parts[i].size()
 	}
 	if !d.Qcow2 {
 		return raw
@@ -104,6 +117,9 @@ func ext4Image(t testing.TB, dir string, i int, p Part, size int64) []byte {
 	}
 	img := filepath.Join(dir, fmt.Sprintf("fs%d.img", i))
 	args := []string{"-q", "-F", "-d", root}
+	if size < 1<<20 {
+		args = append(args, "-b", "1024", "-N", "32", "-O", "^has_journal,^resize_inode")
+	}
 	if p.Options != "" {
 		args = append(args, "-O", p.Options)
 	}
