@@ -146,6 +146,35 @@ func TestFindEntry(t *testing.T) {
 			}},
 			kernel: k13, initrd: i13, cmdline: "root=UUID=" + rootUUID + " ro", sourcePart: "partition 1 (ext4) /vmlinuz-6.1.0-13-amd64",
 		},
+		{
+			name: "vfat ESP (FAT32) with BLS entries as systemd-boot reads them, root on ext4",
+			disk: disktest.Disk{Label: "gpt", Parts: []disktest.Part{
+				{VFAT: true, FAT: 32, MiB: 40, Files: map[string][]byte{
+					"loader/loader.conf":                        []byte("default debian-6.1.0-12-amd64.conf\n"),
+					"loader/entries/debian-6.1.0-12-amd64.conf": []byte("title Debian\nversion 6.1.0-12\nlinux /EFI/debian/vmlinuz-6.1.0-12-amd64\ninitrd /EFI/debian/initrd.img-6.1.0-12-amd64\noptions root=/dev/vda2 rw\n"),
+					"loader/entries/debian-6.1.0-13-amd64.conf": []byte("title Debian\nversion 6.1.0-13\nlinux /EFI/debian/vmlinuz-6.1.0-13-amd64\n"),
+					"EFI/debian/vmlinuz-6.1.0-12-amd64":         k12,
+					"EFI/debian/initrd.img-6.1.0-12-amd64":      i12,
+				}},
+				{Files: map[string][]byte{"etc/fstab": nil}},
+			}},
+			kernel: k12, initrd: i12, cmdline: "root=/dev/vda2 rw", sourcePart: "partition 1 (vfat) /loader/entries/debian-6.1.0-12-amd64.conf",
+		},
+		{
+			name: "vfat /boot (FAT16, MBR) with only vmlinuz-*: root is the ext4 beside it",
+			disk: disktest.Disk{Label: "dos", Parts: []disktest.Part{
+				{VFAT: true, Files: map[string][]byte{"vmlinuz-6.1.0-13-amd64": k13, "initrd.img-6.1.0-13-amd64": i13, "vmlinuz-6.1.0-9-amd64": k12}},
+				{UUID: rootUUID, Files: map[string][]byte{"etc/fstab": nil}},
+			}},
+			kernel: k13, initrd: i13, cmdline: "root=UUID=" + rootUUID + " ro", sourcePart: "partition 1 (vfat) /vmlinuz-6.1.0-13-amd64",
+		},
+		{
+			name: "vfat /boot (FAT12) with grub.cfg, 8.3 names match case-insensitively",
+			disk: disktest.Disk{Label: "dos", Parts: []disktest.Part{
+				{VFAT: true, MiB: 2, Files: map[string][]byte{"grub/grub.cfg": []byte("menuentry 'x' {\n linux /boot/kernel.bin root=/dev/vda1\n initrd /boot/initrd\n}\n"), "KERNEL.BIN": k13, "initrd": i13}},
+			}},
+			kernel: k13, initrd: i13, cmdline: "root=/dev/vda1", sourcePart: `partition 1 (vfat) /grub/grub.cfg menuentry "x"`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := find(t, tc.disk)

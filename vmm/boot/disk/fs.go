@@ -41,6 +41,8 @@ func openFS(r io.ReaderAt, size int64) (filesystem, error) {
 		return nil, fmt.Errorf("xfs is not supported (ext4 and vfat are)")
 	case at(0x10040, "_BHRfS_M"):
 		return nil, fmt.Errorf("btrfs is not supported (ext4 and vfat are)")
+	case at(510, "\x55\xaa") && (at(54, "FAT") || at(82, "FAT32")):
+		return openFAT(r, size)
 	}
 	return nil, fmt.Errorf("unknown filesystem")
 }

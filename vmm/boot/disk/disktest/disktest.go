@@ -13,18 +13,20 @@ import (
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
-// Part is one partition: an ext4 filesystem holding Files (path ->
-// content), or, if Raw is set, those bytes at its start.
+// Part is one partition: an ext4 (or vfat) filesystem holding Files
+// (path -> content), or, if Raw is set, those bytes at its start.
 type Part struct {
-	Files   map[string][]byte
-	Raw     []byte
-	MiB     int    // size; default 32
+	VFAT  bool // mkfs.vfat (FAT12/16/32 by size, as mkfs.vfat picks) and mcopy
+	FAT   int  // with VFAT: force a FAT size (mkfs.vfat -F)
+	Files map[string][]byte
+	Raw   []byte
+	MiB   int // size; default 32
 	// KiB, if set, is the size instead of MiB; under 1 MiB the
 	// filesystem gets 1 KiB blocks, 32 inodes and no journal: a small
 	// fuzz seed.
-	KiB int
+	KiB     int
 	Options string // mkfs.ext4 -O
-	UUID    string // ext4 filesystem UUID (mkfs.ext4 -U)
+	UUID    string // ext4 filesystem UUID (mkfs.ext4 -U), vfat volume ID (8 hex digits, mkfs.vfat -i)
 }
 
 // Disk says what to build.
@@ -62,10 +64,10 @@ func Build(t testing.TB, d Disk) string {
 	var images [][]byte
 	for i, p := range d.Parts {
 		size := p.size()
-		fmt.Fprintf(&script, "start=%d, size=%d, type=%s\n", off/512, size/512, map[string]string{"gpt": "L", "dos": "83"}[d.Label])
+		fmt.Fprintf(&script, "start=%d, size=%d, type=%s\n", off/512, size/512, map[string]string{"gpt": "L", "dos": map[bool]string{false: "83", true: "c"}[p.VFAT]}[d.Label])
 		data := p.Raw
 		if data == nil {
-			data = ext4Image(t, dir, i, p, size)
+			data = fsImage(t, dir, i, p, size)
 		}
 		images = append(images, data)
 		off += size
@@ -100,7 +102,7 @@ func Build(t testing.TB, d Disk) string {
 	return q
 }
 
-func ext4Image(t testing.TB, dir string, i int, p Part, size int64) []byte {
+func fsImage(t testing.TB, dir string, i int, p Part, size int64) []byte {
 	t.Helper()
 	root := filepath.Join(dir, fmt.Sprintf("root%d", i))
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -116,6 +118,24 @@ func ext4Image(t testing.TB, dir string, i int, p Part, size int64) []byte {
 		}
 	}
 	img := filepath.Join(dir, fmt.Sprintf("fs%d.img", i))
+	if p.VFAT {
+		args := []string{"-C"}
+		if p.FAT != 0 {
+			args = append(args, "-F", fmt.Sprint(p.FAT))
+		}
+		if p.UUID != "" {
+			args = append(args, "-i", p.UUID)
+		}
+		hosttools.Run(t, "mkfs.vfat", append(args, img, fmt.Sprint(size>>10))...)
+		tops, err := os.ReadDir(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range tops {
+			hosttools.Run(t, "mcopy", "-s", "-i", img, filepath.Join(root, e.Name()), "::/")
+		}
+		return readFile(t, img)
+	}
 	args := []string{"-q", "-F", "-d", root}
 	if size < 1<<20 {
 		args = append(args, "-b", "1024", "-N", "32", "-O", "^has_journal,^resize_inode")
@@ -128,7 +148,12 @@ func ext4Image(t testing.TB, dir string, i int, p Part, size int64) []byte {
 	}
 	args = append(args, img, fmt.Sprintf("%dk", size>>10))
 	hosttools.Run(t, "mkfs.ext4", args...)
-	b, err := os.ReadFile(img)
+	return readFile(t, img)
+}
+
+func readFile(t testing.TB, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
