@@ -28,6 +28,9 @@ const (
 )
 
 // incompatible features the reader handles; any other is refused by name.
+// needs_recovery (0x4) is accepted: a disk whose guest died has it, and
+// the boot files are rarely what the journal still holds; what is read
+// is then the state before the journal's last transactions.
 const ext4Known = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x2000 | 0x4000 | 0x20000
 
 var ext4IncompatNames = map[uint32]string{
@@ -47,6 +50,7 @@ type ext4 struct {
 	firstGroup int64 // byte offset of the group descriptor table
 	groups     uint64
 	uuid       string
+	dirs       map[uint32]map[string]uint32 // directory listings read so far
 }
 
 func openExt4(r io.ReaderAt, size int64) (*ext4, error) {
@@ -74,7 +78,7 @@ func openExt4(r io.ReaderAt, size int64) (*ext4, error) {
 	if logBS > 6 { // 1 KiB << 6 = 64 KiB, ext4's maximum
 		return nil, fmt.Errorf("ext4: block size 1 KiB << %d out of range", logBS)
 	}
-	fs := &ext4{r: r, size: size, bs: 1024 << logBS}
+	fs := &ext4{r: r, size: size, bs: 1024 << logBS, dirs: map[uint32]map[string]uint32{}}
 	fs.inodes, fs.ipg = le.Uint32(sb[0:]), le.Uint32(sb[40:])
 	fs.blocks = uint64(le.Uint32(sb[4:]))
 	if incompat&0x80 != 0 {
@@ -188,7 +192,9 @@ func (fs *ext4) extents(in *inode, nblocks uint64) ([]extent, error) {
 	}
 	var out []extent
 	if in.flags&extentsFlag != 0 {
-		w := extentWalk{nblocks: nblocks, budget: 4096}
+		// A real tree has fewer nodes than the file has blocks (each
+		// leaf holds at least one extent), plus the path down to them.
+		w := extentWalk{nblocks: nblocks, budget: int(min(2*nblocks, 8192)) + maxExtentDepth + 1}
 		err := fs.walkExtents(in.block, maxExtentDepth, &w, &out)
 		return out, err
 	}
@@ -324,8 +330,13 @@ func (fs *ext4) contents(in *inode, max int64) ([]byte, error) {
 	return data, nil
 }
 
-// dirents lists a directory: name -> inode.
-func (fs *ext4) dirents(in *inode) (map[string]uint32, error) {
+// dirents lists directory ino: name -> inode. Listings are kept: a path
+// lookup reads every directory on its way, and the boot entry search
+// looks up many paths in the same few directories.
+func (fs *ext4) dirents(ino uint32, in *inode) (map[string]uint32, error) {
+	if m, ok := fs.dirs[ino]; ok {
+		return m, nil
+	}
 	if !in.isDir() {
 		return nil, fmt.Errorf("not a directory")
 	}
@@ -345,47 +356,48 @@ func (fs *ext4) dirents(in *inode) (map[string]uint32, error) {
 		}
 		off += rec
 	}
+	fs.dirs[ino] = m
 	return m, nil
 }
 
 // lookup resolves an absolute path to an inode, following symlinks.
-func (fs *ext4) lookup(p string) (*inode, error) {
+func (fs *ext4) lookup(p string) (uint32, *inode, error) {
 	hops := 0
 	return fs.walk(ext4RootInode, "/", p, &hops)
 }
 
-func (fs *ext4) walk(dir uint32, dirPath, p string, hops *int) (*inode, error) {
+func (fs *ext4) walk(dir uint32, dirPath, p string, hops *int) (uint32, *inode, error) {
 	cur, err := fs.inode(dir)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	parts := strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/")
 	if parts[0] == "" {
-		return cur, nil
+		return dir, cur, nil
 	}
 	curPath := dirPath
 	for i, name := range parts {
-		ents, err := fs.dirents(cur)
+		ents, err := fs.dirents(dir, cur)
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		ino, ok := ents[name]
 		if !ok {
-			return nil, errNotFound
+			return 0, nil, errNotFound
 		}
 		next, err := fs.inode(ino)
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		if next.isSymlink() {
 			if *hops++; *hops > maxSymlinks {
-				return nil, fmt.Errorf("too many symbolic links")
+				return 0, nil, fmt.Errorf("too many symbolic links")
 			}
 			var target []byte
 			if next.size < 60 && next.flags&extentsFlag == 0 {
 				target = next.block[:next.size]
 			} else if target, err = fs.contents(next, 4096); err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			t := string(target)
 			if !strings.HasPrefix(t, "/") {
@@ -394,13 +406,13 @@ func (fs *ext4) walk(dir uint32, dirPath, p string, hops *int) (*inode, error) {
 			rest := strings.Join(parts[i+1:], "/")
 			return fs.walk(ext4RootInode, "/", path.Join(t, rest), hops)
 		}
-		cur, curPath = next, path.Join(curPath, name)
+		dir, cur, curPath = ino, next, path.Join(curPath, name)
 	}
-	return cur, nil
+	return dir, cur, nil
 }
 
 func (fs *ext4) ReadFile(p string, max int64) ([]byte, error) {
-	in, err := fs.lookup(p)
+	_, in, err := fs.lookup(p)
 	if err != nil {
 		return nil, err
 	}
@@ -411,11 +423,11 @@ func (fs *ext4) ReadFile(p string, max int64) ([]byte, error) {
 }
 
 func (fs *ext4) ReadDir(p string) ([]string, error) {
-	in, err := fs.lookup(p)
+	ino, in, err := fs.lookup(p)
 	if err != nil {
 		return nil, err
 	}
-	ents, err := fs.dirents(in)
+	ents, err := fs.dirents(ino, in)
 	if err != nil {
 		return nil, err
 	}

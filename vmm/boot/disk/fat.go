@@ -25,6 +25,7 @@ type fat struct {
 	rootClus uint32 // FAT32: the root directory's first cluster
 	dataOff  int64
 	uuid     string
+	dirs     map[uint32][]fatEntry // directory listings read so far, by first cluster (0: the root)
 }
 
 type fatEntry struct {
@@ -61,7 +62,7 @@ func openFAT(r io.ReaderAt, size int64) (*fat, error) {
 	if meta >= tot {
 		return nil, fmt.Errorf("vfat: no room for data")
 	}
-	f := &fat{r: r, bps: bps, cs: bps * spc, clusters: uint32((tot - meta) / spc)}
+	f := &fat{r: r, bps: bps, cs: bps * spc, clusters: uint32((tot - meta) / spc), dirs: map[uint32][]fatEntry{}}
 	f.rootOff, f.rootLen = (rsvd+nfats*fatSz)*bps, rootEnts*32
 	f.dataOff = meta * bps
 	volID := b[39:43]
@@ -220,7 +221,23 @@ func shortName(e []byte) string {
 }
 
 func (f *fat) dir(e *fatEntry) ([]fatEntry, error) {
-	if e == nil || e.cluster == 0 { // the root (".." of a top directory is 0)
+	var c uint32 // the root (".." of a top directory is 0 too)
+	if e != nil {
+		c = e.cluster
+	}
+	if ents, ok := f.dirs[c]; ok {
+		return ents, nil
+	}
+	ents, err := f.readDir(c)
+	if err != nil {
+		return nil, err
+	}
+	f.dirs[c] = ents
+	return ents, nil
+}
+
+func (f *fat) readDir(c uint32) ([]fatEntry, error) {
+	if c == 0 {
 		if f.bits != 32 {
 			b := make([]byte, f.rootLen)
 			if _, err := f.r.ReadAt(b, f.rootOff); err != nil {
@@ -234,7 +251,7 @@ func (f *fat) dir(e *fatEntry) ([]fatEntry, error) {
 		}
 		return fatEntries(b), nil
 	}
-	b, err := f.readChain(e.cluster, -1, min(maxDirSize, f.dataSize()))
+	b, err := f.readChain(c, -1, min(maxDirSize, f.dataSize()))
 	if err != nil {
 		return nil, err
 	}

@@ -9,31 +9,68 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/boot/disk/disktest"
 )
 
-// Fuzz inputs are disk (or filesystem) images with their trailing zeros
-// cut: the fuzzer minimizes every new input it finds, which takes as long
-// as the input is, and the images are mostly zeros. padded gives them
-// their size back.
+// Fuzz inputs are disk (or filesystem) images with their runs of zeros
+// packed: the fuzzer minimizes every input that finds new code, which
+// takes as long as the input is, and the images are mostly zeros. In the
+// packed form a 0 byte is followed by the run's length minus one; expand
+// unpacks any input into an image of a fixed size.
 const (
 	fuzzFSSize   = 128 << 10
 	fuzzDiskSize = 34*512 + fuzzFSSize + 33*512
 )
 
-func padded(data []byte, size int) *bytes.Reader {
-	if len(data) < size {
-		data = append(data, make([]byte, size-len(data))...)
+func expand(data []byte, size int) *bytes.Reader {
+	out := make([]byte, 0, size+256)
+	for i := 0; i < len(data) && len(out) < size; i++ {
+		if data[i] == 0 && i+1 < len(data) {
+			i++
+			out = append(out, make([]byte, int(data[i])+1)...)
+			continue
+		}
+		out = append(out, data[i])
 	}
-	return bytes.NewReader(data)
+	if len(out) > size {
+		out = out[:size]
+	}
+	return bytes.NewReader(append(out, make([]byte, size-len(out))...))
+}
+
+func pack(img []byte) []byte {
+	var out []byte
+	for i := 0; i < len(img); {
+		if img[i] != 0 {
+			out = append(out, img[i])
+			i++
+			continue
+		}
+		n := 1
+		for n < 256 && i+n < len(img) && img[i+n] == 0 {
+			n++
+		}
+		out = append(out, 0, byte(n-1))
+		i += n
+	}
+	return out
+}
+
+func packed(f *testing.F, img []byte, size int) []byte {
+	p := pack(img)
+	got := make([]byte, size)
+	if _, err := expand(p, size).Read(got); err != nil || !bytes.Equal(got[:len(img)], img) {
+		f.Fatal("pack/expand do not round-trip")
+	}
+	return p
 }
 
 // seeds are small disks built by the real tools: GPT and MBR, ext4 and
 // vfat, a BLS entry, a grub.cfg, a vmlinuz; the backup GPT is left out
-// (Find does not read it) and trailing zeros are cut.
+// (Find does not read it).
 func seeds(f *testing.F) (disks, filesystems [][]byte) {
 	for _, d := range []disktest.Disk{
 		{Label: "gpt", Compact: true, Parts: []disktest.Part{{KiB: 128, Files: map[string][]byte{
 			"boot/loader/entries/a-1.conf": []byte("version 1\nlinux /boot/vmlinuz-1\ninitrd /boot/initrd.img-1\noptions root=/dev/vda1\n"),
 			"boot/loader/loader.conf":      []byte("default a-*\n"),
-			"boot/vmlinuz-1":               bytes.Repeat([]byte("kernel"), 400),
+			"boot/vmlinuz-1":               []byte("kernel"),
 			"boot/initrd.img-1":            []byte("initrd"),
 		}}}},
 		{Label: "dos", Compact: true, Parts: []disktest.Part{{KiB: 128, Files: map[string][]byte{
@@ -50,9 +87,8 @@ func seeds(f *testing.F) (disks, filesystems [][]byte) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		fs := b[34*512 : 34*512+fuzzFSSize]
-		disks = append(disks, bytes.TrimRight(b[:34*512+fuzzFSSize], "\x00"))
-		filesystems = append(filesystems, bytes.TrimRight(fs, "\x00"))
+		disks = append(disks, packed(f, b[:34*512+fuzzFSSize], fuzzDiskSize))
+		filesystems = append(filesystems, packed(f, b[34*512:34*512+fuzzFSSize], fuzzFSSize))
 	}
 	return disks, filesystems
 }
@@ -66,7 +102,7 @@ func FuzzFind(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := padded(data, fuzzDiskSize)
+		r := expand(data, fuzzDiskSize)
 		b, err := Find(r, r.Size())
 		if err == nil && len(b.Kernel) == 0 && b.Source == "" {
 			t.Fatal("success without a kernel or a source")
@@ -83,11 +119,13 @@ func FuzzFS(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := padded(data, fuzzFSSize)
+		r := expand(data, fuzzFSSize)
 		fs, err := openFS(r, r.Size())
 		if err != nil {
 			return
 		}
+		// Directories may link to themselves: at most this many visits.
+		budget := 256
 		var walk func(dir string, depth int)
 		walk = func(dir string, depth int) {
 			names, err := fs.ReadDir(dir)
@@ -95,6 +133,9 @@ func FuzzFS(f *testing.F) {
 				return
 			}
 			for _, n := range names {
+				if budget--; budget < 0 {
+					return
+				}
 				p := path.Join(dir, n)
 				_, _ = fs.ReadFile(p, 1<<20)
 				walk(p, depth+1)

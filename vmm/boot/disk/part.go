@@ -16,10 +16,9 @@ var ErrNoPartitionTable = errors.New("no partition table (neither GPT nor MBR)")
 
 // Partition is one entry of the partition table.
 type Partition struct {
-	Index    int    // 1-based, as Linux numbers them (vda1, ...)
-	Start    int64  // bytes
-	Size     int64  // bytes
-	PartUUID string // GPT unique partition GUID, or the MBR's disk signature form; "" if none
+	Index int   // 1-based, as Linux numbers them (vda1, ...)
+	Start int64 // bytes
+	Size  int64 // bytes
 }
 
 // GPT limits: the UEFI spec's default table is 128 entries of 128 bytes;
@@ -96,7 +95,6 @@ func gpt(r io.ReaderAt, size int64) ([]Partition, error) {
 		if err != nil || last < first {
 			return nil, fmt.Errorf("GPT partition %d (LBA %d-%d) does not fit the disk", i+1, first, last)
 		}
-		p.PartUUID = guid(e[16:32])
 		parts = append(parts, p)
 	}
 	return parts, nil
@@ -125,7 +123,6 @@ func mbrPartitions(mbr []byte, size int64) ([]Partition, error) {
 		if err != nil {
 			return nil, fmt.Errorf("MBR partition %d: %w", i+1, err)
 		}
-		p.PartUUID = fmt.Sprintf("%08x-%02d", le.Uint32(mbr[440:]), i+1)
 		parts = append(parts, p)
 	}
 	return parts, nil
@@ -146,10 +143,4 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// guid formats a GUID stored in the mixed-endian on-disk form.
-func guid(b []byte) string {
-	le := binary.LittleEndian
-	return fmt.Sprintf("%08x-%04x-%04x-%x-%x", le.Uint32(b), le.Uint16(b[4:]), le.Uint16(b[6:]), b[8:10], b[10:16])
 }
