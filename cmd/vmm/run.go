@@ -155,6 +155,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 			return 0, usagef("run: --boot-disk %v", err)
 		}
 		kernel, initrd = b.Kernel, b.Initrd
+		sess.log.Info("boot entry", "disk", f.bootDisk, "entry", b.Source, "options", b.Cmdline)
 		f.cmdline = strings.TrimSpace(b.Cmdline + " " + f.cmdline)
 		f.disks = append(multiFlag{f.bootDisk}, f.disks...)
 	} else {

@@ -143,7 +143,7 @@ func (e *entry) read(vols []*volume, p string, max int64) ([]byte, error) {
 	return nil, first
 }
 
-// readConfig reads a small text file; a missing file is ("", nil).
+// readConfig reads a small text file; a missing one is ("", false, nil).
 func readConfig(v *volume, p string) (string, bool, error) {
 	b, err := v.fs.ReadFile(p, maxConfigSize)
 	if errors.Is(err, errNotFound) {

@@ -330,15 +330,12 @@ func (fs *ext4) contents(in *inode, max int64) ([]byte, error) {
 	return data, nil
 }
 
-// dirents lists directory ino: name -> inode. Listings are kept: a path
+// dirents lists directory ino (callers check it is one): name -> inode. Listings are kept: a path
 // lookup reads every directory on its way, and the boot entry search
 // looks up many paths in the same few directories.
 func (fs *ext4) dirents(ino uint32, in *inode) (map[string]uint32, error) {
 	if m, ok := fs.dirs[ino]; ok {
 		return m, nil
-	}
-	if !in.isDir() {
-		return nil, fmt.Errorf("not a directory")
 	}
 	b, err := fs.contents(in, maxDirSize)
 	if err != nil {
@@ -377,6 +374,9 @@ func (fs *ext4) walk(dir uint32, dirPath, p string, hops *int) (uint32, *inode, 
 	}
 	curPath := dirPath
 	for i, name := range parts {
+		if !cur.isDir() {
+			return 0, nil, errNotFound
+		}
 		ents, err := fs.dirents(dir, cur)
 		if err != nil {
 			return 0, nil, err
@@ -426,6 +426,9 @@ func (fs *ext4) ReadDir(p string) ([]string, error) {
 	ino, in, err := fs.lookup(p)
 	if err != nil {
 		return nil, err
+	}
+	if !in.isDir() { // for the search, a file where a directory is expected is a missing directory
+		return nil, errNotFound
 	}
 	ents, err := fs.dirents(ino, in)
 	if err != nil {

@@ -314,8 +314,8 @@ func (f *fat) ReadDir(p string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if e != nil && !e.dir {
-		return nil, fmt.Errorf("not a directory")
+	if e != nil && !e.dir { // as in ext4: not a directory is no directory
+		return nil, errNotFound
 	}
 	ents, err := f.dir(e)
 	if err != nil {
