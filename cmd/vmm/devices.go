@@ -7,6 +7,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/vmm/block"
+	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
@@ -76,6 +77,25 @@ func parseDisk(s string) (disk, error) {
 		}
 	}
 	return d, nil
+}
+
+// loadBootDisk opens --boot-disk read-only (the VM opens it again as its
+// first disk) and reads its default boot entry.
+func loadBootDisk(spec string) (*bootdisk.Boot, error) {
+	d, err := parseDisk(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", spec, err)
+	}
+	img, err := block.Open(d.Path, block.Options{Format: d.Format, ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = img.Close() }() // read-only: nothing to flush
+	b, err := bootdisk.Find(img, int64(img.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Path, err)
+	}
+	return b, nil
 }
 
 // parseNIC parses --net tap=NAME,mac=MAC[,model=virtio|e1000].

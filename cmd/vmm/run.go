@@ -25,6 +25,7 @@ import (
 
 type runFlags struct {
 	kernel, initrd, cmdline string
+	bootDisk                string
 	cpus                    int
 	memory                  string
 	profile                 string
@@ -89,7 +90,8 @@ func parseFlags(fs *flag.FlagSet, name, usage string, args []string, stdout io.W
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kernel, "kernel", "", "Linux kernel: ELF vmlinux or bzImage (required unless --incoming)")
 	fs.StringVar(&f.initrd, "initrd", "", "initrd / initramfs image")
-	fs.StringVar(&f.cmdline, "cmdline", machine.DefaultCmdline, "kernel command line")
+	fs.StringVar(&f.cmdline, "cmdline", machine.DefaultCmdline, "kernel command line (with --boot-disk: appended to the boot entry's options)")
+	fs.StringVar(&f.bootDisk, "boot-disk", "", "boot the default entry of this disk image (GPT or MBR, ext4): PATH[,format=raw|qcow2] (as --disk); it is also the first virtio disk")
 	fs.IntVar(&f.cpus, "cpus", 1, "number of vCPUs")
 	fs.StringVar(&f.memory, "memory", "256M", "guest RAM, e.g. 512M or 2G")
 	fs.StringVar(&f.profile, "profile", "", "sample guest RIPs at 100 Hz and write them, symbolized with System.map beside the kernel if present, to this file")
@@ -102,6 +104,34 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.incoming, "incoming", "", "instead of booting, receive a live-migrated VM on tcp:HOST:PORT or unix:PATH, then run it; tcp: without --tls-* is unauthenticated: whoever connects first supplies the VM")
 	f.incomingTLS.register(fs, "tls-peer-name", "--incoming with TLS: accept only a source whose certificate carries this name (default: any the CA signed)")
 	f.session.register(fs)
+}
+
+// guest reads the kernel and initrd to boot: the files named, or the boot
+// disk's default entry (whose options go before --cmdline, and which is
+// attached as the first disk).
+func (f *runFlags) guest(sess *session) (kernel, initrd []byte, err error) {
+	if f.bootDisk == "" {
+		if kernel, err = os.ReadFile(f.kernel); err != nil {
+			return nil, nil, usagef("run: --kernel: %v", err)
+		}
+		if f.initrd != "" {
+			if initrd, err = os.ReadFile(f.initrd); err != nil {
+				return nil, nil, usagef("run: --initrd: %v", err)
+			}
+		}
+		return kernel, initrd, nil
+	}
+	if f.backend == "qemu" {
+		return nil, nil, usagef("run: --boot-disk is for the kubevmm backend")
+	}
+	b, err := loadBootDisk(f.bootDisk)
+	if err != nil {
+		return nil, nil, usagef("run: --boot-disk %v", err)
+	}
+	sess.log.Info("boot entry", "disk", f.bootDisk, "entry", b.Source, "options", b.Cmdline)
+	f.cmdline = strings.TrimSpace(b.Cmdline + " " + f.cmdline)
+	f.disks = append(multiFlag{f.bootDisk}, f.disks...)
+	return b.Kernel, b.Initrd, nil
 }
 
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
@@ -119,8 +149,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	defer sess.close()
 
 	if f.incoming != "" {
-		if f.kernel != "" || f.initrd != "" || len(f.disks) > 0 || len(f.nics) > 0 {
-			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--disk/--net")
+		if f.kernel != "" || f.initrd != "" || f.bootDisk != "" || len(f.disks) > 0 || len(f.nics) > 0 {
+			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--boot-disk/--disk/--net")
 		}
 		files, err := f.incomingTLS.files("run", f.incoming)
 		if err != nil {
@@ -138,8 +168,11 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if f.incomingTLS != (tlsFlags{}) {
 		return 0, usagef("run: --tls-* and --tls-peer-name are for --incoming")
 	}
-	if f.kernel == "" {
-		return 0, usagef("run: --kernel is required")
+	if f.bootDisk != "" && (f.kernel != "" || f.initrd != "") {
+		return 0, usagef("run: --boot-disk takes the kernel and initrd from the disk; drop --kernel/--initrd")
+	}
+	if f.kernel == "" && f.bootDisk == "" {
+		return 0, usagef("run: --kernel is required (or --boot-disk)")
 	}
 	mem, err := parseSize(f.memory)
 	if err != nil {
@@ -148,15 +181,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if f.cpus < 1 {
 		return 0, usagef("run: --cpus %d: need at least 1", f.cpus)
 	}
-	kernel, err := os.ReadFile(f.kernel)
+	kernel, initrd, err := f.guest(sess)
 	if err != nil {
-		return 0, usagef("run: --kernel: %v", err)
-	}
-	var initrd []byte
-	if f.initrd != "" {
-		if initrd, err = os.ReadFile(f.initrd); err != nil {
-			return 0, usagef("run: --initrd: %v", err)
-		}
+		return 0, err
 	}
 	devs, err := parseDevices(&f)
 	if err != nil {
@@ -179,7 +206,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 		return 0, usagef("%v", err)
 	}
 	profile := ""
-	if f.profile != "" {
+	if f.profile != "" && f.kernel != "" {
 		profile = f.profile + "|" + filepath.Join(filepath.Dir(f.kernel), "System.map")
 	}
 	return sess.serve(m, profile)
