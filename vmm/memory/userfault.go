@@ -202,49 +202,41 @@ func (u *Userfault) hvaOf(gpa, n uint64) (uint64, error) {
 // wakes whoever waits for them. Pages already present are left as they
 // are: each page is installed once.
 func (u *Userfault) Install(gpa uint64, data []byte) error {
-	hva, err := u.hvaOf(gpa, uint64(len(data)))
-	if err != nil {
-		return err
-	}
-	for done := uint64(0); done < uint64(len(data)); {
+	return u.fill("install", gpa, uint64(len(data)), func(hva, done uint64) (uint64, error) {
 		c := uffdioCopyArg{Dst: hva + done, Src: uint64(uintptr(unsafe.Pointer(&data[done]))), Len: uint64(len(data)) - done}
 		err := u.ioctl(uffdioCopy, unsafe.Pointer(&c))
-		if c.Copy > 0 {
-			done += uint64(c.Copy)
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, unix.EEXIST):
-			// The page at hva+done is present: skip it.
-			done = (done/PageSize + 1) * PageSize
-		case errors.Is(err, unix.EAGAIN):
-			// The mapping changed under the copy: retry the rest.
-		default:
-			return fmt.Errorf("userfault: install %d pages at %#x: %w", len(data)/PageSize, gpa+done, err)
-		}
-	}
-	return nil
+		return uint64(max(c.Copy, 0)), err
+	})
 }
 
 // Zero installs zero pages at [gpa, gpa+n), like Install.
 func (u *Userfault) Zero(gpa, n uint64) error {
+	return u.fill("zero", gpa, n, func(hva, done uint64) (uint64, error) {
+		z := uffdioZeropageArg{Range: uffdioRange{hva + done, n - done}}
+		err := u.ioctl(uffdioZeropage, unsafe.Pointer(&z))
+		return uint64(max(z.Zeropage, 0)), err
+	})
+}
+
+// fill installs [gpa, gpa+n) with op, which fills from offset done and
+// reports how many bytes it placed: a page already present is skipped
+// (EEXIST: each page is installed once), a fill the mapping changed under
+// (EAGAIN) is retried from where it stopped.
+func (u *Userfault) fill(what string, gpa, n uint64, op func(hva, done uint64) (uint64, error)) error {
 	hva, err := u.hvaOf(gpa, n)
 	if err != nil {
 		return err
 	}
 	for done := uint64(0); done < n; {
-		z := uffdioZeropageArg{Range: uffdioRange{hva + done, n - done}}
-		err := u.ioctl(uffdioZeropage, unsafe.Pointer(&z))
-		if z.Zeropage > 0 {
-			done += uint64(z.Zeropage)
-		}
+		placed, err := op(hva, done)
+		done += placed
 		switch {
 		case err == nil:
 		case errors.Is(err, unix.EEXIST):
 			done = (done/PageSize + 1) * PageSize
 		case errors.Is(err, unix.EAGAIN):
 		default:
-			return fmt.Errorf("userfault: zero %d pages at %#x: %w", n/PageSize, gpa+done, err)
+			return fmt.Errorf("userfault: %s %d pages at %#x: %w", what, n/PageSize, gpa+done, err)
 		}
 	}
 	return nil
