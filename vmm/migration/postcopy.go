@@ -187,15 +187,8 @@ func (s *sender) postCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]uin
 	if err := s.c.send(msgPostCopy, encodeRanges(regions, bitmaps)); err != nil {
 		return s.st, fmt.Errorf("send missing pages: %w", err)
 	}
-	state, err := s.src.State()
-	if err != nil {
-		return s.st, fmt.Errorf("save VM state: %w", err)
-	}
-	if err := s.c.send(msgState, state); err != nil {
-		return s.st, fmt.Errorf("send state: %w", err)
-	}
-	if err := s.c.flush(); err != nil {
-		return s.st, fmt.Errorf("send state: %w", err)
+	if err := s.sendState(); err != nil {
+		return s.st, err
 	}
 	nc.SetReadDeadline(time.Now().Add(s.opt.ReadyTimeout))
 	ready := func() error {

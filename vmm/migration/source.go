@@ -332,15 +332,8 @@ func (s *sender) stopAndCopy(nc net.Conn, regions []*memory.Region, bitmaps [][]
 	if err := s.sendDirty(regions, bitmaps); err != nil {
 		return s.st, err
 	}
-	state, err := s.src.State()
-	if err != nil {
-		return s.st, fmt.Errorf("save VM state: %w", err)
-	}
-	if err := s.c.send(msgState, state); err != nil {
-		return s.st, fmt.Errorf("send state: %w", err)
-	}
-	if err := s.c.flush(); err != nil {
-		return s.st, fmt.Errorf("send state: %w", err)
+	if err := s.sendState(); err != nil {
+		return s.st, err
 	}
 	nc.SetReadDeadline(time.Now().Add(s.opt.ReadyTimeout))
 	if _, err := s.c.expect(msgReady); err != nil {
@@ -503,4 +496,20 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// sendState saves the paused VM's state and sends it, flushed: the last
+// message before the target loads the VM, in pre-copy and post-copy alike.
+func (s *sender) sendState() error {
+	state, err := s.src.State()
+	if err != nil {
+		return fmt.Errorf("save VM state: %w", err)
+	}
+	if err := s.c.send(msgState, state); err != nil {
+		return fmt.Errorf("send state: %w", err)
+	}
+	if err := s.c.flush(); err != nil {
+		return fmt.Errorf("send state: %w", err)
+	}
+	return nil
 }
