@@ -587,17 +587,25 @@ func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Networ
 	return errs
 }
 
+// uniqueName checks that a list entry (a network, a volume) has a name no
+// earlier entry took, recording it in seen.
+func uniqueName(p *field.Path, name string, seen map[string]bool, what string) field.ErrorList {
+	switch {
+	case name == "":
+		return field.ErrorList{required(p, "every %s needs a name", what)}
+	case seen[name]:
+		return field.ErrorList{field.Duplicate(p, name)}
+	}
+	seen[name] = true
+	return nil
+}
+
 func validateNetworks(p *field.Path, networks []v1.Network) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, n := range networks {
 		np := p.Index(i)
-		if n.Name == "" {
-			errs = append(errs, required(np.Child("name"), "every network needs a name"))
-		} else if seen[n.Name] {
-			errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
-		}
-		seen[n.Name] = true
+		errs = append(errs, uniqueName(np.Child("name"), n.Name, seen, "network")...)
 		if n.Multus != nil {
 			errs = append(errs, unsupported(np, "multus", ""))
 		}
@@ -622,12 +630,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 	seen := map[string]bool{}
 	for i, v := range volumes {
 		vp := p.Index(i)
-		if v.Name == "" {
-			errs = append(errs, required(vp.Child("name"), "every volume needs a name"))
-		} else if seen[v.Name] {
-			errs = append(errs, field.Duplicate(vp.Child("name"), v.Name))
-		}
-		seen[v.Name] = true
+		errs = append(errs, uniqueName(vp.Child("name"), v.Name, seen, "volume")...)
 		refused := []struct {
 			name string
 			set  bool
