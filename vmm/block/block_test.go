@@ -188,6 +188,10 @@ func TestQcow2BadHeaders(t *testing.T) {
 			be.PutUint64(b[8:], 65530)
 			be.PutUint32(b[16:], 100)
 		}, block.ErrQcow2Corrupt, "backing file name"},
+		{"backing name of NULs", func(b []byte) {
+			be.PutUint64(b[8:], 0x1000) // zeros inside the first cluster
+			be.PutUint32(b[16:], 64)
+		}, block.ErrQcow2Corrupt, "NUL byte"},
 		{"truncated", nil, block.ErrQcow2Corrupt, "too short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

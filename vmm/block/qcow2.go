@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -236,6 +237,10 @@ func (h *Qcow2Header) parseExtensions(b []byte) error {
 			return corrupt("backing file name at %#x+%d outside the first cluster", h.BackingFileOffset, h.BackingFileSize)
 		}
 		h.BackingFile = string(b[h.BackingFileOffset:end])
+		// No path holds a NUL: such a name is damage, not a file to look for.
+		if strings.IndexByte(h.BackingFile, 0) >= 0 {
+			return corrupt("backing file name %q holds a NUL byte", h.BackingFile)
+		}
 		limit = min(limit, h.BackingFileOffset)
 	}
 	for off := uint64(h.HeaderLength); ; {
