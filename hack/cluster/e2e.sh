@@ -2,7 +2,8 @@
 # `make e2e`: the end-to-end test on the real dev cluster. Brings the
 # cluster up, deploys kubevmm (cluster-sync), builds the test guest's
 # kernelBoot image, runs test/e2e, and takes the cluster down again unless
-# E2E_KEEP=1 (or it was already up before).
+# E2E_KEEP=1 (or it was already up before). E2E_RUN=REGEXP runs only the
+# matching tests (go test -run).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" -eq 0 ] || die "e2e.sh: must run as root (the dev cluster needs it)"
@@ -18,5 +19,5 @@ fi
 "$HACK_DIR/cluster/sync.sh"
 "$HACK_DIR/cluster/guest-disk.sh" >/dev/null
 cd "$REPO_DIR"
-KUBEVMM_E2E=1 go test -count=1 -timeout 60m -v ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.log"
+KUBEVMM_E2E=1 go test -count=1 -timeout 60m -v ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.log"
 exit "${PIPESTATUS[0]}"
