@@ -5,7 +5,7 @@ export KUBEVMM_CACHE ?= $(HOME)/.cache/kubevmm
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test unit vet lint fuzz bench guest clean
+.PHONY: all build demo test unit vet lint fuzz fuzz-long bench guest clean
 
 all: build
 
@@ -42,6 +42,12 @@ test: vet lint
 FUZZTIME ?= 20s
 fuzz:
 	@hack/fuzz.sh $(FUZZTIME)
+
+# The long, nightly-style run: FUZZEXECS executions per target (FUZZ_TARGETS,
+# a regexp, picks some), keeping what the fuzzer found in testdata/fuzz.
+FUZZEXECS ?= 10000000
+fuzz-long:
+	@FUZZ_KEEP_CORPUS=1 hack/fuzz.sh $(FUZZEXECS)x
 
 # The bench installs the host programs it runs itself (test/hosttools).
 bench: build
