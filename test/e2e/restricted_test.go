@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -20,12 +19,14 @@ const restrictedNS = "kubevmm-e2e-restricted"
 
 // strangerRequest sends one HTTPS request to addr from pid's network
 // namespace, as a client with no certificate, and returns the response's
-// status, or the error that ended the exchange (the TLS handshake refused,
-// or the connection closed).
-func strangerRequest(pid int, addr string, req *http.Request) (int, error) {
+// status, or the error that ended the exchange once connected (the TLS
+// handshake refused, or the connection closed). Not reaching addr at all
+// fails the test: it would prove nothing.
+func strangerRequest(t *testing.T, pid int, addr string, req *http.Request) (int, error) {
+	t.Helper()
 	raw, err := dialFromNetns(pid, addr)
 	if err != nil {
-		return 0, fmt.Errorf("connecting: %w", err)
+		t.Fatalf("connecting to %s from the pod: %v", addr, err)
 	}
 	c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
 	defer c.Close()
@@ -142,7 +143,7 @@ func TestRestrictedNamespace(t *testing.T) {
 			req.Header.Set("X-Remote-User", "system:admin")
 			req.Header.Set("X-Remote-Group", "system:masters")
 			req.Header.Set("Content-Type", "application/json")
-			status, err := strangerRequest(pids[0], tc.addr, req)
+			status, err := strangerRequest(t, pids[0], tc.addr, req)
 			t.Logf("%s (%s): status %d, %v", tc.name, tc.addr, status, err)
 			if err == nil && status != http.StatusUnauthorized && status != http.StatusForbidden {
 				t.Errorf("%s: answered %d to a client without a certificate", tc.name, status)
