@@ -34,8 +34,9 @@ import (
 // configuration); from there:
 //
 //   - the target's handler (MigrationTargetReconciler, driven by the target
-//     pod on its node) gives the target launcher its socket directory and
-//     its pod network, exactly as for any launcher, and once the launcher
+//     pod on its node) reads the target launcher in its pod's own socket
+//     directory and gives it its pod network, exactly as for any launcher,
+//     and once the launcher
 //     waits for the guest (state Incoming, on spec.MigrationInSocket)
 //     opens its end of the stream (migration_proxy.go) and writes where:
 //     migrationState.targetNodeAddress, this handler's pod IP, and the
