@@ -44,7 +44,9 @@ func (d socketDir) String() string {
 	return filepath.Join(d.podsDir, string(d.podUID), emptyDirPlugin, spec.SocketsVolume)
 }
 
-var beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS
+// beneath resolves a path below the directory it starts from, through no
+// symlink (nor a "..", a mount point or a /proc magic link out of it).
+const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS
 
 // open opens the directory (a descriptor), refusing any symlink on the
 // way.
