@@ -48,7 +48,7 @@ func TestRenderLauncherPodBootFiles(t *testing.T) {
 	assert.Contains(t, mounts, spec.ContainerDiskDir)
 	assert.Equal(t, "pull", pod.Spec.ImagePullSecrets[0].Name)
 	require.NotNil(t, pod.Spec.SecurityContext)
-	assert.Equal(t, int64(spec.LauncherUID), *pod.Spec.SecurityContext.RunAsUser)
+	assert.Equal(t, int64(spec.LauncherUID(vmi.UID)), *pod.Spec.SecurityContext.RunAsUser)
 	assert.True(t, *pod.Spec.SecurityContext.RunAsNonRoot)
 
 	// Nothing to bring in: no init containers.

@@ -22,14 +22,18 @@ import (
 //     labels, annotations, spec) as JSON, projected by the downward API from
 //     the pod annotation VMIAnnotation;
 //   - KUBEVMM_VMI_NAME, KUBEVMM_VMI_NAMESPACE, KUBEVMM_VMI_UID, POD_NAME;
-//   - KUBEVMM_SOCKET_DIR: a directory shared with virt-handler on the node
-//     (hostPath /var/run/kubevmm/sockets/<vmi uid>), where the launcher
-//     serves its control socket;
+//   - KUBEVMM_SOCKET_DIR: the pod's own directory shared with virt-handler
+//     (the emptyDir spec.SocketsVolume, which virt-handler finds in the
+//     kubelet's directory of the pod), where the launcher serves its
+//     control socket;
 //   - the kernelBoot kernel/initrd and the containerDisk images, copied by
 //     init containers into emptyDirs at launcher/spec.KernelBootDir and
 //     spec.ContainerDiskDir (see bootFileContainers);
-//   - it runs as spec.LauncherUID, not root; virt-handler hands it the
-//     socket directory and creates its taps (package handler);
+//   - it runs as the VMI's own user, spec.LauncherUID(vmi.UID), not root,
+//     with a read-only root filesystem (an emptyDir on /tmp) under the
+//     seccomp profile spec.SeccompProfile, all capabilities dropped but
+//     NET_BIND_SERVICE: the pod passes the PodSecurity "restricted"
+//     level; virt-handler creates its taps (package handler);
 //   - SIGTERM means: shut the guest down gracefully (package launcher: no
 //     ACPI, the VMI's kubevmm.io/shutdown-console-input, then a stop),
 //     within the pod's terminationGracePeriodSeconds, which is the VMI's
@@ -49,8 +53,11 @@ const (
 	// can run VMs; launcher pods select it, as in KubeVirt.
 	NodeSchedulableLabel = "kubevirt.io/schedulable"
 
-	// SocketRootDir is the node directory holding one socket directory per VMI.
+	// SocketRootDir is the launcher's socket directory.
 	SocketRootDir = spec.SocketRootDir
+	// TmpDir is the launcher's writable /tmp (an emptyDir: the root
+	// filesystem is read-only).
+	TmpDir = "/tmp"
 	// VMIFileDir is where the downward-API VMI file is mounted.
 	VMIFileDir = "/var/run/kubevmm/vmi"
 	// VMIFileName is the VMI file's name inside VMIFileDir.
@@ -118,17 +125,27 @@ func computeContainer(vmi *v1.VirtualMachineInstance, image string, pullPolicy c
 		Resources: resources,
 		VolumeMounts: append([]corev1.VolumeMount{
 			{Name: spec.SocketsVolume, MountPath: SocketRootDir},
+			{Name: tmpVolume, MountPath: TmpDir},
 			{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
 		}, extraMounts...),
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
 			Capabilities: &corev1.Capabilities{
 				Drop: []corev1.Capability{"ALL"},
-				// Binding low ports for masquerade port forwarding.
+				// Binding low ports for masquerade port forwarding (the one
+				// capability the "restricted" level allows adding).
 				Add: []corev1.Capability{"NET_BIND_SERVICE"},
 			},
 		},
 	}
+}
+
+const tmpVolume = "tmp"
+
+// emptyDirVolume is a pod volume that lives and dies with the pod.
+func emptyDirVolume(name string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 }
 
 // RenderLauncherPod builds the virt-launcher pod for a VMI. It is a pure
@@ -171,6 +188,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 	if pullPolicy == "" {
 		pullPolicy = corev1.PullIfNotPresent
 	}
+	uid := spec.LauncherUID(vmi.UID)
 	initContainers, computeMounts, extraVolumes, pullSecrets := bootFileContainers(vmi, cfg.Image, pullPolicy)
 	// The generated name must leave room for the 5-character suffix the API
 	// server adds; it truncates generateName to 58 characters itself.
@@ -203,27 +221,32 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			// only be something for a compromised guest escape to steal.
 			AutomountServiceAccountToken: ptr.To(vmi.Spec.ServiceAccountName != ""),
 			SecurityContext: &corev1.PodSecurityContext{
-				// Not root. The runtime gives the device-plugin devices
-				// (/dev/kvm, /dev/net/tun) to this user (containerd:
+				// Not root, and not a user any other VMI's launcher runs as.
+				// The runtime gives the device-plugin devices (/dev/kvm,
+				// /dev/net/tun) to this user (containerd:
 				// device_ownership_from_security_context), so it needs to be
 				// said here, not only in the image.
-				RunAsUser:    ptr.To(int64(spec.LauncherUID)),
-				RunAsGroup:   ptr.To(int64(spec.LauncherUID)),
+				RunAsUser:    ptr.To(int64(uid)),
+				RunAsGroup:   ptr.To(int64(uid)),
 				RunAsNonRoot: ptr.To(true),
+				// The runtime's default profile lacks userfaultfd, which
+				// post-copy needs: this is that default plus userfaultfd,
+				// installed on the node by virt-handler (as KubeVirt's
+				// kubevirt/kubevirt.json). The VMM narrows it further with
+				// its own filter once the VM is set up.
+				SeccompProfile: &corev1.SeccompProfile{
+					Type:             corev1.SeccompProfileTypeLocalhost,
+					LocalhostProfile: ptr.To(spec.SeccompProfile),
+				},
 			},
 			InitContainers:   initContainers,
 			ImagePullSecrets: pullSecrets,
 			Containers:       []corev1.Container{computeContainer(vmi, cfg.Image, pullPolicy, resources, computeMounts)},
 			Volumes: append([]corev1.Volume{
-				{
-					// One directory per VMI, so a launcher can only reach its
-					// own sockets; virt-handler finds it from the VMI UID.
-					Name: spec.SocketsVolume,
-					VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-						Path: SocketRootDir + "/" + string(vmi.UID),
-						Type: ptr.To(corev1.HostPathDirectoryOrCreate),
-					}},
-				},
+				// The pod's own socket directory: no host path, and no
+				// other pod sees it; virt-handler finds it from the pod UID.
+				emptyDirVolume(spec.SocketsVolume),
+				emptyDirVolume(tmpVolume),
 				{
 					Name: "vmi",
 					VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
@@ -241,8 +264,8 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 
 // RenderMigrationTargetPod builds the target launcher pod of a migration:
 // the VMI's launcher pod, marked as the migration's target (label and
-// annotation), with its own socket directory (inside the VMI's, see
-// spec.MigrationSocketSubdir), its launcher told to receive the guest on
+// annotation), with its own socket directory (every pod has its own), its
+// launcher running as the source's user, told to receive the guest on
 // spec.MigrationInSocket instead of booting it, the migration's
 // addedNodeSelector, and, unless sameNode, kept off the source's node.
 func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachineInstanceMigration, cfg LauncherConfig, sourceNode string, sameNode bool) (*corev1.Pod, error) {
@@ -255,11 +278,6 @@ func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachi
 	maps.Copy(pod.Spec.NodeSelector, m.Spec.AddedNodeSelector)
 	// The schedulable label stays required whatever the migration adds.
 	pod.Spec.NodeSelector[NodeSchedulableLabel] = "true"
-	for i := range pod.Spec.Volumes {
-		if v := &pod.Spec.Volumes[i]; v.Name == spec.SocketsVolume && v.HostPath != nil {
-			v.HostPath.Path = SocketRootDir + "/" + string(vmi.UID) + "/" + spec.MigrationSocketSubdir(string(m.UID))
-		}
-	}
 	c := &pod.Spec.Containers[0]
 	c.Env = append(c.Env, corev1.EnvVar{Name: spec.IncomingEnv, Value: "unix:" + SocketRootDir + "/" + spec.MigrationInSocket})
 	if !sameNode && sourceNode != "" {
@@ -347,6 +365,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 	const binVolume, kernelVolume, diskVolume = "kubevmm-bin", "kernel-boot", "container-disks"
 	sc := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 	small := corev1.ResourceRequirements{Requests: corev1.ResourceList{
@@ -354,9 +373,6 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 	}}
 	binMount := corev1.VolumeMount{Name: binVolume, MountPath: spec.BinDir, ReadOnly: true}
 	copyCmd := spec.BinDir + "/virt-launcher"
-	emptyDir := func(name string) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
-	}
 	pull := func(p corev1.PullPolicy) corev1.PullPolicy {
 		if p == "" {
 			return corev1.PullIfNotPresent
@@ -388,7 +404,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 		VolumeMounts:    []corev1.VolumeMount{{Name: binVolume, MountPath: spec.BinDir}},
 		SecurityContext: sc, Resources: small,
 	})
-	vols = append(vols, emptyDir(binVolume))
+	vols = append(vols, emptyDirVolume(binVolume))
 	if kb != nil {
 		cmd := []string{copyCmd, "copy"}
 		if kb.KernelPath != "" {
@@ -402,7 +418,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: kernelVolume, MountPath: spec.KernelBootDir}},
 			SecurityContext: sc, Resources: small,
 		})
-		vols = append(vols, emptyDir(kernelVolume))
+		vols = append(vols, emptyDirVolume(kernelVolume))
 		computeMounts = append(computeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: spec.KernelBootDir, ReadOnly: true})
 		secret(kb.ImagePullSecret)
 	}
@@ -420,7 +436,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 		secret(v.ContainerDisk.ImagePullSecret)
 	}
 	if len(disks) > 0 {
-		vols = append(vols, emptyDir(diskVolume))
+		vols = append(vols, emptyDirVolume(diskVolume))
 		computeMounts = append(computeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.ContainerDiskDir})
 	}
 	return inits, computeMounts, vols, secrets

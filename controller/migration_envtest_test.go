@@ -180,8 +180,12 @@ func TestMigrationTargetPod(t *testing.T) {
 			assert.Equal(t, "mig-job", target.Annotations[v1.MigrationJobNameAnnotation])
 			assert.True(t, metav1.IsControlledBy(target, vmi), "owned by the VMI, like its source")
 			assert.Equal(t, map[string]string{"kubernetes.io/arch": "amd64", controller.NodeSchedulableLabel: "true", "example.com/zone": "b"}, target.Spec.NodeSelector)
-			// Its own sockets, inside the VMI's directory.
-			assert.Equal(t, controller.SocketRootDir+"/"+string(vmi.UID)+"/"+spec.MigrationSocketSubdir(string(m.UID)), spec.PodSocketDir(target))
+			// Its own sockets (an emptyDir of its own), its launcher the
+			// source's user.
+			for _, v := range target.Spec.Volumes {
+				assert.Nil(t, v.HostPath, v.Name)
+			}
+			assert.Equal(t, source.Spec.SecurityContext.RunAsUser, target.Spec.SecurityContext.RunAsUser)
 			c := target.Spec.Containers[0]
 			var incoming string
 			for _, e := range c.Env {

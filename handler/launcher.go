@@ -3,11 +3,8 @@ package handler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,21 +14,24 @@ import (
 )
 
 // launcherConn is virt-handler's view of one launcher: its control API and
-// the directory it shares with the node.
+// the socket directory of its pod.
 type launcherConn struct {
-	dir string
+	dir socketDir
 }
 
-func (l launcherConn) socket() string { return filepath.Join(l.dir, spec.ControlSocket) }
+func (l launcherConn) String() string { return l.dir.String() }
 
-func (l launcherConn) client() *api.Client { return api.NewClient(l.socket()) }
+func (l launcherConn) client() *api.Client {
+	return api.NewDialClient(l.dir.String()+"/"+spec.ControlSocket, func(ctx context.Context) (net.Conn, error) {
+		return l.dir.dial(ctx, spec.ControlSocket)
+	})
+}
 
 // pid is the launcher's process ID in virt-handler's PID namespace (the
 // host's: the handler runs with hostPID), from the socket's peer
 // credentials; that is how the handler finds the pod's network namespace.
 func (l launcherConn) pid(ctx context.Context) (int, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", l.socket())
+	c, err := l.dir.dial(ctx, spec.ControlSocket)
 	if err != nil {
 		return 0, err
 	}
@@ -48,10 +48,10 @@ func (l launcherConn) pid(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if serr != nil {
-		return 0, fmt.Errorf("peer credentials of %s: %w", l.socket(), serr)
+		return 0, fmt.Errorf("peer credentials of the launcher in %s: %w", l, serr)
 	}
 	if cred.Pid <= 0 {
-		return 0, fmt.Errorf("peer credentials of %s: no PID (is virt-handler in the host PID namespace?)", l.socket())
+		return 0, fmt.Errorf("peer credentials of the launcher in %s: no PID (is virt-handler in the host PID namespace?)", l)
 	}
 	return int(cred.Pid), nil
 }
@@ -69,13 +69,13 @@ func (l launcherConn) info(ctx context.Context) (api.Info, bool, error) {
 	if err == nil {
 		return i, true, nil
 	}
-	if b, ferr := os.ReadFile(filepath.Join(l.dir, spec.ExitFile)); ferr == nil {
+	if b, ferr := l.dir.readFile(spec.ExitFile); ferr == nil {
 		var rec api.Info
 		if json.Unmarshal(b, &rec) == nil {
 			return rec, false, nil
 		}
 	}
-	if _, serr := os.Stat(l.socket()); errors.Is(serr, os.ErrNotExist) {
+	if ok, serr := l.dir.exists(spec.ControlSocket); serr == nil && !ok {
 		return api.Info{}, false, errNoSocket
 	}
 	return api.Info{}, false, err

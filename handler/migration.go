@@ -34,8 +34,9 @@ import (
 // configuration); from there:
 //
 //   - the target's handler (MigrationTargetReconciler, driven by the target
-//     pod on its node) gives the target launcher its socket directory and
-//     its pod network, exactly as for any launcher, and once the launcher
+//     pod on its node) reads the target launcher in its pod's own socket
+//     directory and gives it its pod network, exactly as for any launcher,
+//     and once the launcher
 //     waits for the guest (state Incoming, on spec.MigrationInSocket)
 //     opens its end of the stream (migration_proxy.go) and writes where:
 //     migrationState.targetNodeAddress, this handler's pod IP, and the
@@ -189,7 +190,7 @@ func (r *VMIReconciler) startMigration(ctx context.Context, vmi *v1.VirtualMachi
 	target := strings.TrimPrefix(req.To, "tcp:")
 	logger := log.FromContext(ctx)
 	if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
-		return listenSource(filepath.Join(l.dir, spec.MigrationOutSocket), l.socket(), target, string(ms.MigrationUID), r.MigrationTLS.Client,
+		return listenSource(l.dir, spec.LauncherUID(vmi.UID), target, string(ms.MigrationUID), r.MigrationTLS.Client,
 			func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
 	}); err != nil {
 		return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())
@@ -382,11 +383,11 @@ func (r *VMIReconciler) patchMigrationState(ctx context.Context, vmi *v1.Virtual
 // cache: the cache holds this node's VMIs, and the VMI is still the
 // source node's.
 type MigrationTargetReconciler struct {
-	Client     client.Client
-	APIReader  client.Reader
-	NodeName   string
-	SocketRoot string
-	Recorder   events.EventRecorder
+	Client    client.Client
+	APIReader client.Reader
+	NodeName  string
+	PodsDir   string // the kubelet's pods directory (see socketDir)
+	Recorder  events.EventRecorder
 	// PodIP is this handler's address: the source's handler connects to
 	// Migrations there, on MigrationPort.
 	PodIP      string
@@ -430,10 +431,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if string(vmi.UID) != pod.Labels[v1.CreatedByLabel] {
 		return ctrl.Result{}, nil
 	}
-	l, err := podLauncher(r.SocketRoot, vmi, pod)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	l := podLauncher(r.PodsDir, pod)
 	info, live, err := l.info(ctx)
 	if err != nil {
 		if !errors.Is(err, errNoSocket) {
@@ -459,7 +457,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		// On every pass, not once: a restarted handler must expect the
 		// stream again before the source's handler connects.
-		r.Migrations.Expect(string(ms.MigrationUID), req.String(), filepath.Join(l.dir, spec.MigrationInSocket))
+		r.Migrations.Expect(string(ms.MigrationUID), req.String(), l.dir)
 		if ms.TargetNodeAddress != "" {
 			return ctrl.Result{RequeueAfter: startingPoll}, nil
 		}

@@ -67,11 +67,11 @@ func spinningVMM(t *testing.T, dir string) *api.Client {
 // and never reads it. It returns the handler's migration port.
 func deafTarget(t *testing.T, cfg *MigrationTLS, uids ...string) int {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), spec.MigrationInSocket)
-	runnertest.Deaf(t, sock)
+	in, dir := testSocketDir(t)
+	runnertest.Deaf(t, filepath.Join(dir, spec.MigrationInSocket))
 	srv, addr := migrationServer(t, cfg)
 	for _, uid := range uids {
-		srv.Expect(uid, "default/target-"+uid, sock)
+		srv.Expect(uid, "default/target-"+uid, in)
 	}
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
@@ -90,14 +90,14 @@ func TestMigrationSourceAbort(t *testing.T) {
 		started bool
 	}{{"before the start", false}, {"while it runs", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
+			sd, dir := testSocketDir(t)
 			vmm := spinningVMM(t, dir)
 			rec := events.NewFakeRecorder(100)
 			port := deafTarget(t, tlsCfg, "m-"+strings.ReplaceAll(tc.name, " ", "-"))
 			// The VMM runs in this process: it sees its socket directory
 			// where the handler does.
-			r := &VMIReconciler{Client: k8s, NodeName: "node01", SocketRoot: dir, Recorder: rec, MigrationTLS: tlsCfg, LauncherSocketDir: dir}
-			l := launcherConn{dir: dir}
+			r := &VMIReconciler{Client: k8s, NodeName: "node01", PodsDir: sd.podsDir, Recorder: rec, MigrationTLS: tlsCfg, LauncherSocketDir: dir}
+			l := launcherConn{dir: sd}
 
 			// A running VMI handed over for a migration whose target listens.
 			name := strings.ReplaceAll(tc.name, " ", "-")

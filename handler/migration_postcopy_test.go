@@ -64,14 +64,14 @@ func (s *scriptedVMM) set(st api.MigrationStatus) {
 func TestMigrationSourcePostCopy(t *testing.T) {
 	k8s := apiServer(t)
 	ctx := context.Background()
-	dir := t.TempDir()
+	sd, dir := testSocketDir(t)
 	vmm := &scriptedVMM{}
 	srv, err := api.Listen(filepath.Join(dir, spec.ControlSocket), vmm)
 	require.NoError(t, err)
 	defer srv.Close()
 	rec := events.NewFakeRecorder(100)
-	r := &VMIReconciler{Client: k8s, NodeName: "node01", SocketRoot: dir, Recorder: rec, LauncherSocketDir: dir}
-	l := launcherConn{dir: dir}
+	r := &VMIReconciler{Client: k8s, NodeName: "node01", PodsDir: sd.podsDir, Recorder: rec, LauncherSocketDir: dir}
+	l := launcherConn{dir: sd}
 
 	vmi := vmiWithPodNIC()
 	vmi.ObjectMeta = metav1.ObjectMeta{Name: "postcopy", Namespace: "default"}

@@ -9,12 +9,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // The migration stream between nodes is the handlers' to carry, as in
@@ -128,22 +127,24 @@ type MigrationServer struct {
 }
 
 type expected struct {
-	pod, sock string
-	taken     bool
+	pod   string
+	dir   socketDir
+	taken bool
 }
 
 // Expect registers a migration's target: its stream goes to the launcher
-// socket sock. pod names the target pod for Forget.
-func (s *MigrationServer) Expect(uid, pod, sock string) {
+// socket spec.MigrationInSocket in the target pod's socket directory dir.
+// pod names the target pod for Forget.
+func (s *MigrationServer) Expect(uid, pod string, dir socketDir) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.expect == nil {
 		s.expect = map[string]expected{}
 	}
-	if e, ok := s.expect[uid]; ok && e.sock == sock {
+	if e, ok := s.expect[uid]; ok && e.dir == dir {
 		return // level-triggered callers register again: keep taken
 	}
-	s.expect[uid] = expected{pod: pod, sock: sock}
+	s.expect[uid] = expected{pod: pod, dir: dir}
 }
 
 // Forget drops what was expected for pod: its migration is over.
@@ -164,17 +165,18 @@ func (s *MigrationServer) Refused() int {
 	return s.refused
 }
 
-// claim hands out the launcher socket of an expected migration, once.
-func (s *MigrationServer) claim(uid string) (string, bool) {
+// claim hands out the socket directory of an expected migration's
+// target, once.
+func (s *MigrationServer) claim(uid string) (socketDir, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.expect[uid]
 	if !ok || e.taken {
-		return "", false
+		return socketDir{}, false
 	}
 	e.taken = true
 	s.expect[uid] = e
-	return e.sock, true
+	return e.dir, true
 }
 
 // Serve accepts streams on l until ctx ends. Each connection is handled
@@ -216,15 +218,16 @@ func (s *MigrationServer) handle(ctx context.Context, c net.Conn) {
 	uid, err := bufio.NewReaderSize(io.LimitReader(tc, headerLimit), headerLimit).ReadString('\n')
 	tc.SetReadDeadline(time.Time{})
 	uid = strings.TrimSuffix(uid, "\n")
-	sock, ok := s.claim(uid)
+	dir, ok := s.claim(uid)
 	if err != nil || !ok {
 		s.Logf("migration server: %s named migration %q, which this node does not expect (or already receives)", c.RemoteAddr(), uid)
 		tc.Close()
 		return
 	}
 	s.Logf("migration server: migration %s from %s", uid, c.RemoteAddr())
-	var d net.Dialer
-	vmm, err := d.DialContext(ctx, "unix", sock)
+	dctx, cancel := context.WithTimeout(ctx, proxyHandshakeTimeout)
+	vmm, err := dir.dial(dctx, spec.MigrationInSocket)
+	cancel()
 	if err != nil {
 		tc.Close()
 		s.Logf("migration server: migration %s: the target launcher: %v", uid, err)
@@ -246,24 +249,15 @@ func (p *migrationProxy) stop() {
 	<-p.done
 }
 
-// listenSource makes the unix socket sock that the source launcher's VMM
-// connects to, and joins that connection to a TLS connection to the
-// target's handler at target, naming migration uid. The socket belongs to
-// the owner of the launcher's control socket, launcherSock, and only it
-// may connect: the launcher does not run as root.
-func listenSource(sock, launcherSock, target, uid string, cfg *tls.Config, logf func(string, ...any)) (*migrationProxy, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(launcherSock, &st); err != nil {
-		return nil, fmt.Errorf("migration proxy: the launcher's socket: %w", err)
-	}
-	os.Remove(sock) // a previous migration's, whose proxy is gone
-	l, err := net.Listen("unix", sock)
+// listenSource makes the unix socket spec.MigrationOutSocket in the source
+// launcher's socket directory dir, that its VMM connects to, and joins
+// that connection to a TLS connection to the target's handler at target,
+// naming migration uid. The socket belongs to the launcher's user,
+// launcherUID, and only it may connect: the launcher does not run as root.
+func listenSource(dir socketDir, launcherUID int, target, uid string, cfg *tls.Config, logf func(string, ...any)) (*migrationProxy, error) {
+	l, err := dir.listen(spec.MigrationOutSocket, launcherUID, launcherUID)
 	if err != nil {
 		return nil, fmt.Errorf("migration proxy: %w", err)
-	}
-	if err := handOverSocket(sock, int(st.Uid), int(st.Gid)); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("migration proxy: giving %s to the launcher: %w", sock, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &migrationProxy{cancel: cancel, done: make(chan struct{})}
@@ -274,7 +268,7 @@ func listenSource(sock, launcherSock, target, uid string, cfg *tls.Config, logf 
 	go func() {
 		defer close(p.done)
 		defer cancel()
-		defer os.Remove(sock)
+		defer dir.remove(spec.MigrationOutSocket)
 		vmm, err := l.Accept()
 		l.Close()
 		if err != nil {

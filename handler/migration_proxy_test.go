@@ -123,8 +123,8 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 	srv, addr := migrationServer(t, tlsCfg)
 
 	// The target launcher: its VMM answers what the source sends, upper-cased.
-	inSock := filepath.Join(dir, "in.sock")
-	vmm, err := net.Listen("unix", inSock)
+	in, inDir := testSocketDir(t)
+	vmm, err := net.Listen("unix", filepath.Join(inDir, spec.MigrationInSocket))
 	require.NoError(t, err)
 	defer vmm.Close()
 	go func() {
@@ -136,7 +136,7 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 		b, _ := io.ReadAll(io.LimitReader(c, 5))
 		c.Write(bytes.ToUpper(b))
 	}()
-	srv.Expect("migration-1", "ns/target", inSock)
+	srv.Expect("migration-1", "ns/target", in)
 
 	// A plain client: its bytes are no TLS handshake.
 	c, err := net.Dial("tcp", addr)
@@ -186,11 +186,11 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 		"every stranger was refused (%d)", srv.Refused())
 
 	// A handler naming a migration this node does not expect gets nothing.
-	out := filepath.Join(dir, "out.sock")
-	ctl := launcherControlSocket(t, dir)
+	src, srcDir := testSocketDir(t)
+	out := filepath.Join(srcDir, spec.MigrationOutSocket)
 	send := func(uid, data string) string {
 		t.Helper()
-		p, err := listenSource(out, ctl, addr, uid, tlsCfg.Client, t.Logf)
+		p, err := listenSource(src, launcherUID, addr, uid, tlsCfg.Client, t.Logf)
 		require.NoError(t, err)
 		defer p.stop()
 		var st unix.Stat_t
@@ -245,9 +245,9 @@ func TestMigrationProxySourceChecksTheTarget(t *testing.T) {
 				b, _ := io.ReadAll(c)
 				received <- b
 			}()
-			sock := filepath.Join(dir, "out.sock")
-			ctl := launcherControlSocket(t, dir)
-			source, err := listenSource(sock, ctl, l.Addr().String(), "migration-1", tlsCfg.Client, t.Logf)
+			src, srcDir := testSocketDir(t)
+			sock := filepath.Join(srcDir, spec.MigrationOutSocket)
+			source, err := listenSource(src, launcherUID, l.Addr().String(), "migration-1", tlsCfg.Client, t.Logf)
 			require.NoError(t, err)
 			defer source.stop()
 			s, err := net.Dial("unix", sock)
@@ -265,13 +265,3 @@ func toPtr[T any](v T) *T { return &v }
 
 // launcherUID is the user a launcher runs as in these tests (nobody).
 const launcherUID = 65534
-
-// launcherControlSocket stands for a launcher's control socket: a file
-// owned by the launcher's user.
-func launcherControlSocket(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, spec.ControlSocket)
-	require.NoError(t, os.WriteFile(p, nil, 0o600))
-	require.NoError(t, os.Chown(p, launcherUID, launcherUID))
-	return p
-}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -33,11 +31,11 @@ const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
 // Server is virt-handler's API for virt-api: the operations that need the
 // node (pause, unpause, the serial console), for VMIs on this node.
 type Server struct {
-	Client     client.Client // reads VMIs (the manager's cache)
-	NodeName   string
-	SocketRoot string
-	Kick       chan<- event.GenericEvent
-	Log        logr.Logger
+	Client   client.Client // reads VMIs (the manager's cache)
+	NodeName string
+	PodsDir  string // the kubelet's pods directory (see socketDir)
+	Kick     chan<- event.GenericEvent
+	Log      logr.Logger
 }
 
 // Handler is the HTTP routes.
@@ -51,19 +49,19 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// launcher finds the running VMI the request names, on this node, and the
-// socket directory of its active launcher (after a migration, the
-// target's); on failure, the HTTP status to answer with.
-func (s *Server) launcher(r *http.Request) (*v1.VirtualMachineInstance, string, int, error) {
+// launcher finds the running VMI the request names, on this node, and its
+// active launcher (after a migration, the target's); on failure, the HTTP
+// status to answer with.
+func (s *Server) launcher(r *http.Request) (*v1.VirtualMachineInstance, launcherConn, int, error) {
 	vmi, code, err := s.vmi(r)
 	if err != nil {
-		return nil, "", code, err
+		return nil, launcherConn{}, code, err
 	}
 	pod, err := activeLauncherPod(r.Context(), s.Client, s.NodeName, vmi)
 	if err != nil {
-		return nil, "", http.StatusInternalServerError, err
+		return nil, launcherConn{}, http.StatusInternalServerError, err
 	}
-	return vmi, podSocketDir(s.SocketRoot, vmi, pod), 0, nil
+	return vmi, podLauncher(s.PodsDir, pod), 0, nil
 }
 
 func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
@@ -83,12 +81,12 @@ func (s *Server) vmi(r *http.Request) (*v1.VirtualMachineInstance, int, error) {
 
 func (s *Server) lifecycle(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		vmi, dir, code, err := s.launcher(r)
+		vmi, l, code, err := s.launcher(r)
 		if err != nil {
 			http.Error(w, err.Error(), code)
 			return
 		}
-		c := launcherConn{dir: dir}.client()
+		c := l.client()
 		ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
 		defer cancel()
 		if op == "pause" {
@@ -121,13 +119,14 @@ var upgrader = websocket.Upgrader{
 }
 
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
-	vmi, dir, code, err := s.launcher(r)
+	vmi, l, code, err := s.launcher(r)
 	if err != nil {
 		http.Error(w, err.Error(), code)
 		return
 	}
-	path := filepath.Join(dir, spec.ConsoleSocket)
-	conn, err := net.DialTimeout("unix", path, launcherQueryTimeout)
+	dctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
+	conn, err := l.dir.dial(dctx, spec.ConsoleSocket)
+	cancel()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("console of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return

@@ -1,17 +1,33 @@
 package handler
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
+
+// testSocketDir makes a launcher pod's socket directory as the kubelet
+// lays it out, in a short temporary pods directory (socket paths must fit
+// in 108 bytes), and returns it with its path.
+func testSocketDir(t *testing.T) (socketDir, string) {
+	t.Helper()
+	pods, err := os.MkdirTemp("", "pods")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(pods) })
+	d := socketDir{podsDir: pods, podUID: "p"}
+	require.NoError(t, os.MkdirAll(d.String(), 0o777))
+	return d, d.String()
+}
 
 func owner(t *testing.T, path string) uint32 {
 	t.Helper()
@@ -20,83 +36,116 @@ func owner(t *testing.T, path string) uint32 {
 	return st.Sys().(*syscall.Stat_t).Uid
 }
 
-// A launcher owns its VMI's socket directory and may plant symlinks (or
-// hard links) in it; making and handing over its pods' directories must
-// neither follow them nor touch anything outside the socket root.
-func TestEnsureSocketDirStaysBeneathTheRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to hand directories to the launcher's user")
-	}
-	base := t.TempDir()
-	root := filepath.Join(base, "sockets")
-	outside := filepath.Join(base, "outside")
-	require.NoError(t, os.MkdirAll(root, 0o755))
-	require.NoError(t, os.MkdirAll(outside, 0o755))
+// What a hostile launcher can plant in its socket directory (symlinks to
+// other sockets and files of the node, hard links, FIFOs) and what the API
+// could name (a pod UID with "..") never lead the handler outside the
+// pod's directory: the handler reaches only sockets and files that are
+// really in it.
+func TestSocketDirStaysInThePodsDirectory(t *testing.T) {
+	d, dir := testSocketDir(t)
+	outside := t.TempDir()
 	secret := filepath.Join(outside, "secret")
-	require.NoError(t, os.WriteFile(secret, []byte("root's"), 0o600))
+	require.NoError(t, os.WriteFile(secret, []byte(`{"state":"Running"}`), 0o600))
+	other, err := net.Listen("unix", filepath.Join(outside, "other.sock"))
+	require.NoError(t, err)
+	defer other.Close()
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 
-	// The normal case: the VMI's directory, then a pod's inside it.
-	vmiDir := filepath.Join(root, "uid1")
-	require.NoError(t, ensureSocketDir(root, vmiDir))
-	require.NoError(t, ensureSocketDir(root, filepath.Join(vmiDir, "pod-a")))
-	assert.Equal(t, uint32(spec.LauncherUID), owner(t, vmiDir))
-	assert.Equal(t, uint32(spec.LauncherUID), owner(t, filepath.Join(vmiDir, "pod-a")))
-	require.NoError(t, ensureSocketDir(root, vmiDir), "again: nothing to do")
+	// The normal case: a socket and a record in the directory.
+	own, err := net.Listen("unix", filepath.Join(dir, spec.ControlSocket))
+	require.NoError(t, err)
+	defer own.Close()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, spec.ExitFile), []byte("record"), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := d.dial(ctx, spec.ControlSocket)
+	require.NoError(t, err)
+	c.Close()
+	b, err := d.readFile(spec.ExitFile)
+	require.NoError(t, err)
+	assert.Equal(t, "record", string(b))
 
-	// What the launcher plants in its directory.
-	require.NoError(t, os.Symlink(outside, filepath.Join(vmiDir, "pod-b")))
-	require.NoError(t, os.Symlink(outside, filepath.Join(root, "uid2")))
-	require.NoError(t, os.Link(secret, filepath.Join(vmiDir, "pod-c")))
-	for _, tc := range []struct{ name, dir, msg string }{
-		{"symlinked pod directory", filepath.Join(vmiDir, "pod-b"), "symlink"},
-		{"below a symlinked pod directory", filepath.Join(vmiDir, "pod-b", "x"), "symlink"},
-		{"symlinked VMI directory", filepath.Join(root, "uid2", "pod"), "symlink"},
-		{"hard link to a file", filepath.Join(vmiDir, "pod-c"), "not a directory"},
-		{"outside the root", outside, "not below"},
-		{"dot-dot", filepath.Join(root, "..", "outside"), "not below"},
-		{"the root itself", root, "not below"},
+	require.NoError(t, os.Symlink(filepath.Join(outside, "other.sock"), filepath.Join(dir, "symlink.sock")))
+	require.NoError(t, os.Symlink(secret, filepath.Join(dir, "symlink.json")))
+	require.NoError(t, os.Link(secret, filepath.Join(dir, "hardlink.sock")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "fifo.json"), 0o666))
+	for _, tc := range []struct{ name, file, msg string }{
+		{"dial a symlink to another socket", "symlink.sock", "not a socket"},
+		{"dial a hard link to a file", "hardlink.sock", "not a socket"},
+		{"dial a FIFO", "fifo.json", "not a socket"},
+		{"dial out with ..", "../../../../" + filepath.Base(outside) + "/other.sock", "cross-device link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.ErrorContains(t, ensureSocketDir(root, tc.dir), tc.msg)
+			_, err := d.dial(ctx, tc.file)
+			assert.ErrorContains(t, err, tc.msg)
 		})
 	}
-	assert.Equal(t, uint32(0), owner(t, outside), "nothing outside the root changed hands")
-	assert.Equal(t, uint32(0), owner(t, secret))
-	assert.Equal(t, uint32(0), owner(t, root))
-	ents, err := os.ReadDir(outside)
-	require.NoError(t, err)
-	assert.Len(t, ents, 1, "nothing made outside the root")
-	b, err := os.ReadFile(secret)
-	require.NoError(t, err)
-	assert.Equal(t, "root's", string(b))
+	for _, tc := range []struct{ name, file, msg string }{
+		{"read a symlink to a file", "symlink.json", "too many levels of symbolic links"},
+		{"read a FIFO", "fifo.json", "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.readFile(tc.file)
+			assert.ErrorContains(t, err, tc.msg)
+		})
+	}
+
+	// The directory itself: a pod UID from the API naming a way out, or a
+	// socket directory that is a symlink.
+	require.NoError(t, os.MkdirAll(filepath.Join(d.podsDir, "q", emptyDirPlugin), 0o755))
+	require.NoError(t, os.Symlink(dir, filepath.Join(d.podsDir, "q", emptyDirPlugin, spec.SocketsVolume)))
+	for _, tc := range []struct {
+		name string
+		uid  types.UID
+		msg  string
+	}{
+		{"a symlinked socket directory", "q", "too many levels of symbolic links"},
+		{"a pod UID with ..", types.UID("../" + filepath.Base(outside)), "cross-device link"},
+		{"no pod", "", "file does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := socketDir{podsDir: d.podsDir, podUID: tc.uid}.dial(ctx, spec.ControlSocket)
+			assert.ErrorContains(t, err, tc.msg)
+		})
+	}
 }
 
 // The migration socket is handed to the launcher's user after bind, in a
-// directory the launcher writes: a symlink or a hard link to a file of
-// root's in its place is refused and its target keeps its owner and mode.
-func TestHandOverSocketChangesOnlyTheSocket(t *testing.T) {
+// directory the launcher writes: it is made in the pod's directory, given
+// to that user only, and a symlink or hard link to a file of root's left
+// in its place is replaced, never followed.
+func TestSocketDirListenHandsTheSocketToTheLauncher(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to hand a socket to another user")
 	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "out.sock")
-	l, err := net.Listen("unix", sock)
-	require.NoError(t, err)
-	defer l.Close()
-	require.NoError(t, handOverSocket(sock, spec.LauncherUID, spec.LauncherUID))
-	st, err := os.Lstat(sock)
-	require.NoError(t, err)
-	assert.Equal(t, uint32(spec.LauncherUID), st.Sys().(*syscall.Stat_t).Uid)
-	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
-
+	d, dir := testSocketDir(t)
 	secret := filepath.Join(t.TempDir(), "secret")
 	require.NoError(t, os.WriteFile(secret, []byte("root's"), 0o640))
-	require.NoError(t, os.Symlink(secret, filepath.Join(dir, "symlink.sock")))
-	require.NoError(t, os.Link(secret, filepath.Join(dir, "hardlink.sock")))
-	for _, name := range []string{"symlink.sock", "hardlink.sock"} {
-		assert.ErrorContains(t, handOverSocket(filepath.Join(dir, name), spec.LauncherUID, spec.LauncherUID), "no longer a socket", name)
+	for _, planted := range []func(string) error{
+		func(p string) error { return os.Symlink(secret, p) },
+		func(p string) error { return os.Link(secret, p) },
+	} {
+		sock := filepath.Join(dir, spec.MigrationOutSocket)
+		require.NoError(t, planted(sock))
+		l, err := d.listen(spec.MigrationOutSocket, launcherUID, launcherUID)
+		require.NoError(t, err)
+		st, err := os.Lstat(sock)
+		require.NoError(t, err)
+		assert.Equal(t, os.ModeSocket, st.Mode().Type())
+		assert.Equal(t, uint32(launcherUID), owner(t, sock))
+		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+		l.Close()
+		d.remove(spec.MigrationOutSocket)
 	}
-	st, err = os.Stat(secret)
+	st, err := os.Stat(secret)
 	require.NoError(t, err)
 	assert.Equal(t, uint32(0), st.Sys().(*syscall.Stat_t).Uid)
 	assert.Equal(t, os.FileMode(0o640), st.Mode().Perm())

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +48,7 @@ const (
 )
 
 // VMIReconciler is virt-handler's VMI loop: for every VMI on its node it
-// asks the VMI's launcher (over the control socket in the shared socket
+// asks the VMI's launcher (over the control socket in its pod's socket
 // directory) what the guest does and writes that into the VMI status:
 // phase Running/Succeeded/Failed, the Paused condition, interfaces, the
 // active backend. It prepares the pod network the launcher waits for, and
@@ -61,10 +58,12 @@ const (
 // handler simply reconciles every VMI again: the launchers run on,
 // untouched, and the status is rebuilt from what they say.
 type VMIReconciler struct {
-	Client     client.Client
-	NodeName   string
-	SocketRoot string
-	Recorder   events.EventRecorder
+	Client   client.Client
+	NodeName string
+	// PodsDir is the kubelet's pods directory, where the launcher pods'
+	// socket directories are (see socketDir).
+	PodsDir  string
+	Recorder events.EventRecorder
 	// Kick re-queues a VMI at once (after a pause/unpause the server did).
 	Kick chan event.GenericEvent
 	// MigrationTLS authenticates this handler to a migration target's.
@@ -98,7 +97,9 @@ func (r *VMIReconciler) typeShutdown(vmi *v1.VirtualMachineInstance, l launcherC
 		return
 	}
 	// The console has one client: this detaches a user's for a moment.
-	c, err := net.DialTimeout("unix", filepath.Join(l.dir, spec.ConsoleSocket), launcherQueryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), launcherQueryTimeout)
+	c, err := l.dir.dial(ctx, spec.ConsoleSocket)
+	cancel()
 	if err != nil {
 		return
 	}
@@ -144,9 +145,6 @@ func (r *VMIReconciler) now() metav1.Time {
 	return metav1.Now()
 }
 
-// SocketDir is the directory a VMI's launcher shares with the node.
-func SocketDir(root string, uid types.UID) string { return filepath.Join(root, string(uid)) }
-
 // Reconcile syncs one VMI with its launcher, in three steps: read (the
 // VMI, its launcher pod, what its launcher says), decide (a pure function
 // of what was read), write (the actions decided, then the status, once).
@@ -173,10 +171,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	l, err := podLauncher(r.SocketRoot, vmi, pod)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	l := podLauncher(r.PodsDir, pod)
 	info, live, err := l.info(ctx)
 	obs := observation{vmi: vmi, pod: pod, info: info, live: live, answered: err == nil, now: r.now()}
 	if err != nil && !errors.Is(err, errNoSocket) {
@@ -224,8 +219,8 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	return ctrl.Result{RequeueAfter: p.requeue}, nil
 }
 
-// forgetFinal cleans up after a final VMI. It keeps its finalizer until its
-// launcher pod is gone: then its socket directory on the node goes too.
+// forgetFinal cleans up after a final VMI once its launcher pod is gone
+// (the kubelet removes the pod's socket directory with it).
 func (r *VMIReconciler) forgetFinal(ctx context.Context, vmi *v1.VirtualMachineInstance) error {
 	pod, err := r.launcherPod(ctx, vmi)
 	if err != nil || pod != nil {
@@ -234,9 +229,6 @@ func (r *VMIReconciler) forgetFinal(ctx context.Context, vmi *v1.VirtualMachineI
 	r.mu.Lock()
 	delete(r.typed, vmi.UID)
 	r.mu.Unlock()
-	if err := os.RemoveAll(SocketDir(r.SocketRoot, vmi.UID)); err != nil {
-		return fmt.Errorf("removing the socket directory of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
 	return nil
 }
 
@@ -465,20 +457,6 @@ func activeLauncherPod(ctx context.Context, c client.Reader, node string, vmi *v
 	return spec.ActiveLauncherPod(vmi, pods), nil
 }
 
-// podSocketDir is where, in this handler's view of the node, the socket
-// directory of the VMI's launcher pod is (the pod's sockets hostPath under
-// the socket root); without a pod, the VMI's own directory.
-func podSocketDir(root string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) string {
-	if pod != nil {
-		if hp := spec.PodSocketDir(pod); hp != "" {
-			if rel, err := filepath.Rel(spec.SocketRootDir, hp); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
-				return filepath.Join(root, rel)
-			}
-		}
-	}
-	return SocketDir(root, vmi.UID)
-}
-
 func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
 	nics := spec.PodNICs(&vmi.Spec)
 	if len(nics) == 0 {
@@ -491,22 +469,18 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	if err != nil {
 		return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	if err := SetupPodNetwork(pid, nics[0], spec.LauncherUID); err != nil {
+	if err := SetupPodNetwork(pid, nics[0], spec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
 }
 
-// podLauncher is the connection to the launcher of pod (nil: the VMI's
-// own directory), with the socket directories the launcher needs made
-// ready for it.
-func podLauncher(root string, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) (launcherConn, error) {
-	if err := ensureSocketDir(root, SocketDir(root, vmi.UID)); err != nil {
-		return launcherConn{}, err
+// podLauncher is the connection to the launcher of pod (nil: none, which
+// answers nothing), through the pod's socket directory.
+func podLauncher(podsDir string, pod *corev1.Pod) launcherConn {
+	l := launcherConn{dir: socketDir{podsDir: podsDir}}
+	if pod != nil {
+		l.dir.podUID = pod.UID
 	}
-	l := launcherConn{dir: podSocketDir(root, vmi, pod)}
-	if err := ensureSocketDir(root, l.dir); err != nil {
-		return launcherConn{}, err
-	}
-	return l, nil
+	return l
 }

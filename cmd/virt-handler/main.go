@@ -43,15 +43,16 @@ func main() {
 
 // options are virt-handler's flags.
 type options struct {
-	nodeName, socketRoot, pluginDir, probeAddr string
-	certDir, podIP                             string
-	devices                                    int
+	nodeName, podsDir, seccompDir, pluginDir string
+	certDir, podIP, probeAddr                string
+	devices                                  int
 }
 
 func run() error {
 	var o options
 	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
-	flag.StringVar(&o.socketRoot, "socket-root", spec.SocketRootDir, "node directory of the launchers' socket directories")
+	flag.StringVar(&o.podsDir, "kubelet-pods-dir", "/var/lib/kubelet/pods", "the kubelet's pods directory (<kubelet root>/pods), where the launcher pods' socket directories (emptyDirs) are")
+	flag.StringVar(&o.seccompDir, "seccomp-dir", "/var/lib/kubelet/seccomp", "the kubelet's seccomp directory (<kubelet root>/seccomp), where the launcher pods' profile goes")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
 	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
 	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
@@ -75,6 +76,11 @@ func run() error {
 	}
 	migrations := &handler.MigrationServer{TLS: migTLS.Server, Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }}
 
+	// Before the node is labelled schedulable: a launcher container
+	// cannot be created without its profile.
+	if err := handler.InstallSeccompProfile(o.seccompDir); err != nil {
+		return err
+	}
 	mgr, err := newManager(o)
 	if err != nil {
 		return err
@@ -91,10 +97,6 @@ func run() error {
 		if err := mgr.Add(manager.RunnableFunc(p.Run)); err != nil {
 			return err
 		}
-	}
-	gc := &handler.SocketGC{Client: mgr.GetClient(), SocketRoot: o.socketRoot, Log: log, MinAge: 5 * time.Minute, Interval: 10 * time.Minute}
-	if err := mgr.Add(manager.RunnableFunc(gc.Run)); err != nil {
-		return err
 	}
 	if err := addServers(mgr, o, certs, migrations, kick, log); err != nil {
 		return err
@@ -140,13 +142,13 @@ func newManager(o options) (ctrl.Manager, error) {
 // addControllers sets up the VMI, migration target and node controllers.
 func addControllers(mgr ctrl.Manager, o options, migTLS *handler.MigrationTLS, migrations *handler.MigrationServer, kick chan event.GenericEvent) error {
 	if err := (&handler.VMIReconciler{
-		Client: mgr.GetClient(), NodeName: o.nodeName, SocketRoot: o.socketRoot,
+		Client: mgr.GetClient(), NodeName: o.nodeName, PodsDir: o.podsDir,
 		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)
 	}
 	if err := (&handler.MigrationTargetReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, SocketRoot: o.socketRoot,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, PodsDir: o.podsDir,
 		Recorder: mgr.GetEventRecorder("virt-handler"), PodIP: o.podIP, Migrations: migrations,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the migration target controller: %w", err)
@@ -174,7 +176,7 @@ func addServers(mgr ctrl.Manager, o options, certs handler.TLSFiles, migrations 
 		return err
 	}
 	srv := &http.Server{
-		Handler:   (&handler.Server{Client: mgr.GetClient(), NodeName: o.nodeName, SocketRoot: o.socketRoot, Kick: kick, Log: log}).Handler(),
+		Handler:   (&handler.Server{Client: mgr.GetClient(), NodeName: o.nodeName, PodsDir: o.podsDir, Kick: kick, Log: log}).Handler(),
 		TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second,
 	}
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

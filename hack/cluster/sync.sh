@@ -27,7 +27,7 @@ ns=kubevirt
 manifests=$CLUSTER_DIR/kubevmm.yaml
 # (The kubelet's device-plugin directory is /var/lib/kubelet/device-plugins
 # whatever its --root-dir: the path is a constant of the device-plugin API.)
-(cd "$REPO_DIR" && go run ./hack/cluster/manifests -namespace "$ns" -pki "$CLUSTER_DIR/kubevmm-pki") > "$manifests"
+(cd "$REPO_DIR" && go run ./hack/cluster/manifests -namespace "$ns" -pki "$CLUSTER_DIR/kubevmm-pki" -kubelet-root "$CLUSTER_DIR/kubelet") > "$manifests"
 kubectl_admin apply --server-side --force-conflicts -f "$manifests" >/dev/null
 # Same tag, new image: restart so the pods run what was just built.
 kubectl_admin -n "$ns" rollout restart deployment/virt-controller deployment/virt-api daemonset/virt-handler >/dev/null

@@ -2,7 +2,6 @@ package spec
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +13,8 @@ import (
 // Live migration, as virt-controller, virt-handler and virt-launcher agree
 // on it.
 const (
-	// SocketRootDir is the node directory holding one socket directory
-	// per VMI (mounted at the same path in virt-handler).
+	// SocketRootDir is the launcher's socket directory in its pod (the
+	// SocketsVolume emptyDir).
 	SocketRootDir = "/var/run/kubevmm/sockets"
 	// GatewayMAC is the MAC address of the tap (the guest's gateway,
 	// GatewayIP) in every launcher pod. It is the same in every pod so
@@ -42,33 +41,13 @@ const (
 	// its virt-handler waits for the VMM's outgoing stream and carries it
 	// to the target's handler over TLS.
 	MigrationOutSocket = "migration-out.sock"
-	// SocketsVolume is the launcher pod's volume holding its socket
-	// directory (a hostPath under the node's socket root).
+	// SocketsVolume is the launcher pod's emptyDir holding its socket
+	// directory; virt-handler reaches it in the kubelet's directory of the
+	// pod (<kubelet root>/pods/<pod UID>/volumes/kubernetes.io~empty-dir/
+	// sockets), so every launcher pod, a migration's target included, has
+	// its own, gone with the pod.
 	SocketsVolume = "sockets"
 )
-
-// MigrationSocketSubdir is the socket directory of a migration's target
-// pod, inside its VMI's: each launcher of a VMI needs its own control and
-// console sockets, and nesting keeps the cleanup of a VMI's directory one
-// RemoveAll. Short, because socket paths must fit in 108 bytes.
-func MigrationSocketSubdir(migrationUID string) string {
-	u := strings.ReplaceAll(migrationUID, "-", "")
-	if len(u) > 12 {
-		u = u[:12]
-	}
-	return "m-" + u
-}
-
-// PodSocketDir is the node path of a launcher pod's socket directory (its
-// sockets hostPath volume), or "" if it has none.
-func PodSocketDir(pod *corev1.Pod) string {
-	for _, v := range pod.Spec.Volumes {
-		if v.Name == SocketsVolume && v.HostPath != nil {
-			return v.HostPath.Path
-		}
-	}
-	return ""
-}
 
 // IsMigrationTarget reports whether the pod is the target of a migration
 // that has not (yet) made it the VMI's launcher pod.

@@ -3,12 +3,14 @@
 // this with KUBEVMM_E2E=1). Everything goes through the user's tools:
 // hack/kubectl.sh (kubectl v1.35.4) and hack/virtctl.sh.
 //
-// Guest boots cost minutes on the nested CI hosts, so the test boots the
-// guest under our VMM twice only: once to read its console (that guest then
-// serves the network, pause, virt-handler restart and live migration
-// subtests, in that order), and once after `virtctl start` (to Running
-// only; the guest's own boot is not waited for). The Windows-style VMI
-// runs on QEMU with TCG, which boots the same guest in seconds here.
+// Guest boots cost minutes on the nested CI hosts, so TestVirtualMachineLifecycle
+// boots the guest under our VMM twice only: once to read its console (that
+// guest then serves the network, pause, virt-handler restart and live
+// migration subtests, in that order), and once after `virtctl start` (to
+// Running only; the guest's own boot is not waited for). The Windows-style
+// VMI runs on QEMU with TCG, which boots the same guest in seconds here.
+// TestRestrictedNamespace boots one more, in a namespace that enforces the
+// "restricted" PodSecurity level.
 // Every wait is for a condition; the bounds only turn a hang into a failure.
 package e2e
 
@@ -91,9 +93,15 @@ func jsonpath(t *testing.T, obj, path string) string {
 // marker printed before attaching counts.
 func console(t *testing.T, vmi string, bound time.Duration) string {
 	t.Helper()
+	return consoleIn(t, ns, vmi, bound)
+}
+
+// consoleIn is console for a VMI in namespace.
+func consoleIn(t *testing.T, namespace, vmi string, bound time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmi)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", namespace, "console", vmi)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	stdin, err := cmd.StdinPipe() // kept open: the console stays attached

@@ -19,13 +19,20 @@ type Client struct {
 
 // NewClient returns a client for the socket at path.
 func NewClient(path string) *Client {
+	return NewDialClient(path, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	})
+}
+
+// NewDialClient returns a client that reaches the VMM through dial, for a
+// caller that must not connect by path (virt-handler: the socket is in a
+// directory its launcher controls); name says which socket in errors.
+func NewDialClient(name string, dial func(context.Context) (net.Conn, error)) *Client {
 	return &Client{
-		path: path,
+		path: name,
 		hc: &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", path)
-			},
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		}},
 	}
 }

@@ -52,7 +52,7 @@ import (
 
 type opts struct {
 	namespace, imagePrefix, tag, pki, pluginDir string
-	featureGates                                string
+	kubeletRoot, featureGates                   string
 	pull                                        corev1.PullPolicy
 }
 
@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&o.tag, "tag", "devel", "image tag")
 	flag.StringVar(&o.pki, "pki", "", "directory keeping the generated CA and certificates (required)")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
+	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes (its pods and seccomp directories are below)")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
@@ -165,7 +166,11 @@ func probe(scheme corev1.URIScheme, port int) *corev1.Probe {
 // rbac is the namespace, the service accounts and their roles.
 func (m *manifests) rbac() error {
 	ns := m.o.namespace
-	if err := m.add(&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	// Said, not left to the cluster's default: virt-handler is privileged
+	// (it builds the launchers' networks and serves device plugins), which
+	// only the "privileged" PodSecurity level admits.
+	if err := m.add(&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}); err != nil {
 		return err
 	}
 	// The generated ClusterRoles, as they are.
@@ -291,18 +296,22 @@ func (m *manifests) handler() error {
 	}
 	// Privileged, in the host's PID namespace: it enters launcher pods'
 	// network namespaces (by the PID their sockets report) to build the
-	// masquerade network, and serves the kubelet device plugins.
+	// masquerade network, and serves the kubelet device plugins. It reaches
+	// the launchers' sockets in the kubelet's pods directory (their
+	// emptyDirs; the launcher pods have no host path) and installs their
+	// seccomp profile in the kubelet's seccomp directory.
 	vh := corev1.Container{Name: "virt-handler", Image: m.image("virt-handler"), ImagePullPolicy: m.o.pull,
 		Env: []corev1.EnvVar{
 			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
-		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--socket-root=" + controller.SocketRootDir},
+		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods", "--seccomp-dir=/var/lib/kubelet/seccomp"},
 		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: "sockets", MountPath: controller.SocketRootDir},
+			{Name: "kubelet-pods", MountPath: "/var/lib/kubelet/pods"},
+			{Name: "seccomp", MountPath: "/var/lib/kubelet/seccomp"},
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
 		}}
@@ -315,7 +324,8 @@ func (m *manifests) handler() error {
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					TerminationGracePeriodSeconds: ptr.To(int64(5)),
 					Volumes: []corev1.Volume{
-						hostPath("sockets", controller.SocketRootDir, corev1.HostPathDirectoryOrCreate),
+						hostPath("kubelet-pods", m.o.kubeletRoot+"/pods", corev1.HostPathDirectory),
+						hostPath("seccomp", m.o.kubeletRoot+"/seccomp", corev1.HostPathDirectoryOrCreate),
 						hostPath("device-plugins", m.o.pluginDir, corev1.HostPathDirectory),
 						secretVol("certs", "virt-handler-certs"),
 					}},
