@@ -91,9 +91,16 @@ func jsonpath(t *testing.T, obj, path string) string {
 // marker printed before attaching counts.
 func console(t *testing.T, vmi string, bound time.Duration) string {
 	t.Helper()
+	return consoleUntil(t, ns, vmi, marker, bound)
+}
+
+// consoleUntil is console in namespace namespace, until the line holding
+// marker is complete.
+func consoleUntil(t *testing.T, namespace, vmi, marker string, bound time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmi)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", namespace, "console", vmi)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	stdin, err := cmd.StdinPipe() // kept open: the console stays attached
