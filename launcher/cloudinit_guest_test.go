@@ -85,7 +85,7 @@ runcmd:
 						Memory: &v1.Memory{Guest: &g},
 						Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{
 							KernelArgs: "console=ttyS0 reboot=k panic=-1 quiet",
-							Container: &v1.KernelBootContainer{Image: "img", KernelPath: "/k", InitrdPath: "/i"}}},
+							Container:  &v1.KernelBootContainer{Image: "img", KernelPath: "/k", InitrdPath: "/i"}}},
 						Devices: v1.Devices{Disks: []v1.Disk{{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
 					},
 					Volumes: []v1.Volume{{Name: "ci", VolumeSource: tc.source}},

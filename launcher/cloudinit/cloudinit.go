@@ -7,7 +7,7 @@
 //	                         network_data.json
 //
 // The metadata is JSON, as KubeVirt writes it: NoCloud's instance-id is the
-// VMI's firmware UUID (else its UID) and local-hostname its hostname (else
+// VMI's UID (KubeVirt's firmware UUID) and local-hostname its hostname (else
 // its name up to the first dot); ConfigDrive's instance_id is name.namespace,
 // uuid the same UUID, hostname the same hostname. SSH public keys of
 // accessCredentials propagated by noCloud or configDrive go into
@@ -97,10 +97,9 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 	if err != nil {
 		return nil, true, err
 	}
+	// KubeVirt takes the firmware UUID, which kubevmm does not implement
+	// (the webhook refuses it): the VMI's UID is as unique and as stable.
 	uuid := string(vmi.UID)
-	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.UUID != "" {
-		uuid = string(fw.UUID)
-	}
 	var files []file
 	if noCloud {
 		meta, err := json.Marshal(noCloudMeta{InstanceID: uuid, LocalHostname: Hostname(vmi), PublicKeys: keys})

@@ -98,17 +98,16 @@ func TestImage(t *testing.T) {
 		files map[string]string
 	}{
 		{
-			name: "noCloud inline, spec hostname, firmware UUID",
+			name: "noCloud inline, spec hostname",
 			vmi: func() *v1.VirtualMachineInstance {
 				v := vmi("vm1", noCloud(v1.CloudInitNoCloudSource{UserData: "#cloud-config\nruncmd: [x]\n", NetworkData: big}))
 				v.Spec.Hostname = "guest-one"
-				v.Spec.Domain.Firmware = &v1.Firmware{UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223"}
 				return v
 			}(),
 			label: "cidata",
 			files: map[string]string{
 				"user-data":      "#cloud-config\nruncmd: [x]\n",
-				"meta-data":      `{"instance-id":"5d307ca9-b3ef-428c-8861-06e72d69f223","local-hostname":"guest-one"}`,
+				"meta-data":      `{"instance-id":"0f1e2d3c-uid","local-hostname":"guest-one"}`,
 				"network-config": big,
 			},
 		},

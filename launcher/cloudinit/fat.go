@@ -67,31 +67,12 @@ func fatImage(label string, files []file) ([]byte, error) {
 	dataStart := 1 + 2*fatSecs + 1
 	img := make([]byte, (dataStart+clusters)*sectorSize)
 
-	le := binary.LittleEndian
-	b := img[:sectorSize]
-	copy(b, []byte{0xeb, 0x3c, 0x90})
-	copy(b[3:11], "KUBEVMM ")
-	le.PutUint16(b[11:], sectorSize)
-	b[13] = 1               // sectors per cluster
-	le.PutUint16(b[14:], 1) // reserved sectors: the boot sector
-	b[16] = 2               // FATs
-	le.PutUint16(b[17:], rootEntries)
-	le.PutUint16(b[19:], uint16(dataStart+clusters))
-	b[21] = 0xf8 // fixed disk
-	le.PutUint16(b[22:], uint16(fatSecs))
-	le.PutUint16(b[24:], 32) // sectors per track, heads: unused, but set
-	le.PutUint16(b[26:], 64)
-	b[36] = 0x80
-	b[38] = 0x29 // the next three fields are present
 	crc := crc32.NewIEEE()
 	for _, f := range files {
 		crc.Write([]byte(f.path))
 		crc.Write(f.data)
 	}
-	le.PutUint32(b[39:], crc.Sum32())
-	copy(b[43:54], pad(label, 11))
-	copy(b[54:62], "FAT12   ")
-	b[510], b[511] = 0x55, 0xaa
+	bootSector(img[:sectorSize], label, dataStart+clusters, fatSecs, crc.Sum32())
 
 	fat := img[sectorSize : (1+fatSecs)*sectorSize]
 	setFAT(fat, 0, 0xff8)
@@ -103,32 +84,53 @@ func fatImage(label string, files []file) ([]byte, error) {
 	var lab [32]byte
 	copy(lab[:11], pad(label, 11))
 	lab[11] = 0x08 // volume label
-	le.PutUint16(lab[22+2:], fatDate)
+	binary.LittleEndian.PutUint16(lab[24:], fatDate) // written
 	copy(rootDir, lab[:])
 	root.writeEntries(rootDir[32:])
 
-	cluster := func(c uint32) []byte {
-		off := (dataStart + c - 2) * sectorSize
-		return img[off:]
-	}
-	var write func(n *node, parent uint32)
-	write = func(n *node, parent uint32) {
-		for _, k := range n.kids {
-			if !k.dir {
-				copy(cluster(k.cluster), k.data)
-				continue
-			}
-			d := cluster(k.cluster)[:k.nclus*sectorSize]
-			dot := entry([11]byte{'.', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '}, 0x10, k.cluster, 0)
-			dotdot := entry([11]byte{'.', '.', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '}, 0x10, parent, 0)
-			copy(d, dot[:])
-			copy(d[32:], dotdot[:])
-			k.writeEntries(d[64:])
-			write(k, k.cluster)
-		}
-	}
-	write(root, 0) // ".." of a directory in the root is cluster 0
+	root.writeData(img, dataStart, 0) // ".." of a directory in the root is cluster 0
 	return img, nil
+}
+
+func bootSector(b []byte, label string, sectors, fatSecs, volID uint32) {
+	le := binary.LittleEndian
+	copy(b, []byte{0xeb, 0x3c, 0x90})
+	copy(b[3:11], "KUBEVMM ")
+	le.PutUint16(b[11:], sectorSize)
+	b[13] = 1               // sectors per cluster
+	le.PutUint16(b[14:], 1) // reserved sectors: the boot sector
+	b[16] = 2               // FATs
+	le.PutUint16(b[17:], rootEntries)
+	le.PutUint16(b[19:], uint16(sectors))
+	b[21] = 0xf8 // fixed disk
+	le.PutUint16(b[22:], uint16(fatSecs))
+	le.PutUint16(b[24:], 32) // sectors per track, heads: unused, but set
+	le.PutUint16(b[26:], 64)
+	b[36] = 0x80
+	b[38] = 0x29 // the next three fields are present
+	le.PutUint32(b[39:], volID)
+	copy(b[43:54], pad(label, 11))
+	copy(b[54:62], "FAT12   ")
+	b[510], b[511] = 0x55, 0xaa
+}
+
+// writeData writes the contents of n's children into the data area, which
+// starts at sector dataStart; parent is n's first cluster.
+func (n *node) writeData(img []byte, dataStart, parent uint32) {
+	cluster := func(c uint32) []byte { return img[(dataStart+c-2)*sectorSize:] }
+	for _, k := range n.kids {
+		if !k.dir {
+			copy(cluster(k.cluster), k.data)
+			continue
+		}
+		d := cluster(k.cluster)[:k.nclus*sectorSize]
+		dot := entry([11]byte{'.', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '}, 0x10, k.cluster, 0)
+		dotdot := entry([11]byte{'.', '.', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '}, 0x10, parent, 0)
+		copy(d, dot[:])
+		copy(d[32:], dotdot[:])
+		k.writeEntries(d[64:])
+		k.writeData(img, dataStart, k.cluster)
+	}
 }
 
 func pad(s string, n int) []byte {
