@@ -19,6 +19,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/guestimage"
+	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
@@ -86,11 +87,23 @@ runcmd:
 						Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{
 							KernelArgs: "console=ttyS0 reboot=k panic=-1 quiet",
 							Container:  &v1.KernelBootContainer{Image: "img", KernelPath: "/k", InitrdPath: "/i"}}},
-						Devices: v1.Devices{Disks: []v1.Disk{{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}},
+						// A root disk first, as in KubeVirt's examples: the guest
+						// looks past it for the cloud-init disk.
+						Devices: v1.Devices{Disks: []v1.Disk{
+							{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}},
+							{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}},
+						}},
 					},
-					Volumes: []v1.Volume{{Name: "ci", VolumeSource: tc.source}},
+					Volumes: []v1.Volume{
+						{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk"}}},
+						{Name: "ci", VolumeSource: tc.source},
+					},
 				},
 			}
+			root := filepath.Join(p.ContainerDiskDir, "root.img")
+			require.NoError(t, os.WriteFile(root, nil, 0o644))
+			require.NoError(t, os.Truncate(root, 8<<20))
+			hosttools.Run(t, "mkfs.ext4", "-q", "-F", root)
 			b, err := json.Marshal(vmi)
 			require.NoError(t, err)
 			vmiFile := filepath.Join(t.TempDir(), "vmi.json")
@@ -101,7 +114,8 @@ runcmd:
 			con := &syncBuffer{}
 			mc, err := cfg.MachineConfig(con)
 			require.NoError(t, err)
-			require.True(t, mc.Disks[0].ReadOnly)
+			require.Len(t, mc.Disks, 2)
+			require.True(t, mc.Disks[1].ReadOnly)
 			m, err := machine.New(mc)
 			require.NoError(t, err)
 			defer m.Close()

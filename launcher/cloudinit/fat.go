@@ -81,10 +81,9 @@ func fatImage(label string, files []file) ([]byte, error) {
 	copy(img[(1+fatSecs)*sectorSize:], fat) // the second FAT
 
 	rootDir := img[(1+2*fatSecs)*sectorSize : dataStart*sectorSize]
-	var lab [32]byte
-	copy(lab[:11], pad(label, 11))
-	lab[11] = 0x08 // volume label
-	binary.LittleEndian.PutUint16(lab[24:], fatDate) // written
+	var name [11]byte
+	copy(name[:], pad(label, 11))
+	lab := entry(name, 0x08, 0, 0) // the volume label
 	copy(rootDir, lab[:])
 	root.writeEntries(rootDir[32:])
 
