@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/cloudinit"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -56,4 +57,49 @@ func TestRenderLauncherPodBootFiles(t *testing.T) {
 	pod, err = RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
 	require.NoError(t, err)
 	assert.Empty(t, pod.Spec.InitContainers)
+}
+
+// A cloud-init volume's Secrets (user data, network data, SSH keys
+// propagated through it) are mounted where the launcher reads them, with
+// an emptyDir for the disk it renders; keys for the guest agent are not.
+func TestRenderLauncherPodCloudInit(t *testing.T) {
+	key := func(secret string, m v1.SSHPublicKeyAccessCredentialPropagationMethod) v1.AccessCredential {
+		return v1.AccessCredential{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{
+			Source:            v1.SSHPublicKeyAccessCredentialSource{Secret: &v1.AccessCredentialSecretSource{SecretName: secret}},
+			PropagationMethod: m,
+		}}
+	}
+	vmi := &v1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ns", UID: "uid"},
+		Spec: v1.VirtualMachineInstanceSpec{
+			Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))}},
+			Volumes: []v1.Volume{{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{
+				UserDataSecretRef: &v1.LocalObjectReference{Name: "ud"}, NetworkDataSecretRef: &v1.LocalObjectReference{Name: "nd"}}}}},
+			AccessCredentials: []v1.AccessCredential{
+				key("keys", v1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1.NoCloudSSHPublicKeyAccessCredentialPropagation{}}),
+				key("keys", v1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1.NoCloudSSHPublicKeyAccessCredentialPropagation{}}),
+				key("agent", v1.SSHPublicKeyAccessCredentialPropagationMethod{QemuGuestAgent: &v1.Unmodeled{Raw: []byte("{}")}}),
+			},
+		},
+	}
+	pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
+	require.NoError(t, err)
+	secrets := map[string]string{} // volume -> Secret
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	mounts := map[string]string{} // path -> volume
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = m.Name
+		if secrets[m.Name] != "" {
+			assert.True(t, m.ReadOnly, m.Name)
+		}
+	}
+	assert.Equal(t, map[string]string{"cloud-init-userdata": "ud", "cloud-init-networkdata": "nd", "access-cred-0": "keys"}, secrets)
+	assert.Equal(t, "cloud-init-userdata", mounts[cloudinit.UserDataSecretDir(spec.SecretDir, "ci")])
+	assert.Equal(t, "cloud-init-networkdata", mounts[cloudinit.NetworkDataSecretDir(spec.SecretDir, "ci")])
+	assert.Equal(t, "access-cred-0", mounts[cloudinit.AccessCredentialDir(spec.SecretDir, "keys")])
+	assert.Equal(t, "cloud-init", mounts[spec.CloudInitDir])
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/cloudinit"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -34,6 +35,9 @@ import (
 //     seccomp profile spec.SeccompProfile, all capabilities dropped but
 //     NET_BIND_SERVICE: the pod passes the PodSecurity "restricted"
 //     level; virt-handler creates its taps (package handler);
+//   - the Secrets a cloud-init volume's disk is made of, mounted under
+//     spec.SecretDir, and an emptyDir at spec.CloudInitDir that the launcher
+//     renders the disk into (see cloudInitVolumes);
 //   - SIGTERM means: shut the guest down gracefully (package launcher: no
 //     ACPI, the VMI's kubevmm.io/shutdown-console-input, then a stop),
 //     within the pod's terminationGracePeriodSeconds, which is the VMI's
@@ -190,6 +194,8 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 	}
 	uid := spec.LauncherUID(vmi.UID)
 	initContainers, computeMounts, extraVolumes, pullSecrets := bootFileContainers(vmi, cfg.Image, pullPolicy)
+	ciMounts, ciVolumes := cloudInitVolumes(vmi)
+	computeMounts, extraVolumes = append(computeMounts, ciMounts...), append(extraVolumes, ciVolumes...)
 	// The generated name must leave room for the 5-character suffix the API
 	// server adds; it truncates generateName to 58 characters itself.
 	pod := &corev1.Pod{
@@ -440,4 +446,46 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 		computeMounts = append(computeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.ContainerDiskDir})
 	}
 	return inits, computeMounts, vols, secrets
+}
+
+// cloudInitVolumes are what the launcher renders a cloud-init volume from
+// and into: the Secrets it names and those of SSH keys propagated through
+// it, mounted read-only where launcher/cloudinit reads them (the launcher
+// has no API access, so the kubelet brings them, as in KubeVirt), and an
+// emptyDir for the rendered disk.
+func cloudInitVolumes(vmi *v1.VirtualMachineInstance) (mounts []corev1.VolumeMount, vols []corev1.Volume) {
+	ci := cloudinit.Volume(&vmi.Spec)
+	if ci == nil {
+		return nil, nil
+	}
+	const diskVolume = "cloud-init"
+	vols = append(vols, corev1.Volume{Name: diskVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	mounts = append(mounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.CloudInitDir})
+	secret := func(name, secretName, path string) {
+		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secretName}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: true})
+	}
+	var user, network *v1.LocalObjectReference
+	if c := ci.CloudInitNoCloud; c != nil {
+		user, network = c.UserDataSecretRef, c.NetworkDataSecretRef
+	} else {
+		user, network = ci.CloudInitConfigDrive.UserDataSecretRef, ci.CloudInitConfigDrive.NetworkDataSecretRef
+	}
+	if user != nil {
+		secret("cloud-init-userdata", user.Name, cloudinit.UserDataSecretDir(spec.SecretDir, ci.Name))
+	}
+	if network != nil {
+		secret("cloud-init-networkdata", network.Name, cloudinit.NetworkDataSecretDir(spec.SecretDir, ci.Name))
+	}
+	seen := map[string]bool{}
+	for _, c := range vmi.Spec.AccessCredentials {
+		k := c.SSHPublicKey
+		if k == nil || k.Source.Secret == nil || (k.PropagationMethod.NoCloud == nil && k.PropagationMethod.ConfigDrive == nil) || seen[k.Source.Secret.SecretName] {
+			continue
+		}
+		seen[k.Source.Secret.SecretName] = true
+		name := k.Source.Secret.SecretName
+		secret(fmt.Sprintf("access-cred-%d", len(seen)-1), name, cloudinit.AccessCredentialDir(spec.SecretDir, name))
+	}
+	return mounts, vols
 }

@@ -22,6 +22,10 @@ type Paths struct {
 	SocketDir        string
 	KernelBootDir    string
 	ContainerDiskDir string
+	// CloudInitDir is where the launcher writes the cloud-init disk, from
+	// the VMI and the Secrets mounted under SecretDir.
+	CloudInitDir string
+	SecretDir    string
 	// RunDir is scratch space (the QEMU backend's monitor socket).
 	RunDir string
 	// SysClassNet is /sys/class/net, where the launcher waits for the taps
@@ -35,6 +39,8 @@ func DefaultPaths(socketDir string) Paths {
 		SocketDir:        socketDir,
 		KernelBootDir:    spec.KernelBootDir,
 		ContainerDiskDir: spec.ContainerDiskDir,
+		CloudInitDir:     spec.CloudInitDir,
+		SecretDir:        spec.SecretDir,
 		RunDir:           "/tmp/kubevmm",
 		SysClassNet:      "/sys/class/net",
 	}
@@ -143,8 +149,12 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		switch {
 		case v.ContainerDisk != nil:
 			dc.Path = filepath.Join(p.ContainerDiskDir, d.Name+".img")
+		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
+			// Rendered at start (prepare); the guest only reads it.
+			dc.Path = cloudInitDisk(p, d.Name)
+			dc.ReadOnly = true
 		default:
-			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk volumes are supported by the launcher", d.Name)
+			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk and cloud-init volumes are supported by the launcher", d.Name)
 		}
 		c.Disks = append(c.Disks, dc)
 	}
@@ -167,6 +177,11 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		}
 	}
 	return c, nil
+}
+
+// cloudInitDisk is the path of the disk rendered for a cloud-init volume.
+func cloudInitDisk(p Paths, volume string) string {
+	return filepath.Join(p.CloudInitDir, volume+".img")
 }
 
 // MachineConfig is the VMM configuration of c, with the kernel and initrd

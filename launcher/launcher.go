@@ -38,6 +38,7 @@ import (
 	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/cloudinit"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/seccomp"
@@ -204,6 +205,14 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 	cfg, err := BuildVMConfig(vmi, o.Paths)
 	if err != nil {
 		return nil, "", VMConfig{}, err
+	}
+	// A migration target renders it too: the same VMI and Secrets give
+	// the same image, at the path the source's disk state names.
+	if v := cloudinit.Volume(&vmi.Spec); v != nil {
+		if _, err := cloudinit.Write(vmi, o.Paths.SecretDir, cloudInitDisk(o.Paths, v.Name)); err != nil {
+			return nil, "", VMConfig{}, err
+		}
+		log.Info("cloud-init disk written", "volume", v.Name)
 	}
 	return vmi, backendName, cfg, nil
 }

@@ -3,6 +3,8 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +44,8 @@ func testVMI() *v1.VirtualMachineInstance {
 func testPaths(t *testing.T) Paths {
 	d := t.TempDir()
 	p := Paths{SocketDir: filepath.Join(d, "sockets"), KernelBootDir: filepath.Join(d, "kb"),
-		ContainerDiskDir: filepath.Join(d, "disks"), RunDir: filepath.Join(d, "run"), SysClassNet: filepath.Join(d, "net")}
+		ContainerDiskDir: filepath.Join(d, "disks"), RunDir: filepath.Join(d, "run"), SysClassNet: filepath.Join(d, "net"),
+		CloudInitDir: filepath.Join(d, "cloud-init"), SecretDir: filepath.Join(d, "secrets")}
 	for _, dir := range []string{p.SocketDir, p.KernelBootDir, p.ContainerDiskDir, p.SysClassNet} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -110,6 +113,46 @@ func TestBuildVMConfig(t *testing.T) {
 	vmi.Spec.Volumes[0].ContainerDisk = nil
 	if _, err := BuildVMConfig(vmi, p); err == nil {
 		t.Error("a disk without a supported volume was accepted")
+	}
+}
+
+// TestPrepareWritesCloudInitDisk: the launcher renders the cloud-init
+// volume at start and attaches it read-only, in the VMI's disk order.
+func TestPrepareWritesCloudInitDisk(t *testing.T) {
+	p := testPaths(t)
+	vmi := testVMI()
+	vmi.Spec.Domain.Devices.Disks = append([]v1.Disk{{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}, vmi.Spec.Domain.Devices.Disks...)
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{
+		CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "#cloud-config\n"}}})
+	b, err := json.Marshal(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmiFile := filepath.Join(t.TempDir(), "vmi.json")
+	if err := os.WriteFile(vmiFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(p.CloudInitDir, "ci.img")
+	if len(cfg.Disks) != 2 || cfg.Disks[0].Path != want || !cfg.Disks[0].ReadOnly || cfg.Disks[1].Name != "root" {
+		t.Fatalf("disks %+v: want the cloud-init disk first, read-only", cfg.Disks)
+	}
+	img, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img) < 512 || string(img[54:62]) != "FAT12   " || string(img[43:49]) != "cidata" {
+		t.Errorf("%s is no cidata vfat image", want)
+	}
+
+	vmi.Spec.Volumes[1].CloudInitNoCloud.UserDataBase64, vmi.Spec.Volumes[1].CloudInitNoCloud.UserData = "!", ""
+	b, _ = json.Marshal(vmi)
+	os.WriteFile(vmiFile, b, 0o644)
+	if _, _, _, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "userDataBase64") {
+		t.Errorf("bad user data: err %v, want it named", err)
 	}
 }
 

@@ -61,6 +61,23 @@ var implemented = map[string]string{
 	"volumes[0].containerDisk.imagePullSecret": "the pod's imagePullSecrets",
 	"volumes[0].containerDisk.path":            "the file copied out of the image",
 	"volumes[0].containerDisk.imagePullPolicy": "the volume's init container",
+
+	"volumes[0].cloudInitNoCloud.userData":                      "user-data on the NoCloud disk the launcher renders (launcher/cloudinit)",
+	"volumes[0].cloudInitNoCloud.userDataBase64":                "user-data, decoded",
+	"volumes[0].cloudInitNoCloud.secretRef.name":                "user-data from the Secret's userdata (or userData) key, mounted into the launcher pod (controller.cloudInitVolumes)",
+	"volumes[0].cloudInitNoCloud.networkData":                   "network-config on the NoCloud disk",
+	"volumes[0].cloudInitNoCloud.networkDataBase64":             "network-config, decoded",
+	"volumes[0].cloudInitNoCloud.networkDataSecretRef.name":     "network-config from the Secret's networkdata (or networkData) key",
+	"volumes[0].cloudInitConfigDrive.userData":                  "openstack/latest/user_data on the ConfigDrive the launcher renders",
+	"volumes[0].cloudInitConfigDrive.userDataBase64":            "user_data, decoded",
+	"volumes[0].cloudInitConfigDrive.secretRef.name":            "user_data from the Secret's userdata (or userData) key",
+	"volumes[0].cloudInitConfigDrive.networkData":               "openstack/latest/network_data.json",
+	"volumes[0].cloudInitConfigDrive.networkDataBase64":         "network_data.json, decoded",
+	"volumes[0].cloudInitConfigDrive.networkDataSecretRef.name": "network_data.json from the Secret's networkdata (or networkData) key",
+
+	"accessCredentials[0].sshPublicKey.source.secret.secretName":      "every key of the Secret is a public key in the cloud-init metadata (launcher/cloudinit)",
+	"accessCredentials[0].sshPublicKey.propagationMethod.noCloud":     "the keys go into the NoCloud meta-data's public-keys",
+	"accessCredentials[0].sshPublicKey.propagationMethod.configDrive": "the keys go into meta_data.json's public_keys",
 }
 
 // honoured are *bool leaves accepted at one value only, the one that says

@@ -1,6 +1,7 @@
 package virtapi
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net"
 	"strings"
@@ -59,6 +60,7 @@ func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *fiel
 	errs = append(errs, validateInterfaces(d.Child("devices", "interfaces"), s.Domain.Devices.Interfaces, s.Networks)...)
 	errs = append(errs, validateNetworks(p.Child("networks"), s.Networks)...)
 	errs = append(errs, validateVolumes(p.Child("volumes"), s.Volumes)...)
+	errs = append(errs, validateAccessCredentials(p.Child("accessCredentials"), s.AccessCredentials, s.Volumes)...)
 	if v := s.Domain.IOThreadsPolicy; v != nil {
 		errs = append(errs, unsupported(d, "ioThreadsPolicy", ""))
 	}
@@ -628,6 +630,7 @@ func validateNetworks(p *field.Path, networks []v1.Network) field.ErrorList {
 func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
+	cloudInitVolume := ""
 	for i, v := range volumes {
 		vp := p.Index(i)
 		errs = append(errs, uniqueName(vp.Child("name"), v.Name, seen, "volume")...)
@@ -636,23 +639,145 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			set  bool
 		}{
 			{"persistentVolumeClaim", v.PersistentVolumeClaim != nil},
-			{"cloudInitNoCloud", v.CloudInitNoCloud != nil},
-			{"cloudInitConfigDrive", v.CloudInitConfigDrive != nil},
 			{"emptyDisk", v.EmptyDisk != nil},
 			{"dataVolume", v.DataVolume != nil},
 		}
 		other := len(v1.UnmodeledFields(&v.VolumeSource)) > 0
 		for _, r := range refused {
 			if r.set {
-				errs = append(errs, unsupported(vp, r.name, "containerDisk volumes only"))
+				errs = append(errs, unsupported(vp, r.name, "containerDisk and cloud-init volumes only"))
 				other = true
 			}
 		}
+		cloudInit := v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil
+		if cloudInit {
+			if cloudInitVolume != "" {
+				errs = append(errs, invalid(vp, v.Name, "only one cloud-init volume: the guest reads one (%s)", cloudInitVolume))
+			}
+			cloudInitVolume = vp.String()
+			errs = append(errs, validateCloudInit(vp, &v)...)
+		}
+		n := 0
+		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil} {
+			if set {
+				n++
+			}
+		}
+		if n > 1 {
+			errs = append(errs, invalid(vp, v.Name, "must have exactly one source type set"))
+		}
 		switch c := v.ContainerDisk; {
-		case c == nil && !other:
+		case c == nil && !other && !cloudInit:
 			errs = append(errs, required(vp.Child("containerDisk"), "the volume needs a source"))
 		case c != nil && c.Image == "":
 			errs = append(errs, required(vp.Child("containerDisk", "image"), "the image holding the disk"))
+		}
+	}
+	return errs
+}
+
+// KubeVirt's limits on inline cloud-init data: larger data goes in a
+// Secret (secretRef, networkDataSecretRef), which the webhook never reads.
+const (
+	CloudInitUserDataMaxLen    = 2048
+	CloudInitNetworkDataMaxLen = 16384
+)
+
+// validateCloudInit checks a cloudInitNoCloud or cloudInitConfigDrive
+// volume as KubeVirt does: at most one source each of user data and
+// network data, at least one of the two, base64 that decodes, inline data
+// within the limits.
+func validateCloudInit(vp *field.Path, v *v1.Volume) field.ErrorList {
+	var errs field.ErrorList
+	var kind, userData, userB64, netData, netB64 string
+	var userRef, netRef *v1.LocalObjectReference
+	if c := v.CloudInitNoCloud; c != nil {
+		kind, userData, userB64, userRef, netData, netB64, netRef = "cloudInitNoCloud", c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef
+	} else if c := v.CloudInitConfigDrive; c != nil {
+		kind, userData, userB64, userRef, netData, netB64, netRef = "cloudInitConfigDrive", c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef
+	}
+	cp := vp.Child(kind)
+	sources := 0
+	check := func(what, raw, b64 string, ref *v1.LocalObjectReference, refField string, limit int) {
+		n, size := 0, 0
+		if ref != nil {
+			n++
+			if ref.Name == "" {
+				errs = append(errs, required(cp.Child(refField, "name"), "the Secret holding the %s", what))
+			}
+		}
+		if b64 != "" {
+			n++
+			b, err := base64.StdEncoding.DecodeString(b64)
+			if err != nil {
+				errs = append(errs, invalid(cp.Child(what+"Base64"), field.OmitValueType{}, "not valid base64: %v", err))
+			}
+			size = len(b)
+		}
+		if raw != "" {
+			n++
+			size = len(raw)
+		}
+		if n > 1 {
+			errs = append(errs, invalid(cp, field.OmitValueType{}, "only one of %s, %sBase64 and %s", what, what, refField))
+		}
+		if size > limit {
+			errs = append(errs, invalid(cp.Child(what), field.OmitValueType{}, "%d bytes: at most %d inline, larger data goes in a Secret (%s)", size, limit, refField))
+		}
+		sources += n
+	}
+	check("userData", userData, userB64, userRef, "secretRef", CloudInitUserDataMaxLen)
+	check("networkData", netData, netB64, netRef, "networkDataSecretRef", CloudInitNetworkDataMaxLen)
+	if sources == 0 {
+		errs = append(errs, required(cp.Child("userData"), "user data or network data"))
+	}
+	return errs
+}
+
+// validateAccessCredentials checks SSH public keys as KubeVirt does; they
+// reach the guest through the cloud-init volume they name (kubevmm has no
+// guest agent, so qemuGuestAgent and userPassword are refused as unmodeled).
+func validateAccessCredentials(p *field.Path, creds []v1.AccessCredential, volumes []v1.Volume) field.ErrorList {
+	var errs field.ErrorList
+	var noCloud, configDrive bool
+	for _, v := range volumes {
+		noCloud = noCloud || v.CloudInitNoCloud != nil
+		configDrive = configDrive || v.CloudInitConfigDrive != nil
+	}
+	for i, c := range creds {
+		cp := p.Index(i)
+		k := c.SSHPublicKey
+		if k == nil {
+			if c.UserPassword == nil {
+				errs = append(errs, required(cp.Child("sshPublicKey"), "exactly one access credential type"))
+			}
+			continue
+		}
+		if c.UserPassword != nil {
+			errs = append(errs, invalid(cp, field.OmitValueType{}, "exactly one access credential type"))
+		}
+		switch s := k.Source.Secret; {
+		case s == nil:
+			errs = append(errs, required(cp.Child("sshPublicKey", "source", "secret"), "the Secret holding the keys"))
+		case s.SecretName == "":
+			errs = append(errs, required(cp.Child("sshPublicKey", "source", "secret", "secretName"), "the Secret holding the keys"))
+		}
+		m := k.PropagationMethod
+		mp := cp.Child("sshPublicKey", "propagationMethod")
+		n := 0
+		for _, set := range []bool{m.NoCloud != nil, m.ConfigDrive != nil, m.QemuGuestAgent != nil} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			errs = append(errs, invalid(mp, field.OmitValueType{}, "exactly one propagationMethod"))
+		}
+		if m.NoCloud != nil && !noCloud {
+			errs = append(errs, invalid(mp.Child("noCloud"), field.OmitValueType{}, "needs a cloudInitNoCloud volume"))
+		}
+		if m.ConfigDrive != nil && !configDrive {
+			errs = append(errs, invalid(mp.Child("configDrive"), field.OmitValueType{}, "needs a cloudInitConfigDrive volume"))
 		}
 	}
 	return errs

@@ -1,6 +1,7 @@
 package virtapi
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -236,6 +237,70 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Domain.Devices.GPUs = []v1.Unmodeled{{Raw: []byte(`{"name":"gpu1"}`)}}
 			}},
+		// Cloud-init, as KubeVirt checks it (volumes[1] is the cloud-init volume).
+		{name: "cloud-init: two user data sources", field: "volumes[1].cloudInitNoCloud", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s).UserDataBase64 = base64.StdEncoding.EncodeToString([]byte("#cloud-config"))
+			}},
+		{name: "cloud-init: user data over 2048 bytes", field: "volumes[1].cloudInitNoCloud.userData", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { noCloud(s).UserData = strings.Repeat("x", 2049) }},
+		{name: "cloud-init: base64 user data over 2048 bytes", field: "volumes[1].cloudInitConfigDrive.userData", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s)
+				s.Volumes[1].CloudInitNoCloud = nil
+				s.Volumes[1].CloudInitConfigDrive = &v1.CloudInitConfigDriveSource{UserDataBase64: base64.StdEncoding.EncodeToString(make([]byte, 2049))}
+			}},
+		{name: "cloud-init: network data over 16384 bytes", field: "volumes[1].cloudInitNoCloud.networkData", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { noCloud(s).NetworkData = strings.Repeat("x", 16385) }},
+		{name: "cloud-init: bad base64", field: "volumes[1].cloudInitNoCloud.networkDataBase64", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { noCloud(s).NetworkDataBase64 = "not base64!" }},
+		{name: "cloud-init: no data", field: "volumes[1].cloudInitNoCloud.userData", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { noCloud(s).UserData = "" }},
+		{name: "cloud-init: Secret without a name", field: "volumes[1].cloudInitNoCloud.secretRef.name", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s).UserData, noCloud(s).UserDataSecretRef = "", &v1.LocalObjectReference{}
+			}},
+		{name: "cloud-init: two volumes", field: "volumes[2]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s)
+				s.Volumes = append(s.Volumes, v1.Volume{Name: "ci2", VolumeSource: v1.VolumeSource{
+					CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{UserData: "#cloud-config"}}})
+			}},
+		{name: "cloud-init and containerDisk in one volume", field: "volumes[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].CloudInitNoCloud = &v1.CloudInitNoCloudSource{UserData: "#cloud-config"}
+			}},
+		{name: "ssh key: noCloud without a noCloud volume", field: "accessCredentials[0].sshPublicKey.propagationMethod.noCloud", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.AccessCredentials = []v1.AccessCredential{sshKey("keys")} }},
+		{name: "ssh key: configDrive without a configDrive volume", field: "accessCredentials[0].sshPublicKey.propagationMethod.configDrive", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s)
+				c := sshKey("keys")
+				c.SSHPublicKey.PropagationMethod = v1.SSHPublicKeyAccessCredentialPropagationMethod{ConfigDrive: &v1.ConfigDriveSSHPublicKeyAccessCredentialPropagation{}}
+				s.AccessCredentials = []v1.AccessCredential{c}
+			}},
+		{name: "ssh key: two propagation methods", field: "accessCredentials[0].sshPublicKey.propagationMethod", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s)
+				c := sshKey("keys")
+				c.SSHPublicKey.PropagationMethod.ConfigDrive = &v1.ConfigDriveSSHPublicKeyAccessCredentialPropagation{}
+				s.AccessCredentials = []v1.AccessCredential{c}
+			}},
+		{name: "ssh key: no Secret", field: "accessCredentials[0].sshPublicKey.source.secret", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				noCloud(s)
+				c := sshKey("keys")
+				c.SSHPublicKey.Source.Secret = nil
+				s.AccessCredentials = []v1.AccessCredential{c}
+			}},
+		{name: "ssh key: through the guest agent", field: "accessCredentials[0].sshPublicKey.propagationMethod.qemuGuestAgent", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				c := sshKey("keys")
+				c.SSHPublicKey.PropagationMethod = v1.SSHPublicKeyAccessCredentialPropagationMethod{QemuGuestAgent: &v1.Unmodeled{Raw: []byte(`{"users":["root"]}`)}}
+				s.AccessCredentials = []v1.AccessCredential{c}
+			}},
+		{name: "access credential without a type", field: "accessCredentials[0].sshPublicKey", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.AccessCredentials = []v1.AccessCredential{{}} }},
 		{name: "unknown backend", field: "metadata.annotations[kubevmm.io/backend]", typ: invalid,
 			annotations: map[string]string{"kubevmm.io/backend": "xen"}, mutate: func(*v1.VirtualMachineInstanceSpec) {}},
 	} {
@@ -291,6 +356,16 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
 		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
 		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
+		{"cloud-init NoCloud with 2048 bytes, network data and an SSH key", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			noCloud(s).UserData = strings.Repeat("x", 2048)
+			noCloud(s).NetworkDataSecretRef = &v1.LocalObjectReference{Name: "net"}
+			s.AccessCredentials = []v1.AccessCredential{sshKey("keys")}
+		}},
+		{"cloud-init ConfigDrive from a Secret, on a CD-ROM (QEMU)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Volumes = append(s.Volumes, v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitConfigDrive: &v1.CloudInitConfigDriveSource{
+				UserDataSecretRef: &v1.LocalObjectReference{Name: "ud"}, NetworkDataBase64: base64.StdEncoding.EncodeToString([]byte("{}"))}}})
+			s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "ci", DiskDevice: v1.DiskDevice{CDRom: &v1.CDRomTarget{Bus: v1.DiskBusSATA}}})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := baseSpec(t)
@@ -298,6 +373,24 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 			assert.Empty(t, validate(s, tc.annotations))
 		})
 	}
+}
+
+// noCloud adds a cloud-init volume (volumes[1], attached by a virtio disk)
+// on the first call and returns its source.
+func noCloud(s *v1.VirtualMachineInstanceSpec) *v1.CloudInitNoCloudSource {
+	if len(s.Volumes) < 2 {
+		s.Volumes = append(s.Volumes, v1.Volume{Name: "ci", VolumeSource: v1.VolumeSource{
+			CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "#cloud-config"}}})
+		s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}})
+	}
+	return s.Volumes[1].CloudInitNoCloud
+}
+
+func sshKey(secret string) v1.AccessCredential {
+	return v1.AccessCredential{SSHPublicKey: &v1.SSHPublicKeyAccessCredential{
+		Source:            v1.SSHPublicKeyAccessCredentialSource{Secret: &v1.AccessCredentialSecretSource{SecretName: secret}},
+		PropagationMethod: v1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &v1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
+	}}
 }
 
 // TestMaxVCPUsIsTheVMMs: the admission bound is the VMM's.

@@ -114,6 +114,12 @@ const (
 	// ContainerDiskDir holds one copied image per containerDisk volume,
 	// named after the volume (ContainerDiskFile).
 	ContainerDiskDir = "/var/run/kubevmm/container-disks"
+	// CloudInitDir is where the launcher writes the VMI's cloud-init disk
+	// (an emptyDir).
+	CloudInitDir = "/var/run/kubevmm/cloud-init"
+	// SecretDir holds the Secrets the cloud-init disk is made of, one
+	// directory each (launcher/cloudinit names them).
+	SecretDir = "/var/run/kubevmm/secrets"
 	// BinDir holds a copy of the virt-launcher binary, which the init
 	// containers of foreign images run to copy their files out.
 	BinDir = "/var/run/kubevmm/bin"

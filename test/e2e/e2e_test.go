@@ -93,11 +93,12 @@ func jsonpath(t *testing.T, obj, path string) string {
 // marker printed before attaching counts.
 func console(t *testing.T, vmi string, bound time.Duration) string {
 	t.Helper()
-	return consoleIn(t, ns, vmi, bound)
+	return consoleUntil(t, ns, vmi, marker, bound)
 }
 
-// consoleIn is console for a VMI in namespace.
-func consoleIn(t *testing.T, namespace, vmi string, bound time.Duration) string {
+// consoleUntil is console in namespace namespace, until the line holding
+// marker is complete.
+func consoleUntil(t *testing.T, namespace, vmi, marker string, bound time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()

@@ -98,7 +98,7 @@ func TestRestrictedNamespace(t *testing.T) {
 	k("apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
 	k("wait", "vmi/"+vmName, "--for=create", "--timeout=120s")
 	k("wait", "vmi/"+vmName, "--for=jsonpath={.status.phase}=Running", "--timeout=300s")
-	out := consoleIn(t, restrictedNS, vmName, 15*time.Minute)
+	out := consoleUntil(t, restrictedNS, vmName, marker, 15*time.Minute)
 	line, _, _ := strings.Cut(marker+string(afterMarker([]byte(out), marker)), "\n")
 	t.Logf("guest in the restricted namespace: %s", strings.TrimSpace(line))
 

@@ -651,6 +651,51 @@ type CloudInitConfigDriveSource struct {
 	NetworkData string `json:"networkData,omitempty"`
 }
 
+// AccessCredential is one credential put into the guest.
+type AccessCredential struct {
+	// +optional
+	SSHPublicKey *SSHPublicKeyAccessCredential `json:"sshPublicKey,omitempty"`
+	// +optional
+	UserPassword *Unmodeled `json:"userPassword,omitempty"`
+}
+
+// SSHPublicKeyAccessCredential is the SSH public keys of a Secret (every
+// key of it holds one), and how they reach the guest.
+type SSHPublicKeyAccessCredential struct {
+	Source            SSHPublicKeyAccessCredentialSource            `json:"source"`
+	PropagationMethod SSHPublicKeyAccessCredentialPropagationMethod `json:"propagationMethod"`
+}
+
+// SSHPublicKeyAccessCredentialSource is where the keys come from.
+type SSHPublicKeyAccessCredentialSource struct {
+	// +optional
+	Secret *AccessCredentialSecretSource `json:"secret,omitempty"`
+}
+
+// AccessCredentialSecretSource names a Secret in the VMI's namespace.
+type AccessCredentialSecretSource struct {
+	SecretName string `json:"secretName"`
+}
+
+// SSHPublicKeyAccessCredentialPropagationMethod is exactly one of its
+// fields: the cloud-init volume's metadata (public keys) or the guest agent.
+type SSHPublicKeyAccessCredentialPropagationMethod struct {
+	// +optional
+	ConfigDrive *ConfigDriveSSHPublicKeyAccessCredentialPropagation `json:"configDrive,omitempty"`
+	// +optional
+	NoCloud *NoCloudSSHPublicKeyAccessCredentialPropagation `json:"noCloud,omitempty"`
+	// +optional
+	QemuGuestAgent *Unmodeled `json:"qemuGuestAgent,omitempty"`
+}
+
+// ConfigDriveSSHPublicKeyAccessCredentialPropagation puts the keys into the
+// ConfigDrive's meta_data.json (public_keys).
+type ConfigDriveSSHPublicKeyAccessCredentialPropagation struct{}
+
+// NoCloudSSHPublicKeyAccessCredentialPropagation puts the keys into the
+// NoCloud meta-data (public-keys).
+type NoCloudSSHPublicKeyAccessCredentialPropagation struct{}
+
 // ContainerDiskSource is a disk image shipped in a container image; writes
 // go to an ephemeral overlay and are lost when the VMI ends.
 type ContainerDiskSource struct {

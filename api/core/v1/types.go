@@ -128,8 +128,9 @@ type VirtualMachineInstanceSpec struct {
 	// DNSConfig is copied to the virt-launcher pod.
 	// +optional
 	DNSConfig *corev1.PodDNSConfig `json:"dnsConfig,omitempty"`
+	// AccessCredentials put SSH public keys from Secrets into the guest.
 	// +optional
-	AccessCredentials []Unmodeled `json:"accessCredentials,omitempty"`
+	AccessCredentials []AccessCredential `json:"accessCredentials,omitempty"`
 	// Architecture of the guest (amd64 only for now).
 	// +optional
 	Architecture string `json:"architecture,omitempty"`
