@@ -159,6 +159,11 @@ func loadBzImage(mem *memory.Guest, k, bp []byte) (*Loaded, error) {
 	copy(bp[hdrStart:hdrEnd], k[hdrStart:hdrEnd])
 
 	payload := k[setupSize:]
+	// The 64-bit entry is 0x200 bytes into the payload: a payload that ends
+	// before it would start the guest in whatever follows in RAM.
+	if len(payload) <= bz64EntryOffset {
+		return nil, fmt.Errorf("%w: the %d-byte protected-mode payload ends before its 64-bit entry at +%#x", ErrBadKernel, len(payload), bz64EntryOffset)
+	}
 	initSize := uint64(le.Uint32(k[hdrInitSize:]))
 	if initSize < uint64(len(payload)) {
 		initSize = uint64(len(payload))

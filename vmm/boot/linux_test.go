@@ -323,6 +323,7 @@ func TestLoadErrors(t *testing.T) {
 		{"old protocol 2.11", Params{Kernel: bzWith(func(b *bz) { b.version = 0x020b })}, 0, ErrBadKernel, "2.11"},
 		{"no 64-bit entry", Params{Kernel: bzWith(func(b *bz) { b.xloadflags = 0x2 })}, 0, ErrBadKernel, "64-bit"},
 		{"setup runs past the file", Params{Kernel: bzWith(func(b *bz) { b.setupSects = 200; b.payload = nil })}, 0, ErrBadKernel, "past the end"},
+		{"payload ends before the 64-bit entry", Params{Kernel: bzWith(func(b *bz) { b.payload = make([]byte, 0x200) })}, 0, ErrBadKernel, "before its 64-bit entry"},
 		{"bzImage needs more than RAM", Params{Kernel: bzWith(func(b *bz) { b.initSize = 100 << 20 })}, 0, ErrTooSmall, "decompress"},
 		{"truncated ELF", Params{Kernel: defaultELF()[:40]}, 0, ErrBadKernel, ""},
 		{"ELF for another machine", Params{Kernel: elf64(3, kernelPhys, seg{typ: ptLoad, paddr: kernelPhys, data: []byte{1}, memsz: 1})}, 0, ErrBadKernel, "x86-64"},
