@@ -40,6 +40,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
+	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
@@ -95,7 +96,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// One JSON line per event, in the pod's log; the VMM's own lines (its
 	// state changes) carry component=vmm.
 	log := slog.New(slog.NewJSONHandler(o.Log, nil)).With("component", "virt-launcher")
-	vmi, backendName, cfg, err := prepare(o, log)
+	vmi, backendName, why, cfg, err := prepare(o, log)
 	if err != nil {
 		return 1, err
 	}
@@ -112,7 +113,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	// A stale exit record belongs to an earlier launcher of this VMI.
 	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
-	sw := &switchVM{name: string(backendName)}
+	sw := &switchVM{name: string(backendName), reason: why}
 	srv, err := listenWhenWritable(ctx, o.Paths.SocketDir, sw, logf)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -185,27 +186,41 @@ func Run(ctx context.Context, o Options) (int, error) {
 	return code, nil
 }
 
-// prepare reads the VMI and picks its backend and VM configuration.
-func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, VMConfig, error) {
+// prepare reads the VMI and picks its backend (with why) and VM
+// configuration. A VMI that boots a disk has that disk's image read here:
+// whether our VMM can boot it depends on its boot entry.
+func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, string, VMConfig, error) {
 	vmi, err := ReadVMI(o.VMIFile)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
-	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
+	var entry *bootdisk.Boot
+	check := func(disk int) (err error) {
+		entry, err = readBootEntry(vmi, o.Paths, disk)
+		return err
+	}
+	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec, check)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
 	log.Info("backend selected", "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID, "backend", backendName, "why", why)
 	if o.Incoming != "" && backendName != spec.BackendKubevmm {
 		// Refused before anything runs: the controller does not migrate
 		// such VMIs (LiveMigratable is False), so this is a bad pod.
-		return nil, "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
+		return nil, "", "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
 	}
 	cfg, err := BuildVMConfig(vmi, o.Paths)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
-	return vmi, backendName, cfg, nil
+	if backendName == spec.BackendKubevmm && cfg.Kernel == "" {
+		if entry == nil { // the annotation forced kubevmm without a boot disk
+			return nil, "", "", VMConfig{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot) or a boot disk with a Linux boot entry")
+		}
+		log.Info("booting the disk's default entry", "entry", entry.Source, "options", entry.Cmdline)
+		cfg.DiskBoot = entry
+	}
+	return vmi, backendName, why, cfg, nil
 }
 
 // seccompMode is the VMM's sandbox for this VMI: with o.Seccomp, kill
