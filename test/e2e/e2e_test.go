@@ -3,12 +3,13 @@
 // this with KUBEVMM_E2E=1). Everything goes through the user's tools:
 // hack/kubectl.sh (kubectl v1.35.4) and hack/virtctl.sh.
 //
-// Guest boots cost minutes on the nested CI hosts, so the test boots the
-// guest under our VMM twice only: once to read its console (that guest then
-// serves the network, pause, virt-handler restart and live migration
-// subtests, in that order), and once after `virtctl start` (to Running
-// only; the guest's own boot is not waited for). The Windows-style VMI
-// runs on QEMU with TCG, which boots the same guest in seconds here.
+// Guest boots cost minutes on the nested CI hosts, so the lifecycle test
+// boots the guest under our VMM twice only: once to read its console (that
+// guest then serves the network, pause, virt-handler restart and live
+// migration subtests, in that order), and once after `virtctl start` (to
+// Running only; the guest's own boot is not waited for). The Windows-style
+// VMI runs on QEMU with TCG, which boots the same guest in seconds here.
+// TestBootDiskVMI boots it once more, from a containerDisk's boot entry.
 // Every wait is for a condition; the bounds only turn a hang into a failure.
 package e2e
 
@@ -287,7 +288,10 @@ func strangerHandshake(pid int, addr string) ([]byte, error) {
 	return fb.got, err
 }
 
-func TestVirtualMachineLifecycle(t *testing.T) {
+// freshNamespace skips the test outside `make e2e`, and gives it the e2e
+// namespace, new, deleted after it unless it failed (then its state is
+// logged and left for a look).
+func freshNamespace(t *testing.T) {
 	if os.Getenv(envFlag) == "" {
 		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
 	}
@@ -303,10 +307,16 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 			t.Logf("virt-handler:\n%s", out)
 			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "deploy/virt-controller", "--tail=40")
 			t.Logf("virt-controller:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", ns, "logs", "-l", "kubevirt.io/created-by", "--all-containers", "--prefix", "--tail=40")
+			t.Logf("launcher pods:\n%s", out)
 			return
 		}
 		kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
 	})
+}
+
+func TestVirtualMachineLifecycle(t *testing.T) {
+	freshNamespace(t)
 
 	t.Run("webhook refuses an unsupported field, naming it", func(t *testing.T) {
 		out, err := run(t, "kubectl.sh", "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm-unsupported.yaml"))
@@ -558,6 +568,30 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 }
 
 // afterMarker is what follows the first marker in b (nothing if absent).
+// TestBootDiskVMI: a VMI with only a containerDisk (BIOS, no kernelBoot)
+// whose image has a Linux boot entry runs on our VMM, which boots the
+// entry; the VMI says so and why, and the guest's /init reports on its
+// console.
+func TestBootDiskVMI(t *testing.T) {
+	freshNamespace(t)
+	const name = "bootdisk"
+	t0 := time.Now()
+	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-bootdisk.yaml"))
+	wait(t, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	t.Logf("MEASURED kubectl apply -> disk-booted VMI Running: %v", time.Since(t0).Round(time.Millisecond))
+	if got := jsonpath(t, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend}"); got != "kubevmm" {
+		t.Fatalf("active backend %q, want kubevmm", got)
+	}
+	why := jsonpath(t, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend-reason}")
+	if !strings.Contains(why, "boots its disk's Linux boot entry") {
+		t.Errorf("backend reason %q does not say the disk's boot entry is booted", why)
+	}
+	out := console(t, name, 15*time.Minute)
+	line, _, _ := strings.Cut(marker+string(afterMarker([]byte(out), marker)), "\n")
+	t.Logf("disk-booted guest: %s (%v after apply)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
+	kubectl(t, "-n", ns, "delete", "vmi", name, "--wait=true", "--timeout=120s")
+}
+
 func afterMarker(b []byte, marker string) []byte {
 	_, after, _ := bytes.Cut(b, []byte(marker))
 	return after
