@@ -213,10 +213,9 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 	if err != nil {
 		return nil, "", "", VMConfig{}, err
 	}
-	if backendName == spec.BackendKubevmm && cfg.Kernel == "" {
-		if entry == nil { // the annotation forced kubevmm without a boot disk
-			return nil, "", "", VMConfig{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot) or a boot disk with a Linux boot entry")
-		}
+	// entry is nil for a kernelBoot without kernelPath: MachineConfig
+	// refuses that. A migration target receives its guest instead.
+	if backendName == spec.BackendKubevmm && cfg.Kernel == "" && entry != nil && o.Incoming == "" {
 		log.Info("booting the disk's default entry", "entry", entry.Source, "options", entry.Cmdline)
 		cfg.DiskBoot = entry
 	}
