@@ -421,9 +421,10 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 	return out
 }
 
-// syncBackendAnnotation records the backend the launcher runs the guest on.
+// syncBackendAnnotation records the backend the launcher runs the guest
+// on, and why.
 func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.VirtualMachineInstance, info api.Info) error {
-	if info.Backend == "" || vmi.Annotations[spec.ActiveBackendAnnotation] == info.Backend {
+	if info.Backend == "" || vmi.Annotations[spec.ActiveBackendAnnotation] == info.Backend && vmi.Annotations[spec.ActiveBackendReasonAnnotation] == info.BackendReason {
 		return nil
 	}
 	orig := vmi.DeepCopy()
@@ -431,6 +432,7 @@ func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.Virtu
 		vmi.Annotations = map[string]string{}
 	}
 	vmi.Annotations[spec.ActiveBackendAnnotation] = info.Backend
+	vmi.Annotations[spec.ActiveBackendReasonAnnotation] = info.BackendReason
 	if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the backend of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}

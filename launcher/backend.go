@@ -34,7 +34,8 @@ type backend interface {
 // socket is up before the guest starts so that virt-handler can find the
 // launcher (and its network namespace) while the launcher waits for it.
 type switchVM struct {
-	name string
+	name   string
+	reason string // why this backend (spec.SelectBackend)
 
 	mu       sync.Mutex
 	be       backend
@@ -82,9 +83,11 @@ func (s *switchVM) Info() api.Info {
 	b, stopped, err, incoming := s.be, s.stopped, s.err, s.incoming
 	s.mu.Unlock()
 	if b != nil {
-		return b.Info()
+		i := b.Info()
+		i.BackendReason = s.reason
+		return i
 	}
-	i := api.Info{State: StateStarting, Backend: s.name}
+	i := api.Info{State: StateStarting, Backend: s.name, BackendReason: s.reason}
 	if incoming {
 		i.State = api.StateIncoming
 	}

@@ -108,7 +108,7 @@ runcmd:
 			require.NoError(t, err)
 			vmiFile := filepath.Join(t.TempDir(), "vmi.json")
 			require.NoError(t, os.WriteFile(vmiFile, b, 0o644))
-			_, _, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			_, _, _, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			require.NoError(t, err)
 
 			con := &syncBuffer{}

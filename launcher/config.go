@@ -13,6 +13,7 @@ import (
 	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/block"
+	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 )
 
@@ -52,14 +53,18 @@ type VMConfig struct {
 	Name      string
 	CPUs      int
 	MemoryMiB int
-	Kernel    string // path; empty for firmware boot
+	Kernel    string // path; empty for a disk boot
 	Initrd    string
 	Cmdline   string
-	Disks     []DiskConfig
-	NICs      []NICConfig
-	RNG       bool
-	EFI       bool
-	HyperV    bool
+	// DiskBoot, for a disk boot on our VMM, is the boot disk's default
+	// entry (read by prepare): its kernel and initrd are booted, its
+	// options go before Cmdline.
+	DiskBoot *bootdisk.Boot
+	Disks    []DiskConfig
+	NICs     []NICConfig
+	RNG      bool
+	EFI      bool
+	HyperV   bool
 	// StartPaused: spec.startStrategy Paused.
 	StartPaused bool
 }
@@ -148,7 +153,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		}
 		switch {
 		case v.ContainerDisk != nil:
-			dc.Path = filepath.Join(p.ContainerDiskDir, d.Name+".img")
+			dc.Path = containerDiskPath(p, d.Name)
 		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
 			// Rendered at start (prepare); the guest only reads it.
 			dc.Path = cloudInitDisk(p, d.Name)
@@ -165,16 +170,16 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		}
 		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model})
 	}
-	if c.Kernel != "" {
-		if c.Cmdline == "" {
-			c.Cmdline = machine.DefaultCmdline
-		}
-		// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
-		// IP autoconfiguration takes it from ip= when built with it (we
-		// serve no DHCP yet); otherwise the parameter is ignored.
-		if len(c.NICs) > 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
-			c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth0:off", spec.GuestIP, spec.GatewayIP)
-		}
+	// Without kernelBoot this is what a disk boot on our VMM appends to
+	// the entry's options (QEMU's firmware boot has no command line).
+	if c.Cmdline == "" {
+		c.Cmdline = machine.DefaultCmdline
+	}
+	// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
+	// IP autoconfiguration takes it from ip= when built with it (we
+	// serve no DHCP yet); otherwise the parameter is ignored.
+	if len(c.NICs) > 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
+		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth0:off", spec.GuestIP, spec.GatewayIP)
 	}
 	return c, nil
 }
@@ -184,23 +189,59 @@ func cloudInitDisk(p Paths, volume string) string {
 	return filepath.Join(p.CloudInitDir, volume+".img")
 }
 
-// MachineConfig is the VMM configuration of c, with the kernel and initrd
-// read from disk.
-func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
-	if c.Kernel == "" {
-		return machine.Config{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot)")
+// containerDiskPath is where the init container put a containerDisk's image.
+func containerDiskPath(p Paths, disk string) string {
+	return filepath.Join(p.ContainerDiskDir, disk+".img")
+}
+
+// readBootEntry reads the default boot entry of the image of the VMI's
+// disk i (spec.DiskBootCheck), read-only.
+func readBootEntry(vmi *v1.VirtualMachineInstance, p Paths, i int) (*bootdisk.Boot, error) {
+	d := vmi.Spec.Domain.Devices.Disks[i]
+	for _, v := range vmi.Spec.Volumes {
+		if v.Name == d.Name && v.ContainerDisk == nil {
+			return nil, fmt.Errorf("volume %s is not a containerDisk", d.Name)
+		}
 	}
-	kernel, err := os.ReadFile(c.Kernel)
+	path := containerDiskPath(p, d.Name)
+	f, err := probeFormat(path)
 	if err != nil {
-		return machine.Config{}, fmt.Errorf("reading the kernel: %w", err)
+		return nil, err
 	}
+	img, err := block.Open(path, block.Options{Format: f, ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = img.Close() }() // read-only: nothing to flush
+	b, err := bootdisk.Find(img, int64(img.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("%s image: %w", f, err)
+	}
+	return b, nil
+}
+
+// MachineConfig is the VMM configuration of c, with the kernel and initrd
+// read from disk (or taken from the boot disk's entry).
+func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	mc := machine.Config{
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
-		Kernel: kernel, Cmdline: c.Cmdline, Console: console, RNG: c.RNG,
+		Cmdline: c.Cmdline, Console: console, RNG: c.RNG,
 	}
-	if c.Initrd != "" {
-		if mc.Initrd, err = os.ReadFile(c.Initrd); err != nil {
-			return machine.Config{}, fmt.Errorf("reading the initrd: %w", err)
+	var err error
+	switch {
+	case c.DiskBoot != nil:
+		mc.Kernel, mc.Initrd = c.DiskBoot.Kernel, c.DiskBoot.Initrd
+		mc.Cmdline = strings.TrimSpace(c.DiskBoot.Cmdline + " " + c.Cmdline)
+	case c.Kernel == "":
+		return machine.Config{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot) or a boot disk with a Linux boot entry")
+	default:
+		if mc.Kernel, err = os.ReadFile(c.Kernel); err != nil {
+			return machine.Config{}, fmt.Errorf("reading the kernel: %w", err)
+		}
+		if c.Initrd != "" {
+			if mc.Initrd, err = os.ReadFile(c.Initrd); err != nil {
+				return machine.Config{}, fmt.Errorf("reading the initrd: %w", err)
+			}
 		}
 	}
 	for _, d := range c.Disks {

@@ -41,6 +41,7 @@ import (
 	"github.com/kubevmm/kubevmm/launcher/cloudinit"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
+	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
 
@@ -96,7 +97,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// One JSON line per event, in the pod's log; the VMM's own lines (its
 	// state changes) carry component=vmm.
 	log := slog.New(slog.NewJSONHandler(o.Log, nil)).With("component", "virt-launcher")
-	vmi, backendName, cfg, err := prepare(o, log)
+	vmi, backendName, why, cfg, err := prepare(o, log)
 	if err != nil {
 		return 1, err
 	}
@@ -113,7 +114,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	// A stale exit record belongs to an earlier launcher of this VMI.
 	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
-	sw := &switchVM{name: string(backendName)}
+	sw := &switchVM{name: string(backendName), reason: why}
 	srv, err := listenWhenWritable(ctx, o.Paths.SocketDir, sw, logf)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -186,35 +187,49 @@ func Run(ctx context.Context, o Options) (int, error) {
 	return code, nil
 }
 
-// prepare reads the VMI and picks its backend and VM configuration.
-func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, VMConfig, error) {
+// prepare reads the VMI and picks its backend (with why) and VM
+// configuration. A VMI that boots a disk has that disk's image read here:
+// whether our VMM can boot it depends on its boot entry.
+func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, string, VMConfig, error) {
 	vmi, err := ReadVMI(o.VMIFile)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
-	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec)
+	var entry *bootdisk.Boot
+	check := func(disk int) (err error) {
+		entry, err = readBootEntry(vmi, o.Paths, disk)
+		return err
+	}
+	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec, check)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
 	log.Info("backend selected", "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID, "backend", backendName, "why", why)
 	if o.Incoming != "" && backendName != spec.BackendKubevmm {
 		// Refused before anything runs: the controller does not migrate
 		// such VMIs (LiveMigratable is False), so this is a bad pod.
-		return nil, "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
+		return nil, "", "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
 	}
 	cfg, err := BuildVMConfig(vmi, o.Paths)
 	if err != nil {
-		return nil, "", VMConfig{}, err
+		return nil, "", "", VMConfig{}, err
 	}
-	// A migration target renders it too: the same VMI and Secrets give
-	// the same image, at the path the source's disk state names.
+	// entry is nil for a kernelBoot without kernelPath: MachineConfig
+	// refuses that. A migration target receives its guest instead.
+	if backendName == spec.BackendKubevmm && cfg.Kernel == "" && entry != nil && o.Incoming == "" {
+		log.Info("booting the disk's default entry", "entry", entry.Source, "options", entry.Cmdline)
+		cfg.DiskBoot = entry
+	}
+	// The cloud-init disk, before any guest runs. A migration target
+	// renders it too: the same VMI and Secrets give the same image, at
+	// the path the source's disk state names.
 	if v := cloudinit.Volume(&vmi.Spec); v != nil {
 		if _, err := cloudinit.Write(vmi, o.Paths.SecretDir, cloudInitDisk(o.Paths, v.Name)); err != nil {
-			return nil, "", VMConfig{}, err
+			return nil, "", "", VMConfig{}, err
 		}
 		log.Info("cloud-init disk written", "volume", v.Name)
 	}
-	return vmi, backendName, cfg, nil
+	return vmi, backendName, why, cfg, nil
 }
 
 // seccompMode is the VMM's sandbox for this VMI: with o.Seccomp, kill

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/boot/disk/disktest"
 )
 
 func testVMI() *v1.VirtualMachineInstance {
@@ -132,7 +135,7 @@ func TestPrepareWritesCloudInitDisk(t *testing.T) {
 	if err := os.WriteFile(vmiFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, _, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, _, _, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +154,7 @@ func TestPrepareWritesCloudInitDisk(t *testing.T) {
 	vmi.Spec.Volumes[1].CloudInitNoCloud.UserDataBase64, vmi.Spec.Volumes[1].CloudInitNoCloud.UserData = "!", ""
 	b, _ = json.Marshal(vmi)
 	os.WriteFile(vmiFile, b, 0o644)
-	if _, _, _, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "userDataBase64") {
+	if _, _, _, _, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "userDataBase64") {
 		t.Errorf("bad user data: err %v, want it named", err)
 	}
 }
@@ -259,5 +262,53 @@ func TestRunRefusesABadSeccompAnnotation(t *testing.T) {
 	code, err := Run(context.Background(), Options{VMIFile: vmiFile, Paths: testPaths(t), Log: &lockedWriter{}, Seccomp: true})
 	if code != 1 || err == nil || !strings.Contains(err.Error(), spec.SeccompAnnotation) || !strings.Contains(err.Error(), "want off, log or kill") {
 		t.Fatalf("Run = %d, %v; want 1 and an error naming the annotation", code, err)
+	}
+}
+
+// TestPrepareDiskBoot: a VMI without kernelBoot whose boot disk's image
+// has a Linux boot entry runs on our VMM, booting that entry (its options
+// before the launcher's command line); without an entry it goes to QEMU,
+// and the reason, which the control API reports, names what is missing.
+func TestPrepareDiskBoot(t *testing.T) {
+	withEntry := disktest.Build(t, disktest.Disk{Label: "gpt", Parts: []disktest.Part{
+		disktest.BLSPart("6.1", []byte("the kernel"), []byte("the initrd"), "root=/dev/vda1 quiet"),
+	}})
+	noEntry := disktest.Build(t, disktest.Disk{Label: "gpt", Parts: []disktest.Part{{Files: map[string][]byte{"etc/fstab": nil}}}})
+	for _, tc := range []struct {
+		name, image string
+		want        spec.Backend
+		why         string
+	}{
+		{"entry", withEntry, spec.BackendKubevmm, "boots its disk's Linux boot entry"},
+		{"no entry", noEntry, spec.BackendQEMU, "domain.devices.disks[0]: the boot disk root has no Linux boot entry the kubevmm VMM can boot (booting it needs firmware): raw image: no boot entry (no loader/entries/*.conf, grub.cfg or vmlinuz-*) on partition 1 (ext4)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testPaths(t)
+			vmi := testVMI()
+			vmi.Spec.Domain.Firmware = nil
+			b, err := json.Marshal(vmi)
+			require.NoError(t, err)
+			vmiFile := filepath.Join(t.TempDir(), "vmi.json")
+			require.NoError(t, os.WriteFile(vmiFile, b, 0o644))
+			img, err := os.ReadFile(tc.image)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(p.ContainerDiskDir, "root.img"), img, 0o644))
+
+			_, backend, why, cfg, err := prepare(Options{VMIFile: vmiFile, Paths: p}, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, backend)
+			assert.Contains(t, why, tc.why)
+			assert.Equal(t, why, (&switchVM{name: string(backend), reason: why}).Info().BackendReason, "the control API says why")
+			if backend != spec.BackendKubevmm {
+				assert.Nil(t, cfg.DiskBoot)
+				return
+			}
+			mc, err := cfg.MachineConfig(nil)
+			require.NoError(t, err)
+			assert.Equal(t, "the kernel", string(mc.Kernel))
+			assert.Equal(t, "the initrd", string(mc.Initrd))
+			assert.Regexp(t, `^root=/dev/vda1 quiet console=ttyS0 .* ip=10\.0\.2\.2::10\.0\.2\.1:`, mc.Cmdline)
+			assert.Equal(t, filepath.Join(p.ContainerDiskDir, "root.img"), mc.Disks[0].Path, "the boot disk is a disk too")
+		})
 	}
 }

@@ -38,8 +38,9 @@ var MinGuestMemory = resource.MustParse("16Mi")
 // metadata holding the annotations. A field kubevmm does not honour is
 // refused rather than ignored: a user applying a KubeVirt manifest either
 // gets what it says or is told which field we cannot do. What only the QEMU
-// backend provides (SATA, e1000, Hyper-V, EFI, firmware boot) is accepted:
-// the launcher routes such VMIs to QEMU (spec.SelectBackend).
+// backend provides (SATA, e1000, Hyper-V, EFI, booting a disk without a
+// Linux boot entry) is accepted: the launcher routes such VMIs to QEMU
+// (spec.SelectBackend).
 func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *field.Path, annotations map[string]string) field.ErrorList {
 	var errs field.ErrorList
 	for _, f := range v1.UnmodeledFields(s) {
@@ -117,7 +118,9 @@ func isFalse(b *bool) bool { return b != nil && !*b }
 // returns the backend that will run the VMI ("" if the choice is invalid).
 func validateAnnotations(p *field.Path, s *v1.VirtualMachineInstanceSpec, annotations map[string]string) (spec.Backend, field.ErrorList) {
 	var errs field.ErrorList
-	backend, _, err := spec.SelectBackend(annotations, s)
+	// Without the boot disk's image (only the launcher reads it), a disk
+	// boot counts as possible for our VMM.
+	backend, _, err := spec.SelectBackend(annotations, s, nil)
 	if err != nil {
 		errs = append(errs, invalid(p.Key(spec.BackendAnnotation), annotations[spec.BackendAnnotation], "%v", err))
 	}

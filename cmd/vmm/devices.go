@@ -38,6 +38,8 @@ func options(s string) (first string, opts []string) {
 type disk struct {
 	machine.DiskConfig
 	Bus string
+	// Boot: the VM boots this disk's default entry (--disk PATH,boot).
+	Boot bool
 }
 
 // nic is a parsed --net: plus the NIC model (QEMU backend: e1000 too).
@@ -46,7 +48,7 @@ type nic struct {
 	Model string
 }
 
-// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S][,bus=virtio|sata]
+// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S][,bus=virtio|sata][,boot]
 // (a comma in PATH is written ",,").
 func parseDisk(s string) (disk, error) {
 	path, opts := options(s)
@@ -61,6 +63,8 @@ func parseDisk(s string) (disk, error) {
 			d.Bus = v
 		case k == "ro" && !hasV:
 			d.ReadOnly = true
+		case k == "boot" && !hasV:
+			d.Boot = true
 		case k == "format" && hasV:
 			f, err := block.ParseFormat(v)
 			if err != nil {
@@ -73,14 +77,14 @@ func parseDisk(s string) (disk, error) {
 			}
 			d.Serial = v
 		default:
-			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S, bus=virtio|sata)", o)
+			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S, bus=virtio|sata, boot)", o)
 		}
 	}
 	return d, nil
 }
 
-// loadBootDisk opens --boot-disk read-only (the VM opens it again as its
-// first disk) and reads its default boot entry.
+// loadBootDisk opens the boot disk read-only (the VM opens it again as
+// one of its disks) and reads its default boot entry.
 func loadBootDisk(spec string) (*bootdisk.Boot, error) {
 	d, err := parseDisk(spec)
 	if err != nil {

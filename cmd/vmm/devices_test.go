@@ -16,12 +16,15 @@ func TestParseDisk(t *testing.T) {
 		in   string
 		want machine.DiskConfig
 		bus  string
+		boot bool
 		err  string
 	}{
 		{in: "/d.img", want: machine.DiskConfig{Path: "/d.img", Format: block.FormatRaw}, bus: "virtio"},
 		{in: "/d.qcow2,ro,format=qcow2,serial=abc", want: machine.DiskConfig{Path: "/d.qcow2", Format: block.FormatQcow2, ReadOnly: true, Serial: "abc"}, bus: "virtio"},
 		{in: "/a,,b.img,ro", want: machine.DiskConfig{Path: "/a,b.img", Format: block.FormatRaw, ReadOnly: true}, bus: "virtio"},
 		{in: "/w.img,bus=sata", want: machine.DiskConfig{Path: "/w.img", Format: block.FormatRaw}, bus: "sata"},
+		{in: "/b.qcow2,format=qcow2,boot", want: machine.DiskConfig{Path: "/b.qcow2", Format: block.FormatQcow2}, bus: "virtio", boot: true},
+		{in: "/b.img,boot=yes", err: "unknown option"},
 		{in: "/w.img,bus=scsi", err: "unknown option"},
 		{in: "", err: "missing image path"},
 		{in: "/d.img,format=vmdk", err: "unknown image format"},
@@ -38,6 +41,7 @@ func TestParseDisk(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got.DiskConfig)
 			assert.Equal(t, tc.bus, got.Bus)
+			assert.Equal(t, tc.boot, got.Boot)
 		})
 	}
 }

@@ -25,17 +25,20 @@ import (
 
 type runFlags struct {
 	kernel, initrd, cmdline string
-	bootDisk                string
-	cpus                    int
-	memory                  string
-	profile                 string
-	disks, nics             multiFlag
-	rng                     bool
-	vsock                   string
-	incoming                string
-	incomingTLS             tlsFlags
-	backend, accel          string
-	session                 sessionFlags
+	// bootDisk is the disk to boot: --boot-disk, or the --disk marked
+	// ,boot (then bootFlag names that flag and the disk is not added
+	// again).
+	bootDisk, bootFlag string
+	cpus               int
+	memory             string
+	profile            string
+	disks, nics        multiFlag
+	rng                bool
+	vsock              string
+	incoming           string
+	incomingTLS        tlsFlags
+	backend, accel     string
+	session            sessionFlags
 }
 
 // sessionFlags are the flags of every command that runs a VM in this
@@ -95,7 +98,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cpus, "cpus", 1, "number of vCPUs")
 	fs.StringVar(&f.memory, "memory", "256M", "guest RAM, e.g. 512M or 2G")
 	fs.StringVar(&f.profile, "profile", "", "sample guest RIPs at 100 Hz and write them, symbolized with System.map beside the kernel if present, to this file")
-	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S] (repeatable; ,, is a comma in PATH)")
+	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S][,boot] (repeatable; ,, is a comma in PATH; boot: boot its default entry, as --boot-disk)")
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
@@ -122,16 +125,37 @@ func (f *runFlags) guest(sess *session) (kernel, initrd []byte, err error) {
 		return kernel, initrd, nil
 	}
 	if f.backend == "qemu" {
-		return nil, nil, usagef("run: --boot-disk is for the kubevmm backend")
+		return nil, nil, usagef("run: booting a disk (%s %s) is for the kubevmm backend", f.bootFlag, f.bootDisk)
 	}
 	b, err := loadBootDisk(f.bootDisk)
 	if err != nil {
-		return nil, nil, usagef("run: --boot-disk %v", err)
+		return nil, nil, usagef("run: %s %v", f.bootFlag, err)
 	}
 	sess.log.Info("boot entry", "disk", f.bootDisk, "entry", b.Source, "options", b.Cmdline)
 	f.cmdline = strings.TrimSpace(b.Cmdline + " " + f.cmdline)
-	f.disks = append(multiFlag{f.bootDisk}, f.disks...)
+	if f.bootFlag == "--boot-disk" {
+		f.disks = append(multiFlag{f.bootDisk}, f.disks...)
+	}
 	return b.Kernel, b.Initrd, nil
+}
+
+// findBootDisk sets bootDisk and bootFlag from --boot-disk or the one
+// --disk marked ,boot; a VM boots one disk. A --disk that does not parse
+// is left to parseDevices to report.
+func (f *runFlags) findBootDisk() error {
+	if f.bootDisk != "" {
+		f.bootFlag = "--boot-disk"
+	}
+	for _, s := range f.disks {
+		if d, err := parseDisk(s); err != nil || !d.Boot {
+			continue
+		}
+		if f.bootDisk != "" {
+			return usagef("run: two boot disks (%s %s and --disk %s): boot from one", f.bootFlag, f.bootDisk, s)
+		}
+		f.bootDisk, f.bootFlag = s, "--disk"
+	}
+	return nil
 }
 
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
@@ -168,11 +192,14 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if f.incomingTLS != (tlsFlags{}) {
 		return 0, usagef("run: --tls-* and --tls-peer-name are for --incoming")
 	}
+	if err := f.findBootDisk(); err != nil {
+		return 0, err
+	}
 	if f.bootDisk != "" && (f.kernel != "" || f.initrd != "") {
-		return 0, usagef("run: --boot-disk takes the kernel and initrd from the disk; drop --kernel/--initrd")
+		return 0, usagef("run: %s %s takes the kernel and initrd from the disk; drop --kernel/--initrd", f.bootFlag, f.bootDisk)
 	}
 	if f.kernel == "" && f.bootDisk == "" {
-		return 0, usagef("run: --kernel is required (or --boot-disk)")
+		return 0, usagef("run: --kernel is required (or --boot-disk, or --disk PATH,boot)")
 	}
 	mem, err := parseSize(f.memory)
 	if err != nil {

@@ -132,10 +132,18 @@ const (
 // containerDisk cannot move: it is a copy local to the launcher pod, and
 // there is no block migration; a read-only one is the same image on both
 // ends.
+//
+// The backend is the one the launcher reports (ActiveBackendAnnotation)
+// once the VMI runs: a disk boot's backend depends on the image, which
+// only the launcher reads. Before that it is SelectBackend's guess
+// without the image.
 func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceSpec) (bool, string, string) {
-	b, _, err := SelectBackend(annotations, s)
+	b, _, err := SelectBackend(annotations, s, nil)
 	if err != nil {
 		return false, ReasonBackendNotLiveMigratable, err.Error()
+	}
+	if a := annotations[ActiveBackendAnnotation]; a != "" {
+		b = Backend(a)
 	}
 	if b != BackendKubevmm {
 		return false, ReasonBackendNotLiveMigratable, "the VMI runs on the QEMU backend, which kubevmm cannot live-migrate yet"

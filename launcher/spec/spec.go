@@ -27,6 +27,11 @@ const (
 	// ActiveBackendAnnotation is written by virt-handler with the backend
 	// the launcher reports it runs the guest on.
 	ActiveBackendAnnotation = "kubevmm.io/active-backend"
+	// ActiveBackendReasonAnnotation, written with it, says why the
+	// launcher chose that backend (SelectBackend's reason: the
+	// annotation, the field that needs QEMU, or what a boot disk's image
+	// lacks).
+	ActiveBackendReasonAnnotation = "kubevmm.io/active-backend-reason"
 	// ShutdownInputAnnotation is text (a line) that asks the guest to
 	// shut down when typed on its serial console, e.g. "poweroff" for a
 	// root shell. Our guests have no ACPI power button and no agent yet:
@@ -261,10 +266,38 @@ type QEMUReason struct {
 
 func (r QEMUReason) String() string { return r.Field + ": " + r.Why }
 
+// BootDisk is the index in domain.devices.disks of the disk a VMI without
+// kernelBoot boots from, as KubeVirt's BIOS boots: the disk with the
+// lowest bootOrder, else the first disk; -1 if it has no disks.
+func BootDisk(s *v1.VirtualMachineInstanceSpec) int {
+	best := -1
+	for i, d := range s.Domain.Devices.Disks {
+		switch {
+		case best < 0:
+			best = i
+		case d.BootOrder == nil:
+		case s.Domain.Devices.Disks[best].BootOrder == nil || *d.BootOrder < *s.Domain.Devices.Disks[best].BootOrder:
+			best = i
+		}
+	}
+	return best
+}
+
+// DiskBootCheck reads the image of the VMI's boot disk (BootDisk gives
+// its index) and says whether our VMM can boot it without firmware: nil if
+// the image carries a Linux boot entry (vmm/boot/disk), else an error
+// naming what is missing. Only the launcher has the image; callers
+// without it pass nil, and a disk boot then counts as possible.
+type DiskBootCheck func(disk int) error
+
 // NeedsQEMU lists what in the spec our VMM cannot do but QEMU can: SATA
-// disks, e1000 NICs, Hyper-V enlightenments, EFI firmware, and booting
-// from a disk through firmware (our VMM boots kernels directly only).
-func NeedsQEMU(s *v1.VirtualMachineInstanceSpec) []QEMUReason {
+// disks, e1000 NICs, Hyper-V enlightenments, EFI firmware, and booting a
+// disk whose image has no Linux boot entry, which needs firmware and its
+// boot loader (check reads the image; see DiskBootCheck). A VMI with BIOS
+// firmware (KubeVirt's default) and no kernelBoot boots its boot disk; our
+// VMM boots the disk's default Linux entry directly. The image is read
+// only when nothing else sends the VMI to QEMU.
+func NeedsQEMU(s *v1.VirtualMachineInstanceSpec, check DiskBootCheck) []QEMUReason {
 	var out []QEMUReason
 	add := func(field, why string) { out = append(out, QEMUReason{Field: field, Why: why}) }
 	for i, d := range s.Domain.Devices.Disks {
@@ -288,30 +321,55 @@ func NeedsQEMU(s *v1.VirtualMachineInstanceSpec) []QEMUReason {
 	if fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
 		add("domain.firmware.bootloader.efi", "EFI firmware is not supported by the kubevmm VMM")
 	}
-	if fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
-		add("domain.firmware.kernelBoot", "the kubevmm VMM boots kernels directly only; booting from a disk needs firmware")
+	if fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
+		return out
+	}
+	// A disk boot asking for ACPI or SMM (KubeVirt templates often do)
+	// keeps QEMU, which ran every disk boot before our VMM could; with
+	// kernelBoot virt-api refuses them instead.
+	if f := s.Domain.Features; f != nil {
+		if f.ACPI != nil && (f.ACPI.Enabled == nil || *f.ACPI.Enabled) {
+			add("domain.features.acpi", "the kubevmm VMM has no ACPI")
+		}
+		if f.SMM != nil && (f.SMM.Enabled == nil || *f.SMM.Enabled) {
+			add("domain.features.smm", "the kubevmm VMM has no SMM")
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	switch i := BootDisk(s); {
+	case i < 0:
+		add("domain.firmware.kernelBoot", "no kernelBoot and no disk to boot: the kubevmm VMM boots a kernel or a disk's Linux boot entry")
+	case check != nil:
+		if err := check(i); err != nil {
+			add("domain.devices.disks["+strconv.Itoa(i)+"]", "the boot disk "+s.Domain.Devices.Disks[i].Name+" has no Linux boot entry the kubevmm VMM can boot (booting it needs firmware): "+err.Error())
+		}
 	}
 	return out
 }
 
 // SelectBackend decides which backend runs the VMI: the annotation if set,
 // else QEMU when NeedsQEMU says so, else our VMM. The reason says why.
-func SelectBackend(annotations map[string]string, s *v1.VirtualMachineInstanceSpec) (Backend, string, error) {
-	need := NeedsQEMU(s)
+// check reads the boot disk's image (DiskBootCheck; nil without it).
+func SelectBackend(annotations map[string]string, s *v1.VirtualMachineInstanceSpec, check DiskBootCheck) (Backend, string, error) {
 	switch a := annotations[BackendAnnotation]; a {
 	case "":
 	case string(BackendQEMU):
 		return BackendQEMU, "requested by the " + BackendAnnotation + " annotation", nil
 	case string(BackendKubevmm):
-		if len(need) > 0 {
+		if need := NeedsQEMU(s, check); len(need) > 0 {
 			return "", "", fmt.Errorf("annotation %s: %q cannot run this VMI: %s", BackendAnnotation, a, need[0])
 		}
 		return BackendKubevmm, "requested by the " + BackendAnnotation + " annotation", nil
 	default:
 		return "", "", fmt.Errorf("annotation %s: %q is not a backend (want qemu or kubevmm)", BackendAnnotation, a)
 	}
-	if len(need) > 0 {
+	if need := NeedsQEMU(s, check); len(need) > 0 {
 		return BackendQEMU, need[0].String(), nil
+	}
+	if fw := s.Domain.Firmware; fw == nil || fw.KernelBoot == nil || fw.KernelBoot.Container == nil {
+		return BackendKubevmm, "the kubevmm VMM supports every device of this VMI and boots its disk's Linux boot entry", nil
 	}
 	return BackendKubevmm, "the kubevmm VMM supports every device of this VMI", nil
 }

@@ -1,10 +1,12 @@
 package spec
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,10 +27,10 @@ func kernelBootSpec() *v1.VirtualMachineInstanceSpec {
 
 func TestSelectBackend(t *testing.T) {
 	s := kernelBootSpec()
-	if b, _, err := SelectBackend(nil, s); err != nil || b != BackendKubevmm {
+	if b, _, err := SelectBackend(nil, s, nil); err != nil || b != BackendKubevmm {
 		t.Fatalf("kernelBoot VMI: %s %v, want kubevmm", b, err)
 	}
-	if b, why, _ := SelectBackend(map[string]string{BackendAnnotation: "qemu"}, s); b != BackendQEMU || !strings.Contains(why, "annotation") {
+	if b, why, _ := SelectBackend(map[string]string{BackendAnnotation: "qemu"}, s, nil); b != BackendQEMU || !strings.Contains(why, "annotation") {
 		t.Fatalf("annotation qemu: %s (%s)", b, why)
 	}
 	for name, mutate := range map[string]func(*v1.VirtualMachineInstanceSpec){
@@ -38,25 +40,97 @@ func TestSelectBackend(t *testing.T) {
 		"e1000": func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.Interfaces = []v1.Interface{{Name: "n", Model: "e1000"}}
 		},
-		"hyperv":    func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}} },
-		"efi":       func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} },
-		"disk boot": func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware = nil },
+		"hyperv":                  func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}} },
+		"efi":                     func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} },
+		"disk boot without disks": func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware = nil },
+		"disk boot with ACPI": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Firmware = nil
+			s.Domain.Devices.Disks = []v1.Disk{{Name: "d"}}
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}}
+		},
 	} {
 		s := kernelBootSpec()
 		mutate(s)
-		b, why, err := SelectBackend(nil, s)
+		b, why, err := SelectBackend(nil, s, nil)
 		if err != nil || b != BackendQEMU {
 			t.Errorf("%s: %s %v, want qemu", name, b, err)
 		}
 		if !strings.Contains(why, "domain.") {
 			t.Errorf("%s: reason %q names no field", name, why)
 		}
-		if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "kubevmm"}, s); err == nil {
+		if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "kubevmm"}, s, nil); err == nil {
 			t.Errorf("%s: forcing kubevmm was accepted", name)
 		}
 	}
-	if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "xen"}, s); err == nil {
+	if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "xen"}, s, nil); err == nil {
 		t.Fatal("unknown backend accepted")
+	}
+}
+
+// TestSelectBackendDiskBoot: a VMI without kernelBoot boots its boot disk
+// (lowest bootOrder, else the first disk) on our VMM when the image has a
+// Linux boot entry, and on QEMU, saying what the image lacked, otherwise;
+// EFI and QEMU-only devices go to QEMU without the image being read.
+func TestSelectBackendDiskBoot(t *testing.T) {
+	diskBoot := func(disks ...v1.Disk) *v1.VirtualMachineInstanceSpec {
+		s := kernelBootSpec()
+		s.Domain.Firmware = nil
+		s.Domain.Devices.Disks = disks
+		return s
+	}
+	noEntry := errors.New("no boot entry (no loader/entries/*.conf, grub.cfg or vmlinuz-*) on partition 1 (ext4)")
+	for _, tc := range []struct {
+		name    string
+		spec    *v1.VirtualMachineInstanceSpec
+		entry   map[int]bool // which disks' images carry an entry
+		want    Backend
+		checked []int // the disks whose image was read
+		why     string
+	}{
+		{"first disk has an entry", diskBoot(v1.Disk{Name: "root"}, v1.Disk{Name: "data"}), map[int]bool{0: true}, BackendKubevmm, []int{0}, "boots its disk's Linux boot entry"},
+		{"lowest bootOrder wins", diskBoot(v1.Disk{Name: "data", BootOrder: ptr.To[uint](2)}, v1.Disk{Name: "data2"}, v1.Disk{Name: "root", BootOrder: ptr.To[uint](1)}), map[int]bool{2: true}, BackendKubevmm, []int{2}, ""},
+		{"bootOrder over the first disk", diskBoot(v1.Disk{Name: "data"}, v1.Disk{Name: "root", BootOrder: ptr.To[uint](3)}), map[int]bool{1: true}, BackendKubevmm, []int{1}, ""},
+		{"no entry", diskBoot(v1.Disk{Name: "root"}), nil, BackendQEMU, []int{0},
+			"domain.devices.disks[0]: the boot disk root has no Linux boot entry the kubevmm VMM can boot (booting it needs firmware): " + noEntry.Error()},
+		{"EFI", func() *v1.VirtualMachineInstanceSpec {
+			s := diskBoot(v1.Disk{Name: "root"})
+			s.Domain.Firmware = &v1.Firmware{Bootloader: &v1.Bootloader{EFI: &v1.EFI{}}}
+			return s
+		}(), map[int]bool{0: true}, BackendQEMU, nil, "domain.firmware.bootloader.efi"},
+		{"Hyper-V", func() *v1.VirtualMachineInstanceSpec {
+			s := diskBoot(v1.Disk{Name: "root"})
+			s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}}
+			return s
+		}(), map[int]bool{0: true}, BackendQEMU, nil, "domain.features.hyperv"},
+		{"SATA", diskBoot(v1.Disk{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSATA}}}), map[int]bool{0: true}, BackendQEMU, nil, `domain.devices.disks[0].disk.bus: "sata"`},
+		{"e1000", func() *v1.VirtualMachineInstanceSpec {
+			s := diskBoot(v1.Disk{Name: "root"})
+			s.Domain.Devices.Interfaces = []v1.Interface{{Name: "n", Model: "e1000"}}
+			return s
+		}(), map[int]bool{0: true}, BackendQEMU, nil, "domain.devices.interfaces[0].model"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var checked []int
+			check := func(i int) error {
+				checked = append(checked, i)
+				if tc.entry[i] {
+					return nil
+				}
+				return noEntry
+			}
+			b, why, err := SelectBackend(nil, tc.spec, check)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, b)
+			assert.Equal(t, tc.checked, checked, "the images read")
+			assert.Contains(t, why, tc.why)
+
+			_, _, err = SelectBackend(map[string]string{BackendAnnotation: "kubevmm"}, tc.spec, check)
+			if tc.want == BackendQEMU {
+				assert.ErrorContains(t, err, tc.why, "forcing kubevmm")
+			} else {
+				assert.NoError(t, err, "forcing kubevmm")
+			}
+		})
 	}
 }
 
@@ -169,4 +243,18 @@ func TestPodEndedAndDown(t *testing.T) {
 			assert.Equal(t, tc.down, PodDown(p), "down")
 		})
 	}
+}
+
+// TestLiveMigratableFollowsTheActiveBackend: a disk boot's backend is
+// known once the launcher has read the image and reported it.
+func TestLiveMigratableFollowsTheActiveBackend(t *testing.T) {
+	s := kernelBootSpec()
+	s.Domain.Firmware = nil
+	s.Domain.Devices.Disks = []v1.Disk{{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{ReadOnly: true}}}}
+	s.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk"}}}}
+	ok, _, msg := LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s)
+	assert.True(t, ok, msg)
+	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s)
+	assert.False(t, ok)
+	assert.Equal(t, ReasonBackendNotLiveMigratable, reason)
 }

@@ -38,13 +38,16 @@ const (
 
 // Info describes the VM.
 type Info struct {
-	State     State     `json:"state"`
-	CPUs      int       `json:"cpus"`
-	MemoryMiB uint64    `json:"memory_mib"`
-	Backend   string    `json:"backend"` // "kubevmm" or "qemu"
-	Started   time.Time `json:"started,omitempty"`
-	Exit      string    `json:"exit,omitempty"`  // how the guest ended
-	Error     string    `json:"error,omitempty"` // why, if it failed
+	State     State  `json:"state"`
+	CPUs      int    `json:"cpus"`
+	MemoryMiB uint64 `json:"memory_mib"`
+	Backend   string `json:"backend"` // "kubevmm" or "qemu"
+	// BackendReason says why that backend runs the VM (virt-launcher's
+	// choice; empty from a plain vmm).
+	BackendReason string    `json:"backend_reason,omitempty"`
+	Started       time.Time `json:"started,omitempty"`
+	Exit          string    `json:"exit,omitempty"`  // how the guest ended
+	Error         string    `json:"error,omitempty"` // why, if it failed
 }
 
 // SnapshotRequest asks for a snapshot into Dir.

@@ -1,9 +1,12 @@
-// Package disktest builds partitioned disk images for tests with the real
-// tools (sfdisk, mkfs.ext4 -d, qemu-img).
+// Package disktest builds partitioned disk images with the real tools
+// (sfdisk, mkfs.ext4 -d, qemu-img): for tests (Build), and for the
+// programs that make bootable test disks (Write: hack/bootdisk, the
+// bench).
 package disktest
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +42,21 @@ type Disk struct {
 	Compact bool
 }
 
+// BLSPart is a 64 MiB ext4 root filesystem whose /boot holds one Boot
+// Loader Specification entry, loader/entries/guest-VERSION.conf, booting
+// /boot/vmlinuz-VERSION with /boot/initramfs-VERSION.img (none if initrd
+// is nil) and options: the layout of Fedora-style distribution images.
+func BLSPart(version string, kernel, initrd []byte, options string) Part {
+	entry := fmt.Sprintf("title test guest\nversion %s\nlinux /boot/vmlinuz-%s\n", version, version)
+	files := map[string][]byte{"boot/vmlinuz-" + version: kernel}
+	if initrd != nil {
+		entry += fmt.Sprintf("initrd /boot/initramfs-%s.img\n", version)
+		files["boot/initramfs-"+version+".img"] = initrd
+	}
+	files["boot/loader/entries/guest-"+version+".conf"] = []byte(entry + "options " + options + "\n")
+	return Part{MiB: 64, Files: files}
+}
+
 func (p Part) size() int64 {
 	switch {
 	case p.KiB > 0:
@@ -52,7 +70,16 @@ func (p Part) size() int64 {
 // Build writes the image in t.TempDir() and returns its path.
 func Build(t testing.TB, d Disk) string {
 	t.Helper()
-	dir := t.TempDir()
+	p, err := Write(t.TempDir(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Write builds the image in dir (disk.raw, or disk.qcow2 beside it, with
+// the partitions' scratch files) and returns its path.
+func Write(dir string, d Disk) (string, error) {
 	raw := filepath.Join(dir, "disk.raw")
 	align := int64(1 << 20)
 	if d.Compact {
@@ -67,58 +94,69 @@ func Build(t testing.TB, d Disk) string {
 		fmt.Fprintf(&script, "start=%d, size=%d, type=%s\n", off/512, size/512, map[string]string{"gpt": "L", "dos": map[bool]string{false: "83", true: "c"}[p.VFAT]}[d.Label])
 		data := p.Raw
 		if data == nil {
-			data = fsImage(t, dir, i, p, size)
+			var err error
+			if data, err = fsImage(dir, i, p, size); err != nil {
+				return "", err
+			}
 		}
 		images = append(images, data)
 		off += size
 	}
-	f, err := os.Create(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}()
-	if err := f.Truncate(off + align); err != nil { // room for the backup GPT
-		t.Fatal(err)
+	if err := writeRaw(raw, off+align, align, d, images); err != nil { // room for the backup GPT
+		return "", err
 	}
 	if d.Label != "" {
-		cmd := exec.Command(hosttools.Require(t, "sfdisk"), "--no-reread", "--no-tell-kernel", raw)
-		cmd.Stdin = strings.NewReader(script.String())
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("sfdisk: %v\n%s", err, out)
+		if err := program(hosttools.Find("sfdisk")).run(strings.NewReader(script.String()), "--no-reread", "--no-tell-kernel", raw); err != nil {
+			return "", err
 		}
 	}
-	off = align
+	if !d.Qcow2 {
+		return raw, nil
+	}
+	q := filepath.Join(dir, "disk.qcow2")
+	if err := program(hosttools.Find("qemu-img")).run(nil, "convert", "-f", "raw", "-O", "qcow2", raw, q); err != nil {
+		return "", err
+	}
+	return q, nil
+}
+
+// writeRaw writes the partitions' images at their offsets into a sparse
+// file of size bytes.
+func writeRaw(path string, size, align int64, d Disk, images [][]byte) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	off := align
 	for i, data := range images {
 		if _, err := f.WriteAt(data, off); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		off += d.Parts[i].size()
 	}
-	if !d.Qcow2 {
-		return raw
-	}
-	q := filepath.Join(dir, "disk.qcow2")
-	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, q)
-	return q
+	return nil
 }
 
-func fsImage(t testing.TB, dir string, i int, p Part, size int64) []byte {
-	t.Helper()
+func fsImage(dir string, i int, p Part, size int64) ([]byte, error) {
 	root := filepath.Join(dir, fmt.Sprintf("root%d", i))
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for name, data := range p.Files {
 		fp := filepath.Join(root, name)
 		if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if err := os.WriteFile(fp, data, 0o644); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	img := filepath.Join(dir, fmt.Sprintf("fs%d.img", i))
@@ -130,15 +168,19 @@ func fsImage(t testing.TB, dir string, i int, p Part, size int64) []byte {
 		if p.UUID != "" {
 			args = append(args, "-i", p.UUID)
 		}
-		hosttools.Run(t, "mkfs.vfat", append(args, img, fmt.Sprint(size>>10))...)
+		if err := program(hosttools.Find("mkfs.vfat")).run(nil, append(args, img, fmt.Sprint(size>>10))...); err != nil {
+			return nil, err
+		}
 		tops, err := os.ReadDir(root)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		for _, e := range tops {
-			hosttools.Run(t, "mcopy", "-s", "-i", img, filepath.Join(root, e.Name()), "::/")
+			if err := program(hosttools.Find("mcopy")).run(nil, "-s", "-i", img, filepath.Join(root, e.Name()), "::/"); err != nil {
+				return nil, err
+			}
 		}
-		return readFile(t, img)
+		return os.ReadFile(img)
 	}
 	args := []string{"-q", "-F", "-d", root}
 	if size < 1<<20 {
@@ -151,15 +193,29 @@ func fsImage(t testing.TB, dir string, i int, p Part, size int64) []byte {
 		args = append(args, "-U", p.UUID)
 	}
 	args = append(args, img, fmt.Sprintf("%dk", size>>10))
-	hosttools.Run(t, "mkfs.ext4", args...)
-	return readFile(t, img)
+	if err := program(hosttools.Find("mkfs.ext4")).run(nil, args...); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(img)
 }
 
-func readFile(t testing.TB, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
+// tool is a host program found (and installed if missing) by hosttools.
+type tool struct {
+	path string
+	err  error
+}
+
+func program(path string, err error) tool { return tool{path, err} }
+
+// run runs the program and returns its output in the error if it fails.
+func (t tool) run(stdin io.Reader, args ...string) error {
+	if t.err != nil {
+		return t.err
 	}
-	return b
+	cmd := exec.Command(t.path, args...)
+	cmd.Stdin = stdin
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", t.path, strings.Join(args, " "), err, out)
+	}
+	return nil
 }
