@@ -223,7 +223,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			SecurityContext: &corev1.PodSecurityContext{
 				// Not root, and not a user any other VMI's launcher runs as.
 				// The runtime gives the device-plugin devices (/dev/kvm,
-				// /dev/net/tun) to this user (containerd:
+				// /dev/net/tun, /dev/userfaultfd) to this user (containerd:
 				// device_ownership_from_security_context), so it needs to be
 				// said here, not only in the image.
 				RunAsUser:    ptr.To(int64(uid)),
@@ -340,7 +340,7 @@ func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) 
 	}
 	// Extended resources cannot be overcommitted: request == limit.
 	one := resource.MustParse("1")
-	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource} {
+	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource, v1.UserfaultfdResource} {
 		req[r] = one.DeepCopy()
 		lim[r] = one.DeepCopy()
 	}
