@@ -230,7 +230,8 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 				RunAsGroup:   ptr.To(int64(uid)),
 				RunAsNonRoot: ptr.To(true),
 				// The runtime's default profile lacks userfaultfd, which
-				// post-copy needs: this is that default plus userfaultfd,
+				// post-copy needs on a node without /dev/userfaultfd
+				// (before Linux 6.1): this is that default plus userfaultfd,
 				// installed on the node by virt-handler (as KubeVirt's
 				// kubevirt/kubevirt.json). The VMM narrows it further with
 				// its own filter once the VM is set up.
