@@ -229,14 +229,15 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			SecurityContext: &corev1.PodSecurityContext{
 				// Not root, and not a user any other VMI's launcher runs as.
 				// The runtime gives the device-plugin devices (/dev/kvm,
-				// /dev/net/tun) to this user (containerd:
+				// /dev/net/tun, /dev/userfaultfd) to this user (containerd:
 				// device_ownership_from_security_context), so it needs to be
 				// said here, not only in the image.
 				RunAsUser:    ptr.To(int64(uid)),
 				RunAsGroup:   ptr.To(int64(uid)),
 				RunAsNonRoot: ptr.To(true),
 				// The runtime's default profile lacks userfaultfd, which
-				// post-copy needs: this is that default plus userfaultfd,
+				// post-copy needs on a node without /dev/userfaultfd
+				// (before Linux 6.1): this is that default plus userfaultfd,
 				// installed on the node by virt-handler (as KubeVirt's
 				// kubevirt/kubevirt.json). The VMM narrows it further with
 				// its own filter once the VM is set up.
@@ -346,7 +347,7 @@ func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) 
 	}
 	// Extended resources cannot be overcommitted: request == limit.
 	one := resource.MustParse("1")
-	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource} {
+	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource, v1.UserfaultfdResource} {
 		req[r] = one.DeepCopy()
 		lim[r] = one.DeepCopy()
 	}

@@ -88,6 +88,7 @@ func TestLauncherResources(t *testing.T) {
 			assert.Equal(t, want(tc.wantCPU), val(r.Requests, corev1.ResourceCPU), "cpu request")
 			assert.Equal(t, want("1"), val(r.Limits, v1.KVMResource))
 			assert.Equal(t, want("1"), val(r.Limits, v1.TunResource))
+			assert.Equal(t, want("1"), val(r.Limits, v1.UserfaultfdResource))
 			assert.Equal(t, corev1.PullIfNotPresent, pod.Spec.Containers[0].ImagePullPolicy)
 			assert.Equal(t, ptr.To(v1.DefaultGracePeriodSeconds+LauncherGraceMargin), pod.Spec.TerminationGracePeriodSeconds)
 			assert.Equal(t, ptr.To(false), pod.Spec.AutomountServiceAccountToken)

@@ -68,7 +68,7 @@ func TestVMIGetsOneLauncherPod(t *testing.T) {
 	assert.Equal(t, "compute", c.Name)
 	assert.Equal(t, launcherImage, c.Image)
 	one := resource.MustParse("1")
-	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource} {
+	for _, r := range []corev1.ResourceName{v1.KVMResource, v1.TunResource, v1.UserfaultfdResource} {
 		assert.Equal(t, one.Value(), ptr.To(c.Resources.Limits[r]).Value(), "limit %s", r)
 		assert.Equal(t, one.Value(), ptr.To(c.Resources.Requests[r]).Value(), "request %s", r)
 	}

@@ -20,16 +20,22 @@ import (
 // of VMs it can run at most (KubeVirt's default).
 const DefaultDeviceCount = 1000
 
-// DevicePlugin offers one host device node (/dev/kvm, /dev/net/tun) to
-// the kubelet as an extended resource with Count interchangeable
-// "devices": every allocation gets the same node, read-write. The runtime
-// creates it in the container owned by the container's user.
+// DevicePlugin offers one host device node (/dev/kvm, /dev/net/tun,
+// /dev/userfaultfd) to the kubelet as an extended resource with Count
+// interchangeable "devices": every allocation gets the same node,
+// read-write. The runtime creates it in the container owned by the
+// container's user.
 type DevicePlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	Resource string // e.g. devices.kubevirt.io/kvm
 	DevPath  string // e.g. /dev/kvm
 	Count    int
+	// Optional: the node may lack the device (/dev/userfaultfd before
+	// Linux 6.1). The resource is offered all the same, and a container
+	// allocated it there gets no device node, so that pods requesting it
+	// start on every node and only what needs the device fails in them.
+	Optional bool
 	// Dir is the kubelet's device-plugin directory (kubelet.sock is there).
 	Dir string
 	Log logr.Logger
@@ -119,7 +125,7 @@ func (p *DevicePlugin) register(ctx context.Context, endpoint string) error {
 
 func (p *DevicePlugin) devices() []*pluginapi.Device {
 	health := pluginapi.Healthy
-	if _, err := os.Stat(p.DevPath); err != nil {
+	if _, err := os.Stat(p.DevPath); err != nil && !p.Optional {
 		health = pluginapi.Unhealthy
 	}
 	out := make([]*pluginapi.Device, p.Count)
@@ -153,16 +159,19 @@ func (p *DevicePlugin) GetPreferredAllocation(context.Context, *pluginapi.Prefer
 	return &pluginapi.PreferredAllocationResponse{}, nil
 }
 
-// Allocate gives each container the device node.
+// Allocate gives each container the device node (none where an Optional
+// one is missing).
 func (p *DevicePlugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	devs := []*pluginapi.DeviceSpec{{ContainerPath: p.DevPath, HostPath: p.DevPath, Permissions: "rw"}}
 	if _, err := os.Stat(p.DevPath); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.DevPath, err)
+		if !p.Optional {
+			return nil, fmt.Errorf("%s: %w", p.DevPath, err)
+		}
+		devs = nil
 	}
 	resp := &pluginapi.AllocateResponse{}
 	for range r.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Devices: []*pluginapi.DeviceSpec{{ContainerPath: p.DevPath, HostPath: p.DevPath, Permissions: "rw"}},
-		})
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Devices: devs})
 	}
 	return resp, nil
 }

@@ -86,6 +86,32 @@ func TestDevicePluginAllocate(t *testing.T) {
 	if d := p.devices(); d[0].Health != pluginapi.Unhealthy {
 		t.Fatal("missing device reported healthy")
 	}
+	if _, err := p.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"null0"}}}}); err == nil {
+		t.Fatal("a missing device was allocated")
+	}
+}
+
+// TestDevicePluginOptionalDevice: /dev/userfaultfd's resource is offered
+// on a node without the device too, so launcher pods, which all request
+// it, start there; they get no device node.
+func TestDevicePluginOptionalDevice(t *testing.T) {
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"x0"}}}}
+	for _, tc := range []struct {
+		path string
+		want []*pluginapi.DeviceSpec
+	}{
+		{"/dev/null", []*pluginapi.DeviceSpec{{ContainerPath: "/dev/null", HostPath: "/dev/null", Permissions: "rw"}}},
+		{"/dev/does-not-exist", nil},
+	} {
+		p := &DevicePlugin{Resource: "devices.kubevirt.io/userfaultfd", DevPath: tc.path, Count: 2, Optional: true}
+		d := p.devices()
+		assert.Len(t, d, 2, tc.path)
+		assert.Equal(t, pluginapi.Healthy, d[0].Health, tc.path)
+		r, err := p.Allocate(context.Background(), req)
+		require.NoError(t, err, tc.path)
+		require.Len(t, r.ContainerResponses, 1)
+		assert.Equal(t, tc.want, r.ContainerResponses[0].Devices, tc.path)
+	}
 }
 
 func TestDecide(t *testing.T) {

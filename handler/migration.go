@@ -316,6 +316,10 @@ func (r *VMIReconciler) completeMigration(ctx context.Context, vmi *v1.VirtualMa
 	orig := vmi.DeepCopy()
 	vmi.Status.MigrationState.Completed = true
 	vmi.Status.MigrationState.EndTimestamp = &now
+	if st.Stats.PostCopy {
+		// A post-copy phase shorter than a poll was never seen running.
+		vmi.Status.MigrationState.Mode = v1.MigrationPostCopy
+	}
 	if vmi.Status.MigrationState.AbortRequested {
 		// Asked too late: the target had confirmed the guest.
 		vmi.Status.MigrationState.AbortStatus = v1.MigrationAbortFailed

@@ -115,3 +115,35 @@ func TestMigrationSourcePostCopy(t *testing.T) {
 	vmm.mu.Unlock()
 	assert.True(t, strings.Contains(drain(rec), "failed in post-copy; the guest is lost"))
 }
+
+// TestMigrationSourcePostCopyCompletedBetweenPolls: a post-copy phase
+// that began and ended between two polls is still recorded as PostCopy.
+func TestMigrationSourcePostCopyCompletedBetweenPolls(t *testing.T) {
+	k8s := apiServer(t)
+	ctx := context.Background()
+	sd, dir := testSocketDir(t)
+	vmm := &scriptedVMM{}
+	srv, err := api.Listen(filepath.Join(dir, spec.ControlSocket), vmm)
+	require.NoError(t, err)
+	defer srv.Close()
+	r := &VMIReconciler{Client: k8s, NodeName: "node01", PodsDir: sd.podsDir, Recorder: events.NewFakeRecorder(100), LauncherSocketDir: dir}
+
+	vmi := vmiWithPodNIC()
+	vmi.ObjectMeta = metav1.ObjectMeta{Name: "quick-postcopy", Namespace: "default"}
+	require.NoError(t, k8s.Create(ctx, vmi))
+	started := metav1.Now()
+	vmi.Status = v1.VirtualMachineInstanceStatus{Phase: v1.Running, NodeName: "node01", MigrationState: &v1.VirtualMachineInstanceMigrationState{
+		MigrationUID: types.UID("m-quick"), SourceNode: "node01", TargetNode: "node02", TargetPod: "target",
+		TargetNodeAddress: "10.0.0.2", StartTimestamp: &started, Mode: v1.MigrationPreCopy,
+	}}
+	require.NoError(t, k8s.Status().Update(ctx, vmi))
+
+	vmm.set(api.MigrationStatus{Stats: migration.Stats{Phase: "completed", PostCopy: true}})
+	cur := &v1.VirtualMachineInstance{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(vmi), cur))
+	_, _, err = r.syncMigrationSource(ctx, cur, launcherConn{dir: sd}, api.Info{State: api.StateRunning}, true)
+	require.NoError(t, err)
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(vmi), cur))
+	assert.True(t, cur.Status.MigrationState.Completed)
+	assert.Equal(t, v1.MigrationPostCopy, cur.Status.MigrationState.Mode)
+}

@@ -48,16 +48,21 @@ func receiveKubevmm(ctx context.Context, addr, consolePath string, logSink *line
 		}
 		return nil, fmt.Errorf("migration target: accepting on %s: %w", addr, err)
 	}
-	defer conn.Close()
 	log.Info("migration stream", "from", conn.RemoteAddr().String())
 
 	con := console.New(logSink)
 	in := machine.NewIncoming(machine.Config{Console: con, Logger: log.With("component", "vmm")})
 	st, err := migration.Receive(ctx, conn, in)
+	if err != nil || !st.PostCopy {
+		// In post-copy the guest runs here while its missing pages still
+		// come over this stream: the migration closes it once they are
+		// all in (or the source is lost).
+		conn.Close()
+	}
 	if err != nil {
 		con.Close()
 		return nil, fmt.Errorf("receiving the migration from %s: %w", conn.RemoteAddr(), err)
 	}
-	log.Info("received the guest", "rounds", st.Rounds, "data_pages", st.DataPages, "zero_pages", st.ZeroPages)
+	log.Info("received the guest", "rounds", st.Rounds, "data_pages", st.DataPages, "zero_pages", st.ZeroPages, "post_copy_pages", st.MissingPages)
 	return runKubevmm(in.Machine, con, consolePath, sandbox)
 }

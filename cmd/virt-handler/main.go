@@ -57,7 +57,7 @@ func run() error {
 	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
 	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
-	flag.IntVar(&o.devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm and /tun offered by this node")
+	flag.IntVar(&o.devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm, /tun and /userfaultfd offered by this node")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -89,11 +89,15 @@ func run() error {
 	if err := addControllers(mgr, o, migTLS, migrations, kick); err != nil {
 		return err
 	}
-	for _, d := range []struct{ res, path string }{
-		{string(v1.KVMResource), "/dev/kvm"},
-		{string(v1.TunResource), "/dev/net/tun"},
+	for _, d := range []struct {
+		res, path string
+		optional  bool
+	}{
+		{string(v1.KVMResource), "/dev/kvm", false},
+		{string(v1.TunResource), "/dev/net/tun", false},
+		{string(v1.UserfaultfdResource), "/dev/userfaultfd", true},
 	} {
-		p := &handler.DevicePlugin{Resource: d.res, DevPath: d.path, Count: o.devices, Dir: o.pluginDir, Log: log}
+		p := &handler.DevicePlugin{Resource: d.res, DevPath: d.path, Count: o.devices, Optional: d.optional, Dir: o.pluginDir, Log: log}
 		if err := mgr.Add(manager.RunnableFunc(p.Run)); err != nil {
 			return err
 		}

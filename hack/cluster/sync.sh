@@ -39,9 +39,9 @@ kubectl_admin wait --for=condition=Available apiservice/v1.subresources.kubevirt
 # Launcher pods can be scheduled once virt-handler labelled the node and the
 # kubelet reports the device plugins' resources.
 node_ready_for_vms() {
-  kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.metadata.labels.kubevirt\.io/schedulable} {.status.allocatable.devices\.kubevirt\.io/kvm} {.status.allocatable.devices\.kubevirt\.io/tun}' \
-    | grep -qx 'true 1k 1k'
+  kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.metadata.labels.kubevirt\.io/schedulable} {.status.allocatable.devices\.kubevirt\.io/kvm} {.status.allocatable.devices\.kubevirt\.io/tun} {.status.allocatable.devices\.kubevirt\.io/userfaultfd}' \
+    | grep -qx 'true 1k 1k 1k'
 }
 for _ in $(seq 1 600); do node_ready_for_vms && break; sleep 0.2; done
-node_ready_for_vms || die "sync.sh: $NODE_NAME is not labelled schedulable or offers no devices.kubevirt.io/kvm, /tun"
+node_ready_for_vms || die "sync.sh: $NODE_NAME is not labelled schedulable or offers no devices.kubevirt.io/kvm, /tun, /userfaultfd"
 log "sync.sh: kubevmm deployed in namespace $ns in $(since "$T0") s"

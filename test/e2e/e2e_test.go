@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -34,7 +35,12 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
@@ -453,10 +459,17 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("virtctl migrate moves the running guest to a new launcher pod", func(t *testing.T) {
+	t.Run("virtctl migrate moves the running guest to a new launcher pod, in post-copy", func(t *testing.T) {
 		// Something only this guest's memory holds: a rebooted or
 		// re-created guest would not have it.
 		consoleRun(t, "echo pre-$((6*7)) > /tmp/migrated && echo MARK-$((1+2))", "MARK-3", 2*time.Minute)
+		// The guest rewrites megabytes of its memory far faster than the
+		// 4 MiB/s cap: pre-copy cannot converge, the migration goes
+		// post-copy, and the target launcher (not root) handles the
+		// guest's faults through /dev/userfaultfd, which the node's
+		// vm.unprivileged_userfaultfd=0 leaves as its only way.
+		allowPostCopy(t, "4Mi")
+		consoleRun(t, "awk 'BEGIN { while (1) { for (i = 0; i < 100000; i++) a[i] = i + n; n++ } }' >/dev/null 2>&1 & echo $! > /tmp/dirty; echo DIRTY-$((2+3))", "DIRTY-5", 2*time.Minute)
 		uid := jsonpath(t, "vmi/"+vmName, "{.metadata.uid}")
 		source := strings.TrimSpace(kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "jsonpath={.items[*].metadata.name}"))
 		if source == "" || strings.Contains(source, " ") {
@@ -496,12 +509,12 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		}
 		wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
 		t.Logf("MEASURED virtctl migrate -> migration Succeeded: %v", time.Since(t0).Round(time.Millisecond))
-		ms := jsonpath(t, "vmi/"+vmName, "{.status.migrationState.completed} {.status.migrationState.failed} {.status.migrationState.sourcePod} {.status.migrationState.targetPod}")
+		ms := jsonpath(t, "vmi/"+vmName, "{.status.migrationState.completed} {.status.migrationState.failed} {.status.migrationState.mode} {.status.migrationState.sourcePod} {.status.migrationState.targetPod}")
 		f := strings.Fields(ms)
-		if len(f) != 3 || f[0] != "true" || f[1] != source || f[2] == source {
-			t.Fatalf("migrationState (completed failed sourcePod targetPod) = %q: want completed, not failed, from %s to another pod", ms, source)
+		if len(f) != 4 || f[0] != "true" || f[1] != string(v1.MigrationPostCopy) || f[2] != source || f[3] == source {
+			t.Fatalf("migrationState (completed failed mode sourcePod targetPod) = %q: want completed, not failed, in post-copy, from %s to another pod", ms, source)
 		}
-		target := f[2]
+		target := f[3]
 		if got := jsonpath(t, "vmi/"+vmName, "{.status.phase} {.status.nodeName}"); len(strings.Fields(got)) != 2 || strings.Fields(got)[0] != "Running" {
 			t.Fatalf("VMI phase and node after the migration: %q, want Running on a node", got)
 		}
@@ -516,8 +529,9 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 			t.Fatalf("launcher pods after the migration: %q, want only %s", got, target)
 		}
 
-		// The same guest answers on its console, through the new pod...
-		out := consoleRun(t, "cat /tmp/migrated", "pre-42", 2*time.Minute)
+		// The same guest answers on its console, through the new pod
+		// (and stops rewriting its memory)...
+		out := consoleRun(t, "kill $(cat /tmp/dirty); cat /tmp/migrated", "pre-42", 2*time.Minute)
 		if strings.Contains(out, "No such file") {
 			t.Fatalf("the guest lost its memory in the migration:\n%s", out)
 		}
@@ -574,6 +588,53 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 	})
 
 	kubectl(t, "-n", ns, "delete", "vm", vmName, "--wait=true", "--timeout=180s")
+}
+
+// allowPostCopy sets migrations.allowPostCopy and bandwidthPerMigration in
+// the cluster configuration (the ConfigMap kubevmm-config) until the test
+// ends, and returns once virt-controller's copy of the file has them: it
+// reads the file again for each migration.
+func allowPostCopy(t *testing.T, bandwidth string) {
+	t.Helper()
+	orig := kubectl(t, "-n", "kubevirt", "get", "configmap", "kubevmm-config", "-o", `jsonpath={.data.config\.yaml}`)
+	cc, err := controller.ParseClusterConfig([]byte(orig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := resource.MustParse(bandwidth)
+	cc.Migrations.AllowPostCopy, cc.Migrations.BandwidthPerMigration = ptr.To(true), &bw
+	want, err := yaml.Marshal(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(data string) {
+		p, err := json.Marshal(map[string]any{"data": map[string]string{"config.yaml": data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kubectl(t, "-n", "kubevirt", "patch", "configmap", "kubevmm-config", "--type=merge", "-p", string(p))
+	}
+	patch(string(want))
+	t.Cleanup(func() { patch(orig) })
+	// The kubelet updates a ConfigMap volume on its periodic sync of the
+	// pod, or at once when the pod changes: an annotation changes it.
+	pod := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-controller", "-o", "jsonpath={.items[*].metadata.name} {.items[*].metadata.uid}"))
+	if len(pod) != 2 {
+		t.Fatalf("want one virt-controller pod, got %q", pod)
+	}
+	kubectl(t, "-n", "kubevirt", "annotate", "--overwrite", "pod", pod[0], "kubevmm.io/e2e-config="+strconv.FormatInt(time.Now().UnixNano(), 10))
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		if pids := podProcesses(pod[1], "virt-controller"); len(pids) == 1 {
+			// The manifests mount the ConfigMap at /etc/kubevmm/config.
+			got, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/kubevmm/config/config.yaml", pids[0]))
+			if err == nil && bytes.Equal(got, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("virt-controller's configuration file did not become:\n%s", want)
+		}
+	}
 }
 
 // afterMarker is what follows the first marker in b (nothing if absent).

@@ -25,6 +25,7 @@ const (
 	uffdioWake              = 0x8010aa02 // _IOR(0xaa, 0x02, struct uffdio_range)
 	uffdioCopy              = 0xc028aa03 // _IOWR(0xaa, 0x03, struct uffdio_copy)
 	uffdioZeropage          = 0xc020aa04 // _IOWR(0xaa, 0x04, struct uffdio_zeropage)
+	userfaultfdIocNew       = 0xaa00     // _IO(0xaa, 0x00), on /dev/userfaultfd (Linux 6.1)
 	uffdRegisterModeMissing = 1
 	uffdFeatureMissingShm   = 1 << 5
 	uffdEventPagefault      = 0x12
@@ -107,9 +108,9 @@ func (g *Guest) Userfault(missing [][]uint64) (*Userfault, error) {
 			p += n
 		}
 	}
-	fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK, 0, 0)
-	if errno != 0 {
-		return nil, fmt.Errorf("userfaultfd: %w", errno)
+	fd, err := newUserfaultfd()
+	if err != nil {
+		return nil, err
 	}
 	// The handshake comes before the descriptor goes to Go's poller: until
 	// then the kernel reports it as not pollable.
@@ -133,6 +134,44 @@ func (g *Guest) Userfault(missing [][]uint64) (*Userfault, error) {
 	}
 	g.uf.Store(u)
 	return u, nil
+}
+
+// UserfaultfdDevice is where Linux 6.1 and later offer userfaultfds to
+// whoever may open the node, whatever vm.unprivileged_userfaultfd says.
+const UserfaultfdDevice = "/dev/userfaultfd"
+
+// newUserfaultfd returns a non-blocking userfaultfd that may handle faults
+// in kernel mode (KVM's accesses for a vCPU are kernel-mode faults).
+//
+// The userfaultfd(2) system call comes first: it needs no file, so it
+// works for a VMM that runs as root or with CAP_SYS_PTRACE wherever it
+// runs. Without either, and with vm.unprivileged_userfaultfd=0 (the
+// default of most distributions), it fails with EPERM, and so does a
+// seccomp profile that leaves it out: then /dev/userfaultfd, whose file
+// permissions are the whole check (a launcher pod gets the node as a
+// device owned by its own user), gives the same descriptor through
+// USERFAULTFD_IOC_NEW. The device is not tried first because a VMM run by
+// hand as root has no reason to need it, and the node may be missing
+// (before Linux 6.1, or a container without it).
+func newUserfaultfd() (uintptr, error) {
+	const flags = unix.O_CLOEXEC | unix.O_NONBLOCK
+	fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, flags, 0, 0)
+	if errno == 0 {
+		return fd, nil
+	}
+	if errno != unix.EPERM {
+		return 0, fmt.Errorf("userfaultfd: %w", errno)
+	}
+	dev, err := os.OpenFile(UserfaultfdDevice, os.O_RDWR, 0)
+	if err != nil {
+		return 0, fmt.Errorf("userfaultfd: tried the userfaultfd system call (%w: it needs root, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1, and a seccomp profile that allows it) and %s (%w: it needs Linux 6.1 or later and read-write access for this user)", errno, UserfaultfdDevice, err)
+	}
+	fd, _, errno2 := unix.Syscall(unix.SYS_IOCTL, dev.Fd(), userfaultfdIocNew, flags)
+	_ = dev.Close() // the new userfaultfd does not need it; nothing was written
+	if errno2 != 0 {
+		return 0, fmt.Errorf("userfaultfd: tried the userfaultfd system call (%w) and USERFAULTFD_IOC_NEW on %s (%w)", errno, UserfaultfdDevice, errno2)
+	}
+	return fd, nil
 }
 
 func (u *Userfault) ioctl(req uintptr, arg unsafe.Pointer) error {

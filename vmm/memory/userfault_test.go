@@ -39,6 +39,7 @@ func TestUserfaultABIMatchesKernelHeaders(t *testing.T) {
 		"UFFDIO_WAKE":                  uffdioWake,
 		"UFFDIO_COPY":                  uffdioCopy,
 		"UFFDIO_ZEROPAGE":              uffdioZeropage,
+		"USERFAULTFD_IOC_NEW":          userfaultfdIocNew,
 		"UFFDIO_REGISTER_MODE_MISSING": uffdRegisterModeMissing,
 		"UFFD_FEATURE_MISSING_SHMEM":   uffdFeatureMissingShm,
 		"UFFD_EVENT_PAGEFAULT":         uffdEventPagefault,

@@ -70,6 +70,10 @@ func startPostCopy(t *testing.T, src *memSource, tgt *postTarget, opt Options) (
 }
 
 func TestPostCopyFinishesAGuestThatOutrunsPrecopy(t *testing.T) {
+	postCopyFinishes(t)
+}
+
+func postCopyFinishes(t *testing.T) {
 	const size = 4 << 20
 	src := dirtyingSource(t, size, 200)
 	tgt := &postTarget{memTarget: memTarget{size: size}, done: make(chan error, 1)}

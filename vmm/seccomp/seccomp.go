@@ -30,10 +30,12 @@
 //	                   (no kill: the runtime signals its own threads with tgkill)
 //	glibc threads      set_robust_list rseq; clone3 fails with ENOSYS (its flags are
 //	                   out of a filter's reach) so pthread_create falls back to clone
-//	ioctl              KVM (type 0xAE), userfaultfd (type 0xAA: post-copy), TCGETS TCSETS
+//	ioctl              KVM (type 0xAE), userfaultfd (type 0xAA: post-copy's UFFDIO_*, and
+//	                   USERFAULTFD_IOC_NEW on /dev/userfaultfd), TCGETS TCSETS
 //	                   TIOCGWINSZ (raw console),
 //	                   TUNSETOFFLOAD (the guest negotiates virtio-net offloads while running)
-//	post-copy target   userfaultfd memfd_create
+//	post-copy target   userfaultfd memfd_create (or openat of /dev/userfaultfd: files, above,
+//	                   when the system call is refused to a non-root VMM)
 //
 // The list is tested, not guessed: cmd/vmm's tests run real VMMs through
 // boot, pause, resume, snapshot, restore and migration with --seccomp=kill
@@ -91,7 +93,7 @@ var allowed = []uintptr{
 // ioctlTypes are the ioctl type bytes allowed with any number.
 var ioctlTypes = []uint32{
 	kvm.IoctlType,
-	0xaa, // userfaultfd's UFFDIO_*
+	0xaa, // userfaultfd's UFFDIO_*, /dev/userfaultfd's USERFAULTFD_IOC_NEW
 }
 
 // ioctls are the other ioctl numbers allowed.

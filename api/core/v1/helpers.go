@@ -51,6 +51,12 @@ const (
 	// pod requests to get /dev/kvm and /dev/net/tun.
 	KVMResource corev1.ResourceName = "devices.kubevirt.io/kvm"
 	TunResource corev1.ResourceName = "devices.kubevirt.io/tun"
+	// UserfaultfdResource (kubevmm's own) gets a launcher pod
+	// /dev/userfaultfd, owned by its user: how a non-root VMM may handle
+	// the faults of a post-copy migration target. Every node offers it;
+	// on a node without the device (Linux before 6.1) it gives nothing,
+	// and post-copy fails there.
+	UserfaultfdResource corev1.ResourceName = "devices.kubevirt.io/userfaultfd"
 
 	// StartRequestDataPausedKey in a Start request's data asks for a paused start.
 	StartRequestDataPausedKey = "paused"

@@ -20,6 +20,7 @@ static unsigned long ioc_unregister(void) { return UFFDIO_UNREGISTER; }
 static unsigned long ioc_wake(void)       { return UFFDIO_WAKE; }
 static unsigned long ioc_copy(void)       { return UFFDIO_COPY; }
 static unsigned long ioc_zeropage(void)   { return UFFDIO_ZEROPAGE; }
+static unsigned long ioc_new(void)        { return USERFAULTFD_IOC_NEW; }
 */
 import "C"
 
@@ -51,6 +52,7 @@ var Constants = map[string]uint64{
 	"UFFDIO_WAKE":                  uint64(C.ioc_wake()),
 	"UFFDIO_COPY":                  uint64(C.ioc_copy()),
 	"UFFDIO_ZEROPAGE":              uint64(C.ioc_zeropage()),
+	"USERFAULTFD_IOC_NEW":          uint64(C.ioc_new()),
 	"UFFDIO_REGISTER_MODE_MISSING": C.UFFDIO_REGISTER_MODE_MISSING,
 	"UFFD_FEATURE_MISSING_SHMEM":   C.UFFD_FEATURE_MISSING_SHMEM,
 	"UFFD_EVENT_PAGEFAULT":         C.UFFD_EVENT_PAGEFAULT,
