@@ -72,13 +72,15 @@ const (
 	KindXSAVE
 	KindXSAVEC
 	KindXRSTOR
+	KindLDMXCSR
+	KindSTMXCSR
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	"int3", "ud", "clac", "stac", "popcnt", "lzcnt", "tzcnt", "cmpxchg16b", "rdrand", "rdseed", "rdpid",
 	"rdfsbase", "rdgsbase", "wrfsbase", "wrgsbase", "swapgs", "sysret", "fence", "prefetch", "clflush",
-	"movnti", "xgetbv", "xsetbv", "fwait", "xsave", "xsavec", "xrstor",
+	"movnti", "xgetbv", "xsetbv", "fwait", "xsave", "xsavec", "xrstor", "ldmxcsr", "stmxcsr",
 }
 
 func (k Kind) String() string {
@@ -92,6 +94,7 @@ func (k Kind) String() string {
 const (
 	vecBP = 3
 	vecUD = 6
+	vecNM = 7
 	vecGP = 13
 	vecPF = 14
 	vecMF = 16
@@ -501,6 +504,8 @@ func (x *exec) group15() (Kind, *exception, bool, error) {
 		return 0, nil, false, err
 	}
 	switch {
+	case !in.opsz && !in.rep && !in.repne && (regField == 2 || regField == 3):
+		return x.mxcsr(regField == 2)
 	case !in.opsz && !in.rep && !in.repne && (regField == 4 || regField == 5 || regField == 6):
 		restore := regField == 5
 		k := KindXSAVE

@@ -165,7 +165,7 @@ func newEnvMem(t testing.TB, mem *memory.Guest, cpl int) *env {
 	s := &e.c.sregs
 	s.CR0 = cr0PE | cr0NE | cr0WP | cr0PG
 	s.CR3 = tablesGPA
-	s.CR4 = cr4PAE | cr4OSXSAVE
+	s.CR4 = cr4PAE | cr4OSFXSR | cr4OSXSAVE
 	s.EFER = eferLME | eferLMA | eferSCE
 	e.setCPL(cpl)
 	e.c.regs.RFLAGS = 2

@@ -22,6 +22,9 @@ const (
 	fzNoPaging    = 1 << 22
 	fzUser        = 1 << 23
 	fzNoMemCode   = 1 << 24 // code only in the exit's bytes
+	fzNoOSFXSR    = 1 << 25
+	fzTS          = 1 << 26
+	fzEM          = 1 << 27
 	fzXCR0Shift   = 32
 )
 
@@ -47,12 +50,17 @@ func FuzzComplete(f *testing.F) {
 		{0xf3, 0x48, 0x0f, 0xb8, 0x44, 0xce, 0x10}, {0xf3, 0x48, 0x0f, 0xb8, 0x05, 0xf7, 0x01, 0x00, 0x00},
 		{0x65, 0xf3, 0x48, 0x0f, 0xb8, 0x04, 0x25, 0x80, 0x00, 0x00, 0x00},
 		{0xf3, 0x48, 0x0f, 0xae, 0xd3}, {0x0f, 0xae, 0x3e},
+		ldmxcsr, stmxcsr, {0x0f, 0xae, 0x15, 0x20, 0x00, 0x00, 0x00}, {0x41, 0x0f, 0xae, 0x5c, 0x24, 0x08},
 	} {
 		f.Add(code, regs, []byte{}, uint64(0xe7)<<fzXCR0Shift|fzPointerRegs)
 	}
 	// a PML4 entry pointing outside RAM, then one pointing at itself
 	f.Add(popcntLoad, regs, []byte{0x90, 0x0e, 0x03, 0x00, 0x00, 0x80, 0, 0, 0, 0}, uint64(fzPointerRegs))
 	f.Add(xsave64, regs, []byte{0x90, 0x0e, 0x07, 0x00, 0x01, 0x00, 0, 0, 0, 0}, uint64(fzPointerRegs))
+	// ldmxcsr with SSE disabled, with a lazy-FPU trap armed, and from user mode
+	f.Add(ldmxcsr, regs, []byte{}, uint64(fzPointerRegs|fzNoOSFXSR))
+	f.Add(ldmxcsr, regs, []byte{}, uint64(fzPointerRegs|fzTS))
+	f.Add(stmxcsr, regs, []byte{}, uint64(fzPointerRegs|fzEM|fzUser))
 
 	f.Fuzz(func(t *testing.T, code, regBytes, pt []byte, flags uint64) {
 		clear(mem.Regions()[0].Data)
@@ -105,6 +113,7 @@ func FuzzComplete(f *testing.F) {
 			{fzNoWP, &s.CR0, cr0WP, false}, {fzNoPaging, &s.CR0, cr0PG, false},
 			{fzSMAP, &s.CR4, cr4SMAP, true}, {fzNoOSXSAVE, &s.CR4, cr4OSXSAVE, false},
 			{fzFSGSBase, &s.CR4, cr4FSGSBase, true}, {fzLA57, &s.CR4, cr4LA57, true},
+			{fzNoOSFXSR, &s.CR4, cr4OSFXSR, false}, {fzTS, &s.CR0, cr0TS, true}, {fzEM, &s.CR0, cr0EM, true},
 		} {
 			if flags&c.bit != 0 {
 				if c.set {

@@ -19,8 +19,11 @@ const (
 	pteLarge    = 1 << 7
 	pteAddrMask = 0x000ffffffffff000
 
+	cr0EM       = 1 << 2
+	cr0TS       = 1 << 3
 	cr0WP       = 1 << 16
 	cr0PG       = 1 << 31
+	cr4OSFXSR   = 1 << 9
 	cr4LA57     = 1 << 12
 	cr4FSGSBase = 1 << 16
 	cr4OSXSAVE  = 1 << 18

@@ -180,11 +180,7 @@ func (x *exec) restoreComponents(k, guest []byte, rfbm, present uint64, off *[64
 	bv := binary.LittleEndian.Uint64(guest[xsHeader:])
 	if rfbm&6 != 0 {
 		mxcsr := binary.LittleEndian.Uint32(guest[xsMXCSR:])
-		mask := binary.LittleEndian.Uint32(k[xsMXCSRMask:])
-		if mask == 0 {
-			mask = 0xffbf
-		}
-		if mxcsr&^mask != 0 {
+		if mxcsr&^mxcsrMask(k) != 0 {
 			return gp0()
 		}
 		binary.LittleEndian.PutUint32(k[xsMXCSR:], mxcsr)
@@ -219,6 +215,61 @@ func (x *exec) restoreComponents(k, guest []byte, rfbm, present uint64, off *[64
 	}
 	binary.LittleEndian.PutUint64(k[xsHeader:], kbv&^rfbm|bv&rfbm)
 	return nil
+}
+
+// mxcsrMask is the MXCSR_MASK the CPU reports in KVM's copy k of the
+// state: the MXCSR bits software may set. Zero means the SDM's default,
+// 0xffbf (every bit but DAZ).
+func mxcsrMask(k []byte) uint32 {
+	if m := binary.LittleEndian.Uint32(k[xsMXCSRMask:]); m != 0 {
+		return m
+	}
+	return 0xffbf
+}
+
+// mxcsr performs LDMXCSR m32 (load) or STMXCSR m32 at the decoded memory
+// operand, through KVM's copy of the vCPU's extended state. Faults in the
+// SDM's order: #UD (LOCK, CR0.EM set or CR4.OSFXSR clear), #NM (CR0.TS
+// set), the memory access's own faults, then #GP(0) for a reserved MXCSR
+// bit on a load.
+func (x *exec) mxcsr(load bool) (Kind, *exception, bool, error) {
+	k := KindSTMXCSR
+	if load {
+		k = KindLDMXCSR
+	}
+	switch {
+	case x.in.lock || x.s.CR0&cr0EM != 0 || x.s.CR4&cr4OSFXSR == 0:
+		return k, ud(), false, nil
+	case x.s.CR0&cr0TS != 0:
+		return k, &exception{vector: vecNM}, false, nil
+	}
+	ks, err := x.c.GetXSave()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	area := ks.Bytes()
+	var b [4]byte
+	if !load {
+		copy(b[:], area[xsMXCSR:xsMXCSR+4])
+		return x.store(k, x.in.ea, b[:])
+	}
+	if ex, err := x.load(x.in.ea, b[:]); ex != nil || err != nil {
+		return k, ex, false, err
+	}
+	v := binary.LittleEndian.Uint32(b[:])
+	if v&^mxcsrMask(area) != 0 {
+		return k, gp0(), false, nil
+	}
+	binary.LittleEndian.PutUint32(area[xsMXCSR:], v)
+	// KVM loads MXCSR from the buffer only when the header marks x87, SSE
+	// or AVX state as present; marking SSE keeps the XMM registers as
+	// exported (their values, or zeros if they were in their init state).
+	hdr := area[xsHeader:]
+	binary.LittleEndian.PutUint64(hdr, binary.LittleEndian.Uint64(hdr)|2)
+	if err := x.c.SetXSave(ks); err != nil {
+		return 0, nil, false, fmt.Errorf("ldmxcsr: %w", err)
+	}
+	return k, nil, true, nil
 }
 
 func allZero(b []byte) bool {

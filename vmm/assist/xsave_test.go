@@ -369,3 +369,130 @@ func TestXSAVELayoutBeyondKVMBuffer(t *testing.T) {
 		})
 	}
 }
+
+var (
+	ldmxcsr = []byte{0x0f, 0xae, 0x17} // ldmxcsr [rdi]
+	stmxcsr = []byte{0x0f, 0xae, 0x1f} // stmxcsr [rdi]
+)
+
+func TestMXCSR(t *testing.T) {
+	mxcsrOf := func(e *env) uint32 { return binary.LittleEndian.Uint32(e.c.xsave.Bytes()[xsMXCSR:]) }
+	exNM := &injected{Vector: vecNM}
+	for _, tc := range []struct {
+		name  string
+		code  []byte
+		setup func(e *env)
+		kind  Kind
+		ex    *injected
+		check func(t *testing.T, e *env)
+	}{
+		{
+			name: "stmxcsr stores MXCSR", code: stmxcsr, kind: KindSTMXCSR,
+			setup: func(e *env) {
+				binary.LittleEndian.PutUint32(e.c.xsave.Bytes()[xsMXCSR:], 0x9fa5)
+				e.put64(dataGPA+0x20, junk)
+			},
+			check: func(t *testing.T, e *env) {
+				assert.Equal(t, uint64(0xdddddddd00009fa5), e.get64(dataGPA+0x20), "four bytes stored")
+			},
+		},
+		{
+			name: "ldmxcsr loads MXCSR and marks SSE state present", code: ldmxcsr, kind: KindLDMXCSR,
+			setup: func(e *env) { e.put64(dataGPA+0x20, 0x0000ffff00007f80) },
+			check: func(t *testing.T, e *env) {
+				assert.Equal(t, uint32(0x7f80), mxcsrOf(e))
+				assert.Equal(t, uint64(2), binary.LittleEndian.Uint64(e.c.xsave.Bytes()[xsHeader:])&2, "XSTATE_BV.SSE")
+			},
+		},
+		{
+			name: "ldmxcsr DAZ allowed by the CPU's MXCSR_MASK", code: ldmxcsr, kind: KindLDMXCSR,
+			setup: func(e *env) { e.put64(dataGPA+0x20, 0x1fc0) },
+			check: func(t *testing.T, e *env) { assert.Equal(t, uint32(0x1fc0), mxcsrOf(e)) },
+		},
+		{
+			name: "ldmxcsr DAZ refused with the default mask (MXCSR_MASK 0)", code: ldmxcsr, kind: KindLDMXCSR, ex: exGP0,
+			setup: func(e *env) {
+				binary.LittleEndian.PutUint32(e.c.xsave.Bytes()[xsMXCSRMask:], 0)
+				e.put64(dataGPA+0x20, 0x1fc0)
+			},
+		},
+		{
+			name: "ldmxcsr reserved bit #GP(0)", code: ldmxcsr, kind: KindLDMXCSR, ex: exGP0,
+			setup: func(e *env) { e.put64(dataGPA+0x20, 0x11f80) },
+		},
+		{
+			name: "RIP-relative ldmxcsr", code: []byte{0x0f, 0xae, 0x15, 0x20, 0x00, 0x00, 0x00}, kind: KindLDMXCSR,
+			setup: func(e *env) {
+				// the operand is at the code page's RIP + 7 + 0x20
+				require.NoError(t, e.mem.WriteAt([]byte{0x80, 0x3f, 0, 0}, codeGPA+7+0x20))
+			},
+			check: func(t *testing.T, e *env) { assert.Equal(t, uint32(0x3f80), mxcsrOf(e)) },
+		},
+		{
+			name: "REX.B SIB disp8 stmxcsr [r12+8]", code: []byte{0x41, 0x0f, 0xae, 0x5c, 0x24, 0x08}, kind: KindSTMXCSR,
+			setup: func(e *env) { e.c.regs.R12 = kernData + 0x18 },
+			check: func(t *testing.T, e *env) { assert.Equal(t, uint64(0x1f80), e.get64(dataGPA+0x20)) },
+		},
+		{
+			name: "CR4.OSFXSR clear #UD", code: ldmxcsr, kind: KindLDMXCSR, ex: exUD,
+			setup: func(e *env) { e.c.sregs.CR4 &^= cr4OSFXSR },
+		},
+		{
+			name: "CR0.EM set #UD", code: stmxcsr, kind: KindSTMXCSR, ex: exUD,
+			setup: func(e *env) { e.c.sregs.CR0 |= cr0EM | cr0TS },
+		},
+		{
+			name: "LOCK prefix #UD", code: append([]byte{0xf0}, ldmxcsr...), kind: KindLDMXCSR, ex: exUD,
+		},
+		{
+			name: "CR0.TS set #NM", code: ldmxcsr, kind: KindLDMXCSR, ex: exNM,
+			setup: func(e *env) { e.c.sregs.CR0 |= cr0TS },
+		},
+		{
+			name: "stmxcsr to a read-only page #PF", code: stmxcsr, kind: KindSTMXCSR, ex: exPF(pfPresent | pfWrite),
+			setup: func(e *env) {
+				e.mapPage(kernData+memory.PageSize, dataGPA+memory.PageSize, pteP)
+				e.c.regs.RDI = kernData + memory.PageSize
+				e.put64(dataGPA+memory.PageSize, junk)
+			},
+			check: func(t *testing.T, e *env) { assert.Equal(t, uint64(junk), e.get64(dataGPA+memory.PageSize)) },
+		},
+		{
+			name: "ldmxcsr across into an unmapped page #PF", code: ldmxcsr, kind: KindLDMXCSR, ex: exPF(0),
+			setup: func(e *env) { e.c.regs.RDI = kernData + memory.PageSize - 2 },
+		},
+		{
+			name: "non-canonical address #GP(0)", code: stmxcsr, kind: KindSTMXCSR, ex: exGP0,
+			setup: func(e *env) { e.c.regs.RDI = 0x0000800000000000 },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 0)
+			e.c.regs.RDI = kernData + 0x20
+			if tc.setup != nil {
+				tc.setup(e)
+			}
+			before := mxcsrOf(e)
+			e.code(tc.code...)
+			e.mustRun(tc.kind)
+			assert.Equal(t, tc.ex, e.exception())
+			if tc.ex != nil {
+				assert.Equal(t, uint64(kernCode), e.c.regs.RIP, "a fault leaves RIP at the instruction")
+				assert.Equal(t, before, mxcsrOf(e), "a fault changes no state")
+				return
+			}
+			assert.Equal(t, uint64(kernCode)+uint64(len(tc.code)), e.c.regs.RIP)
+			if tc.check != nil {
+				tc.check(t, e)
+			}
+		})
+	}
+}
+
+func TestMXCSRUserMode(t *testing.T) {
+	e := newEnv(t, 3)
+	e.code(stmxcsr...)
+	e.c.regs.RDI = kernData
+	e.mustRun(KindSTMXCSR)
+	assert.Equal(t, exPF(pfPresent|pfWrite|pfUser), e.exception(), "user store to a supervisor page")
+}
