@@ -30,8 +30,8 @@ import (
 //     spec.ContainerDiskDir (see bootFileContainers);
 //   - it runs as spec.LauncherUID, not root; virt-handler hands it the
 //     socket directory and creates its taps (package handler);
-//   - SIGTERM means: shut the guest down gracefully (package launcher: no
-//     ACPI, the VMI's kubevmm.io/shutdown-console-input, then a stop),
+//   - SIGTERM means: shut the guest down gracefully (package launcher: the
+//     guest's ACPI power button, then a stop),
 //     within the pod's terminationGracePeriodSeconds, which is the VMI's
 //     plus LauncherGraceMargin.
 const (
