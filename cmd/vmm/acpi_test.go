@@ -29,7 +29,7 @@ func TestACPIGuestEnds(t *testing.T) {
 
 	a := startVMM(t, "run", "--kernel", guestimage.Kernel(t), "--initrd", guestimage.Initramfs(t),
 		"--cpus", "2", "--memory", "128M", "--rng", "--cmdline", machine.DefaultCmdline+" kubevmm.mode=shell",
-		"--console", "socket:"+sock("a.con"), "--api", sock("a.api"), "--report", sock("a.json"))
+		"--console", "socket:"+sock("a.con"), "--api", sock("a.api"), "--report", sock("a.json"), "--mark", "kubevmm-guest: cpus=")
 	ac := attach(t, sock("a.con"), a)
 	_, pos := ac.waitFor(regexp.MustCompile(`kubevmm-guest: cpus=2 online=0-1 `), 0)
 	_, pos = ac.waitFor(shellRE, pos)
@@ -51,14 +51,16 @@ func TestACPIGuestEnds(t *testing.T) {
 	assert.Contains(t, r.stdout, "the guest powered off")
 	ac.waitFor(regexp.MustCompile(`kubevmm-guest: shutdown requested`), pos)
 	assert.Equal(t, 0, a.wait(time.Minute), "stderr: %s", a.stderr.String())
-	assert.Equal(t, string(machine.ExitShutdown), reportExit(t, sock("a.json")), "ACPI S5 ended the VM")
+	rep := readReport(t, sock("a.json"))
+	assert.Equal(t, string(machine.ExitShutdown), rep.Exit, "ACPI S5 ended the VM")
+	t.Logf("MEASURED boot to /init with ACPI: %.1f s", rep.Marks["kubevmm-guest: cpus="]/1000)
 
 	// The guest's own poweroff.
 	b := startVMM(t, "restore", "--snapshot", snapDir, "--console", "socket:"+sock("b.con"), "--report", sock("b.json"))
 	bc := attach(t, sock("b.con"), b)
 	bc.send("poweroff -f")
 	assert.Equal(t, 0, b.wait(10*time.Minute), "stderr: %s", b.stderr.String())
-	assert.Equal(t, string(machine.ExitShutdown), reportExit(t, sock("b.json")), "console:\n%s", bc.output())
+	assert.Equal(t, string(machine.ExitShutdown), readReport(t, sock("b.json")).Exit, "console:\n%s", bc.output())
 
 	// A guest that ignores the button: stopped after the timeout.
 	c := startVMM(t, "restore", "--snapshot", snapDir, "--console", "socket:"+sock("c.con"),
@@ -70,18 +72,18 @@ func TestACPIGuestEnds(t *testing.T) {
 	require.Equal(t, 0, r.code, "stop --graceful: %s%s", r.stdout, r.stderr)
 	assert.Contains(t, r.stdout, "the guest did not power off within 5s: stopping it")
 	assert.Equal(t, 0, c.wait(time.Minute), "stderr: %s", c.stderr.String())
-	assert.Equal(t, string(machine.ExitStopped), reportExit(t, sock("c.json")))
+	assert.Equal(t, string(machine.ExitStopped), readReport(t, sock("c.json")).Exit)
 	assert.NotContains(t, cc.output(), "shutdown requested")
 }
 
-// reportExit reads how the VM ended from a vmm --report file.
-func reportExit(t *testing.T, path string) string {
+// readReport reads a vmm --report file.
+func readReport(t *testing.T, path string) report {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var rep report
 	require.NoError(t, json.Unmarshal(b, &rep))
-	return rep.Exit
+	return rep
 }
 
 // output is everything the console showed so far.
