@@ -38,8 +38,8 @@ import (
 //   - the Secrets a cloud-init volume's disk is made of, mounted under
 //     spec.SecretDir, and an emptyDir at spec.CloudInitDir that the launcher
 //     renders the disk into (see cloudInitVolumes);
-//   - SIGTERM means: shut the guest down gracefully (package launcher: no
-//     ACPI, the VMI's kubevmm.io/shutdown-console-input, then a stop),
+//   - SIGTERM means: shut the guest down gracefully (package launcher: the
+//     guest's ACPI power button, then a stop),
 //     within the pod's terminationGracePeriodSeconds, which is the VMI's
 //     plus LauncherGraceMargin.
 const (

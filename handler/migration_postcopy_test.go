@@ -39,6 +39,7 @@ func (s *scriptedVMM) Stop() error {
 	s.stopped = true
 	return nil
 }
+func (s *scriptedVMM) PowerButton() error { return nil }
 func (s *scriptedVMM) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
 	return api.SnapshotResult{}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -75,39 +74,31 @@ type VMIReconciler struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	typed   map[types.UID]bool // VMIs whose shutdown input was typed
+	pressed map[types.UID]bool // VMIs whose guest's power button was pressed
 	proxies proxies            // the source ends of migration streams
 }
 
-// typeShutdown types the VMI's shutdown input on its console, once per
-// VMI (per handler: a restarted handler may type it once more).
-func (r *VMIReconciler) typeShutdown(vmi *v1.VirtualMachineInstance, l launcherConn) {
-	in := spec.ShutdownInput(vmi.Annotations)
-	if in == nil {
-		return
-	}
+// pressPowerButton presses the guest's ACPI power button, once per VMI
+// (per handler: a restarted handler may press it once more).
+func (r *VMIReconciler) pressPowerButton(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) {
 	r.mu.Lock()
-	if r.typed == nil {
-		r.typed = map[types.UID]bool{}
+	if r.pressed == nil {
+		r.pressed = map[types.UID]bool{}
 	}
-	done := r.typed[vmi.UID]
-	r.typed[vmi.UID] = true
+	done := r.pressed[vmi.UID]
+	r.pressed[vmi.UID] = true
 	r.mu.Unlock()
 	if done {
 		return
 	}
-	// The console has one client: this detaches a user's for a moment.
-	ctx, cancel := context.WithTimeout(context.Background(), launcherQueryTimeout)
-	c, err := l.dir.dial(ctx, spec.ConsoleSocket)
-	cancel()
-	if err != nil {
+	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
+	defer cancel()
+	if err := l.client().PowerButton(qctx); err != nil {
+		// the grace period runs anyway, and the guest is stopped after it
+		log.FromContext(ctx).Info("pressing the guest's power button", "vmi", vmi.Name, "error", err)
 		return
 	}
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(launcherQueryTimeout))
-	if _, err := c.Write(in); err == nil {
-		r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Shutdown", "Typed %q on the guest's console (%s)", strings.TrimSpace(string(in)), spec.ShutdownInputAnnotation)
-	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Shutdown", "Pressed the guest's ACPI power button")
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch;update
@@ -227,7 +218,7 @@ func (r *VMIReconciler) forgetFinal(ctx context.Context, vmi *v1.VirtualMachineI
 		return err
 	}
 	r.mu.Lock()
-	delete(r.typed, vmi.UID)
+	delete(r.pressed, vmi.UID)
 	r.mu.Unlock()
 	return nil
 }
@@ -247,7 +238,7 @@ type observation struct {
 // plan is what one pass does, decided from an observation alone.
 type plan struct {
 	setupNetwork bool // prepare the pod network the starting launcher waits for
-	typeShutdown bool // the VMI is deleted: ask the guest to end on its console
+	powerButton  bool // the VMI is deleted: press the guest's power button
 	stopGuest    bool // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
@@ -285,10 +276,10 @@ func decide(o observation) plan {
 	default:
 		p.requeue = runningPoll
 		if o.vmi.DeletionTimestamp != nil && o.live {
-			// No ACPI, no agent: the guest is asked on its console if the
-			// VMI says how, gets its grace period to end by itself, then
-			// it is stopped (see package launcher).
-			p.typeShutdown = true
+			// The guest's power button is pressed, it gets its grace
+			// period to power off, then it is stopped (see package
+			// launcher).
+			p.powerButton = true
 			grace := time.Duration(spec.GracePeriodSeconds(&o.vmi.Spec)) * time.Second
 			if left := o.vmi.DeletionTimestamp.Add(grace).Sub(o.now.Time); left > 0 {
 				p.requeue = min(left, runningPoll)
@@ -312,8 +303,8 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 			return err
 		}
 	}
-	if p.typeShutdown {
-		r.typeShutdown(vmi, l)
+	if p.powerButton {
+		r.pressPowerButton(ctx, vmi, l)
 	}
 	if p.stopGuest {
 		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)

@@ -130,6 +130,14 @@ func (s *switchVM) Stop() error {
 	return nil
 }
 
+func (s *switchVM) PowerButton() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.PowerButton()
+}
+
 func (s *switchVM) Snapshot(r api.SnapshotRequest) (api.SnapshotResult, error) {
 	b, err := s.get()
 	if err != nil {

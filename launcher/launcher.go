@@ -14,13 +14,10 @@
 // After the guest ends the launcher keeps answering until its pod is
 // deleted (SIGTERM), so the handler reads the end instead of guessing it.
 //
-// SIGTERM (pod deletion) is the graceful path. Our guests have no ACPI
-// power button and no guest agent channel yet. What the launcher can do is
-// type on the guest's serial console: a VMI annotated
-// kubevmm.io/shutdown-console-input (e.g. "poweroff" for a guest with a
-// root shell on its console) gets that line typed. Then the guest has the
-// VMI's grace period to end by itself, after which it is stopped.
-// virt-handler does the same at the VMI's deletion (typing, waiting,
+// SIGTERM (pod deletion) is the graceful path: the launcher presses the
+// guest's ACPI power button (both backends have one), the guest has the
+// VMI's grace period to power off, after which it is stopped.
+// virt-handler does the same at the VMI's deletion (pressing, waiting,
 // stopping through the control API), so the pod normally only ever sees
 // SIGTERM after the guest has ended.
 package launcher
@@ -274,21 +271,18 @@ func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg 
 }
 
 // waitForGuest returns when the guest has ended. Asked to stop (ctx done),
-// it types the VMI's shutdown input, if any, gives the guest its grace
-// period to end by itself, then stops it.
+// it presses the guest's power button, gives the guest its grace period to
+// power off, then stops it.
 func waitForGuest(ctx context.Context, be backend, vmi *v1.VirtualMachineInstance, grace time.Duration, log *slog.Logger) {
 	select {
 	case <-be.Done():
 		return
 	case <-ctx.Done():
 	}
-	if in := spec.ShutdownInput(vmi.Annotations); in != nil {
-		if t, ok := be.(interface{ Type([]byte) }); ok {
-			log.Info("asked to stop: typing the shutdown input on the guest's console", "input", string(in), "annotation", spec.ShutdownInputAnnotation)
-			t.Type(in)
-		}
+	log.Info("asked to stop: pressing the guest's power button; it may power off, then it is stopped", "grace", grace)
+	if err := be.PowerButton(); err != nil {
+		log.Warn("pressing the power button", "error", err)
 	}
-	log.Info("asked to stop: the guest may end by itself (no ACPI power button), then it is stopped", "grace", grace)
 	select {
 	case <-be.Done():
 	case <-time.After(grace):

@@ -368,10 +368,12 @@ func (q *qemuBackend) Stop() error {
 	return err
 }
 
-// Type writes input to the guest's serial console.
-func (q *qemuBackend) Type(input []byte) {
-	q.serial.SetWriteDeadline(time.Now().Add(qemuCommandTimeout))
-	_, _ = q.serial.Write(input) // as a user typing on a dead console
+// PowerButton presses the guest's ACPI power button (QEMU's
+// system_powerdown).
+func (q *qemuBackend) PowerButton() error {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	return q.vm.PowerDown(ctx)
 }
 
 var errQEMUUnsupported = fmt.Errorf("%w: not supported by the launcher's QEMU backend yet", api.ErrBadRequest)

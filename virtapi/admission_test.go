@@ -102,7 +102,7 @@ func TestValidateWindowsStyleVMI(t *testing.T) {
 	}
 	vmi := &v1.VirtualMachineInstance{}
 	json.Unmarshal(b, vmi)
-	vmi.Annotations["kubevmm.io/qemu-accel"] = "fast"
+	vmi.Annotations = map[string]string{"kubevmm.io/qemu-accel": "fast"}
 	b, _ = json.Marshal(vmi)
 	if r := review(t, PathValidateVMI, admissionv1.Create, b); r.Allowed || !strings.Contains(r.Result.Message, "kubevmm.io/qemu-accel") {
 		t.Fatalf("accelerator \"fast\": allowed=%v %q", r.Allowed, r.Result.Message)

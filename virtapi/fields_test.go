@@ -102,9 +102,7 @@ var honoured = map[string]bool{
 	"domain.firmware.bootloader.efi.secureBoot": false,
 	"domain.firmware.bootloader.efi.persistent": false,
 
-	// The base VMI runs on the kubevmm VMM, which has no ACPI (on QEMU it
-	// is the other way round: TestValidateVMISpecRefuses).
-	"domain.features.acpi.enabled": false,
+	"domain.features.acpi.enabled": true,
 	"domain.features.apic.enabled": true,
 	"domain.features.smm.enabled":  false,
 	// Hyper-V sends the VMI to QEMU, which gets these enlightenments.

@@ -299,8 +299,8 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 	return errs
 }
 
-// validateFeatures: the kubevmm VMM has no ACPI (a guest ends its VM by
-// rebooting), QEMU's q35 always has it; both always have an APIC. Hyper-V
+// validateFeatures: both backends always have ACPI (the kubevmm VMM's
+// tables, QEMU's q35) and an APIC. Hyper-V
 // is served by QEMU with a fixed set of enlightenments (launcher/qemu:
 // relaxed, vapic, spinlocks 8191 with any accelerator; vpindex, runtime,
 // synic, synictimer, reset, frequencies, tlbflush, ipi on KVM), so a
@@ -310,14 +310,8 @@ func validateFeatures(p *field.Path, f *v1.Features, backend spec.Backend) field
 		return nil
 	}
 	var errs field.ErrorList
-	if a := f.ACPI; a != nil {
-		on := a.Enabled == nil || *a.Enabled
-		switch {
-		case backend == spec.BackendKubevmm && on:
-			errs = append(errs, unsupported(p, "acpi", "the kubevmm VMM has no ACPI"))
-		case backend == spec.BackendQEMU && !on:
-			errs = append(errs, notSupported(p.Child("acpi", "enabled"), false, "the QEMU backend always has ACPI"))
-		}
+	if a := f.ACPI; a != nil && isFalse(a.Enabled) {
+		errs = append(errs, notSupported(p.Child("acpi", "enabled"), false, "the guest always has ACPI"))
 	}
 	if a := f.APIC; a != nil {
 		if isFalse(a.Enabled) {

@@ -123,8 +123,8 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).State = "down" }},
 		{name: "interface acpiIndex", field: "domain.devices.interfaces[0].acpiIndex", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).ACPIIndex = 3 }},
-		{name: "ACPI on the kubevmm VMM", field: "domain.features.acpi", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).ACPI = &v1.FeatureState{} }},
+		{name: "ACPI off on the kubevmm VMM", field: "domain.features.acpi.enabled", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).ACPI = &v1.FeatureState{Enabled: ptr.To(false)} }},
 		{name: "ACPI off on QEMU", field: "domain.features.acpi.enabled", typ: notSupported,
 			annotations: map[string]string{"kubevmm.io/backend": "qemu"},
 			mutate:      func(s *v1.VirtualMachineInstanceSpec) { features(s).ACPI = &v1.FeatureState{Enabled: ptr.To(false)} }},
@@ -346,8 +346,8 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 			d.BlockMultiQueue, d.NetworkInterfaceMultiQueue, d.AutoattachVSOCK = ptr.To(false), ptr.To(false), ptr.To(false)
 			d.Disks[0].Shareable, d.Disks[0].DedicatedIOThread = ptr.To(false), ptr.To(false)
 		}},
-		{"ACPI off on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
-			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{Enabled: ptr.To(false)}}
+		{"ACPI on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}}
 		}},
 		{"ACPI and SMM on QEMU", map[string]string{"kubevmm.io/backend": "qemu"}, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}, SMM: &v1.FeatureState{Enabled: ptr.To(true)}}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,8 +85,19 @@ func client(sock string, name string) (*api.Client, error) {
 func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("vmm "+name, flag.ContinueOnError)
 	sock := clientFlags(fs)
-	if done, err := parseFlags(fs, name, "--api SOCKET", args, stdout); done || err != nil {
+	usage := "--api SOCKET"
+	var graceful *bool
+	var timeout *time.Duration
+	if name == "stop" {
+		usage += " [--graceful [--timeout D]]"
+		graceful = fs.Bool("graceful", false, "press the guest's ACPI power button and give it --timeout to power off before stopping it")
+		timeout = fs.Duration("timeout", 30*time.Second, "with --graceful: how long the guest has to power off")
+	}
+	if done, err := parseFlags(fs, name, usage, args, stdout); done || err != nil {
 		return exitOK, err
+	}
+	if timeout != nil && *timeout < 0 {
+		return 0, usagef("stop: --timeout %s is negative", *timeout)
 	}
 	c, err := client(*sock, name)
 	if err != nil {
@@ -99,7 +111,11 @@ func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 	case "resume":
 		err = c.Resume(ctx)
 	case "stop":
-		err = c.Stop(ctx)
+		if *graceful {
+			err = gracefulStop(c, *timeout, stdout)
+		} else {
+			err = c.Stop(ctx)
+		}
 	case "status":
 		var info api.Info
 		if info, err = c.Info(ctx); err == nil {
@@ -111,6 +127,43 @@ func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 		return exitGuest, fmt.Errorf("%s: %w", name, err)
 	}
 	return exitOK, nil
+}
+
+// gracefulStop presses the guest's power button, waits up to timeout for
+// the VM to end, then stops it.
+func gracefulStop(c *api.Client, timeout time.Duration, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
+	defer cancel()
+	if err := c.PowerButton(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		info, err := c.Info(ctx)
+		if vmmGone(err) || (err == nil && info.State == api.StateStopped) {
+			fmt.Fprintln(stdout, "the guest powered off")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		// the API has no way to wait for the end: poll, as a user would
+		time.Sleep(min(100*time.Millisecond, time.Until(deadline)))
+	}
+	fmt.Fprintf(stdout, "the guest did not power off within %s: stopping it\n", timeout)
+	if err := c.Stop(ctx); err != nil && !vmmGone(err) {
+		return err
+	}
+	return nil
+}
+
+// vmmGone says whether err means the VMM's control socket is no longer
+// there: `vmm run` removes it and exits once its VM has ended.
+func vmmGone(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
 }
 
 func cmdSnapshot(args []string, stdout io.Writer) (int, error) {

@@ -34,6 +34,7 @@ type runFlags struct {
 	profile            string
 	disks, nics        multiFlag
 	rng                bool
+	acpi               bool
 	vsock              string
 	incoming           string
 	incomingTLS        tlsFlags
@@ -101,6 +102,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S][,boot] (repeatable; ,, is a comma in PATH; boot: boot its default entry, as --boot-disk)")
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
+	fs.BoolVar(&f.acpi, "acpi", true, "describe the VM in ACPI tables (CPUs, devices, power button, poweroff); --acpi=false for a kernel built without ACPI: CPUs from the MP table, virtio devices on the command line")
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
 	fs.StringVar(&f.backend, "backend", "kubevmm", "kubevmm (this VMM) or qemu (QEMU over QMP: for sata disks, e1000 NICs)")
 	fs.StringVar(&f.accel, "accel", "kvm", "QEMU backend only: kvm or tcg (QEMU's emulator)")
@@ -225,6 +227,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	}
 	cfg := sess.baseConfig()
 	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel, cfg.Initrd, cfg.Cmdline = f.cpus, mem, kernel, initrd, f.cmdline
+	cfg.NoACPI = !f.acpi
 	if err := devs.forVMM(&cfg); err != nil {
 		return 0, err
 	}

@@ -556,6 +556,12 @@ func (vm *VM) Shutdown(ctx context.Context, grace time.Duration) (Exit, error) {
 	return vm.Kill(ctx)
 }
 
+// PowerDown presses the guest's ACPI power button (system_powerdown) and
+// returns: the guest powers off in its own time, if it handles the button.
+func (vm *VM) PowerDown(ctx context.Context) error {
+	return vm.exec(ctx, "system_powerdown", nil, nil)
+}
+
 // Kill ends QEMU with SIGKILL and returns how it ended (ExitKilled, unless
 // it had ended already).
 func (vm *VM) Kill(ctx context.Context) (Exit, error) {

@@ -28,7 +28,7 @@ import (
 func TestLinuxGuest(t *testing.T) {
 	requireQEMU(t)
 	kernel := guestimage.BzImage(t)
-	initrd := guestimage.InitrdWithRun(t, counterScript, nil)
+	initrd := guestimage.InitrdWithRun(t, counterScript, map[string]string{"etc/kubevmm/ignore-button": ""})
 	ctx := testCtx(t, 3*bootTime)
 
 	cfg := guestConfig(t, "src", kernel, initrd)
@@ -250,7 +250,7 @@ func TestLinuxGuest(t *testing.T) {
 		powerdown := mon.Subscribe(qmp.EventPowerdown)
 		defer powerdown.Close()
 
-		// The test kernel has no ACPI: it never sees the button.
+		// This guest's /init ignores the button (/etc/kubevmm/ignore-button).
 		ex, err := dst.Shutdown(ctx, 3*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, ExitHostShutdown, ex.Reason)
@@ -340,6 +340,26 @@ func TestGuestPowerOff(t *testing.T) {
 	ex2, err := vm.Shutdown(ctx, time.Second)
 	require.NoError(t, err, "shutting down an ended VM is not an error")
 	assert.Equal(t, ex, ex2)
+}
+
+// TestPowerDown: the ACPI power button (system_powerdown) makes the test
+// guest's /init power off, and QEMU reports the guest's shutdown.
+func TestPowerDown(t *testing.T) {
+	requireQEMU(t)
+	ctx := testCtx(t, bootTime)
+	cfg := guestConfig(t, "powerdown", guestimage.BzImage(t), guestimage.InitrdWithRun(t, "exec sleep 100000\n", nil))
+	vm := startVM(t, ctx, cfg)
+	con := attachConsole(t, ctx, vm)
+	require.NoError(t, vm.Resume(ctx))
+	i := con.waitContains(t, ctx, 0, "kubevmm-guest: cpus=1 ")
+
+	require.NoError(t, vm.PowerDown(ctx))
+	con.waitContains(t, ctx, i, "kubevmm-guest: shutdown requested")
+	ex, err := vm.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, ExitGuestShutdown, ex.Reason)
+	assert.Equal(t, "guest-shutdown", ex.ShutdownReason)
+	assert.Equal(t, 0, ex.ExitCode)
 }
 
 // TestHungMonitor: a QEMU that stops answering (here: SIGSTOPped) gives

@@ -32,13 +32,6 @@ const (
 	// annotation, the field that needs QEMU, or what a boot disk's image
 	// lacks).
 	ActiveBackendReasonAnnotation = "kubevmm.io/active-backend-reason"
-	// ShutdownInputAnnotation is text (a line) that asks the guest to
-	// shut down when typed on its serial console, e.g. "poweroff" for a
-	// root shell. Our guests have no ACPI power button and no agent yet:
-	// this is the graceful path for guests that can take it. It is typed
-	// at the VMI's deletion (virt-handler) and on SIGTERM (the launcher);
-	// the guest then has its grace period before it is stopped.
-	ShutdownInputAnnotation = "kubevmm.io/shutdown-console-input"
 	// QEMUAccelAnnotation chooses how the QEMU backend runs guest code:
 	// "kvm" (hardware virtualization through /dev/kvm), "tcg" (QEMU's own
 	// emulator: slow, but independent of the host's KVM) or "auto" (the
@@ -70,18 +63,6 @@ func QEMUAccel(annotations map[string]string) (string, error) {
 	default:
 		return "", fmt.Errorf("annotation %s: %q is not an accelerator (want kvm, tcg or auto)", QEMUAccelAnnotation, a)
 	}
-}
-
-// ShutdownInput is the annotation's text as typed (with its newline), or nil.
-func ShutdownInput(annotations map[string]string) []byte {
-	s := annotations[ShutdownInputAnnotation]
-	if s == "" {
-		return nil
-	}
-	if s[len(s)-1] != '\n' {
-		s += "\n"
-	}
-	return []byte(s)
 }
 
 // Backend is what runs the guest.

@@ -175,18 +175,6 @@ func TestVCPUsAndMemory(t *testing.T) {
 	}
 }
 
-func TestShutdownInput(t *testing.T) {
-	if ShutdownInput(nil) != nil {
-		t.Fatal("no annotation, yet input")
-	}
-	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff"})); got != "poweroff\n" {
-		t.Fatalf("%q, want the line with its newline", got)
-	}
-	if got := string(ShutdownInput(map[string]string{ShutdownInputAnnotation: "poweroff\n"})); got != "poweroff\n" {
-		t.Fatalf("%q: newline doubled", got)
-	}
-}
-
 // The exit words GuestExitFailed knows are the backends' own: this fails
 // when a backend adds or renames one.
 func TestGuestExitFailedAgreesWithBackends(t *testing.T) {

@@ -147,6 +147,13 @@ func consoleUntil(t *testing.T, namespace, vmi, marker string, bound time.Durati
 // appears in what follows.
 func consoleRun(t *testing.T, line, want string, bound time.Duration) string {
 	t.Helper()
+	return consoleRunThen(t, line, want, nil, "", bound)
+}
+
+// consoleRunThen is consoleRun, then, still attached, it calls then and
+// reads on until more appears in what follows (with then nil: nothing).
+func consoleRunThen(t *testing.T, line, want string, then func(), more string, bound time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmName)
@@ -167,12 +174,20 @@ func consoleRun(t *testing.T, line, want string, bound time.Duration) string {
 	}
 	var seen bytes.Buffer
 	buf := make([]byte, 4096)
-	for !bytes.Contains(seen.Bytes(), []byte(want)) {
-		n, err := pr.Read(buf)
-		seen.Write(buf[:n])
-		if err != nil {
-			t.Fatalf("the console ended before %q appeared: %v\n%s", want, err, seen.String())
+	readUntil := func(want string, from int) {
+		for !bytes.Contains(seen.Bytes()[from:], []byte(want)) {
+			n, err := pr.Read(buf)
+			seen.Write(buf[:n])
+			if err != nil {
+				t.Fatalf("the console ended before %q appeared: %v\n%s", want, err, seen.String())
+			}
 		}
+	}
+	readUntil(want, 0)
+	if then != nil {
+		from := seen.Len()
+		then()
+		readUntil(more, from)
 	}
 	return seen.String()
 }
@@ -563,18 +578,23 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 	}
 
 	t.Run("virtctl stop ends the VM and its VMI goes away", func(t *testing.T) {
-		t0 := time.Now()
-		virtctl(t, "stop", vmName)
+		// Attached to the console, so what the guest prints as it goes
+		// down is seen: the power button reached its /init.
+		var t0 time.Time
+		consoleRunThen(t, "echo STOPPING-$((4+5))", "STOPPING-9", func() {
+			t0 = time.Now()
+			virtctl(t, "stop", vmName)
+		}, "kubevmm-guest: shutdown requested", 3*time.Minute)
 		wait(t, "vmi/"+vmName, "delete", 3*time.Minute)
 		t.Logf("MEASURED virtctl stop -> VMI gone: %v", time.Since(t0).Round(time.Millisecond))
-		// The graceful path: the shutdown line typed on the console made
-		// the guest reboot (reboot=k: the VM's end) before its grace
-		// period was over, so it was never stopped by force.
+		// The graceful path: the power button made the guest power off
+		// (ACPI S5: the VM's end) before its grace period was over, so
+		// it was never stopped by force.
 		ev := kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.kind=VirtualMachineInstance,involvedObject.name="+vmName+",reason=Stopped",
 			"-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 		t.Logf("the guest's end: %s", strings.TrimSpace(ev))
-		if !strings.Contains(ev, "The guest ended: reset") {
-			t.Fatalf("the guest did not end by itself (want \"The guest ended: reset\"): %q", ev)
+		if !strings.Contains(ev, "The guest ended: shutdown") {
+			t.Fatalf("the guest did not power off by itself (want \"The guest ended: shutdown\"): %q", ev)
 		}
 		wait(t, "vm/"+vmName, "jsonpath={.status.printableStatus}=Stopped", 2*time.Minute)
 	})

@@ -6,6 +6,7 @@
 //	PUT    /v1/vm/pause       stop vCPUs and device I/O
 //	PUT    /v1/vm/resume
 //	PUT    /v1/vm/stop        end the VM now (the VMM process exits)
+//	PUT    /v1/vm/powerbutton press the guest's ACPI power button (it may shut down)
 //	PUT    /v1/vm/snapshot    {"dir": D, "resume": bool}: pause, write D, resume unless told not to
 //	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", "tls": {...}, ...}: start a live migration
 //	GET    /v1/vm/migration   progress and statistics of the current/last migration
@@ -104,6 +105,9 @@ type VM interface {
 	Pause() error
 	Resume() error
 	Stop() error
+	// PowerButton presses the guest's ACPI power button and returns: a
+	// guest that handles it powers off, and the VM ends, in its own time.
+	PowerButton() error
 	Snapshot(SnapshotRequest) (SnapshotResult, error)
 	Migrate(MigrateRequest) error
 	Migration() MigrationStatus

@@ -105,6 +105,11 @@ func (c *Client) Stop(ctx context.Context) error {
 	return c.do(ctx, http.MethodPut, "/v1/vm/stop", nil, nil)
 }
 
+// PowerButton presses the guest's ACPI power button.
+func (c *Client) PowerButton(ctx context.Context) error {
+	return c.do(ctx, http.MethodPut, "/v1/vm/powerbutton", nil, nil)
+}
+
 // Snapshot writes a snapshot.
 func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (SnapshotResult, error) {
 	var r SnapshotResult

@@ -187,6 +187,7 @@ type failVM struct {
 func (v failVM) Pause() error                     { return v.err }
 func (v failVM) Resume() error                    { return v.err }
 func (v failVM) Stop() error                      { return v.err }
+func (v failVM) PowerButton() error               { return v.err }
 func (v failVM) Migrate(api.MigrateRequest) error { return v.err }
 func (v failVM) CancelMigration() error           { return v.err }
 func (v failVM) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
@@ -212,6 +213,7 @@ func TestErrorsMapToStatuses(t *testing.T) {
 			"pause":    c.Pause(ctx),
 			"resume":   c.Resume(ctx),
 			"stop":     c.Stop(ctx),
+			"button":   c.PowerButton(ctx),
 			"snapshot": snapErr,
 			"migrate":  c.Migrate(ctx, api.MigrateRequest{To: "unix:/m.sock"}),
 			"cancel":   c.CancelMigration(ctx),

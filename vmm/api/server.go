@@ -63,6 +63,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/vm/stop", func(w http.ResponseWriter, r *http.Request) {
 		result(w, nil, s.vm.Stop())
 	})
+	mux.HandleFunc("PUT /v1/vm/powerbutton", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.PowerButton())
+	})
 	mux.HandleFunc("PUT /v1/vm/snapshot", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		if !decode(w, r, &req) {

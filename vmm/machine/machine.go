@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
+	"github.com/kubevmm/kubevmm/vmm/arch/x86/acpi"
 	"github.com/kubevmm/kubevmm/vmm/assist"
 	"github.com/kubevmm/kubevmm/vmm/block"
 	"github.com/kubevmm/kubevmm/vmm/boot"
@@ -20,8 +21,10 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
 	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
+	"github.com/kubevmm/kubevmm/vmm/devices/sleep"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
 	"github.com/kubevmm/kubevmm/vmm/memory"
+	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
 )
 
 // DefaultCmdline is the kernel command line when the user gives none.
@@ -38,8 +41,14 @@ type Config struct {
 	Kernel      []byte
 	Initrd      []byte
 	Cmdline     string
-	KVMPath     string    // default /dev/kvm
-	Console     io.Writer // guest serial output; the console hub in practice
+	// NoACPI boots a guest kernel built without ACPI: it learns its CPUs
+	// from the MP table alone (always written) and its virtio devices from
+	// the command line. With ACPI (the default) the DSDT lists them, so
+	// they are not on the command line: a kernel that got both would find
+	// each device twice.
+	NoACPI  bool
+	KVMPath string    // default /dev/kvm
+	Console io.Writer // guest serial output; the console hub in practice
 	// HostProfile forces (true/false) the nested-host profile; nil detects it.
 	HostProfile *bool
 	// Logger receives the VMM's structured log: one line per state
@@ -289,6 +298,11 @@ func (m *Machine) loadGuest() error {
 	if _, err := x86.WriteMPTable(m.Mem, m.cfg.CPUs); err != nil {
 		return err
 	}
+	if !m.cfg.NoACPI {
+		if err := acpi.Write(m.Mem, m.acpiConfig()); err != nil {
+			return err
+		}
+	}
 	layout, _ := x86.RAMLayout(m.cfg.MemoryBytes)
 	l, err := boot.Load(m.Mem, boot.Params{
 		Kernel:  m.cfg.Kernel,
@@ -334,6 +348,13 @@ func (m *Machine) setupDevices() error {
 		m.stop(Exit{Reason: ExitReset})
 	})
 	m.clock = rtc.New()
+	sleeper := sleep.New(func(typ uint8) {
+		if typ == acpi.SleepTypeS5 {
+			m.stop(Exit{Reason: ExitShutdown})
+			return
+		}
+		m.Log().Warn("guest asked for a sleep state the VM does not offer; ignored", "slp_typ", typ)
+	})
 	for _, d := range []struct {
 		name       string
 		base, size uint64
@@ -343,11 +364,41 @@ func (m *Machine) setupDevices() error {
 		{"i8042", i8042.Base, i8042.Size, m.kbd},
 		{"rtc", rtc.Base, rtc.Size, m.clock},
 		{"post", postPort, 1, sink{}},
+		{"acpi-sleep", acpi.SleepControlPort, sleep.Size, sleeper},
 	} {
 		if err := m.pio.Insert(d.name, d.base, d.size, d.dev); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// acpiConfig is what the ACPI tables describe: the vCPUs, interrupt
+// controllers, COM1 and the virtio devices.
+func (m *Machine) acpiConfig() acpi.Config {
+	c := acpi.Config{
+		CPUs:       m.cfg.CPUs,
+		LAPICAddr:  x86.LAPICAddr,
+		IOAPICAddr: x86.IOAPICAddr,
+		Serial:     []acpi.Serial{{Port: com1Port, IRQ: com1IRQ}},
+	}
+	for _, d := range m.virtio {
+		c.Virtio = append(c.Virtio, acpi.MMIODevice{Base: uint32(d.Transport.Base()), Size: mmio.Size, GSI: d.Transport.GSI()})
+	}
+	return c
+}
+
+// PowerButton presses the guest's ACPI power button: an edge on the
+// Generic Event Device's interrupt. A guest with ACPI is then asked to
+// shut down (what it does about it is up to it); one without ignores it.
+func (m *Machine) PowerButton() error {
+	if err := m.vm.IRQLine(acpi.PowerButtonGSI, true); err != nil {
+		return fmt.Errorf("power button: %w", err)
+	}
+	if err := m.vm.IRQLine(acpi.PowerButtonGSI, false); err != nil {
+		return fmt.Errorf("power button: %w", err)
+	}
+	m.Log().Info("power button pressed")
 	return nil
 }
 

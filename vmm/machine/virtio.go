@@ -55,8 +55,9 @@ func (d *VirtioDevice) Metrics() map[string]uint64 {
 	return out
 }
 
-// setupVirtio creates the configured virtio devices and appends their
-// virtio_mmio.device= arguments to the kernel command line. It runs after
+// setupVirtio creates the configured virtio devices (announced in the ACPI
+// DSDT, or without ACPI as virtio_mmio.device= arguments on the kernel
+// command line). It runs after
 // the irqchip and guest RAM exist and before the kernel is loaded.
 func (m *Machine) setupVirtio() error {
 	for i, d := range m.cfg.Disks {
@@ -214,7 +215,9 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 	if err := m.mmio.Insert(name, base, mmio.Size, t); err != nil {
 		return err
 	}
-	m.Cmdline += " " + t.Cmdline()
+	if m.cfg.NoACPI {
+		m.Cmdline += " " + t.Cmdline()
+	}
 	m.Log().Info("virtio device", "name", name, "type", dev.Type().String(), "base", hex(base), "gsi", virtioGSIs[n])
 	return nil
 }

@@ -183,6 +183,17 @@ func (r *Runner) Stop() error {
 	return nil
 }
 
+// PowerButton implements api.VM. A paused guest gets the press when it
+// resumes.
+func (r *Runner) PowerButton() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkRunning("press the power button"); err != nil {
+		return err
+	}
+	return r.m.PowerButton()
+}
+
 // Snapshot implements api.VM.
 func (r *Runner) Snapshot(req api.SnapshotRequest) (api.SnapshotResult, error) {
 	r.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/vmm/arch/x86/acpi"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
 	"github.com/kubevmm/kubevmm/vmm/memory"
 )
@@ -282,7 +283,8 @@ func TestWriteBootTables(t *testing.T) {
 			{"stack (2 KiB at least)", BootStackTop - 0x800, BootStackTop},
 			{"page tables", PML4Addr, PDAddr + 4*0x1000},
 			{"cmdline", CmdlineAddr, CmdlineAddr + CmdlineMax},
-			{"MP table", EBDAStart, EBDAStart + 0x400},
+			{"MP table", EBDAStart, EBDAStart + uint64(len(BuildMPTable(EBDAStart, MaxCPUs)))},
+			{"ACPI tables", acpi.RSDPAddr, HighMemStart}, // acpi.Write keeps them below 1 MiB
 		}
 		for i, a := range areas {
 			for _, b := range areas[i+1:] {
