@@ -348,12 +348,16 @@ func (m *Machine) setupDevices() error {
 		m.stop(Exit{Reason: ExitReset})
 	})
 	m.clock = rtc.New()
+	var sleepWarned atomic.Bool
 	sleeper := sleep.New(func(typ uint8) {
 		if typ == acpi.SleepTypeS5 {
 			m.stop(Exit{Reason: ExitShutdown})
 			return
 		}
-		m.Log().Warn("guest asked for a sleep state the VM does not offer; ignored", "slp_typ", typ)
+		// Once: the guest can write the port in a loop.
+		if !sleepWarned.Swap(true) {
+			m.Log().Warn("guest asked for a sleep state the VM does not offer; ignored (logged once)", "slp_typ", typ)
+		}
 	})
 	for _, d := range []struct {
 		name       string
