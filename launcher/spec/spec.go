@@ -305,16 +305,11 @@ func NeedsQEMU(s *v1.VirtualMachineInstanceSpec, check DiskBootCheck) []QEMUReas
 	if fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
 		return out
 	}
-	// A disk boot asking for ACPI or SMM (KubeVirt templates often do)
+	// A disk boot asking for SMM (KubeVirt templates with secure boot do)
 	// keeps QEMU, which ran every disk boot before our VMM could; with
-	// kernelBoot virt-api refuses them instead.
-	if f := s.Domain.Features; f != nil {
-		if f.ACPI != nil && (f.ACPI.Enabled == nil || *f.ACPI.Enabled) {
-			add("domain.features.acpi", "the kubevmm VMM has no ACPI")
-		}
-		if f.SMM != nil && (f.SMM.Enabled == nil || *f.SMM.Enabled) {
-			add("domain.features.smm", "the kubevmm VMM has no SMM")
-		}
+	// kernelBoot virt-api refuses it instead.
+	if f := s.Domain.Features; f != nil && f.SMM != nil && (f.SMM.Enabled == nil || *f.SMM.Enabled) {
+		add("domain.features.smm", "the kubevmm VMM has no SMM")
 	}
 	if len(out) > 0 {
 		return out

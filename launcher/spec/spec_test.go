@@ -43,10 +43,10 @@ func TestSelectBackend(t *testing.T) {
 		"hyperv":                  func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}} },
 		"efi":                     func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} },
 		"disk boot without disks": func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware = nil },
-		"disk boot with ACPI": func(s *v1.VirtualMachineInstanceSpec) {
+		"disk boot with SMM": func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Firmware = nil
 			s.Domain.Devices.Disks = []v1.Disk{{Name: "d"}}
-			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}}
+			s.Domain.Features = &v1.Features{SMM: &v1.FeatureState{}}
 		},
 	} {
 		s := kernelBootSpec()

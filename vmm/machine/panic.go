@@ -10,8 +10,8 @@ import (
 var panicMarker = []byte("Kernel panic - not syncing")
 
 // panicWatch passes guest console output through and remembers the line
-// of a kernel panic. The guest kernels this VMM boots have no ACPI or PCI
-// for a pvpanic device, and with panic=-1 a panic ends in the same reset
+// of a kernel panic. The VM has no PCI for a pvpanic device (and its ACPI
+// tables describe none), and with panic=-1 a panic ends in the same reset
 // as a requested reboot; the console is the one place that tells them
 // apart. A guest that prints the marker itself only changes how its own
 // end is reported.

@@ -9,8 +9,8 @@ import (
 
 // MP table (Intel MultiProcessor Specification 1.4): how a guest kernel
 // built without ACPI learns its processors, its IOAPIC and how ISA
-// interrupts are wired. The VMM's guest kernels are built without ACPI
-// because its interpreter costs emulated boot time on nested hosts.
+// interrupts are wired. It is always written, beside the ACPI tables
+// (package acpi), so that such kernels still boot.
 const (
 	mpFloatingSize = 16
 	mpHeaderSize   = 44
