@@ -307,7 +307,7 @@ func (m *manifests) handler() error {
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
 		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods", "--seccomp-dir=/var/lib/kubelet/seccomp"},
-		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}},
+		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}, {Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{
