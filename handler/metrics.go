@@ -19,6 +19,7 @@ import (
 // names and labels.
 var (
 	vmiLabels       = []string{"node", "namespace", "name"}
+	vcpuSeconds     = desc("kubevirt_vmi_vcpu_seconds_total", "Total amount of time spent in each state by each vcpu (cpu_time excluding hypervisor time).", []string{"id", "state"})
 	memoryDomain    = desc("kubevirt_vmi_memory_domain_bytes", "The amount of memory allocated to the domain.", nil)
 	netRxBytes      = desc("kubevirt_vmi_network_receive_bytes_total", "Total network traffic received in bytes.", []string{"interface"})
 	netTxBytes      = desc("kubevirt_vmi_network_transmit_bytes_total", "Total network traffic transmitted in bytes.", []string{"interface"})
@@ -52,7 +53,7 @@ type MetricsCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *MetricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{memoryDomain, netRxBytes, netTxBytes, netRxPackets, netTxPackets, netRxDropped, netTxDropped,
+	for _, d := range []*prometheus.Desc{vcpuSeconds, memoryDomain, netRxBytes, netTxBytes, netRxPackets, netTxPackets, netRxDropped, netTxDropped,
 		diskReadBytes, diskWriteBytes, diskReadOps, diskWriteOps, diskFlushes, migProcessed, migRemaining, migDirtyRate, migTransferRate} {
 		ch <- d
 	}
@@ -82,9 +83,10 @@ func (c *MetricsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // vmmCounters is the part of the VMM's metrics (GET /v1/vm/metrics) read
-// here: per virtio device, its counters.
+// here: per virtio device, its counters, and each vCPU thread's CPU time.
 type vmmCounters struct {
-	Virtio map[string]map[string]uint64 `json:"virtio"`
+	Virtio      map[string]map[string]uint64 `json:"virtio"`
+	VCPUSeconds map[string]float64           `json:"vcpu_seconds"`
 }
 
 func (c *MetricsCollector) collectVMI(ctx context.Context, ch chan<- prometheus.Metric, vmi *v1.VirtualMachineInstance, l launcherConn) {
@@ -109,6 +111,9 @@ func (c *MetricsCollector) collectVMI(ctx context.Context, ch chan<- prometheus.
 		// The map came from JSON; back through JSON it takes the typed shape.
 		if b, err := json.Marshal(raw); err == nil && json.Unmarshal(b, &m) == nil {
 			c.devices(vmi, m, counter)
+			for id, sec := range m.VCPUSeconds {
+				ch <- prometheus.MustNewConstMetric(vcpuSeconds, prometheus.CounterValue, sec, append(append([]string{}, base...), id, "running")...)
+			}
 		}
 	}
 

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -98,7 +100,28 @@ kubevirt_vmi_storage_read_traffic_bytes_total{drive="rootdisk",name="vm1",namesp
 kubevirt_vmi_storage_write_traffic_bytes_total{drive="cloudinit",name="vm1",namespace="default",node="node01"} 0
 kubevirt_vmi_storage_write_traffic_bytes_total{drive="rootdisk",name="vm1",namespace="default",node="node01"} 0
 `
-	require.NoError(t, testutil.CollectAndCompare(col, strings.NewReader(want)))
+	require.NoError(t, testutil.CollectAndCompare(col, strings.NewReader(want), "kubevirt_vmi_memory_domain_bytes",
+		"kubevirt_vmi_storage_flush_requests_total", "kubevirt_vmi_storage_iops_read_total", "kubevirt_vmi_storage_iops_write_total",
+		"kubevirt_vmi_storage_read_traffic_bytes_total", "kubevirt_vmi_storage_write_traffic_bytes_total"))
+
+	// The one vCPU has spun in its thread: its CPU time, KubeVirt's way.
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(col))
+	fams, err := reg.Gather()
+	require.NoError(t, err)
+	var vcpu []*dto.Metric
+	for _, f := range fams {
+		if f.GetName() == "kubevirt_vmi_vcpu_seconds_total" {
+			vcpu = f.GetMetric()
+		}
+	}
+	require.Len(t, vcpu, 1)
+	labels := map[string]string{}
+	for _, l := range vcpu[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	assert.Equal(t, map[string]string{"node": "node01", "namespace": "default", "name": "vm1", "id": "0", "state": "running"}, labels)
+	assert.Greater(t, vcpu[0].GetCounter().GetValue(), 0.0)
 
 	// While the VM migrates (to a target that never reads, so it stays
 	// in its first round) the migration's progress is reported too.
