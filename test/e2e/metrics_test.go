@@ -21,7 +21,8 @@ import (
 // TestMetrics: a real Prometheus on the host scrapes virt-api,
 // virt-controller and virt-handler at their pod IPs, port 8443, and its
 // queries see a running VMI: in kubevirt_vmi_phase_count (virt-controller)
-// and in the VMI's network counters (virt-handler, from its VMM). The
+// and in the VMI's network counters and vCPU time (virt-handler, from its
+// VMM). The
 // guest's boot is not waited for: the VMI is Running once its VMM runs.
 func TestMetrics(t *testing.T) {
 	freshNamespace(t)
@@ -126,6 +127,7 @@ scrape_configs:
 	}
 	until(`sum(kubevirt_vmi_phase_count{phase="running"})`, func(v float64) bool { return v >= 1 })
 	until(fmt.Sprintf(`kubevirt_vmi_network_receive_bytes_total{namespace=%q,name=%q,interface="default"}`, ns, name), func(v float64) bool { return v >= 0 })
+	until(fmt.Sprintf(`kubevirt_vmi_vcpu_seconds_total{namespace=%q,name=%q,id="0"}`, ns, name), func(v float64) bool { return v > 0 })
 	until(`kubevirt_virt_controller_leading_status`, func(v float64) bool { return v == 1 })
 
 	kubectl(t, "-n", ns, "delete", "vmi", name, "--wait=true", "--timeout=120s")
