@@ -30,6 +30,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionv1 "k8s.io/api/admission/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +71,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVM) })
 	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	// Prometheus scrapes the same HTTPS port, as KubeVirt's virt-api
+	// serves it; the process's own metrics make its `up` series.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metricsRegistry(), promhttp.HandlerOpts{}))
 
 	mux.HandleFunc("GET /apis", s.discoveryGroups)
 	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupName, s.discoveryGroup)
@@ -84,6 +90,15 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	return mux
+}
+
+// metricsRegistry holds what virt-api reports: the Go runtime's and the
+// process's metrics (KubeVirt's kubevirt_virt_api_up is a recording rule
+// over the scrape's `up`).
+func metricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // userInfo is who a proxied request is for.

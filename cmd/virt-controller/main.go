@@ -4,18 +4,22 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/controller"
+	"github.com/kubevmm/kubevmm/controller/metrics"
 )
 
 func main() {
@@ -39,7 +43,7 @@ func run() error {
 	flag.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the virt-launcher image (Always, IfNotPresent, Never)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint; 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (plain HTTP); 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&configPath, "config", "", "cluster configuration (YAML/JSON: KubeVirt's spec.configuration migrations and developerConfiguration.featureGates), re-read when it changes; empty: KubeVirt's defaults")
 	zapOpts := zap.Options{}
@@ -90,6 +94,9 @@ func run() error {
 	if err := controller.Setup(mgr, opts); err != nil {
 		return err
 	}
+	if err := addMetrics(mgr); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
@@ -102,3 +109,35 @@ func run() error {
 	}
 	return nil
 }
+
+// addMetrics registers KubeVirt's virt-controller metrics with the
+// manager's metrics server: ready once the cache has synced (the replica
+// could take the lead), leading once elected (at once without election).
+func addMetrics(mgr ctrl.Manager) error {
+	var ready, leading atomic.Bool
+	err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			ready.Store(true)
+		}
+		return nil
+	}))
+	if err != nil {
+		return fmt.Errorf("adding the readiness metric: %w", err)
+	}
+	go func() {
+		<-mgr.Elected()
+		leading.Store(true)
+	}()
+	c := &metrics.Collector{Reader: mgr.GetCache(), Ready: ready.Load, Leading: leading.Load}
+	if err := ctrlmetrics.Registry.Register(c); err != nil {
+		return fmt.Errorf("registering the metrics: %w", err)
+	}
+	return nil
+}
+
+// everyReplica is a runnable that runs on every replica, not only the
+// elected one (a plain manager.RunnableFunc waits for the election).
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -44,7 +45,7 @@ func main() {
 // options are virt-handler's flags.
 type options struct {
 	nodeName, podsDir, seccompDir, pluginDir string
-	certDir, podIP, probeAddr                string
+	certDir, podIP, probeAddr, metricsAddr   string
 	devices                                  int
 }
 
@@ -57,6 +58,7 @@ func run() error {
 	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
 	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (plain HTTP); 0 disables it")
 	flag.IntVar(&o.devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm, /tun and /userfaultfd offered by this node")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -105,6 +107,10 @@ func run() error {
 	if err := addServers(mgr, o, certs, migrations, kick, log); err != nil {
 		return err
 	}
+	// Scrapes read the cache (this node's VMIs and pods) and the launchers.
+	if err := ctrlmetrics.Registry.Register(&handler.MetricsCollector{Client: mgr.GetClient(), NodeName: o.nodeName, PodsDir: o.podsDir}); err != nil {
+		return fmt.Errorf("registering the metrics: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -129,7 +135,7 @@ func newManager(o options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.probeAddr,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{v1.NodeNameLabel: o.nodeName})},

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/arch/x86/acpi"
@@ -485,7 +488,30 @@ func (m *Machine) Stats() map[string]any {
 		"assists":      m.Assist.Counts(),
 		"serial_tx":    m.Serial.Metrics.TxBytes.Load(),
 		"virtio":       m.virtioStats(),
+		"vcpu_seconds": m.vcpuSeconds(),
 	}
+}
+
+// vcpuSeconds is the CPU time of each running vCPU's thread, by vCPU id:
+// the guest's time in KVM_RUN and the VMM's exit handling on that thread
+// (what libvirt reports as a vCPU's time for QEMU's vCPU threads).
+func (m *Machine) vcpuSeconds() map[string]float64 {
+	out := map[string]float64{}
+	for _, v := range m.vcpus {
+		v.mu.Lock()
+		tid, live := v.tid, v.started && !v.exited
+		v.mu.Unlock()
+		if !live {
+			continue
+		}
+		// The thread's CPU clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+		// of <linux/posix-timers.h>, valid for threads of this process.
+		var ts unix.Timespec
+		if unix.ClockGettime(int32(^tid<<3|6), &ts) == nil {
+			out[strconv.Itoa(v.id)] = float64(ts.Nano()) / 1e9
+		}
+	}
+	return out
 }
 
 // Config is the configuration the machine was built with (for a restored

@@ -267,7 +267,8 @@ func (m *manifests) controlPlane() error {
 	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: m.meta("kubevmm-config"), Data: map[string]string{configFile: string(ccYAML)}}
 	vc := corev1.Container{Name: "virt-controller", Image: m.image("virt-controller"), ImagePullPolicy: m.o.pull,
 		Args: []string{"--launcher-image", m.image("virt-launcher"), "--launcher-image-pull-policy", string(m.o.pull), "--health-probe-bind-address=:8081",
-			"--config", configDir + "/" + configFile},
+			"--config", configDir + "/" + configFile, "--metrics-bind-address=:8443"},
+		Ports:     []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTP, 8081),
 		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: configDir, ReadOnly: true}}}
 	va := corev1.Container{Name: "virt-api", Image: m.image("virt-api"), ImagePullPolicy: m.o.pull,
@@ -306,7 +307,7 @@ func (m *manifests) handler() error {
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
 		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods", "--seccomp-dir=/var/lib/kubelet/seccomp"},
-		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}},
+		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}, {Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{

@@ -66,12 +66,19 @@ func Spinning(t *testing.T) *VM {
 // (where a launcher would).
 func SpinningAt(t *testing.T, sock string) *VM {
 	t.Helper()
+	return SpinningWith(t, sock, nil)
+}
+
+// SpinningWith is SpinningAt with the machine's devices: disks are the
+// virtio disks the VM gets (the guest never touches them).
+func SpinningWith(t *testing.T, sock string, disks []machine.DiskConfig) *VM {
+	t.Helper()
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
 	}
 	log := &Log{}
 	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: MemoryBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr),
-		Console: io.Discard, Logger: slog.New(slog.NewJSONHandler(log, nil))})
+		Disks: disks, Console: io.Discard, Logger: slog.New(slog.NewJSONHandler(log, nil))})
 	require.NoError(t, err)
 	r := runner.New(m, 1, MemoryBytes)
 	exited := make(chan machine.Exit, 1)
