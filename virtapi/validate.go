@@ -686,13 +686,7 @@ const (
 // within the limits.
 func validateCloudInit(vp *field.Path, v *v1.Volume) field.ErrorList {
 	var errs field.ErrorList
-	var kind, userData, userB64, netData, netB64 string
-	var userRef, netRef *v1.LocalObjectReference
-	if c := v.CloudInitNoCloud; c != nil {
-		kind, userData, userB64, userRef, netData, netB64, netRef = "cloudInitNoCloud", c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef
-	} else if c := v.CloudInitConfigDrive; c != nil {
-		kind, userData, userB64, userRef, netData, netB64, netRef = "cloudInitConfigDrive", c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef
-	}
+	kind, d, _ := v.CloudInit()
 	cp := vp.Child(kind)
 	sources := 0
 	check := func(what, raw, b64 string, ref *v1.LocalObjectReference, refField string, limit int) {
@@ -723,8 +717,8 @@ func validateCloudInit(vp *field.Path, v *v1.Volume) field.ErrorList {
 		}
 		sources += n
 	}
-	check("userData", userData, userB64, userRef, "secretRef", CloudInitUserDataMaxLen)
-	check("networkData", netData, netB64, netRef, "networkDataSecretRef", CloudInitNetworkDataMaxLen)
+	check("userData", d.UserData, d.UserDataBase64, d.UserDataSecretRef, "secretRef", CloudInitUserDataMaxLen)
+	check("networkData", d.NetworkData, d.NetworkDataBase64, d.NetworkDataSecretRef, "networkDataSecretRef", CloudInitNetworkDataMaxLen)
 	if sources == 0 {
 		errs = append(errs, required(cp.Child("userData"), "user data or network data"))
 	}

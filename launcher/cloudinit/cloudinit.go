@@ -68,12 +68,6 @@ func AccessCredentialDir(base, secret string) string {
 	return filepath.Join(base, secret+"-access-cred")
 }
 
-// source is what the two volume kinds share.
-type source struct {
-	userData, userDataBase64, networkData, networkDataBase64 string
-	userDataSecret, networkDataSecret                        bool
-}
-
 // Image is the cloud-init disk of vmi's cloud-init volume, with the
 // Secrets read under secretDir. ok is false if the VMI has no such volume.
 func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok bool, err error) {
@@ -81,14 +75,8 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 	if v == nil {
 		return nil, false, nil
 	}
-	var src source
+	_, src, _ := v.CloudInit()
 	noCloud := v.CloudInitNoCloud != nil
-	if c := v.CloudInitNoCloud; c != nil {
-		src = source{c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64, c.UserDataSecretRef != nil, c.NetworkDataSecretRef != nil}
-	} else {
-		c := v.CloudInitConfigDrive
-		src = source{c.UserData, c.UserDataBase64, c.NetworkData, c.NetworkDataBase64, c.UserDataSecretRef != nil, c.NetworkDataSecretRef != nil}
-	}
 	userData, networkData, err := readData(src, secretDir, v.Name)
 	if err != nil {
 		return nil, true, fmt.Errorf("cloud-init volume %s: %w", v.Name, err)
@@ -162,21 +150,21 @@ type configDriveMeta struct {
 	PublicKeys       map[string]string `json:"public_keys,omitempty"`
 }
 
-func readData(src source, secretDir, volume string) (userData, networkData []byte, err error) {
-	userData, err = oneOf(src.userData, src.userDataBase64, "userData")
+func readData(src v1.CloudInitData, secretDir, volume string) (userData, networkData []byte, err error) {
+	userData, err = oneOf(src.UserData, src.UserDataBase64, "userData")
 	if err != nil {
 		return nil, nil, err
 	}
-	networkData, err = oneOf(src.networkData, src.networkDataBase64, "networkData")
+	networkData, err = oneOf(src.NetworkData, src.NetworkDataBase64, "networkData")
 	if err != nil {
 		return nil, nil, err
 	}
-	if src.userDataSecret {
+	if src.UserDataSecretRef != nil {
 		if userData, err = readKey(UserDataSecretDir(secretDir, volume), "userdata", "userData"); err != nil {
 			return nil, nil, fmt.Errorf("secretRef: %w", err)
 		}
 	}
-	if src.networkDataSecret {
+	if src.NetworkDataSecretRef != nil {
 		if networkData, err = readKey(NetworkDataSecretDir(secretDir, volume), "networkdata", "networkData"); err != nil {
 			return nil, nil, fmt.Errorf("networkDataSecretRef: %w", err)
 		}

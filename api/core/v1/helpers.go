@@ -182,3 +182,26 @@ func joinPath(parent, name string) string {
 	}
 	return parent + "." + name
 }
+
+// CloudInitData is what the cloudInitNoCloud and cloudInitConfigDrive
+// volume sources share: where the user data and network data come from.
+// +kubebuilder:object:generate=false
+type CloudInitData struct {
+	UserData, UserDataBase64       string
+	UserDataSecretRef              *LocalObjectReference
+	NetworkData, NetworkDataBase64 string
+	NetworkDataSecretRef           *LocalObjectReference
+}
+
+// CloudInit returns the volume's cloud-init data and the field that holds
+// it ("cloudInitNoCloud" or "cloudInitConfigDrive"); ok is false for any
+// other volume.
+func (s *VolumeSource) CloudInit() (field string, d CloudInitData, ok bool) {
+	if c := s.CloudInitNoCloud; c != nil {
+		return "cloudInitNoCloud", CloudInitData{c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef}, true
+	}
+	if c := s.CloudInitConfigDrive; c != nil {
+		return "cloudInitConfigDrive", CloudInitData{c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef}, true
+	}
+	return "", CloudInitData{}, false
+}
