@@ -44,6 +44,19 @@ var implemented = map[string]string{
 	"domain.devices.disableHotplug":         "kubevmm hotplugs nothing, so hotplug is always disabled",
 	"domain.devices.autoattachPodInterface": "the mutating webhook adds the pod NIC only when it is not false (defaultSpec)",
 	"domain.devices.rng":                    "a virtio-rng device (launcher.VMConfig.RNG)",
+	"domain.devices.tpm.enabled":            "a TPM 2.0 on QEMU: swtpm, state in the launcher pod (launcher/qemu Config.TPM); false: none",
+
+	"domain.clock.utc.offsetSeconds":    "the RTC's offset from host UTC (spec.RTCOffset): the kubevmm VMM's RTC, QEMU's -rtc base",
+	"domain.clock.timezone":             "the RTC reads the zone's local time (spec.RTCOffset)",
+	"domain.clock.timer.hpet.present":   "true: QEMU's HPET (spec.NeedsQEMU); false: none (the kubevmm VMM has none, QEMU's -machine hpet=off)",
+	"domain.clock.timer.kvm.present":    "true: kvmclock (both backends; not under TCG); false: QEMU's -cpu kvmclock=off",
+	"domain.clock.timer.hyperv.present": "true: QEMU's hv-time; false: without it",
+	"domain.clock.timer.pit.tickPolicy": "delay only: KVM's in-kernel PIT (QEMU: kvm-pit.lost_tick_policy=delay)",
+	"domain.clock.timer.rtc.tickPolicy": "catchup: QEMU's -rtc driftfix=slew; delay: both backends",
+	"domain.clock.timer.rtc.track":      "guest: QEMU's -rtc clock=vm; wall: both backends",
+
+	"domain.firmware.uuid":                      "QEMU's -uuid, the SMBIOS system UUID (spec.NeedsQEMU: the kubevmm VMM has no SMBIOS)",
+	"domain.firmware.bootloader.efi.secureBoot": "QEMU with OVMF's secure-boot build and SMM (launcher/qemu Config.SecureBoot); needs features.smm",
 
 	"domain.devices.disks[0].name":          "the volume it attaches",
 	"domain.devices.disks[0].disk.readonly": "a read-only virtio-blk disk (refused on SATA: QEMU's are writable)",
@@ -99,7 +112,9 @@ var honoured = map[string]bool{
 	"domain.devices.disks[0].cdrom.readonly":       true,
 
 	"domain.firmware.bootloader.bios.useSerial": false,
-	"domain.firmware.bootloader.efi.secureBoot": false,
+	"domain.devices.tpm.persistent":             false,
+	"domain.clock.timer.pit.present":            true,
+	"domain.clock.timer.rtc.present":            true,
 	"domain.firmware.bootloader.efi.persistent": false,
 
 	"domain.features.acpi.enabled": true,

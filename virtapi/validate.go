@@ -38,8 +38,8 @@ var MinGuestMemory = resource.MustParse("16Mi")
 // metadata holding the annotations. A field kubevmm does not honour is
 // refused rather than ignored: a user applying a KubeVirt manifest either
 // gets what it says or is told which field we cannot do. What only the QEMU
-// backend provides (SATA, e1000, Hyper-V, EFI, booting a disk without a
-// Linux boot entry) is accepted: the launcher routes such VMIs to QEMU
+// backend provides (SATA, e1000, Hyper-V, EFI and secure boot, a TPM,
+// clock timers, booting a disk without a Linux boot entry) is accepted: the launcher routes such VMIs to QEMU
 // (spec.SelectBackend).
 func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *field.Path, annotations map[string]string) field.ErrorList {
 	var errs field.ErrorList
@@ -56,6 +56,9 @@ func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *fiel
 	errs = append(errs, validateMachine(d.Child("machine"), s.Domain.Machine)...)
 	errs = append(errs, validateFirmware(d.Child("firmware"), s.Domain.Firmware)...)
 	errs = append(errs, validateFeatures(d.Child("features"), s.Domain.Features, backend)...)
+	errs = append(errs, validateClock(d.Child("clock"), s.Domain.Clock)...)
+	errs = append(errs, validateTPM(d.Child("devices", "tpm"), s.Domain.Devices.TPM)...)
+	errs = append(errs, validateSecureBoot(d.Child("firmware", "bootloader", "efi", "secureBoot"), s)...)
 	errs = append(errs, validateDevices(d.Child("devices"), &s.Domain.Devices)...)
 	errs = append(errs, validateDisks(d.Child("devices", "disks"), s.Domain.Devices.Disks, s.Volumes)...)
 	errs = append(errs, validateInterfaces(d.Child("devices", "interfaces"), s.Domain.Devices.Interfaces, s.Networks)...)
@@ -259,8 +262,8 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 		return nil
 	}
 	var errs field.ErrorList
-	if fw.UUID != "" {
-		errs = append(errs, unsupported(p, "uuid", ""))
+	if fw.UUID != "" && !spec.ValidUUID(string(fw.UUID)) {
+		errs = append(errs, invalid(p.Child("uuid"), string(fw.UUID), "not a UUID (8-4-4-4-12 hex digits)"))
 	}
 	if fw.Serial != "" {
 		errs = append(errs, unsupported(p, "serial", ""))
@@ -274,9 +277,6 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 			errs = append(errs, unsupported(bp, "bios.useSerial", ""))
 		}
 		if bl.EFI != nil {
-			if isTrue(bl.EFI.SecureBoot) {
-				errs = append(errs, unsupported(bp, "efi.secureBoot", ""))
-			}
 			if isTrue(bl.EFI.Persistent) {
 				errs = append(errs, unsupported(bp, "efi.persistent", "EFI variables live as long as the VMI"))
 			}

@@ -83,10 +83,6 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Model = "host-passthrough" }},
 		{name: "cpu features", field: "domain.cpu.features", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { cpu(s).Features = []v1.CPUFeature{{Name: "vmx"}} }},
-		{name: "firmware uuid", field: "domain.firmware.uuid", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Domain.Firmware.UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
-			}},
 		{name: "firmware serial", field: "domain.firmware.serial", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Serial = "e4686d2c" }},
 		{name: "disk cache", field: "domain.devices.disks[0].cache", typ: notSupported,
@@ -225,10 +221,42 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				features(s).Hyperv = &v1.FeatureHyperv{VendorID: &v1.FeatureVendorID{VendorID: "kubevmm"}}
 			}},
-		{name: "secure boot", field: "domain.firmware.bootloader.efi.secureBoot", typ: notSupported,
+		{name: "secure boot without SMM", field: "domain.firmware.bootloader.efi.secureBoot", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(true)}}
 			}},
+		{name: "a UUID that is none", field: "domain.firmware.uuid", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.UUID = "5d307ca9-b3ef-428c-8861" }},
+		{name: "utc and timezone", field: "domain.clock", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{UTC: &v1.ClockOffsetUTC{}, Timezone: ptr.To("Europe/Berlin")}
+			}},
+		{name: "an unknown timezone", field: "domain.clock.timezone", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Clock = &v1.Clock{Timezone: ptr.To("Mars/Olympus")} }},
+		{name: "the launcher's local zone", field: "domain.clock.timezone", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Clock = &v1.Clock{Timezone: ptr.To("Local")} }},
+		{name: "an offset beyond a century", field: "domain.clock.utc.offsetSeconds", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{UTC: &v1.ClockOffsetUTC{OffsetSeconds: ptr.To(-1 << 40)}}
+			}},
+		{name: "no PIT", field: "domain.clock.timer.pit.present", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{PIT: &v1.PITTimer{Enabled: ptr.To(false)}}}
+			}},
+		{name: "PIT catching up", field: "domain.clock.timer.pit.tickPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{PIT: &v1.PITTimer{TickPolicy: "catchup"}}}
+			}},
+		{name: "RTC merging", field: "domain.clock.timer.rtc.tickPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{RTC: &v1.RTCTimer{TickPolicy: "merge"}}}
+			}},
+		{name: "HPET tick policy", field: "domain.clock.timer.hpet.tickPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{HPET: &v1.HPETTimer{TickPolicy: "delay"}}}
+			}},
+		{name: "persistent TPM", field: "domain.devices.tpm.persistent", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.TPM = &v1.TPMDevice{Persistent: ptr.To(true)} }},
 		{name: "kernelBoot without kernelPath", field: "domain.firmware.kernelBoot.container.kernelPath", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.KernelBoot.Container.KernelPath = "" }},
 		{name: "startStrategy Running", field: "startStrategy", typ: notSupported,
@@ -351,6 +379,21 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		}},
 		{"ACPI and SMM on QEMU", map[string]string{"kubevmm.io/backend": "qemu"}, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}, SMM: &v1.FeatureState{Enabled: ptr.To(true)}}
+		}},
+		{"KubeVirt's vmi-windows.yaml domain (QEMU)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{UTC: &v1.ClockOffsetUTC{}, Timer: &v1.Timer{
+				HPET: &v1.HPETTimer{Enabled: ptr.To(false)}, Hyperv: &v1.HypervTimer{},
+				PIT: &v1.PITTimer{TickPolicy: "delay"}, RTC: &v1.RTCTimer{TickPolicy: "catchup"}}}
+			s.Domain.Devices.TPM = &v1.TPMDevice{}
+			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}, APIC: &v1.FeatureAPIC{}, SMM: &v1.FeatureState{},
+				Hyperv: &v1.FeatureHyperv{Relaxed: &v1.FeatureState{}, VAPIC: &v1.FeatureState{}, Spinlocks: &v1.FeatureSpinlocks{Retries: ptr.To(uint32(8191))}}}
+			s.Domain.Firmware = &v1.Firmware{UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223",
+				Bootloader: &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(true)}}}
+		}},
+		{"a timezone and an offset clock on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timezone: ptr.To("America/New_York"), Timer: &v1.Timer{
+				HPET: &v1.HPETTimer{Enabled: ptr.To(false)}, Hyperv: &v1.HypervTimer{Enabled: ptr.To(false)},
+				PIT: &v1.PITTimer{TickPolicy: "delay"}, RTC: &v1.RTCTimer{TickPolicy: "delay", Track: "wall"}}}
 		}},
 		{"dnsPolicy ClusterFirst", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSClusterFirst }},
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},

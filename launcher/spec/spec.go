@@ -272,7 +272,8 @@ func BootDisk(s *v1.VirtualMachineInstanceSpec) int {
 type DiskBootCheck func(disk int) error
 
 // NeedsQEMU lists what in the spec our VMM cannot do but QEMU can: SATA
-// disks, e1000 NICs, Hyper-V enlightenments, EFI firmware, and booting a
+// disks, e1000 NICs, Hyper-V enlightenments, EFI firmware (secure boot
+// included), a TPM, the clock's timers our VMM lacks, and booting a
 // disk whose image has no Linux boot entry, which needs firmware and its
 // boot loader (check reads the image; see DiskBootCheck). A VMI with BIOS
 // firmware (KubeVirt's default) and no kernelBoot boots its boot disk; our
@@ -302,6 +303,7 @@ func NeedsQEMU(s *v1.VirtualMachineInstanceSpec, check DiskBootCheck) []QEMUReas
 	if fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
 		add("domain.firmware.bootloader.efi", "EFI firmware is not supported by the kubevmm VMM")
 	}
+	out = append(out, guestIntegrationNeeds(s)...)
 	if fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
 		return out
 	}

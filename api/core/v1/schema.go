@@ -21,7 +21,7 @@ type DomainSpec struct {
 	// +optional
 	Firmware *Firmware `json:"firmware,omitempty"`
 	// +optional
-	Clock *Unmodeled `json:"clock,omitempty"`
+	Clock *Clock `json:"clock,omitempty"`
 	// +optional
 	Features *Features `json:"features,omitempty"`
 	// Devices are the disks, NICs and other devices of the guest.
@@ -259,6 +259,94 @@ type FeatureHyperv struct {
 	EVMCS *FeatureState `json:"evmcs,omitempty"`
 }
 
+// Clock is the guest's clock: what its RTC reads at start (utc with an
+// offset, or a timezone's local time) and its timers. KubeVirt writes
+// utc and timezone inline in clock; at most one of them is set.
+type Clock struct {
+	// UTC: the RTC reads UTC plus OffsetSeconds.
+	// +optional
+	UTC *ClockOffsetUTC `json:"utc,omitempty"`
+	// Timezone: the RTC reads the local time of this IANA zone
+	// ("Europe/Berlin"), as Windows expects.
+	// +optional
+	Timezone *string `json:"timezone,omitempty"`
+	// +optional
+	Timer *Timer `json:"timer,omitempty"`
+}
+
+// ClockOffsetUTC is an RTC in UTC, shifted.
+type ClockOffsetUTC struct {
+	// +optional
+	OffsetSeconds *int `json:"offsetSeconds,omitempty"`
+}
+
+// Timer holds the guest's timers.
+type Timer struct {
+	// +optional
+	HPET *HPETTimer `json:"hpet,omitempty"`
+	// +optional
+	KVM *KVMTimer `json:"kvm,omitempty"`
+	// +optional
+	PIT *PITTimer `json:"pit,omitempty"`
+	// +optional
+	RTC *RTCTimer `json:"rtc,omitempty"`
+	// +optional
+	Hyperv *HypervTimer `json:"hyperv,omitempty"`
+}
+
+// HPETTimer is the High Precision Event Timer.
+type HPETTimer struct {
+	// TickPolicy: delay, catchup, merge or discard.
+	// +optional
+	TickPolicy string `json:"tickPolicy,omitempty"`
+	// Enabled (present) defaults to true.
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// KVMTimer is KVM's paravirtual clock (kvmclock).
+type KVMTimer struct {
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// PITTimer is the i8254 programmable interval timer.
+type PITTimer struct {
+	// TickPolicy: delay, catchup or discard.
+	// +optional
+	TickPolicy string `json:"tickPolicy,omitempty"`
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// RTCTimer is the MC146818 real-time clock.
+type RTCTimer struct {
+	// TickPolicy: delay or catchup.
+	// +optional
+	TickPolicy string `json:"tickPolicy,omitempty"`
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+	// Track: guest or wall, what the RTC follows.
+	// +optional
+	Track string `json:"track,omitempty"`
+}
+
+// HypervTimer is the Hyper-V reference time counter.
+type HypervTimer struct {
+	// +optional
+	Enabled *bool `json:"present,omitempty"`
+}
+
+// TPMDevice is an emulated TPM 2.0.
+type TPMDevice struct {
+	// Enabled defaults to true; false means no TPM.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+	// Persistent keeps the TPM's state across VM restarts.
+	// +optional
+	Persistent *bool `json:"persistent,omitempty"`
+}
+
 // Features are machine features.
 type Features struct {
 	// ACPI is on unless disabled; the guest powers off through it. A
@@ -336,7 +424,7 @@ type Devices struct {
 	// +optional
 	Sound *Unmodeled `json:"sound,omitempty"`
 	// +optional
-	TPM *Unmodeled `json:"tpm,omitempty"`
+	TPM *TPMDevice `json:"tpm,omitempty"`
 	// +optional
 	Video *Unmodeled `json:"video,omitempty"`
 }

@@ -111,7 +111,7 @@ func TestUnmodeledFieldsNamed(t *testing.T) {
 	decodeStrict(t, "testdata/vmi-unmodeled.yaml", vmi)
 	assert.ElementsMatch(t, []string{
 		"livenessProbe",
-		"domain.clock",
+		"domain.chassis",
 		"domain.devices.watchdog",
 		"domain.devices.gpus[0]",
 	}, v1.UnmodeledFields(&vmi.Spec))
