@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,22 @@ type Config struct {
 	Disks []Disk
 	NICs  []NIC
 
+	// SecureBoot boots OVMF's secure-boot build (DefaultOVMFSecureCode,
+	// with Microsoft's keys: DefaultOVMFSecureVars) with SMM; needs
+	// FirmwareEFI.
+	SecureBoot bool
+	// UUID is the SMBIOS system UUID; "" leaves QEMU's.
+	UUID string
+	// Clock: the RTC and timers; the zero value is QEMU's defaults.
+	Clock Clock
+	// TPM gives the guest a TPM 2.0, emulated by a swtpm process Start
+	// runs beside QEMU, its state in TPMStateDir ("" is RunDir/tpm): it
+	// survives QEMU restarts as long as that directory does.
+	TPM         bool
+	TPMStateDir string
+	// SwtpmBinary is the swtpm executable; "" is swtpm from PATH.
+	SwtpmBinary string
+
 	// HyperV adds the Hyper-V enlightenments Windows uses to run well as a
 	// guest (relaxed timing, virtual APIC, spinlock hints, reference time;
 	// with KVM also vpindex, runtime, synic, stimer, reset, frequencies,
@@ -118,8 +135,8 @@ type Config struct {
 	// Resume starts it.
 	StartPaused bool
 
-	// RunDir holds the QMP socket (qmp.sock) and the EFI NVRAM; created if
-	// missing.
+	// RunDir holds the QMP socket (qmp.sock), the EFI NVRAM and the TPM's
+	// socket and state; created if missing.
 	RunDir string
 	// Binary is the QEMU executable; "" is qemu-system-x86_64 from PATH.
 	Binary string
@@ -179,17 +196,23 @@ func (c Config) firmware() Firmware {
 }
 
 func (c Config) ovmfCode() string {
-	if c.OVMFCode == "" {
-		return DefaultOVMFCode
+	switch {
+	case c.OVMFCode != "":
+		return c.OVMFCode
+	case c.SecureBoot:
+		return DefaultOVMFSecureCode
 	}
-	return c.OVMFCode
+	return DefaultOVMFCode
 }
 
 func (c Config) ovmfVars() string {
-	if c.OVMFVars == "" {
-		return DefaultOVMFVars
+	switch {
+	case c.OVMFVars != "":
+		return c.OVMFVars
+	case c.SecureBoot:
+		return DefaultOVMFSecureVars
 	}
-	return c.OVMFVars
+	return DefaultOVMFVars
 }
 
 func (c Config) commandTimeout() time.Duration {
@@ -285,6 +308,7 @@ func (c Config) Validate() error {
 		bad("command timeout %v: must not be negative", c.CommandTimeout)
 	}
 
+	c.validateGuest(bad)
 	for i, d := range c.Disks {
 		d.validate(i, bad)
 	}
@@ -422,11 +446,6 @@ func (c Config) Args() ([]string, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	machine := "q35"
-	if c.firmware() == FirmwareEFI {
-		// q35's pflash properties take the block nodes defined below
-		machine += ",pflash0=ovmf-code,pflash1=ovmf-vars"
-	}
 	var jsonErr error
 	jsonArg := func(v map[string]any) string {
 		s, err := jsonArg(v)
@@ -437,7 +456,7 @@ func (c Config) Args() ([]string, error) {
 	}
 	a := []string{
 		"-name", "guest=" + c.Name + ",debug-threads=on",
-		"-machine", machine,
+		"-machine", c.machineArg(),
 		"-accel", string(c.accel()),
 		"-nodefaults", "-no-user-config",
 		"-display", "none",
@@ -450,6 +469,7 @@ func (c Config) Args() ([]string, error) {
 	}
 
 	a = append(a, "-cpu", c.cpuArg())
+	a = append(a, c.clockArgs()...)
 
 	// Start with vCPUs stopped, so the launcher is subscribed to events
 	// before the guest runs; Start continues unless asked to stay paused.
@@ -471,7 +491,9 @@ func (c Config) Args() ([]string, error) {
 			"-blockdev", jsonArg(map[string]any{"driver": "file", "filename": c.efiVarsPath(), "node-name": "ovmf-vars-file"}),
 			"-blockdev", jsonArg(map[string]any{"driver": "raw", "file": "ovmf-vars-file", "node-name": "ovmf-vars"}),
 		)
+		a = append(a, c.secureBootArgs()...)
 	}
+	a = append(a, c.tpmArgs()...)
 
 	if c.Kernel != "" {
 		// -kernel/-initrd/-append take their value whole: no option parsing.
@@ -512,11 +534,25 @@ func (c Config) cpuArg() string {
 			cpu = "qemu64"
 		}
 	}
+	var hv []string
 	if c.HyperV {
-		cpu += "," + strings.Join(hypervBase, ",")
+		hv = append(hv, hypervBase...)
 		if c.accel() == AccelKVM {
-			cpu += "," + strings.Join(hypervKVM, ",")
+			hv = append(hv, hypervKVM...)
 		}
+	}
+	if on := c.Clock.HyperVClock; on != nil {
+		// hv-time as asked; the synthetic timers need it.
+		hv = slices.DeleteFunc(hv, func(f string) bool { return !*on && (f == "hv-time=on" || f == "hv-stimer=on") })
+		if *on && !slices.Contains(hv, "hv-time=on") {
+			hv = append(hv, "hv-time=on")
+		}
+	}
+	if len(hv) > 0 {
+		cpu += "," + strings.Join(hv, ",")
+	}
+	if k := c.Clock.KVMClock; k != nil && !*k {
+		cpu += ",kvmclock=off"
 	}
 	return cpu
 }

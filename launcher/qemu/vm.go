@@ -27,6 +27,7 @@ const exitDrainTimeout = 10 * time.Second
 type VM struct {
 	cfg    Config
 	cmd    *exec.Cmd
+	tpm    *swtpm // nil without a TPM
 	pid    int
 	output *tailBuffer
 
@@ -60,13 +61,19 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	monFile, err := listenMonitor(cfg.QMPPath())
+	monFile, err := listenSocket(cfg.QMPPath())
 	if err != nil {
-		return nil, fmt.Errorf("qemu %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("qemu %s: monitor socket: %w", cfg.Name, err)
 	}
 	defer func() { _ = monFile.Close() }() // a listening socket; QEMU has its own copy once started
 
 	out := &tailBuffer{max: 20}
+	var tpm *swtpm
+	if cfg.TPM {
+		if tpm, err = cfg.prepareTPM(out); err != nil {
+			return nil, err
+		}
+	}
 	cmd := exec.Command(path, args...)
 	cmd.ExtraFiles = []*os.File{monFile} // fd 3, see qmpFD
 	cmd.Stdout, cmd.Stderr = out, out
@@ -83,6 +90,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	vm := &VM{
 		cfg:       cfg,
 		cmd:       cmd,
+		tpm:       tpm,
 		output:    out,
 		exited:    make(chan struct{}),
 		done:      make(chan struct{}),
@@ -96,7 +104,15 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		// the launcher itself dies.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		if tpm != nil {
+			// before QEMU, which connects to it at start
+			if err := tpm.start(); err != nil {
+				started <- err
+				return
+			}
+		}
 		if err := cmd.Start(); err != nil {
+			tpm.stop()
 			started <- err
 			return
 		}
@@ -182,30 +198,31 @@ func (e Exit) describe() string {
 	return s
 }
 
-// listenMonitor creates the monitor's listening socket for QEMU to inherit.
-// A socket file left by a dead QEMU is replaced; one a live QEMU still
-// serves is not.
-func listenMonitor(path string) (*os.File, error) {
+// listenSocket creates a listening socket for QEMU (its monitor) or swtpm
+// (the TPM's control channel) to inherit. A socket file left by a dead
+// process is replaced; one a live process still serves is not.
+func listenSocket(path string) (*os.File, error) {
 	if _, err := os.Stat(path); err == nil {
 		conn, err := net.Dial("unix", path)
 		if err == nil {
 			conn.Close()
-			return nil, fmt.Errorf("monitor socket %s is served by a running process", path)
+			return nil, fmt.Errorf("%s is served by a running process", path)
 		}
 		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing stale monitor socket: %w", err)
+			return nil, fmt.Errorf("removing the stale socket: %w", err)
 		}
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, fmt.Errorf("monitor socket: %w", err)
+		return nil, err
 	}
-	// Our copy closes after QEMU starts; the path must stay for reconnects.
+	// Our copy closes after the process starts; the path must stay for
+	// (re)connects.
 	ln.SetUnlinkOnClose(false)
 	f, err := ln.File()
 	ln.Close()
 	if err != nil {
-		return nil, fmt.Errorf("monitor socket: %w", err)
+		return nil, err
 	}
 	return f, nil
 }
@@ -266,6 +283,7 @@ func (vm *VM) attach(c *qmp.Client) bool {
 // wait reaps QEMU and works out how it ended.
 func (vm *VM) wait() {
 	err := vm.cmd.Wait()
+	vm.tpm.stop()
 	close(vm.exited)
 	vm.mu.Lock()
 	vm.reaping = true
