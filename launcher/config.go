@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
@@ -65,6 +66,13 @@ type VMConfig struct {
 	RNG      bool
 	EFI      bool
 	HyperV   bool
+	// Guest integration: the RTC's offset from host UTC (both backends),
+	// the timers, secure boot, the TPM and the SMBIOS UUID (QEMU's).
+	RTCOffset  time.Duration
+	Timers     *v1.Timer
+	SecureBoot bool
+	TPM        bool
+	UUID       string
 	// StartPaused: spec.startStrategy Paused.
 	StartPaused bool
 }
@@ -126,6 +134,9 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	}
 	if f := s.Domain.Features; f != nil && f.Hyperv != nil {
 		c.HyperV = true
+	}
+	if err := c.guestIntegration(s, time.Now()); err != nil {
+		return VMConfig{}, err
 	}
 	c.StartPaused = s.StartStrategy != nil && *s.StartStrategy == v1.StartStrategyPaused
 
@@ -225,7 +236,7 @@ func readBootEntry(vmi *v1.VirtualMachineInstance, p Paths, i int) (*bootdisk.Bo
 func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	mc := machine.Config{
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
-		Cmdline: c.Cmdline, Console: console, RNG: c.RNG,
+		Cmdline: c.Cmdline, Console: console, RNG: c.RNG, RTCOffset: c.RTCOffset,
 	}
 	var err error
 	switch {
@@ -300,6 +311,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 	if c.EFI {
 		qc.Firmware = qemu.FirmwareEFI
 	}
+	c.qemuGuestIntegration(&qc, time.Now())
 	for _, d := range c.Disks {
 		f, err := probeFormat(d.Path)
 		if err != nil {

@@ -116,6 +116,8 @@ func TestBadInputIsOneLineAndStatus2(t *testing.T) {
 		{"memory too small", []string{"run", "--kernel", garbage, "--memory", "8M"}, "too small"},
 		{"memory not a size", []string{"run", "--kernel", garbage, "--memory", "lots"}, "--memory \"lots\""},
 		{"zero cpus", []string{"run", "--kernel", garbage, "--cpus", "0"}, "--cpus 0"},
+		{"rtc offset beyond a century", []string{"run", "--kernel", garbage, "--rtc-offset", "900000h"}, "--rtc-offset 900000h0m0s: at most"},
+		{"rtc offset not a duration", []string{"run", "--kernel", garbage, "--rtc-offset", "3 days"}, "rtc-offset"},
 		{"too many cpus", []string{"run", "--kernel", garbage, "--cpus", "999"}, "999 vCPUs"},
 		{"bad console", []string{"run", "--kernel", garbage, "--console", "tty"}, "--console \"tty\""},
 		{"unknown flag", []string{"run", "--frobnicate"}, "frobnicate"},

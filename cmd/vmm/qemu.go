@@ -98,6 +98,9 @@ func qemuConfig(f *runFlags, mem uint64, devs devices, runDir string, accel qemu
 		SerialSocket: runDir + "/serial.sock", RunDir: runDir, Accel: accel,
 		NoReboot: true, StartPaused: true, // attach to the console before the guest's first byte
 	}
+	if f.rtcOffset != 0 {
+		cfg.Clock.RTCBase = time.Now().UTC().Add(f.rtcOffset)
+	}
 	for _, d := range devs.disks {
 		cfg.Disks = append(cfg.Disks, qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(d.Format),
 			Bus: qemu.DiskBus(d.Bus), ReadOnly: d.ReadOnly, Serial: d.Serial})

@@ -35,6 +35,7 @@ type runFlags struct {
 	disks, nics        multiFlag
 	rng                bool
 	acpi               bool
+	rtcOffset          time.Duration
 	vsock              string
 	incoming           string
 	incomingTLS        tlsFlags
@@ -103,6 +104,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
 	fs.BoolVar(&f.acpi, "acpi", true, "describe the VM in ACPI tables (CPUs, devices, power button, poweroff); --acpi=false for a kernel built without ACPI: CPUs from the MP table, virtio devices on the command line")
+	fs.DurationVar(&f.rtcOffset, "rtc-offset", 0, "start the guest's RTC this far from host UTC, e.g. 2h or -30m (a clock in another zone or time); snapshots and migrations keep it")
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")
 	fs.StringVar(&f.backend, "backend", "kubevmm", "kubevmm (this VMM) or qemu (QEMU over QMP: for sata disks, e1000 NICs)")
 	fs.StringVar(&f.accel, "accel", "kvm", "QEMU backend only: kvm or tcg (QEMU's emulator)")
@@ -160,6 +162,10 @@ func (f *runFlags) findBootDisk() error {
 	return nil
 }
 
+// maxRTCOffset bounds --rtc-offset: a century either way keeps the RTC
+// within its century register's years and QEMU's -rtc base dates.
+const maxRTCOffset = 100 * 365 * 24 * time.Hour
+
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	start := time.Now()
 	var f runFlags
@@ -210,6 +216,9 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if f.cpus < 1 {
 		return 0, usagef("run: --cpus %d: need at least 1", f.cpus)
 	}
+	if f.rtcOffset.Abs() > maxRTCOffset {
+		return 0, usagef("run: --rtc-offset %v: at most %v either way", f.rtcOffset, maxRTCOffset)
+	}
 	kernel, initrd, err := f.guest(sess)
 	if err != nil {
 		return 0, err
@@ -228,6 +237,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	cfg := sess.baseConfig()
 	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel, cfg.Initrd, cfg.Cmdline = f.cpus, mem, kernel, initrd, f.cmdline
 	cfg.NoACPI = !f.acpi
+	cfg.RTCOffset = f.rtcOffset
 	if err := devs.forVMM(&cfg); err != nil {
 		return 0, err
 	}

@@ -49,9 +49,12 @@ type Config struct {
 	// the command line. With ACPI (the default) the DSDT lists them, so
 	// they are not on the command line: a kernel that got both would find
 	// each device twice.
-	NoACPI  bool
-	KVMPath string    // default /dev/kvm
-	Console io.Writer // guest serial output; the console hub in practice
+	NoACPI bool
+	// RTCOffset starts the guest's RTC at host UTC plus this (a clock in
+	// another zone or time); snapshots and migrations carry it.
+	RTCOffset time.Duration
+	KVMPath   string    // default /dev/kvm
+	Console   io.Writer // guest serial output; the console hub in practice
 	// HostProfile forces (true/false) the nested-host profile; nil detects it.
 	HostProfile *bool
 	// Logger receives the VMM's structured log: one line per state
@@ -350,7 +353,7 @@ func (m *Machine) setupDevices() error {
 		}
 		m.stop(Exit{Reason: ExitReset})
 	})
-	m.clock = rtc.New()
+	m.clock = rtc.New(m.cfg.RTCOffset)
 	var sleepWarned atomic.Bool
 	sleeper := sleep.New(func(typ uint8) {
 		if typ == acpi.SleepTypeS5 {

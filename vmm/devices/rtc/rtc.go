@@ -66,9 +66,13 @@ func (f fields) time() time.Time {
 // guestTime is what the guest's clock reads now.
 func (d *Device) guestTime() time.Time { return d.now().UTC().Add(d.offset) }
 
-// New returns an RTC in 24-hour BCD mode, the PC default.
-func New() *Device {
-	d := &Device{now: time.Now}
+// New returns an RTC in 24-hour BCD mode, the PC default, reading host
+// UTC plus offset: a VM's clock set to another time (KubeVirt's
+// clock.utc.offsetSeconds) or zone (clock.timezone: local time, as
+// Windows keeps its RTC). The guest moves it from there by writing the
+// time registers; snapshots and migrations carry it as any offset.
+func New(offset time.Duration) *Device {
+	d := &Device{now: time.Now, offset: offset}
 	d.cmos[regStatusA] = 0x26 // 32.768 kHz time base, 1024 Hz rate; UIP never set
 	d.cmos[regStatusB] = statusB24h
 	d.cmos[regStatusD] = statusDVald

@@ -15,8 +15,12 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time { return c.t }
 
 func newRTC(t time.Time) (*Device, *clock) {
+	return newRTCOffset(t, 0)
+}
+
+func newRTCOffset(t time.Time, offset time.Duration) (*Device, *clock) {
 	c := &clock{t: t}
-	d := New()
+	d := New(offset)
 	d.now = c.now
 	return d, c
 }
@@ -113,7 +117,7 @@ func TestWriteTimeMovesOnlyTheGuestClock(t *testing.T) {
 	c.t = c.t.Add(10 * time.Second)
 	assert.Equal(t, [8]byte{0x17, 0x45, 0x05, 0x07, 0x09, 0x03, 0x24, 0x20}, regs(d), "the guest clock keeps running from the new time")
 
-	other := New()
+	other := New(0)
 	other.now = c.now
 	assert.Equal(t, byte(0x21), get(other, regHours), "another RTC on the same host clock is unaffected")
 }
@@ -221,12 +225,12 @@ func TestGarbageWrites(t *testing.T) {
 }
 
 func TestSaveRestoreKeepsGuestClockOffsetAndCMOS(t *testing.T) {
-	d := New()
+	d := New(0)
 	d.Write(0, []byte{0x30})
 	d.Write(1, []byte{0xab}) // a CMOS byte
 	d.offset = 3 * time.Hour
 	s := d.Save()
-	e := New()
+	e := New(0)
 	require.NoError(t, e.Restore(s))
 	assert.Equal(t, 3*time.Hour, e.offset)
 	e.Write(0, []byte{0x30})
@@ -235,4 +239,34 @@ func TestSaveRestoreKeepsGuestClockOffsetAndCMOS(t *testing.T) {
 	assert.Equal(t, byte(0xab), b[0])
 	s.Version = 2
 	assert.ErrorContains(t, e.Restore(s), "version 2")
+}
+
+// TestOffset: an RTC created with an offset (a VM's clock.utc.offsetSeconds
+// or its timezone) reads host UTC plus the offset in its time registers,
+// keeps running from there, and a snapshot carries it.
+func TestOffset(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration
+		want   [8]byte // sec, min, hour, weekday, day, month, year, century
+	}{
+		{"none", 0, [8]byte{0x07, 0x45, 0x21, 0x07, 0x09, 0x03, 0x24, 0x20}},
+		{"UTC+1 (Europe/Berlin in March)", time.Hour, [8]byte{0x07, 0x45, 0x22, 0x07, 0x09, 0x03, 0x24, 0x20}},
+		{"UTC+9 is Sunday", 9 * time.Hour, [8]byte{0x07, 0x45, 0x06, 0x01, 0x10, 0x03, 0x24, 0x20}},
+		{"UTC-5", -5 * time.Hour, [8]byte{0x07, 0x45, 0x16, 0x07, 0x09, 0x03, 0x24, 0x20}},
+		{"offsetSeconds -3600000 (six weeks back)", -3600000 * time.Second, [8]byte{0x07, 0x45, 0x05, 0x01, 0x28, 0x01, 0x24, 0x20}},
+		{"a century ahead", 100 * 365 * 24 * time.Hour, [8]byte{0x07, 0x45, 0x21, 0x02, 0x14, 0x02, 0x24, 0x21}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, c := newRTCOffset(sat, tc.offset)
+			assert.Equal(t, tc.want, regs(d))
+			c.t = c.t.Add(90 * time.Second)
+			assert.Equal(t, sat.Add(tc.offset+90*time.Second).Second(), int(get(d, regSeconds)>>4)*10+int(get(d, regSeconds)&0xf), "the clock runs on")
+
+			e, _ := newRTCOffset(c.t, 0)
+			require.NoError(t, e.Restore(d.Save()))
+			e.now = c.now
+			assert.Equal(t, regs(d), regs(e), "a snapshot keeps the offset")
+		})
+	}
 }
