@@ -129,12 +129,6 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	if c.Kernel == "" && c.Cmdline != "" {
 		return VMConfig{}, fmt.Errorf("spec.domain.firmware.kernelBoot.kernelArgs needs kernelBoot.container.kernelPath")
 	}
-	if fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil {
-		c.EFI = true
-	}
-	if f := s.Domain.Features; f != nil && f.Hyperv != nil {
-		c.HyperV = true
-	}
 	if err := c.guestIntegration(s, time.Now()); err != nil {
 		return VMConfig{}, err
 	}

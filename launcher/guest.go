@@ -8,9 +8,13 @@ import (
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
-// guestIntegration fills in the clock, secure boot, TPM and UUID of the
-// VMI (at now: a timezone's offset is the one in force at start).
+// guestIntegration fills in the firmware (EFI, secure boot, UUID),
+// Hyper-V, the clock and the TPM of the VMI (at now: a timezone's offset
+// is the one in force at start).
 func (c *VMConfig) guestIntegration(s *v1.VirtualMachineInstanceSpec, now time.Time) error {
+	fw := s.Domain.Firmware
+	c.EFI = fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil
+	c.HyperV = s.Domain.Features != nil && s.Domain.Features.Hyperv != nil
 	off, err := spec.RTCOffset(s.Domain.Clock, now)
 	if err != nil {
 		return err
@@ -21,7 +25,7 @@ func (c *VMConfig) guestIntegration(s *v1.VirtualMachineInstanceSpec, now time.T
 	}
 	c.SecureBoot = spec.SecureBoot(s)
 	c.TPM = spec.TPMEnabled(s)
-	if fw := s.Domain.Firmware; fw != nil {
+	if fw != nil {
 		c.UUID = string(fw.UUID)
 	}
 	return nil

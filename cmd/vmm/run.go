@@ -162,6 +162,17 @@ func (f *runFlags) findBootDisk() error {
 	return nil
 }
 
+// checkNumbers checks the flags that are numbers.
+func (f *runFlags) checkNumbers() error {
+	if f.cpus < 1 {
+		return usagef("run: --cpus %d: need at least 1", f.cpus)
+	}
+	if f.rtcOffset.Abs() > maxRTCOffset {
+		return usagef("run: --rtc-offset %v: at most %v either way", f.rtcOffset, maxRTCOffset)
+	}
+	return nil
+}
+
 // maxRTCOffset bounds --rtc-offset: a century either way keeps the RTC
 // within its century register's years and QEMU's -rtc base dates.
 const maxRTCOffset = 100 * 365 * 24 * time.Hour
@@ -213,11 +224,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	if err != nil {
 		return 0, usagef("run: --memory %q: %v", f.memory, err)
 	}
-	if f.cpus < 1 {
-		return 0, usagef("run: --cpus %d: need at least 1", f.cpus)
-	}
-	if f.rtcOffset.Abs() > maxRTCOffset {
-		return 0, usagef("run: --rtc-offset %v: at most %v either way", f.rtcOffset, maxRTCOffset)
+	if err := f.checkNumbers(); err != nil {
+		return 0, err
 	}
 	kernel, initrd, err := f.guest(sess)
 	if err != nil {

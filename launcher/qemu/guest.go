@@ -162,8 +162,11 @@ type swtpm struct {
 
 // prepareTPM makes the state directory and swtpm's control socket and
 // returns the command to start (from the thread QEMU forks from, so both
-// get the same parent-death signal).
+// get the same parent-death signal); nil without a TPM.
 func (c Config) prepareTPM(out *tailBuffer) (*swtpm, error) {
+	if !c.TPM {
+		return nil, nil
+	}
 	bin := c.SwtpmBinary
 	if bin == "" {
 		bin = "swtpm"
@@ -192,6 +195,21 @@ func (c Config) prepareTPM(out *tailBuffer) (*swtpm, error) {
 	}
 	cmd.WaitDelay = 5 * time.Second
 	return &swtpm{cmd: cmd, ctrl: ctrl}, nil
+}
+
+// startWithTPM starts swtpm (if any) and then QEMU, which connects to it
+// at start.
+func startWithTPM(qemu *exec.Cmd, tpm *swtpm) error {
+	if tpm != nil {
+		if err := tpm.start(); err != nil {
+			return err
+		}
+	}
+	if err := qemu.Start(); err != nil {
+		tpm.stop()
+		return err
+	}
+	return nil
 }
 
 // start runs swtpm; it reaps it when QEMU is gone (stop).

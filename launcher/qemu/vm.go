@@ -68,11 +68,9 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	defer func() { _ = monFile.Close() }() // a listening socket; QEMU has its own copy once started
 
 	out := &tailBuffer{max: 20}
-	var tpm *swtpm
-	if cfg.TPM {
-		if tpm, err = cfg.prepareTPM(out); err != nil {
-			return nil, err
-		}
+	tpm, err := cfg.prepareTPM(out)
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(path, args...)
 	cmd.ExtraFiles = []*os.File{monFile} // fd 3, see qmpFD
@@ -104,15 +102,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		// the launcher itself dies.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if tpm != nil {
-			// before QEMU, which connects to it at start
-			if err := tpm.start(); err != nil {
-				started <- err
-				return
-			}
-		}
-		if err := cmd.Start(); err != nil {
-			tpm.stop()
+		if err := startWithTPM(cmd, tpm); err != nil {
 			started <- err
 			return
 		}

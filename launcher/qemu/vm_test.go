@@ -316,12 +316,14 @@ func requireConsecutive(t *testing.T, counts []int, first int) {
 	}
 }
 
-// TestGuestPowerOff boots the plain test guest, which prints what it sees
-// and ends with `reboot -f`: QEMU reports a guest shutdown and exits.
+// TestGuestPowerOff boots the plain test guest with 2 vCPUs, which prints
+// what it sees (both CPUs, from QEMU's ACPI tables, online) and ends with
+// `reboot -f`: QEMU reports a guest shutdown and exits.
 func TestGuestPowerOff(t *testing.T) {
 	requireQEMU(t)
 	ctx := testCtx(t, bootTime)
 	cfg := guestConfig(t, "poweroff", guestimage.BzImage(t), guestimage.Initramfs(t))
+	cfg.CPUs = 2
 	vm := startVM(t, ctx, cfg)
 	con := attachConsole(t, ctx, vm)
 	require.NoError(t, vm.Resume(ctx))
@@ -331,7 +333,7 @@ func TestGuestPowerOff(t *testing.T) {
 	assert.Equal(t, ExitGuestShutdown, ex.Reason)
 	assert.Equal(t, "guest-reset", ex.ShutdownReason)
 	assert.Equal(t, 0, ex.ExitCode)
-	i := con.waitContains(t, ctx, 0, "kubevmm-guest: cpus=1 ")
+	i := con.waitContains(t, ctx, 0, "kubevmm-guest: cpus=2 online=0-1 ")
 	con.waitContains(t, ctx, i, "kubevmm-guest: powering off")
 
 	st, err := vm.Status(ctx)
