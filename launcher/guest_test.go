@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -58,8 +59,20 @@ func TestGuestIntegrationConfig(t *testing.T) {
 		})
 	}
 
+	// Our VMM's RTC gets the offset.
+	p := testPaths(t)
 	vmi := testVMI()
+	vmi.Spec.Domain.Clock = &v1.Clock{UTC: &v1.ClockOffsetUTC{OffsetSeconds: ptr.To(5400)}}
+	c, err := BuildVMConfig(vmi, p)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(c.Kernel, []byte("kernel"), 0o644))
+	require.NoError(t, os.WriteFile(c.Initrd, []byte("initrd"), 0o644))
+	require.NoError(t, os.WriteFile(c.Disks[0].Path, make([]byte, 512), 0o644))
+	mc, err := c.MachineConfig(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 90*time.Minute, mc.RTCOffset)
+
 	vmi.Spec.Domain.Clock = &v1.Clock{Timezone: ptr.To("Nowhere/Else")}
-	_, err := BuildVMConfig(vmi, testPaths(t))
+	_, err = BuildVMConfig(vmi, p)
 	assert.ErrorContains(t, err, `domain.clock.timezone "Nowhere/Else"`)
 }

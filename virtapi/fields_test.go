@@ -56,7 +56,7 @@ var implemented = map[string]string{
 	"domain.clock.timer.rtc.track":      "guest: QEMU's -rtc clock=vm; wall: both backends",
 
 	"domain.firmware.uuid":                      "QEMU's -uuid, the SMBIOS system UUID (spec.NeedsQEMU: the kubevmm VMM has no SMBIOS)",
-	"domain.firmware.bootloader.efi.secureBoot": "QEMU with OVMF's secure-boot build and SMM (launcher/qemu Config.SecureBoot); needs features.smm",
+	"domain.firmware.bootloader.efi.secureBoot": "true (KubeVirt's default): QEMU with OVMF's secure-boot build and SMM (launcher/qemu Config.SecureBoot), needs features.smm; false: OVMF without it",
 
 	"domain.devices.disks[0].name":          "the volume it attaches",
 	"domain.devices.disks[0].disk.readonly": "a read-only virtio-blk disk (refused on SATA: QEMU's are writable)",

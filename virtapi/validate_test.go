@@ -225,6 +225,8 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(true)}}
 			}},
+		{name: "EFI, secure boot by default, without SMM", field: "domain.firmware.bootloader.efi.secureBoot", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} }},
 		{name: "a UUID that is none", field: "domain.firmware.uuid", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.UUID = "5d307ca9-b3ef-428c-8861" }},
 		{name: "utc and timezone", field: "domain.clock", typ: invalid,
@@ -389,6 +391,9 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 				Hyperv: &v1.FeatureHyperv{Relaxed: &v1.FeatureState{}, VAPIC: &v1.FeatureState{}, Spinlocks: &v1.FeatureSpinlocks{Retries: ptr.To(uint32(8191))}}}
 			s.Domain.Firmware = &v1.Firmware{UUID: "5d307ca9-b3ef-428c-8861-06e72d69f223",
 				Bootloader: &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(true)}}}
+		}},
+		{"EFI without secure boot needs no SMM (QEMU)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{SecureBoot: ptr.To(false)}}
 		}},
 		{"a timezone and an offset clock on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Clock = &v1.Clock{Timezone: ptr.To("America/New_York"), Timer: &v1.Timer{

@@ -27,11 +27,11 @@ func TPMEnabled(s *v1.VirtualMachineInstanceSpec) bool {
 	return t != nil && present(t.Enabled)
 }
 
-// SecureBoot reports whether the VMI boots EFI with secure boot.
+// SecureBoot reports whether the VMI boots EFI with secure boot: unless
+// efi.secureBoot is false, as KubeVirt defaults it on x86.
 func SecureBoot(s *v1.VirtualMachineInstanceSpec) bool {
 	fw := s.Domain.Firmware
-	return fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil &&
-		fw.Bootloader.EFI.SecureBoot != nil && *fw.Bootloader.EFI.SecureBoot
+	return fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil && present(fw.Bootloader.EFI.SecureBoot)
 }
 
 // guestIntegrationNeeds lists what of domain.clock, devices.tpm and
