@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,6 +44,25 @@ func TestSelectBackend(t *testing.T) {
 		"hyperv":                  func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Features = &v1.Features{Hyperv: &v1.FeatureHyperv{}} },
 		"efi":                     func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware.Bootloader = &v1.Bootloader{EFI: &v1.EFI{}} },
 		"disk boot without disks": func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Firmware = nil },
+		"tpm":                     func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.TPM = &v1.TPMDevice{} },
+		"uuid": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Firmware.UUID = "5d307ca9-b3ef-428c-8861-06e72d69f223"
+		},
+		"hpet": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{HPET: &v1.HPETTimer{}}}
+		},
+		"hyperv clock": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{Hyperv: &v1.HypervTimer{Enabled: ptr.To(true)}}}
+		},
+		"no kvmclock": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{KVM: &v1.KVMTimer{Enabled: ptr.To(false)}}}
+		},
+		"rtc catching up": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{RTC: &v1.RTCTimer{TickPolicy: "catchup"}}}
+		},
+		"rtc on guest time": func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{RTC: &v1.RTCTimer{Track: "guest"}}}
+		},
 		"disk boot with SMM": func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Firmware = nil
 			s.Domain.Devices.Disks = []v1.Disk{{Name: "d"}}
@@ -65,6 +85,41 @@ func TestSelectBackend(t *testing.T) {
 	if _, _, err := SelectBackend(map[string]string{BackendAnnotation: "xen"}, s, nil); err == nil {
 		t.Fatal("unknown backend accepted")
 	}
+
+	// A clock our VMM keeps: an offset (or zone) on its RTC, no HPET, no
+	// Hyper-V clock, kvmclock, KVM's PIT delaying, an RTC on host time.
+	s = kernelBootSpec()
+	s.Domain.Clock = &v1.Clock{Timezone: ptr.To("Asia/Tokyo"), Timer: &v1.Timer{
+		HPET: &v1.HPETTimer{Enabled: ptr.To(false)}, Hyperv: &v1.HypervTimer{Enabled: ptr.To(false)},
+		KVM: &v1.KVMTimer{}, PIT: &v1.PITTimer{TickPolicy: "delay"}, RTC: &v1.RTCTimer{TickPolicy: "delay", Track: "wall"}}}
+	s.Domain.Devices.TPM = &v1.TPMDevice{Enabled: ptr.To(false)}
+	if b, why, err := SelectBackend(nil, s, nil); err != nil || b != BackendKubevmm {
+		t.Errorf("a clock the kubevmm VMM keeps: %s (%s) %v, want kubevmm", b, why, err)
+	}
+}
+
+func TestRTCOffset(t *testing.T) {
+	summer, winter := time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		clock *v1.Clock
+		at    time.Time
+		want  time.Duration
+	}{
+		{"no clock", nil, summer, 0},
+		{"utc", &v1.Clock{UTC: &v1.ClockOffsetUTC{}}, summer, 0},
+		{"utc shifted", &v1.Clock{UTC: &v1.ClockOffsetUTC{OffsetSeconds: ptr.To(-1800)}}, summer, -30 * time.Minute},
+		{"Berlin in summer", &v1.Clock{Timezone: ptr.To("Europe/Berlin")}, summer, 2 * time.Hour},
+		{"Berlin in winter", &v1.Clock{Timezone: ptr.To("Europe/Berlin")}, winter, time.Hour},
+		{"Kolkata", &v1.Clock{Timezone: ptr.To("Asia/Kolkata")}, winter, 5*time.Hour + 30*time.Minute},
+	} {
+		got, err := RTCOffset(tc.clock, tc.at)
+		if assert.NoError(t, err, tc.name) {
+			assert.Equal(t, tc.want, got, tc.name)
+		}
+	}
+	_, err := RTCOffset(&v1.Clock{Timezone: ptr.To("Atlantis/Capital")}, summer)
+	assert.ErrorContains(t, err, "domain.clock.timezone")
 }
 
 // TestSelectBackendDiskBoot: a VMI without kernelBoot boots its boot disk
