@@ -56,7 +56,7 @@ func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *fiel
 	errs = append(errs, validateMachine(d.Child("machine"), s.Domain.Machine)...)
 	errs = append(errs, validateFirmware(d.Child("firmware"), s.Domain.Firmware)...)
 	errs = append(errs, validateFeatures(d.Child("features"), s.Domain.Features, backend)...)
-	errs = append(errs, validateClock(d.Child("clock"), s.Domain.Clock)...)
+	errs = append(errs, validateClock(d.Child("clock"), s.Domain.Clock, s.Domain.Features)...)
 	errs = append(errs, validateTPM(d.Child("devices", "tpm"), s.Domain.Devices.TPM)...)
 	errs = append(errs, validateSecureBoot(d.Child("firmware", "bootloader", "efi", "secureBoot"), s)...)
 	errs = append(errs, validateDevices(d.Child("devices"), &s.Domain.Devices)...)

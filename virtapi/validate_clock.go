@@ -17,8 +17,10 @@ const maxClockOffset = 100 * 365 * 24 * time.Hour
 // validateClock admits the clock both backends run (spec.RTCOffset; the
 // timers our VMM lacks send the VMI to QEMU: spec.NeedsQEMU) and refuses
 // what neither does: removing the PIT or the RTC (both machines have
-// them), an HPET tick policy, PIT tick policies other than KVM's delay.
-func validateClock(p *field.Path, c *v1.Clock) field.ErrorList {
+// them), an HPET tick policy, PIT tick policies other than KVM's delay,
+// Hyper-V's synthetic timers without its clock (QEMU's hv-stimer needs
+// hv-time).
+func validateClock(p *field.Path, c *v1.Clock, f *v1.Features) field.ErrorList {
 	if c == nil {
 		return nil
 	}
@@ -42,6 +44,9 @@ func validateClock(p *field.Path, c *v1.Clock) field.ErrorList {
 		return errs
 	}
 	tp := p.Child("timer")
+	if h := t.Hyperv; h != nil && isFalse(h.Enabled) && f != nil && f.Hyperv != nil && f.Hyperv.SyNICTimer != nil {
+		errs = append(errs, invalid(tp.Child("hyperv", "present"), false, "domain.features.hyperv.synictimer needs the Hyper-V clock"))
+	}
 	if h := t.HPET; h != nil && h.TickPolicy != "" {
 		errs = append(errs, unsupported(tp, "hpet.tickPolicy", "neither backend sets the HPET's tick policy"))
 	}

@@ -257,6 +257,11 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{HPET: &v1.HPETTimer{TickPolicy: "delay"}}}
 			}},
+		{name: "synthetic timers without the Hyper-V clock", field: "domain.clock.timer.hyperv.present", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Clock = &v1.Clock{Timer: &v1.Timer{Hyperv: &v1.HypervTimer{Enabled: ptr.To(false)}}}
+				features(s).Hyperv = &v1.FeatureHyperv{SyNICTimer: &v1.SyNICTimer{}}
+			}},
 		{name: "persistent TPM", field: "domain.devices.tpm.persistent", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.TPM = &v1.TPMDevice{Persistent: ptr.To(true)} }},
 		{name: "kernelBoot without kernelPath", field: "domain.firmware.kernelBoot.container.kernelPath", typ: required,
