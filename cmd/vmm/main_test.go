@@ -118,6 +118,7 @@ func TestBadInputIsOneLineAndStatus2(t *testing.T) {
 		{"zero cpus", []string{"run", "--kernel", garbage, "--cpus", "0"}, "--cpus 0"},
 		{"rtc offset beyond a century", []string{"run", "--kernel", garbage, "--rtc-offset", "900000h"}, "--rtc-offset 900000h0m0s: at most"},
 		{"rtc offset not a duration", []string{"run", "--kernel", garbage, "--rtc-offset", "3 days"}, "rtc-offset"},
+		{"rtc offset for an incoming VM", []string{"run", "--incoming", "tcp:127.0.0.1:0", "--rtc-offset", "1h"}, "drop --kernel/--initrd/--boot-disk/--disk/--net/--rtc-offset"},
 		{"too many cpus", []string{"run", "--kernel", garbage, "--cpus", "999"}, "999 vCPUs"},
 		{"bad console", []string{"run", "--kernel", garbage, "--console", "tty"}, "--console \"tty\""},
 		{"unknown flag", []string{"run", "--frobnicate"}, "frobnicate"},

@@ -192,8 +192,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	defer sess.close()
 
 	if f.incoming != "" {
-		if f.kernel != "" || f.initrd != "" || f.bootDisk != "" || len(f.disks) > 0 || len(f.nics) > 0 {
-			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--boot-disk/--disk/--net")
+		if f.kernel != "" || f.initrd != "" || f.bootDisk != "" || len(f.disks) > 0 || len(f.nics) > 0 || f.rtcOffset != 0 {
+			return 0, usagef("run: --incoming takes the VM's configuration from the migration source; drop --kernel/--initrd/--boot-disk/--disk/--net/--rtc-offset")
 		}
 		files, err := f.incomingTLS.files("run", f.incoming)
 		if err != nil {
