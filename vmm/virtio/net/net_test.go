@@ -32,7 +32,7 @@ type env struct {
 
 // setup creates a tap, moves it into a fresh network namespace with
 // 10.199.0.1/24 on it and a static neighbour entry for the guest.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("needs root for tap devices and network namespaces")
