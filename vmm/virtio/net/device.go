@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -67,13 +68,20 @@ type Device struct {
 	acked  uint64
 	broken bool
 
-	rxBuf    []byte // one frame read from the tap, with its header
-	rxLen    int    // a frame waiting for guest buffers
-	rxChains []queue.Chain
-	txChain  queue.Chain
-	txHdr    [HdrSize]byte
-	txIov    [][]byte
-	txBuf    []byte
+	rxBuf []byte // one frame read from the tap, with its header
+	rxLen int    // a frame waiting in rxBuf for guest buffers
+	// rxChains is a ring of the receive buffers rx has taken from the
+	// queue and not used yet: rxHeld of them from rxFirst, rxRoom bytes.
+	rxChains        []queue.Chain
+	rxFirst, rxHeld int
+	rxRoom          uint64
+	rxIov           []unix.Iovec
+	bounced         bool // readTap read into rxBuf
+	txChain         queue.Chain
+	txHdr           [HdrSize]byte
+	txBufs          queue.Buffers
+	txIov           []unix.Iovec
+	txBuf           []byte
 
 	Metrics Metrics
 }
@@ -140,7 +148,10 @@ func (d *Device) Activate(a virtio.Activation) error {
 	if d.rxBuf == nil {
 		d.rxBuf = make([]byte, HdrSize+MaxFrame)
 	}
-	d.rxLen = 0
+	d.rxLen, d.rxFirst, d.rxHeld, d.rxRoom = 0, 0, 0, 0
+	if len(d.rxChains) != int(d.rxq.Size()) {
+		d.rxChains = make([]queue.Chain, d.rxq.Size())
+	}
 	rxKick, txKick := a.Notify[rxQueue], a.Notify[txQueue]
 	return d.StartWorker(
 		virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); d.rx() }},
@@ -178,19 +189,20 @@ func (d *Device) send(c *queue.Chain) {
 		return
 	}
 	h.Put(d.txHdr[:])
-	iov := d.txIov[:0]
-	iov = append(iov, d.txHdr[:])
-	iov = c.Readable.Slice(iov, HdrSize, frameLen)
+	// the checked header, then the frame straight from guest memory
+	d.txBufs = append(d.txBufs[:0], d.txHdr[:])
+	d.txBufs = c.Readable.Slice(d.txBufs, HdrSize, frameLen)
+	iov := d.txBufs.Iovecs(d.txIov[:0])
 	if len(iov) > iovMax {
 		if d.txBuf == nil {
 			d.txBuf = make([]byte, HdrSize+MaxFrame)
 		}
 		n := copy(d.txBuf, d.txHdr[:])
 		n += c.Readable.ReadAt(d.txBuf[n:n+int(frameLen)], HdrSize)
-		iov = append(iov[:0], d.txBuf[:n])
+		iov = queue.Buffers{d.txBuf[:n]}.Iovecs(iov[:0])
 	}
 	d.txIov = iov[:0]
-	if _, err := unix.Writev(d.tap.Fd(), iov); err != nil {
+	if _, err := vectorIO(unix.SYS_WRITEV, d.tap.Fd(), iov); err != nil {
 		d.Metrics.TxDropped.Add(1)
 		return
 	}
@@ -198,7 +210,11 @@ func (d *Device) send(c *queue.Chain) {
 	d.Metrics.TxBytes.Add(frameLen)
 }
 
-// rx moves frames from the tap into the guest's receive buffers.
+// rx moves frames from the tap into the guest's receive buffers until the
+// tap is empty or the guest runs out of buffers, then interrupts once.
+// When the buffers the guest made available can hold any frame, the tap
+// is read straight into them (one readv); otherwise a frame is read into
+// rxBuf and waits there for enough buffers.
 func (d *Device) rx() {
 	if d.broken {
 		return
@@ -206,7 +222,7 @@ func (d *Device) rx() {
 	delivered := 0
 	for {
 		if d.rxLen == 0 {
-			n, err := unix.Read(d.tap.Fd(), d.rxBuf)
+			n, err := d.readTap()
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
@@ -214,17 +230,32 @@ func (d *Device) rx() {
 				break
 			}
 			if err != nil {
-				d.Metrics.TapReadErrors.Add(1)
+				if !errors.Is(err, queue.ErrBroken) && !errors.Is(err, queue.ErrChain) {
+					d.Metrics.TapReadErrors.Add(1)
+					break
+				}
+				// Linux never posts malformed receive buffers; a guest
+				// that does loses the device until it resets it.
+				d.fail(fmt.Errorf("rx queue: %w", err))
 				break
 			}
-			if n < HdrSize+14 {
+			// The tap reports a frame's whole length even when it did
+			// not fit (a host that raised the tap's GSO size past
+			// 64 KiB): such a frame was cut short, and is dropped.
+			if n < HdrSize+14 || n > HdrSize+MaxFrame {
 				d.Metrics.RxDropped.Add(1)
+				continue
+			}
+			if !d.bounced {
+				d.complete(n)
+				delivered++
 				continue
 			}
 			d.rxLen = n
 		}
 		ok, err := d.deliver()
 		if err != nil {
+			// as above
 			d.fail(fmt.Errorf("rx queue: %w", err))
 			break
 		}
@@ -235,63 +266,135 @@ func (d *Device) rx() {
 		d.rxLen = 0
 		delivered++
 	}
+	// Buffers taken but not filled are kept for the next frames (taking
+	// enough for the largest frame again on every wake-up would cost
+	// more than the frame); a snapshot leaves them to the guest.
+	d.rxq.Hold(uint16(d.rxHeld))
 	if delivered > 0 && d.rxq.NeedsInterrupt() {
 		d.irq.UsedBuffer()
 	}
 }
 
-// deliver places the pending frame in guest buffers: one chain, or with
-// mergeable buffers as many as it takes (num_buffers in the header). It
-// reports false, taking nothing, when the guest has too few buffers.
-func (d *Device) deliver() (bool, error) {
-	q := d.rxq
-	frame := d.rxBuf[:d.rxLen]
-	mrg := d.acked&FMrgRxbuf != 0
-	var room uint64
-	k := 0
-	for room < uint64(len(frame)) {
-		if k == len(d.rxChains) {
-			d.rxChains = append(d.rxChains, queue.Chain{})
+// readTap reads one frame: into the guest's buffers if those it has made
+// available can hold the largest frame, else into rxBuf (d.bounced). An
+// error wrapping queue.ErrBroken or queue.ErrChain is the guest's.
+func (d *Device) readTap() (int, error) {
+	d.bounced = true
+	ok, err := d.take(HdrSize + MaxFrame)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		iov := d.rxIov[:0]
+		for i := 0; i < d.rxHeld && len(iov) <= iovMax; i++ {
+			iov = d.held(i).Writable.Iovecs(iov)
 		}
-		c := &d.rxChains[k]
-		ok, err := q.Next(c)
-		if err != nil {
-			// Linux never posts malformed receive buffers; a guest
-			// that does loses the device until it resets it.
+		d.rxIov = iov[:0]
+		if len(iov) <= iovMax {
+			d.bounced = false
+			return vectorIO(unix.SYS_READV, d.tap.Fd(), iov)
+		}
+	}
+	return unix.Read(d.tap.Fd(), d.rxBuf)
+}
+
+// vectorIO is readv(2) or writev(2) over iovecs the caller keeps
+// (unix.Readv and unix.Writev allocate theirs on every call).
+func vectorIO(trap uintptr, fd int, iov []unix.Iovec) (int, error) {
+	n, _, errno := unix.Syscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// held is the i-th chain taken from the rx queue and not yet used.
+func (d *Device) held(i int) *queue.Chain {
+	return &d.rxChains[(d.rxFirst+i)%len(d.rxChains)]
+}
+
+// take takes receive buffers from the queue until those held hold need
+// bytes, and reports whether they do. Without mergeable buffers a frame
+// must fit one buffer, so it takes one.
+func (d *Device) take(need uint64) (bool, error) {
+	mrg := d.acked&FMrgRxbuf != 0
+	for d.rxRoom < need && d.rxHeld < len(d.rxChains) && (mrg || d.rxHeld == 0) {
+		c := d.held(d.rxHeld)
+		ok, err := d.rxq.Next(c)
+		if err != nil || !ok {
 			return false, err
 		}
-		if !ok {
-			q.Undo(uint16(k))
-			return false, nil
-		}
+		d.rxHeld++
 		if c.WritableLen == 0 || c.ReadableLen != 0 {
 			return false, fmt.Errorf("%w: receive buffer %d with %d writable and %d readable bytes", queue.ErrChain, c.Head, c.WritableLen, c.ReadableLen)
 		}
-		k++
-		room += c.WritableLen
-		if !mrg && room < uint64(len(frame)) {
-			// without mergeable buffers one buffer must hold the frame
-			q.Undo(uint16(k))
+		d.rxRoom += c.WritableLen
+	}
+	return d.rxRoom >= need, nil
+}
+
+// deliver places the frame waiting in rxBuf in guest buffers. It reports
+// false, keeping the frame, when the guest has too few buffers.
+func (d *Device) deliver() (bool, error) {
+	frame := d.rxBuf[:d.rxLen]
+	ok, err := d.take(uint64(len(frame)))
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		if d.acked&FMrgRxbuf == 0 && d.rxHeld > 0 {
+			// without mergeable buffers one buffer must hold the
+			// frame: it is dropped, the buffer serves the next one
 			d.Metrics.RxDropped.Add(1)
 			return true, nil
 		}
+		return false, nil
 	}
-	nb := uint16(1)
-	if mrg {
-		nb = uint16(k)
+	for i, off := 0, 0; off < len(frame); i++ {
+		off += d.held(i).Writable.WriteAt(frame[off:], 0)
 	}
-	frame[10], frame[11] = byte(nb), byte(nb>>8)
-	off := 0
+	d.complete(len(frame))
+	return true, nil
+}
+
+// complete returns the held buffers that the n bytes of a frame (header
+// first) fill, from the first, with num_buffers set, all published at
+// once so the driver never sees part of a frame.
+func (d *Device) complete(n int) {
+	q := d.rxq
+	k := 0
+	for left := uint64(n); left > 0; k++ {
+		left -= min(left, d.held(k).WritableLen)
+	}
+	var nb [2]byte
+	if d.acked&FMrgRxbuf != 0 {
+		nb[0], nb[1] = byte(k), byte(k>>8)
+	} else {
+		nb[0] = 1
+	}
+	// num_buffers is the header's last field, at 10 in the stream the
+	// buffers make (the tap leaves it as it was)
+	for i, pos, done := 0, uint64(10), 0; done < len(nb); i++ {
+		c := d.held(i)
+		if pos >= c.WritableLen {
+			pos -= c.WritableLen
+			continue
+		}
+		done += c.Writable.WriteAt(nb[done:], pos)
+		pos = 0
+	}
+	left := uint64(n)
 	for i := 0; i < k; i++ {
-		c := &d.rxChains[i]
-		n := c.Writable.WriteAt(frame[off:], 0)
-		q.Add(c, uint32(n))
-		off += n
+		c := d.held(i)
+		w := min(left, c.WritableLen)
+		q.Add(c, uint32(w))
+		left -= w
+		d.rxRoom -= c.WritableLen
 	}
 	q.Publish()
+	d.rxFirst, d.rxHeld = (d.rxFirst+k)%len(d.rxChains), d.rxHeld-k
 	d.Metrics.RxFrames.Add(1)
-	d.Metrics.RxBytes.Add(uint64(len(frame) - HdrSize))
-	return true, nil
+	d.Metrics.RxBytes.Add(uint64(n - HdrSize))
 }
 
 // Reset stops the worker and turns the tap's offloads off.

@@ -54,6 +54,8 @@ type Harness struct {
 	Mem    *memory.Guest
 	Dev    virtio.Device
 	Queues []*queuetest.Driver
+	// Active are the device's side of the queues, as activated.
+	Active []*queue.Queue
 	Notify []*event.FD
 	IRQ    *Interrupt
 }
@@ -83,6 +85,7 @@ func Activate(t testing.TB, dev virtio.Device, features uint64) *Harness {
 		h.Notify = append(h.Notify, fd)
 		qs = append(qs, q)
 	}
+	h.Active = qs
 	require.NoError(t, dev.Activate(virtio.Activation{Mem: mem, Features: features, Queues: qs, Notify: h.Notify, Interrupt: h.IRQ}))
 	t.Cleanup(dev.Reset)
 	return h
