@@ -118,7 +118,12 @@ func (s devicesSection) render(b *strings.Builder) {
 	for _, r := range s.results {
 		dev, what := "virtio-blk", r.name
 		if d, rest, ok := strings.Cut(r.name, "/"); ok {
-			dev, what = "virtio-net "+d, rest+" bytes"
+			// "1514 one per wake-up": the frame size, then the pacing
+			size, pacing, _ := strings.Cut(rest, " ")
+			dev, what = "virtio-net "+d, size+" bytes"
+			if pacing != "" {
+				what += ", " + pacing
+			}
 		}
 		perMiB, perReq, tput := "n/a", "n/a", "n/a"
 		if r.hasMiB {
