@@ -99,7 +99,8 @@ func New(cfg Config) (*Device, error) {
 	if 1+len(cfg.Queues) > MaxPairs {
 		return nil, fmt.Errorf("virtio-net: %d queue pairs, at most %d", 1+len(cfg.Queues), MaxPairs)
 	}
-	d := &Device{mac: append(net.HardwareAddr(nil), cfg.MAC...), active: 1}
+	d := &Device{mac: append(net.HardwareAddr(nil), cfg.MAC...)}
+	d.setActive(1)
 	for _, t := range append([]Tap{cfg.Tap}, cfg.Queues...) {
 		d.pairs = append(d.pairs, &pair{d: d, tap: t})
 		d.attached = append(d.attached, true) // as a tap queue opens
@@ -249,12 +250,18 @@ func (d *Device) command(c *queue.Chain) error {
 		return fmt.Errorf("%d queue pairs of %d", n, len(d.pairs))
 	}
 	old := d.active
-	d.active = n
+	d.setActive(n)
 	if err := d.attach(); err != nil {
-		d.active = old
+		d.setActive(old)
 		return err
 	}
 	return nil
+}
+
+// setActive records how many pairs the driver uses.
+func (d *Device) setActive(n int) {
+	d.active = n
+	d.Metrics.QueuePairs.Store(uint64(n))
 }
 
 func (d *Device) fail(err error) {
@@ -273,7 +280,7 @@ func (d *Device) Reset() {
 			_ = p.tap.SetOffload(0)
 		}
 	}
-	d.active = 1
+	d.setActive(1)
 	_ = d.attach() // a queue left attached only holds frames until the next activation
 	d.ctrlq, d.irq, d.acked = nil, nil, 0
 	for _, p := range d.pairs {

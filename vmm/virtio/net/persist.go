@@ -53,7 +53,7 @@ func (d *Device) Restore(s State) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.active = active // the tap queues follow at activation
+	d.setActive(active) // the tap queues follow at activation
 	return nil
 }
 
