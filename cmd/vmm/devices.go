@@ -9,6 +9,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/block"
 	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/machine"
+	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 )
 
 // options splits "a,k=v,flag" at commas; ",," is a literal comma (as in
@@ -102,7 +103,7 @@ func loadBootDisk(spec string) (*bootdisk.Boot, error) {
 	return b, nil
 }
 
-// parseNIC parses --net tap=NAME,mac=MAC[,model=virtio|e1000].
+// parseNIC parses --net tap=NAME,mac=MAC[,model=virtio|e1000][,queues=N].
 func parseNIC(s string) (nic, error) {
 	n := nic{Model: "virtio"}
 	for _, o := range strings.Split(s, ",") {
@@ -124,8 +125,14 @@ func parseNIC(s string) (nic, error) {
 				return n, err
 			}
 			n.MAC = m
+		case "queues":
+			q, err := strconv.Atoi(v)
+			if err != nil || q < 1 || q > vnet.MaxPairs {
+				return n, fmt.Errorf("queues %q: want 1..%d", v, vnet.MaxPairs)
+			}
+			n.Queues = q
 		default:
-			return n, fmt.Errorf("unknown option %q (want tap=NAME,mac=MAC[,model=virtio|e1000])", o)
+			return n, fmt.Errorf("unknown option %q (want tap=NAME,mac=MAC[,model=virtio|e1000][,queues=N])", o)
 		}
 	}
 	if n.Tap == "" || n.MAC == nil {

@@ -55,7 +55,11 @@ func TestParseNICAndVsock(t *testing.T) {
 	n, err = parseNIC("tap=tap0,mac=52:54:00:00:00:01,model=e1000")
 	require.NoError(t, err)
 	assert.Equal(t, "e1000", n.Model)
-	for _, bad := range []string{"tap=tap0", "mac=52:54:00:00:00:01", "tap=tap0,mac=01:00:5e:00:00:01", "tap=averyveryverylongname,mac=52:54:00:00:00:01", "tap=t,mac=zz", "tap=t,mac=52:54:00:00:00:01,mtu=9000", "tap=t,mac=52:54:00:00:00:01,model=rtl8139"} {
+	n, err = parseNIC("tap=tap0,mac=52:54:00:00:00:01,queues=4")
+	require.NoError(t, err)
+	assert.Equal(t, 4, n.Queues)
+	for _, bad := range []string{"tap=tap0", "mac=52:54:00:00:00:01", "tap=tap0,mac=01:00:5e:00:00:01", "tap=averyveryverylongname,mac=52:54:00:00:00:01", "tap=t,mac=zz", "tap=t,mac=52:54:00:00:00:01,mtu=9000", "tap=t,mac=52:54:00:00:00:01,model=rtl8139",
+		"tap=t,mac=52:54:00:00:00:01,queues=0", "tap=t,mac=52:54:00:00:00:01,queues=65", "tap=t,mac=52:54:00:00:00:01,queues=two"} {
 		_, err := parseNIC(bad)
 		assert.Error(t, err, bad)
 	}

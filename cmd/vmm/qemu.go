@@ -20,6 +20,11 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	if devs.rng || devs.vsock != nil {
 		return 0, usagef("run: --rng and --vsock are served by the kubevmm backend only")
 	}
+	for i, n := range devs.nics {
+		if n.Queues > 1 {
+			return 0, usagef("run: --net %d: queues=%d is served by the kubevmm backend only", i, n.Queues)
+		}
+	}
 	if s.f.api != "" {
 		return 0, usagef("run: --api serves the kubevmm backend; with --backend qemu the QMP monitor is the control socket (printed with -v)")
 	}

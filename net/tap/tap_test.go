@@ -37,3 +37,31 @@ func TestOpenBadName(t *testing.T) {
 		assert.Error(t, err, n)
 	}
 }
+
+func TestOpenQueues(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root for tap devices")
+	}
+	name := fmt.Sprintf("kvmq%d", os.Getpid()%10000)
+	ts, err := tap.OpenQueues(name, 3)
+	require.NoError(t, err)
+	defer func() {
+		for _, q := range ts {
+			q.Close()
+		}
+	}()
+	require.Len(t, ts, 3)
+	l, err := netlink.LinkByName(name)
+	require.NoError(t, err)
+	tt, ok := l.(*netlink.Tuntap)
+	require.True(t, ok)
+	assert.NotZero(t, tt.Flags&netlink.TUNTAP_MULTI_QUEUE, "a multi-queue tap")
+	_, err = tap.Open(name)
+	assert.Error(t, err, "a single-queue open of a multi-queue tap is refused")
+
+	require.NoError(t, ts[1].SetQueueEnabled(false))
+	assert.Error(t, ts[1].SetQueueEnabled(false), "detached already")
+	require.NoError(t, ts[1].SetQueueEnabled(true))
+	_, err = tap.OpenQueues(name, 0)
+	assert.Error(t, err)
+}

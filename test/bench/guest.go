@@ -34,7 +34,9 @@ timed() {
 		"$@" || return
 		n=$((n + 1))
 		read -r t1 _ < /proc/uptime
-		[ $((${t1%.*}${t1#*.} - ${t0%.*}${t0#*.})) -ge 100 ] && break
+		# centiseconds; "1${frac} - 100" keeps a fraction such as 08 from
+		# reading as octal (a guest up for less than a second, as QEMU's)
+		[ $((${t1%.*} * 100 + 1${t1#*.} - ${t0%.*} * 100 - 1${t0#*.})) -ge 100 ] && break
 	done
 	echo "bench-time $t0 $t1 $n"
 }

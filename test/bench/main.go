@@ -3,7 +3,8 @@
 // disk boot against kernelBoot (kubevmm only), disk and network throughput
 // seen from the guest, live migration (idle guests of several sizes, a
 // guest dirtying memory with and without auto-converge) and snapshot
-// restore. `make bench` runs it.
+// restore, and the virtio devices' own CPU cost measured without a guest.
+// `make bench` runs it.
 //
 // Everything it creates — VMM processes, a network namespace with taps, a
 // work directory — is removed at the end, also when a step fails or the
@@ -52,7 +53,7 @@ func run() int {
 	out := flag.String("out", "test/bench/RESULTS.md", "report file")
 	runs := flag.Int("runs", 3, "boots per configuration in the boot section")
 	mem := flag.Int("memory", 128, "guest RAM in the boot section (MiB)")
-	sections := flag.String("sections", "boot,diskboot,storage,network,migration", "sections to run")
+	sections := flag.String("sections", "boot,diskboot,storage,network,devices,migration", "sections to run")
 	flag.Parse()
 	if *guest == "" {
 		fmt.Fprintln(os.Stderr, "bench: -guest is required")
@@ -149,6 +150,10 @@ func (e *env) report(ctx context.Context, want map[string]bool) string {
 			renderNetwork(&b, ours, theirs, qname)
 			b.WriteString("\n")
 		}
+	}
+	if want["devices"] {
+		e.devicesSection(ctx).render(&b)
+		b.WriteString("\n")
 	}
 	if want["migration"] {
 		e.migrationSection(ctx).render(&b)

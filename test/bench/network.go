@@ -244,7 +244,7 @@ func renderNetwork(b *strings.Builder, ours, theirs ioResult, qname string) {
 	}
 	fmt.Fprintf(b, "| direction | kubevmm | %s | kubevmm VMM CPU outside the guest |\n|---|---|---|---|\n", qname)
 	fmt.Fprintf(b, "| guest → host | %s | %s | %s |\n", rate(ours.netOK, ours.net.txBytes, ours.net.tx),
-		rate(theirs.netOK, theirs.net.txBytes, theirs.net.tx), cpuCell(ours.netOK, ours.net.txCPU))
+		rate(theirs.netOK, theirs.net.txBytes, theirs.net.tx), cpuCell(ours.netOK, ours.net.txCPU, netMiB))
 	fmt.Fprintf(b, "| host → guest | %s | %s | %s |\n", rate(ours.netOK, ours.net.rxBytes, ours.net.rx),
-		rate(theirs.netOK, theirs.net.rxBytes, theirs.net.rx), cpuCell(ours.netOK, ours.net.rxCPU))
+		rate(theirs.netOK, theirs.net.rxBytes, theirs.net.rx), cpuCell(ours.netOK, ours.net.rxCPU, netMiB))
 }

@@ -94,13 +94,13 @@ func renderStorage(b *strings.Builder, ours, theirs ioResult, qname string) {
 	}
 	fmt.Fprintf(b, "| guest command | kubevmm | %s | kubevmm VMM CPU outside the guest |\n|---|---|---|---|\n", qname)
 	n := int64(diskIOMiB) << 20
-	row := func(name string, f func(diskResult) time.Duration, c func(diskResult) time.Duration) {
+	row := func(name string, mib int, f func(diskResult) time.Duration, c func(diskResult) time.Duration) {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, rate(ours.diskOK, n, f(ours.disk)),
-			rate(theirs.diskOK, n, f(theirs.disk)), cpuCell(ours.diskOK, c(ours.disk)))
+			rate(theirs.diskOK, n, f(theirs.disk)), cpuCell(ours.diskOK, c(ours.disk), mib))
 	}
-	row("sequential write (`dd if=/dev/zero of=/dev/vda oflag=direct`)", func(d diskResult) time.Duration { return d.write }, func(d diskResult) time.Duration { return d.writeCPU })
-	row("sequential read (`dd if=/dev/vda of=/dev/null iflag=direct`)", func(d diskResult) time.Duration { return d.read }, func(d diskResult) time.Duration { return d.readCPU })
-	row("no device: `dd if=/dev/zero of=/dev/null` (the guest kernel's cost of producing the written data)", func(d diskResult) time.Duration { return d.zero }, func(d diskResult) time.Duration { return d.zeroCPU })
+	row("sequential write (`dd if=/dev/zero of=/dev/vda oflag=direct`)", diskIOMiB, func(d diskResult) time.Duration { return d.write }, func(d diskResult) time.Duration { return d.writeCPU })
+	row("sequential read (`dd if=/dev/vda of=/dev/null iflag=direct`)", diskIOMiB, func(d diskResult) time.Duration { return d.read }, func(d diskResult) time.Duration { return d.readCPU })
+	row("no device: `dd if=/dev/zero of=/dev/null` (the guest kernel's cost of producing the written data)", 0, func(d diskResult) time.Duration { return d.zero }, func(d diskResult) time.Duration { return d.zeroCPU })
 	b.WriteString("\nVMM CPU outside the guest is the kubevmm process's CPU time minus the vCPU thread's time in KVM_RUN (on this host, KVM emulating the guest kernel) " +
 		"during the command: the device emulation's own cost.\n")
 }
@@ -112,9 +112,14 @@ func rate(ok bool, n int64, d time.Duration) string {
 	return fmt.Sprintf("%s (%s)", mbps(n, d), fmtD(d))
 }
 
-func cpuCell(ok bool, d time.Duration) string {
+// cpuCell is the VMM's CPU time for moving mib MiB, and per MiB (the
+// devices section's unit) when mib is not zero.
+func cpuCell(ok bool, d time.Duration, mib int) string {
 	if !ok {
 		return "n/a"
 	}
-	return fmt.Sprintf("%d ms", d.Milliseconds())
+	if mib == 0 {
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%d ms (%.1f ms/MiB)", d.Milliseconds(), float64(d.Microseconds())/1e3/float64(mib))
 }

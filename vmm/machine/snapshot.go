@@ -42,8 +42,9 @@ type savedDisk struct {
 }
 
 type savedNIC struct {
-	Tap string `json:"tap"`
-	MAC string `json:"mac"`
+	Tap    string `json:"tap"`
+	MAC    string `json:"mac"`
+	Queues int    `json:"queues,omitempty"`
 }
 
 // State is a VM's complete state apart from guest RAM.
@@ -74,7 +75,7 @@ func (m *Machine) savedConfig() SavedConfig {
 		c.Disks = append(c.Disks, savedDisk{DiskConfig: d, Image: block.Identify(m.disks[i])})
 	}
 	for _, n := range m.cfg.NICs {
-		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String()})
+		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String(), Queues: n.Queues})
 	}
 	return c
 }
@@ -107,7 +108,7 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("saved NIC %s: %w", n.Tap, err)
 		}
-		c.NICs = append(c.NICs, NICConfig{Tap: n.Tap, MAC: mac})
+		c.NICs = append(c.NICs, NICConfig{Tap: n.Tap, MAC: mac, Queues: n.Queues})
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
+	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 )
 
 // A migration header and a snapshot's state.json come from outside this
@@ -55,6 +56,9 @@ func validateConfig(sc *SavedConfig) error {
 	for i, nic := range sc.NICs {
 		if nic.Tap == "" {
 			return fmt.Errorf("NIC %d has no tap", i)
+		}
+		if nic.Queues < 0 || nic.Queues > vnet.MaxPairs {
+			return fmt.Errorf("NIC %d has %d queues: at most %d", i, nic.Queues, vnet.MaxPairs)
 		}
 	}
 	return nil

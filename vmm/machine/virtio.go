@@ -28,6 +28,9 @@ type DiskConfig struct {
 type NICConfig struct {
 	Tap string // opened (created if missing) by name in the VMM's netns
 	MAC net.HardwareAddr
+	// Queues above 1: a multi-queue tap and as many virtio-net queue
+	// pairs (VIRTIO_NET_F_MQ), one per vCPU typically.
+	Queues int
 }
 
 // VirtioMMIOBase is where virtio devices sit in the 32-bit MMIO hole, one
@@ -181,16 +184,32 @@ func (m *Machine) retakeDisks() error {
 }
 
 func (m *Machine) addNIC(i int, c NICConfig) error {
-	t, err := tap.Open(c.Tap)
+	var taps []*tap.Tap
+	var err error
+	if c.Queues > 1 {
+		taps, err = tap.OpenQueues(c.Tap, c.Queues)
+	} else {
+		var t *tap.Tap
+		t, err = tap.Open(c.Tap)
+		taps = []*tap.Tap{t}
+	}
 	if err != nil {
 		return configErr("nic %d: %v", i, err)
 	}
-	dev, err := vnet.New(vnet.Config{Tap: t, MAC: c.MAC})
+	cfg := vnet.Config{Tap: taps[0], MAC: c.MAC}
+	closers := []io.Closer{taps[0]}
+	for _, t := range taps[1:] {
+		cfg.Queues = append(cfg.Queues, t)
+		closers = append(closers, t)
+	}
+	dev, err := vnet.New(cfg)
 	if err != nil {
-		t.Close()
+		for _, t := range taps {
+			t.Close()
+		}
 		return configErr("nic %d: %v", i, err)
 	}
-	return m.addVirtio(fmt.Sprintf("net%d", i), dev, t)
+	return m.addVirtio(fmt.Sprintf("net%d", i), dev, closers...)
 }
 
 // addVirtio places dev behind a new virtio-mmio window; closers (the

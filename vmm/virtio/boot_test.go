@@ -470,3 +470,106 @@ func TestMachineDeviceConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// mqScript checks the NIC's queues and moves a file over several TCP
+// connections (flows the tap spreads over its queues) both ways.
+const mqScript = `#!/bin/sh
+kv() { echo "KV $1=$2"; }
+ip addr add 10.199.2.2/24 dev eth0 && ip link set eth0 up
+set -- /sys/class/net/eth0/queues/rx-*
+kv rx_queues $#
+set -- /sys/class/net/eth0/queues/tx-*
+kv tx_queues $#
+for i in 1 2 3 4; do
+  nc 10.199.2.1 7002 < /dev/null > /tmp/down.bin
+  kv down_sha$i $(sha256sum /tmp/down.bin | cut -d' ' -f1)
+  nc 10.199.2.1 7001 < /tmp/down.bin
+done
+kv done 1
+`
+
+// A 2-vCPU Linux guest on a NIC with two queue pairs (a multi-queue tap):
+// the driver takes both pairs (VIRTIO_NET_F_MQ, VQ_PAIRS_SET) and TCP
+// works both ways over them.
+func TestLinuxNetMultiQueue(t *testing.T) {
+	kernel := guestimage.Kernel(t)
+	tapName := fmt.Sprintf("kvq%d", os.Getpid()%100000)
+	ns, err := link.NewNetns("kvmboot-" + tapName)
+	require.NoError(t, err)
+	defer ns.Delete()
+	mac, _ := net.ParseMAC("52:54:00:ab:cd:02")
+	payload := randomFile(t, 256<<10)
+	con := newConsole(t)
+	m, err := machine.New(machine.Config{
+		CPUs: 2, MemoryBytes: 128 << 20,
+		Kernel:  mustRead(t, kernel),
+		Initrd:  mustRead(t, guestimage.InitrdWithRun(t, mqScript, nil)),
+		Console: con,
+		NICs:    []machine.NICConfig{{Tap: tapName, MAC: mac, Queues: 2}},
+	})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, link.MoveTo(tapName, ns))
+	h, err := ns.Handle()
+	require.NoError(t, err)
+	require.NoError(t, link.Up(h, tapName, "10.199.2.1/24"))
+	h.Close()
+
+	var up, down net.Listener
+	require.NoError(t, ns.Do(func() error {
+		var err error
+		if up, err = net.Listen("tcp4", "10.199.2.1:7001"); err != nil {
+			return err
+		}
+		down, err = net.Listen("tcp4", "10.199.2.1:7002")
+		return err
+	}))
+	pairs := func() uint64 { return m.Stats()["virtio"].(map[string]map[string]uint64)["net0"]["queue_pairs"] }
+	var wg sync.WaitGroup
+	var upSums []string
+	var pairsSeen []uint64 // while the guest runs: a reset at its poweroff goes back to one
+	wg.Add(2)
+	go func() { // guest -> host
+		defer wg.Done()
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(c)
+			c.Close()
+			upSums = append(upSums, sha(b))
+		}
+	}()
+	go func() { // host -> guest
+		defer wg.Done()
+		for {
+			c, err := down.Accept()
+			if err != nil {
+				return
+			}
+			pairsSeen = append(pairsSeen, pairs())
+			c.Write(payload)
+			c.(*net.TCPConn).CloseWrite()
+			io.Copy(io.Discard, c) // until the guest closes too
+			c.Close()
+		}
+	}()
+	exit := m.Run()
+	up.Close()
+	down.Close()
+	wg.Wait()
+	out := con.String()
+	t.Logf("guest console:\n%s", out)
+	require.False(t, exit.Failed(), "guest ended with %v", exit)
+	kv := results(out)
+	require.Equal(t, "1", kv["done"], "guest script did not finish")
+	assert.Equal(t, "2", kv["rx_queues"])
+	assert.Equal(t, "2", kv["tx_queues"])
+	for i := 1; i <= 4; i++ {
+		assert.Equal(t, sha(payload), kv[fmt.Sprintf("down_sha%d", i)], "host -> guest transfer %d", i)
+	}
+	assert.Equal(t, []string{sha(payload), sha(payload), sha(payload), sha(payload)}, upSums, "guest -> host transfers")
+	assert.Equal(t, []uint64{2, 2, 2, 2}, pairsSeen, "the driver set two pairs")
+	assert.Zero(t, m.Stats()["virtio"].(map[string]map[string]uint64)["net0"]["ctrl_errors"])
+}

@@ -1,10 +1,12 @@
 // Package net is virtio-net (virtio 1.2 section 5.1) on a tap device: one
-// rx/tx queue pair, mergeable rx buffers, and checksum/TSO offloads passed
+// rx/tx queue pair per queue of the tap (several with VIRTIO_NET_F_MQ and a
+// multi-queue tap), mergeable rx buffers, and checksum/TSO offloads passed
 // through the tap's virtio-net header (the tap is told which offloads the
 // guest accepted with TUNSETOFFLOAD).
 package net
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -29,67 +31,90 @@ const (
 	FHostTSO6    = 1 << 12
 	FMrgRxbuf    = 1 << 15
 	FStatus      = 1 << 16
+	FCtrlVQ      = 1 << 17
+	FMQ          = 1 << 22
 	statusLinkUp = 1
 )
 
+// Control queue commands (5.1.6.5): the one class the device takes.
 const (
-	rxQueue   = 0
-	txQueue   = 1
-	queueSize = 256
-	iovMax    = 1024
+	CtrlClassMQ    = 4
+	CtrlMQPairsSet = 0
+	CtrlOK         = 0
+	CtrlErr        = 1
 )
 
-// Tap is the host side: a non-blocking tap with 12-byte vnet headers
+const (
+	queueSize = 256
+	iovMax    = 1024
+	// MaxPairs bounds the queue pairs of one NIC (one per vCPU).
+	MaxPairs = 64
+)
+
+// Tap is the host side: a non-blocking tap queue with 12-byte vnet headers
 // (*tap.Tap).
 type Tap interface {
 	Fd() int
 	SetOffload(flags int) error
+	// SetQueueEnabled attaches or detaches a queue of a multi-queue tap.
+	SetQueueEnabled(on bool) error
 }
 
 // Config describes a NIC.
 type Config struct {
 	Tap Tap
-	MAC net.HardwareAddr
+	// Queues are the further queues of a multi-queue tap, one per further
+	// queue pair: with them the device offers VIRTIO_NET_F_MQ.
+	Queues []Tap
+	MAC    net.HardwareAddr
 }
 
 // Device is a virtio-net device.
 type Device struct {
 	virtio.Worker
-	tap      Tap
 	mac      net.HardwareAddr
 	features uint64
-	config   [8]byte
+	config   [10]byte
 
 	mu     sync.Mutex
-	rxq    *queue.Queue
-	txq    *queue.Queue
+	pairs  []*pair
+	ctrlq  *queue.Queue
+	ctrl   queue.Chain
 	irq    virtio.Interrupt
 	acked  uint64
 	broken bool
-
-	rxBuf    []byte // one frame read from the tap, with its header
-	rxLen    int    // a frame waiting for guest buffers
-	rxChains []queue.Chain
-	txChain  queue.Chain
-	txHdr    [HdrSize]byte
-	txIov    [][]byte
-	txBuf    []byte
+	// active is how many pairs the driver uses (VQ_PAIRS_SET, 1 until
+	// then and after a reset); attached which tap queues take frames.
+	active   int
+	attached []bool
 
 	Metrics Metrics
 }
 
-// New creates the device; the tap stays owned by the caller.
+// New creates the device; the taps stay owned by the caller.
 func New(cfg Config) (*Device, error) {
 	if len(cfg.MAC) != 6 {
 		return nil, fmt.Errorf("virtio-net: MAC %q is not 6 bytes", cfg.MAC)
 	}
-	d := &Device{tap: cfg.Tap, mac: append(net.HardwareAddr(nil), cfg.MAC...)}
+	if 1+len(cfg.Queues) > MaxPairs {
+		return nil, fmt.Errorf("virtio-net: %d queue pairs, at most %d", 1+len(cfg.Queues), MaxPairs)
+	}
+	d := &Device{mac: append(net.HardwareAddr(nil), cfg.MAC...)}
+	d.setActive(1)
+	for _, t := range append([]Tap{cfg.Tap}, cfg.Queues...) {
+		d.pairs = append(d.pairs, &pair{d: d, tap: t})
+		d.attached = append(d.attached, true) // as a tap queue opens
+	}
 	d.features = virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc |
 		FMAC | FStatus | FMrgRxbuf |
 		FCsum | FHostTSO4 | FHostTSO6 | // guest -> host: the tap takes partial checksums and TSO frames
 		FGuestCsum | FGuestTSO4 | FGuestTSO6 | FGuestECN // host -> guest, enabled on the tap at activation
+	if len(d.pairs) > 1 {
+		d.features |= FCtrlVQ | FMQ
+	}
 	copy(d.config[:], d.mac)
 	d.config[6] = statusLinkUp
+	binary.LittleEndian.PutUint16(d.config[8:], uint16(len(d.pairs))) // max_virtqueue_pairs
 	return d, nil
 }
 
@@ -99,10 +124,22 @@ func (d *Device) Type() virtio.DeviceType { return virtio.TypeNet }
 // Features offered.
 func (d *Device) Features() uint64 { return d.features }
 
-// QueueMaxSizes is receive and transmit.
-func (d *Device) QueueMaxSizes() []uint16 { return []uint16{queueSize, queueSize} }
+// QueueMaxSizes is receive and transmit for each pair, then with several
+// pairs the control queue (5.1.2).
+func (d *Device) QueueMaxSizes() []uint16 {
+	n := 2 * len(d.pairs)
+	if len(d.pairs) > 1 {
+		n++
+	}
+	s := make([]uint16, n)
+	for i := range s {
+		s[i] = queueSize
+	}
+	return s
+}
 
-// ReadConfig reads struct virtio_net_config (mac, status).
+// ReadConfig reads struct virtio_net_config (mac, status,
+// max_virtqueue_pairs).
 func (d *Device) ReadConfig(off uint64, data []byte) { virtio.ReadConfigBytes(d.config[:], off, data) }
 
 // WriteConfig ignores writes (the MAC is the host's choice).
@@ -130,25 +167,101 @@ func tapOffload(acked uint64) int {
 func (d *Device) Activate(a virtio.Activation) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(a.Queues) != 2 || len(a.Notify) != 2 {
-		return fmt.Errorf("virtio-net: want 2 queues, got %d", len(a.Queues))
+	want := len(d.QueueMaxSizes())
+	if len(a.Queues) != want || len(a.Notify) != want {
+		return fmt.Errorf("virtio-net: want %d queues, got %d", want, len(a.Queues))
 	}
-	if err := d.tap.SetOffload(tapOffload(a.Features)); err != nil {
+	if len(d.pairs) > 1 && a.Features&FMQ == 0 {
+		return fmt.Errorf("virtio-net: %d queue pairs, and the driver did not accept VIRTIO_NET_F_MQ", len(d.pairs))
+	}
+	for _, p := range d.pairs {
+		if err := p.tap.SetOffload(tapOffload(a.Features)); err != nil {
+			return err
+		}
+	}
+	if err := d.attach(); err != nil {
 		return err
 	}
-	d.rxq, d.txq, d.irq, d.acked, d.broken = a.Queues[rxQueue], a.Queues[txQueue], a.Interrupt, a.Features, false
-	if d.rxBuf == nil {
-		d.rxBuf = make([]byte, HdrSize+MaxFrame)
+	d.irq, d.acked, d.broken = a.Interrupt, a.Features, false
+	var ws []virtio.Watch
+	for i, p := range d.pairs {
+		p.start(a.Queues[2*i], a.Queues[2*i+1])
+		rxKick, txKick := a.Notify[2*i], a.Notify[2*i+1]
+		ws = append(ws,
+			virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); p.rx() }},
+			virtio.Watch{FD: txKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { txKick.Drain(); p.tx() }},
+			// edge-triggered: rx reads until EAGAIN, or until the guest
+			// runs out of buffers, and then an rx kick resumes it
+			virtio.Watch{FD: p.tap.Fd(), Events: unix.EPOLLIN | unix.EPOLLET, Handle: func(uint32) { p.rx() }},
+		)
 	}
-	d.rxLen = 0
-	rxKick, txKick := a.Notify[rxQueue], a.Notify[txQueue]
-	return d.StartWorker(
-		virtio.Watch{FD: rxKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { rxKick.Drain(); d.rx() }},
-		virtio.Watch{FD: txKick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { txKick.Drain(); d.tx() }},
-		// edge-triggered: rx reads until EAGAIN, or until the guest runs
-		// out of buffers, and then an rx kick resumes it
-		virtio.Watch{FD: d.tap.Fd(), Events: unix.EPOLLIN | unix.EPOLLET, Handle: func(uint32) { d.rx() }},
-	)
+	if len(d.pairs) > 1 {
+		d.ctrlq = a.Queues[want-1]
+		kick := a.Notify[want-1]
+		ws = append(ws, virtio.Watch{FD: kick.Int(), Events: unix.EPOLLIN, Handle: func(uint32) { kick.Drain(); d.control() }})
+	}
+	return d.StartWorker(ws...)
+}
+
+// attach makes the tap queues of the active pairs, and only those, take
+// frames: the kernel would leave frames on a queue no one reads.
+func (d *Device) attach() error {
+	for i, p := range d.pairs {
+		on := i < d.active
+		if i == 0 || d.attached[i] == on {
+			continue // the first pair is always in use
+		}
+		if err := p.tap.SetQueueEnabled(on); err != nil {
+			return err
+		}
+		d.attached[i] = on
+	}
+	return nil
+}
+
+// control answers the driver's commands on the control queue.
+func (d *Device) control() {
+	if d.broken {
+		return
+	}
+	d.broken = !virtio.Drain(d.ctrlq, &d.ctrl, d.irq, &d.Metrics.MalformedChains, "control queue", func(c *queue.Chain) uint32 {
+		if c.WritableLen == 0 {
+			d.Metrics.CtrlErrors.Add(1)
+			return 0 // nowhere to put the ack
+		}
+		ack := []byte{CtrlOK}
+		if err := d.command(c); err != nil {
+			d.Metrics.CtrlErrors.Add(1)
+			ack[0] = CtrlErr
+		}
+		c.Writable.WriteAt(ack, c.WritableLen-1)
+		return 1
+	})
+}
+
+// command runs one control command: VQ_PAIRS_SET is the one there is.
+func (d *Device) command(c *queue.Chain) error {
+	var b [4]byte // class, command, virtio_net_ctrl_mq.virtqueue_pairs
+	if c.Readable.ReadAt(b[:], 0) < len(b) || b[0] != CtrlClassMQ || b[1] != CtrlMQPairsSet {
+		return errors.New("unsupported command")
+	}
+	n := int(binary.LittleEndian.Uint16(b[2:]))
+	if n < 1 || n > len(d.pairs) {
+		return fmt.Errorf("%d queue pairs of %d", n, len(d.pairs))
+	}
+	old := d.active
+	d.setActive(n)
+	if err := d.attach(); err != nil {
+		d.setActive(old)
+		return err
+	}
+	return nil
+}
+
+// setActive records how many pairs the driver uses.
+func (d *Device) setActive(n int) {
+	d.active = n
+	d.Metrics.QueuePairs.Store(uint64(n))
 }
 
 func (d *Device) fail(err error) {
@@ -156,151 +269,21 @@ func (d *Device) fail(err error) {
 	d.irq.Fail(err)
 }
 
-// tx sends every frame the guest queued.
-func (d *Device) tx() {
-	if d.broken {
-		return
-	}
-	d.broken = !virtio.Drain(d.txq, &d.txChain, d.irq, &d.Metrics.MalformedChains, "tx queue",
-		func(c *queue.Chain) uint32 { d.send(c); return 0 })
-}
-
-func (d *Device) send(c *queue.Chain) {
-	if c.ReadableLen < HdrSize {
-		d.Metrics.TxMalformed.Add(1)
-		return
-	}
-	frameLen := c.ReadableLen - HdrSize
-	c.Readable.ReadAt(d.txHdr[:], 0) // a private copy: the guest can't change it after the check
-	h, err := CheckTX(ParseHdr(d.txHdr[:]), d.acked, int(min(frameLen, 1<<20)))
-	if err != nil {
-		d.Metrics.TxMalformed.Add(1)
-		return
-	}
-	h.Put(d.txHdr[:])
-	iov := d.txIov[:0]
-	iov = append(iov, d.txHdr[:])
-	iov = c.Readable.Slice(iov, HdrSize, frameLen)
-	if len(iov) > iovMax {
-		if d.txBuf == nil {
-			d.txBuf = make([]byte, HdrSize+MaxFrame)
-		}
-		n := copy(d.txBuf, d.txHdr[:])
-		n += c.Readable.ReadAt(d.txBuf[n:n+int(frameLen)], HdrSize)
-		iov = append(iov[:0], d.txBuf[:n])
-	}
-	d.txIov = iov[:0]
-	if _, err := unix.Writev(d.tap.Fd(), iov); err != nil {
-		d.Metrics.TxDropped.Add(1)
-		return
-	}
-	d.Metrics.TxFrames.Add(1)
-	d.Metrics.TxBytes.Add(frameLen)
-}
-
-// rx moves frames from the tap into the guest's receive buffers.
-func (d *Device) rx() {
-	if d.broken {
-		return
-	}
-	delivered := 0
-	for {
-		if d.rxLen == 0 {
-			n, err := unix.Read(d.tap.Fd(), d.rxBuf)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if errors.Is(err, unix.EAGAIN) {
-				break
-			}
-			if err != nil {
-				d.Metrics.TapReadErrors.Add(1)
-				break
-			}
-			if n < HdrSize+14 {
-				d.Metrics.RxDropped.Add(1)
-				continue
-			}
-			d.rxLen = n
-		}
-		ok, err := d.deliver()
-		if err != nil {
-			d.fail(fmt.Errorf("rx queue: %w", err))
-			break
-		}
-		if !ok {
-			d.Metrics.RxNoBuffers.Add(1)
-			break // the frame waits; the guest's next rx kick resumes
-		}
-		d.rxLen = 0
-		delivered++
-	}
-	if delivered > 0 && d.rxq.NeedsInterrupt() {
-		d.irq.UsedBuffer()
-	}
-}
-
-// deliver places the pending frame in guest buffers: one chain, or with
-// mergeable buffers as many as it takes (num_buffers in the header). It
-// reports false, taking nothing, when the guest has too few buffers.
-func (d *Device) deliver() (bool, error) {
-	q := d.rxq
-	frame := d.rxBuf[:d.rxLen]
-	mrg := d.acked&FMrgRxbuf != 0
-	var room uint64
-	k := 0
-	for room < uint64(len(frame)) {
-		if k == len(d.rxChains) {
-			d.rxChains = append(d.rxChains, queue.Chain{})
-		}
-		c := &d.rxChains[k]
-		ok, err := q.Next(c)
-		if err != nil {
-			// Linux never posts malformed receive buffers; a guest
-			// that does loses the device until it resets it.
-			return false, err
-		}
-		if !ok {
-			q.Undo(uint16(k))
-			return false, nil
-		}
-		if c.WritableLen == 0 || c.ReadableLen != 0 {
-			return false, fmt.Errorf("%w: receive buffer %d with %d writable and %d readable bytes", queue.ErrChain, c.Head, c.WritableLen, c.ReadableLen)
-		}
-		k++
-		room += c.WritableLen
-		if !mrg && room < uint64(len(frame)) {
-			// without mergeable buffers one buffer must hold the frame
-			q.Undo(uint16(k))
-			d.Metrics.RxDropped.Add(1)
-			return true, nil
-		}
-	}
-	nb := uint16(1)
-	if mrg {
-		nb = uint16(k)
-	}
-	frame[10], frame[11] = byte(nb), byte(nb>>8)
-	off := 0
-	for i := 0; i < k; i++ {
-		c := &d.rxChains[i]
-		n := c.Writable.WriteAt(frame[off:], 0)
-		q.Add(c, uint32(n))
-		off += n
-	}
-	q.Publish()
-	d.Metrics.RxFrames.Add(1)
-	d.Metrics.RxBytes.Add(uint64(len(frame) - HdrSize))
-	return true, nil
-}
-
-// Reset stops the worker and turns the tap's offloads off.
+// Reset stops the worker, turns the taps' offloads off and leaves the
+// first pair alone in use.
 func (d *Device) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.StopWorker() {
 		// The next driver negotiates offloads again before any packet.
-		_ = d.tap.SetOffload(0)
+		for _, p := range d.pairs {
+			_ = p.tap.SetOffload(0)
+		}
 	}
-	d.rxq, d.txq, d.irq, d.acked, d.rxLen = nil, nil, nil, 0, 0
+	d.setActive(1)
+	_ = d.attach() // a queue left attached only holds frames until the next activation
+	d.ctrlq, d.irq, d.acked = nil, nil, 0
+	for _, p := range d.pairs {
+		p.rxq, p.txq, p.rxLen = nil, nil, 0
+	}
 }

@@ -12,6 +12,8 @@ type Metrics struct {
 	TxMalformed       atomic.Uint64 // bad header or length from the guest
 	MalformedChains   atomic.Uint64
 	TapReadErrors     atomic.Uint64
+	CtrlErrors        atomic.Uint64 // control commands refused
+	QueuePairs        atomic.Uint64 // queue pairs the driver uses (a gauge)
 }
 
 // Snapshot returns the counters by name.
@@ -22,6 +24,7 @@ func (m *Metrics) Snapshot() map[string]uint64 {
 		"rx_dropped": m.RxDropped.Load(), "rx_no_buffers": m.RxNoBuffers.Load(),
 		"tx_dropped": m.TxDropped.Load(), "tx_malformed": m.TxMalformed.Load(),
 		"malformed_chains": m.MalformedChains.Load(), "tap_read_errors": m.TapReadErrors.Load(),
+		"ctrl_errors": m.CtrlErrors.Load(), "queue_pairs": m.QueuePairs.Load(),
 	}
 }
 

@@ -25,6 +25,7 @@ var guestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
 type env struct {
 	ns      *link.Netns
 	tap     *tap.Tap
+	queues  []*tap.Tap
 	hostMAC net.HardwareAddr
 	hostIP  net.IP
 	guestIP net.IP
@@ -32,7 +33,14 @@ type env struct {
 
 // setup creates a tap, moves it into a fresh network namespace with
 // 10.199.0.1/24 on it and a static neighbour entry for the guest.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
+	t.Helper()
+	return setupQueues(t, 0)
+}
+
+// setupQueues is setup with a multi-queue tap of queues queues (0: a
+// single-queue tap); env.queues are the queues after the first.
+func setupQueues(t testing.TB, queues int) *env {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("needs root for tap devices and network namespaces")
@@ -41,9 +49,17 @@ func setup(t *testing.T) *env {
 	ns, err := link.NewNetns("kvmtest-" + name)
 	require.NoError(t, err)
 	t.Cleanup(func() { ns.Delete() })
-	tp, err := tap.Open(name)
+	taps := []*tap.Tap{nil}
+	if queues == 0 {
+		taps[0], err = tap.Open(name)
+	} else {
+		taps, err = tap.OpenQueues(name, queues)
+	}
 	require.NoError(t, err)
-	t.Cleanup(func() { tp.Close() })
+	for _, tp := range taps {
+		t.Cleanup(func() { tp.Close() })
+	}
+	tp := taps[0]
 	require.NoError(t, link.MoveTo(name, ns))
 	// No IPv6 on the tap: a link coming up sends MLD reports and router
 	// solicitations, which would reach the guest's receive queue before
@@ -62,7 +78,7 @@ func setup(t *testing.T) *env {
 		LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
 		IP: net.IPv4(10, 199, 0, 2), HardwareAddr: guestMAC,
 	}))
-	return &env{ns: ns, tap: tp, hostMAC: l.Attrs().HardwareAddr, hostIP: net.IPv4(10, 199, 0, 1).To4(), guestIP: net.IPv4(10, 199, 0, 2).To4()}
+	return &env{ns: ns, tap: tp, queues: taps[1:], hostMAC: l.Attrs().HardwareAddr, hostIP: net.IPv4(10, 199, 0, 1).To4(), guestIP: net.IPv4(10, 199, 0, 2).To4()}
 }
 
 func csum(b []byte) uint16 {

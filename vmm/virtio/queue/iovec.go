@@ -1,5 +1,7 @@
 package queue
 
+import "golang.org/x/sys/unix"
+
 // Buffers is a scatter-gather list: a chain's readable or writable buffers
 // seen as one byte stream.
 type Buffers [][]byte
@@ -67,6 +69,21 @@ func (b Buffers) Slice(dst Buffers, off, n uint64) Buffers {
 		}
 		dst = append(dst, s)
 		n -= uint64(len(s))
+	}
+	return dst
+}
+
+// Iovecs appends the buffers to dst as iovecs for readv(2) or writev(2),
+// skipping empty ones: a device that keeps dst moves data between a file
+// and guest buffers without allocating.
+func (b Buffers) Iovecs(dst []unix.Iovec) []unix.Iovec {
+	for _, s := range b {
+		if len(s) == 0 {
+			continue
+		}
+		v := unix.Iovec{Base: &s[0]}
+		v.SetLen(len(s))
+		dst = append(dst, v)
 	}
 	return dst
 }

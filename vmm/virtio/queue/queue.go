@@ -85,6 +85,9 @@ type Queue struct {
 
 	nextAvail uint16
 	nextUsed  uint16
+	// held chains are taken but kept unused across the worker's runs
+	// (Hold): a saved queue is placed before them.
+	held      uint16
 	usedFlags uint16
 	// last used idx the driver was interrupted for (EVENT_IDX)
 	signalledUsed  uint16
@@ -206,6 +209,13 @@ func (q *Queue) Next(c *Chain) (bool, error) {
 // Undo gives back the last n popped chains, so the next Pop returns them
 // again (a device that found too few buffers for a packet).
 func (q *Queue) Undo(n uint16) { q.nextAvail -= n }
+
+// Hold says that the last n popped chains are kept, unused and untouched,
+// while the device's worker is idle (virtio-net takes receive buffers
+// ahead of the frames that fill them). Save places the queue before
+// them, so a restored device takes them again and the driver loses none;
+// the device itself goes on with them.
+func (q *Queue) Hold(n uint16) { q.held = n }
 
 func (q *Queue) walk(head uint16, c *Chain) error {
 	c.reset(head)
@@ -355,7 +365,7 @@ type State struct {
 func (q *Queue) Save() State {
 	return State{
 		Config: q.cfg, EventIdx: q.eventIdx, Indirect: q.indirect,
-		NextAvail: q.nextAvail, NextUsed: q.nextUsed,
+		NextAvail: q.nextAvail - q.held, NextUsed: q.nextUsed,
 		SignalledUsed: q.signalledUsed, SignalledValid: q.signalledValid,
 	}
 }

@@ -275,9 +275,43 @@ func TestSaveRestoreContinues(t *testing.T) {
 	assert.Equal(t, "two", string(got))
 }
 
+// Chains a device holds across its worker's runs are the driver's again
+// in a saved queue: the restored device takes them anew.
+func TestSaveLeavesHeldChains(t *testing.T) {
+	d, q := setup(t, 8, queue.Options{EventIdx: true})
+	var heads []uint16
+	for i := 0; i < 3; i++ {
+		h, _ := d.Add(queuetest.Buf{Write: true, Len: 64})
+		heads = append(heads, h)
+	}
+	var c queue.Chain
+	for i := 0; i < 3; i++ {
+		ok, err := q.Pop(&c)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	q.Hold(2) // the first is used, the other two kept
+	s := q.Save()
+	assert.Equal(t, uint16(1), s.NextAvail)
+	q2, err := queue.Restore(d.Mem, s, 256)
+	require.NoError(t, err)
+	for _, want := range heads[1:] {
+		ok, err := q2.Pop(&c)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, want, c.Head)
+	}
+}
+
 func TestBuffers(t *testing.T) {
 	b := queue.Buffers{[]byte("ab"), []byte(""), []byte("cde"), []byte("f")}
 	assert.Equal(t, uint64(6), b.Len())
+	iov := b.Iovecs(nil)
+	require.Len(t, iov, 3, "the empty buffer is left out")
+	for i, s := range [][]byte{b[0], b[2], b[3]} {
+		assert.Equal(t, &s[0], iov[i].Base)
+		assert.Equal(t, uint64(len(s)), iov[i].Len)
+	}
 	got := make([]byte, 4)
 	assert.Equal(t, 4, b.ReadAt(got, 1))
 	assert.Equal(t, "bcde", string(got))

@@ -5,6 +5,7 @@ package queuetest
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kubevmm/kubevmm/vmm/memory"
@@ -48,6 +49,7 @@ type Driver struct {
 	usedSeen uint16
 	heap     uint64 // bump allocator for buffers and indirect tables
 	heapEnd  uint64
+	fence    atomic.Uint32 // a locked add: a full barrier on amd64
 }
 
 // NewDriver lays out a queue of size entries at base and uses the memory
@@ -96,6 +98,25 @@ func (d *Driver) Publish(head uint16) {
 	d.put16(d.Cfg.AvailRing+4+2*slot, head)
 	d.availIdx++
 	d.put16(d.Cfg.AvailRing+2, d.availIdx)
+	d.fence.Add(1) // avail->idx before a read of avail_event (NeedsKick)
+}
+
+// AvailIdx is the driver's avail->idx: what it has published so far.
+func (d *Driver) AvailIdx() uint16 { return d.availIdx }
+
+// NeedsKick reports whether the device wants a notification for the
+// chains published since the avail index was old, as Linux's
+// virtqueue_kick_prepare decides: with EVENT_IDX from avail_event,
+// otherwise from used->flags.
+func (d *Driver) NeedsKick(old uint16, eventIdx bool) bool {
+	if !eventIdx {
+		f, err := d.Mem.Uint16(d.Cfg.UsedRing)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		return f&queue.UsedFNoNotify == 0
+	}
+	return d.availIdx-d.AvailEvent()-1 < d.availIdx-old
 }
 
 // put16 writes a ring field; the rings lie in guest RAM, so a failure is
@@ -208,6 +229,10 @@ func (d *Driver) SetAvailFlags(f uint16) { d.put16(d.Cfg.AvailRing, f) }
 // SetUsedEvent writes used_event (EVENT_IDX).
 func (d *Driver) SetUsedEvent(v uint16) {
 	d.put16(d.Cfg.AvailRing+4+2*uint64(d.Cfg.Size), v)
+	// Before the next read of used->idx: otherwise the store can wait in
+	// the store buffer while the device, publishing meanwhile, reads the
+	// old used_event and skips the interrupt this driver then sleeps on.
+	d.fence.Add(1)
 }
 
 // AvailEvent reads avail_event (EVENT_IDX).
