@@ -562,6 +562,12 @@ func (vm *VM) PowerDown(ctx context.Context) error {
 	return vm.exec(ctx, "system_powerdown", nil, nil)
 }
 
+// Reset is a hard reset (system_reset): QEMU keeps running and the guest
+// boots again.
+func (vm *VM) Reset(ctx context.Context) error {
+	return vm.exec(ctx, "system_reset", nil, nil)
+}
+
 // Kill ends QEMU with SIGKILL and returns how it ended (ExitKilled, unless
 // it had ended already).
 func (vm *VM) Kill(ctx context.Context) (Exit, error) {
