@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -60,8 +61,11 @@ func TestPortForwardAndReset(t *testing.T) {
 	kc("apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-echo.yaml"))
 	kc("wait", "vmi/"+vmi, "--for=jsonpath={.status.phase}=Running", "--timeout=300s")
 	t0 := time.Now()
-	consoleUntil(t, gns, vmi, "kubevmm-guest: shell on the console", 15*time.Minute)
+	boot := consoleUntil(t, gns, vmi, "kubevmm-guest: shell on the console", 15*time.Minute)
 	t.Logf("MEASURED first boot to the shell: %v", time.Since(t0).Round(time.Second))
+	if i := strings.Index(boot, "kubevmm-guest: runcmd"); i >= 0 {
+		t.Logf("guest console from its runcmd on:\n%s", boot[i:])
+	}
 	portForwardEcho(t, gns, vmi)
 
 	running := func(after string) {
@@ -94,11 +98,17 @@ func TestPortForwardAndReset(t *testing.T) {
 	}
 }
 
-// portForwardEcho runs `virtctl port-forward vmi/NAME LOCAL:1234` and
-// checks that a line and 256 KiB of random bytes come back unchanged
-// through it from the guest's echo server.
+// portForwardEcho checks the guest's echo server from the node through
+// the pod IP (the masquerade DNAT: the server is up), then through
+// `virtctl port-forward vmi/NAME LOCAL:1234`: a line and 256 KiB of random
+// bytes come back unchanged both ways.
 func portForwardEcho(t *testing.T, namespace, vmi string) {
 	t.Helper()
+	podIP := strings.TrimSpace(kubectl(t, "-n", namespace, "get", "vmi/"+vmi, "-o", "jsonpath={.status.interfaces[0].ipAddress}"))
+	if err := echo(net.JoinHostPort(podIP, "1234")); err != nil {
+		t.Fatalf("the guest's echo server, through the pod IP %s: %v", podIP, err)
+	}
+
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -114,36 +124,48 @@ func portForwardEcho(t *testing.T, namespace, vmi string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = cmd.Wait() }()
-	go func() { _ = cmd.Wait(); pw.Close() }()
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(exited) }()
+	defer func() { cancel(); <-exited }()
 	r := bufio.NewReader(pr)
 	line, err := r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "Forwarding from 127.0.0.1:"+strconv.Itoa(local)+" -> 1234") {
 		t.Fatalf("virtctl port-forward: %q, %v", line, err)
 	}
-	go func() { _, _ = io.Copy(io.Discard, r) }()
+	var rest bytes.Buffer
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&rest, r); close(copied) }()
+	if err := echo("127.0.0.1:" + strconv.Itoa(local)); err != nil {
+		cancel()
+		<-copied
+		t.Fatalf("through virtctl port-forward: %v; virtctl said:\n%s", err, rest.String())
+	}
+}
 
-	conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(local))
+// echo sends a line and 256 KiB of random bytes to an echo server at addr
+// and checks that they come back unchanged.
+func echo(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
-	// A bound for a hung forward, not a speed limit.
+	// A bound for a hung connection, not a speed limit.
 	if err := conn.SetDeadline(time.Now().Add(2 * time.Minute)); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	payload := make([]byte, 256<<10)
 	if _, err := rand.Read(payload); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	msg := append([]byte("hello through port-forward\n"), payload...)
 	go func() { _, _ = conn.Write(msg) }()
 	got := make([]byte, len(msg))
 	if _, err := io.ReadFull(conn, got); err != nil {
-		t.Fatalf("reading the echo: %v", err)
+		return fmt.Errorf("reading the echo: %w", err)
 	}
 	if !bytes.Equal(got, msg) {
-		t.Fatalf("the echo differs from what was sent (first line %q)", got[:bytes.IndexByte(got, '\n')+1])
+		return fmt.Errorf("the echo differs from what was sent (first line %q)", got[:bytes.IndexByte(got, '\n')+1])
 	}
-	t.Logf("port-forward: %d bytes there and back", len(msg))
+	return nil
 }
