@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
-	"github.com/kubevmm/kubevmm/vmm/assist"
 	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
 	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
@@ -112,7 +111,16 @@ func (m *Machine) Reset() error {
 		return fmt.Errorf("reset: irqchip and PIT: %w", err)
 	}
 	for i, v := range m.vcpus {
-		if err := restoreVCPU(v.c, m.powerOn.vcpus[i]); err != nil {
+		// KVM refuses to change a vCPU's CPUID once it has run: the guest
+		// keeps the CPUID it has (a restored guest's is the saved one),
+		// and its TSC frequency.
+		s := *m.powerOn.vcpus[i]
+		cpuid, err := v.c.GetCPUID2()
+		if err != nil {
+			return fmt.Errorf("reset: vCPU %d: %w", i, err)
+		}
+		s.CPUID, s.TSCKHz = cpuid, 0
+		if err := restoreVCPU(v.c, &s); err != nil {
 			return fmt.Errorf("reset: vCPU %d: %w", i, err)
 		}
 	}
@@ -128,9 +136,6 @@ func (m *Machine) Reset() error {
 	if err := m.clock.Restore(m.powerOn.rtc); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
-	// A restored guest ran with its saved CPUID; the next boot gets this
-	// host's, and the assists follow its XSAVE layout.
-	m.Assist = assist.New(m.Mem, x86.XSaveLayoutOf(m.powerOn.vcpus[0].CPUID))
 	m.rebootOnPowerOff.Store(false)
 	m.resetAsked.Store(false)
 
