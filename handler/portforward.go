@@ -52,7 +52,13 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("the launcher of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return
 	}
-	conn, err := dialInNetns(pid, net.JoinHostPort(spec.GuestIP, strconv.Itoa(port)))
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("network namespace of the launcher of VMI %s/%s (pid %d): %v", vmi.Namespace, vmi.Name, pid, err), http.StatusServiceUnavailable)
+		return
+	}
+	conn, err := dialInNetns(ns, net.JoinHostPort(spec.GuestIP, strconv.Itoa(port)))
+	ns.Close()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return
@@ -66,16 +72,11 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 	BridgeWebsocket(ws, conn)
 }
 
-// dialInNetns connects to addr over TCP from the network namespace of
-// process pid: the socket is made there, and stays there.
-func dialInNetns(pid int, addr string) (net.Conn, error) {
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		return nil, fmt.Errorf("network namespace of launcher pid %d: %w", pid, err)
-	}
-	defer ns.Close()
+// dialInNetns connects to addr over TCP from the network namespace ns:
+// the socket is made there, and stays there.
+func dialInNetns(ns netns.NsHandle, addr string) (net.Conn, error) {
 	var conn net.Conn
-	err = inNetns(ns, func() error {
+	err := inNetns(ns, func() error {
 		d := net.Dialer{Timeout: guestDialTimeout}
 		var err error
 		conn, err = d.Dial("tcp", addr)
