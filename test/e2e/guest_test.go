@@ -140,7 +140,11 @@ func portForwardEcho(t *testing.T, namespace, vmi string) {
 		<-copied
 		t.Fatalf("through virtctl port-forward: %v; virtctl said:\n%s", err, rest.String())
 	}
+	t.Logf("virtctl port-forward: %d bytes there and back, unchanged", echoBytes)
 }
+
+// echoBytes is what echo sends: a line and 256 KiB of random bytes.
+const echoBytes = len("hello through port-forward\n") + 256<<10
 
 // echo sends a line and 256 KiB of random bytes to an echo server at addr
 // and checks that they come back unchanged.
