@@ -377,10 +377,15 @@ func (q *qemuBackend) PowerButton() error {
 }
 
 // Reset is QEMU's system_reset: the guest boots again in the same QEMU.
+// It needs a VMI whose rebootPolicy is Reboot (QEMU without -no-reboot).
 func (q *qemuBackend) Reset() error {
 	ctx, cancel := q.ctx()
 	defer cancel()
-	return q.vm.Reset(ctx)
+	err := q.vm.Reset(ctx)
+	if errors.Is(err, qemu.ErrNoReboot) {
+		return fmt.Errorf("%w: %v: on the QEMU backend a reset needs spec.domain.rebootPolicy Reboot", api.ErrConflict, err)
+	}
+	return err
 }
 
 // SoftReboot needs QEMU kept alive across the guest's poweroff (its
