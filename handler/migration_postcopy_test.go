@@ -40,6 +40,8 @@ func (s *scriptedVMM) Stop() error {
 	return nil
 }
 func (s *scriptedVMM) PowerButton() error { return nil }
+func (s *scriptedVMM) Reset() error       { return nil }
+func (s *scriptedVMM) SoftReboot() error  { return nil }
 func (s *scriptedVMM) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
 	return api.SnapshotResult{}, nil
 }

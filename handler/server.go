@@ -29,7 +29,8 @@ const Port = 8186
 const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
 
 // Server is virt-handler's API for virt-api: the operations that need the
-// node (pause, unpause, the serial console), for VMIs on this node.
+// node (pause, unpause, reset, soft reboot, the serial console, port
+// forwarding), for VMIs on this node.
 type Server struct {
 	Client   client.Client // reads VMIs (the manager's cache)
 	NodeName string
@@ -44,7 +45,10 @@ func (s *Server) Handler() http.Handler {
 	base := "/v1/namespaces/{namespace}/virtualmachineinstances/{name}/"
 	mux.HandleFunc("PUT "+base+"pause", s.lifecycle("pause"))
 	mux.HandleFunc("PUT "+base+"unpause", s.lifecycle("unpause"))
+	mux.HandleFunc("PUT "+base+"reset", s.lifecycle("reset"))
+	mux.HandleFunc("PUT "+base+"softreboot", s.lifecycle("softreboot"))
 	mux.HandleFunc("GET "+base+"console", s.console)
+	mux.HandleFunc("GET "+base+"portforward/{port}/{protocol}", s.portForward)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
 }
@@ -89,10 +93,15 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 		c := l.client()
 		ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
 		defer cancel()
-		if op == "pause" {
+		switch op {
+		case "pause":
 			err = c.Pause(ctx)
-		} else {
+		case "unpause":
 			err = c.Resume(ctx)
+		case "reset":
+			err = c.Reset(ctx)
+		case "softreboot":
+			err = softReboot(ctx, c)
 		}
 		if err != nil {
 			http.Error(w, fmt.Sprintf("%s VMI %s/%s: %v", op, vmi.Namespace, vmi.Name, err), http.StatusConflict)

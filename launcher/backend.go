@@ -138,6 +138,22 @@ func (s *switchVM) PowerButton() error {
 	return b.PowerButton()
 }
 
+func (s *switchVM) Reset() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.Reset()
+}
+
+func (s *switchVM) SoftReboot() error {
+	b, err := s.get()
+	if err != nil {
+		return err
+	}
+	return b.SoftReboot()
+}
+
 func (s *switchVM) Snapshot(r api.SnapshotRequest) (api.SnapshotResult, error) {
 	b, err := s.get()
 	if err != nil {

@@ -75,6 +75,10 @@ type VMConfig struct {
 	UUID       string
 	// StartPaused: spec.startStrategy Paused.
 	StartPaused bool
+	// RebootResets: spec.domain.rebootPolicy Reboot, the guest's own
+	// reboot boots it again in the same VMI. Unset it ends the VMI
+	// (Terminate), as it always has in kubevmm.
+	RebootResets bool
 }
 
 // DiskConfig is one guest disk.
@@ -105,10 +109,11 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		return VMConfig{}, err
 	}
 	c := VMConfig{
-		Name:      vmi.Namespace + "_" + vmi.Name,
-		CPUs:      spec.VCPUs(s),
-		MemoryMiB: int(mem.Value() >> 20),
-		RNG:       s.Domain.Devices.Rng != nil,
+		Name:         vmi.Namespace + "_" + vmi.Name,
+		CPUs:         spec.VCPUs(s),
+		MemoryMiB:    int(mem.Value() >> 20),
+		RNG:          s.Domain.Devices.Rng != nil,
+		RebootResets: s.Domain.RebootPolicy != nil && *s.Domain.RebootPolicy == "Reboot",
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
@@ -231,8 +236,10 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	mc := machine.Config{
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
 		Cmdline: c.Cmdline, Console: console, RNG: c.RNG, RTCOffset: c.RTCOffset,
+		RebootResets: c.RebootResets,
 	}
 	var err error
+	mc.Reload = c.reload()
 	switch {
 	case c.DiskBoot != nil:
 		mc.Kernel, mc.Initrd = c.DiskBoot.Kernel, c.DiskBoot.Initrd
@@ -240,13 +247,8 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	case c.Kernel == "":
 		return machine.Config{}, fmt.Errorf("the kubevmm VMM needs a kernel (kernelBoot) or a boot disk with a Linux boot entry")
 	default:
-		if mc.Kernel, err = os.ReadFile(c.Kernel); err != nil {
-			return machine.Config{}, fmt.Errorf("reading the kernel: %w", err)
-		}
-		if c.Initrd != "" {
-			if mc.Initrd, err = os.ReadFile(c.Initrd); err != nil {
-				return machine.Config{}, fmt.Errorf("reading the initrd: %w", err)
-			}
+		if mc.Kernel, mc.Initrd, err = readBootFiles(c.Kernel, c.Initrd); err != nil {
+			return machine.Config{}, err
 		}
 	}
 	for _, d := range c.Disks {
@@ -270,6 +272,35 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC})
 	}
 	return mc, nil
+}
+
+// reload is how the VMM gets the kernel and initrd again when the guest
+// resets (machine.Config.Reload): the kernelBoot files are read again; a
+// disk boot's entry, read from its image before the guest started, is
+// kept (the image is the guest's disk by then). nil, for a migration
+// target booting a disk (it has no entry), makes a reset end the VM.
+func (c VMConfig) reload() func() ([]byte, []byte, error) {
+	switch {
+	case c.DiskBoot != nil:
+		b := c.DiskBoot
+		return func() ([]byte, []byte, error) { return b.Kernel, b.Initrd, nil }
+	case c.Kernel != "":
+		kernel, initrd := c.Kernel, c.Initrd
+		return func() ([]byte, []byte, error) { return readBootFiles(kernel, initrd) }
+	}
+	return nil
+}
+
+func readBootFiles(kernel, initrd string) (k, i []byte, err error) {
+	if k, err = os.ReadFile(kernel); err != nil {
+		return nil, nil, fmt.Errorf("reading the kernel: %w", err)
+	}
+	if initrd != "" {
+		if i, err = os.ReadFile(initrd); err != nil {
+			return nil, nil, fmt.Errorf("reading the initrd: %w", err)
+		}
+	}
+	return k, i, nil
 }
 
 // probeFormat reads a containerDisk's format from its header. The image
@@ -297,7 +328,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 		Name: strings.ReplaceAll(c.Name, "_", "."), CPUs: c.CPUs, MemoryMiB: c.MemoryMiB,
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline,
 		HyperV: c.HyperV, SerialSocket: consoleSocket, RunDir: p.RunDir,
-		StartPaused: c.StartPaused, NoReboot: true,
+		StartPaused: c.StartPaused, NoReboot: !c.RebootResets,
 	}
 	if c.Kernel == "" {
 		qc.Cmdline = ""

@@ -254,7 +254,7 @@ func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg 
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
 	switch {
 	case o.Incoming != "":
-		return receiveKubevmm(ctx, o.Incoming, consolePath, &lineLog{w: o.Console}, sw, log, sandbox)
+		return receiveKubevmm(ctx, o.Incoming, cfg, consolePath, &lineLog{w: o.Console}, sw, log, sandbox)
 	case backendName == spec.BackendKubevmm:
 		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox)
 	case backendName == spec.BackendQEMU:

@@ -376,6 +376,25 @@ func (q *qemuBackend) PowerButton() error {
 	return q.vm.PowerDown(ctx)
 }
 
+// Reset is QEMU's system_reset: the guest boots again in the same QEMU.
+// It needs a VMI whose rebootPolicy is Reboot (QEMU without -no-reboot).
+func (q *qemuBackend) Reset() error {
+	ctx, cancel := q.ctx()
+	defer cancel()
+	err := q.vm.Reset(ctx)
+	if errors.Is(err, qemu.ErrNoReboot) {
+		return fmt.Errorf("%w: %v: on the QEMU backend a reset needs spec.domain.rebootPolicy Reboot", api.ErrConflict, err)
+	}
+	return err
+}
+
+// SoftReboot needs QEMU kept alive across the guest's poweroff (its
+// -no-shutdown) and a reset on the SHUTDOWN event; the QEMU backend does
+// not do that yet.
+func (q *qemuBackend) SoftReboot() error {
+	return fmt.Errorf("%w: a soft reboot is not supported by the QEMU backend; use reset", api.ErrConflict)
+}
+
 var errQEMUUnsupported = fmt.Errorf("%w: not supported by the launcher's QEMU backend yet", api.ErrBadRequest)
 
 func (q *qemuBackend) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {

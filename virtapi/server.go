@@ -6,14 +6,15 @@
 //     refusal of what kubevmm cannot run, naming the field;
 //   - the aggregated API group subresources.kubevirt.io/v1 behind an
 //     APIService: start, stop, restart (VMs), pause, unpause, migrate
-//     (VMs and VMIs) and the serial console, as KubeVirt's virt-api, so
-//     that KubeVirt's virtctl URLs work.
+//     (VMs and VMIs), reset and softreboot (VMIs), the serial console,
+//     port forwarding and vsock streams, version and healthz, as
+//     KubeVirt's virt-api, so that KubeVirt's virtctl URLs work.
 //
 // Requests proxied by the API server are authenticated by its front-proxy
 // client certificate (requestheader CA and allowed names from
 // kube-system/extension-apiserver-authentication) and authorized with a
 // SubjectAccessReview of the user they carry. Node-side work (pause,
-// console) goes to virt-handler on the VMI's node over mutual TLS.
+// reset, console, port forwarding) goes to virt-handler on the VMI's node over mutual TLS.
 package virtapi
 
 import (
@@ -41,10 +42,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/version"
 )
-
-// Version is reported by /version (set by the build).
-var Version = "devel"
 
 // Server is virt-api.
 type Server struct {
@@ -80,17 +79,21 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupVersion.String(), s.discoveryResources)
 	sr := "/apis/" + v1.SubresourceGroupVersion.String()
 	mux.HandleFunc("GET "+sr+"/version", s.authn(s.version))
-	mux.HandleFunc("GET "+sr+"/healthz", s.authn(func(w http.ResponseWriter, r *http.Request, _ userInfo) { _, _ = w.Write([]byte("ok")) }))
+	mux.HandleFunc("GET "+sr+"/healthz", s.authn(s.healthz))
 	ns := sr + "/namespaces/{namespace}/"
 	for _, op := range []string{"start", "stop", "restart", "migrate", "pause", "unpause"} {
 		mux.HandleFunc("PUT "+ns+"virtualmachines/{name}/"+op, s.authz("virtualmachines", op, "update", s.vmOp(op)))
 	}
-	for _, op := range []string{"pause", "unpause", "migrate"} {
+	for _, op := range vmiOps {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
+	s.portForwardRoutes(mux, ns)
 	return mux
 }
+
+// vmiOps are the PUT subresources of VMIs.
+var vmiOps = []string{"pause", "unpause", "migrate", "reset", "softreboot"}
 
 // metricsRegistry holds what virt-api reports: the Go runtime's and the
 // process's metrics (KubeVirt's kubevirt_virt_api_up is a recording rule
@@ -223,15 +226,34 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	for _, op := range []string{"start", "stop", "restart", "migrate", "pause", "unpause"} {
 		add("virtualmachines/"+op, "update")
 	}
-	for _, op := range []string{"pause", "unpause", "migrate"} {
+	for _, op := range vmiOps {
 		add("virtualmachineinstances/"+op, "update")
 	}
 	add("virtualmachineinstances/console", "get")
+	for _, r := range portForwardResources {
+		add(r, "get")
+	}
 	writeJSON(w, l)
 }
 
+// version is KubeVirt's version.Info of this build, which KubeVirt's
+// virtctl reads (and prints) as the server version.
 func (s *Server) version(w http.ResponseWriter, _ *http.Request, _ userInfo) {
-	writeJSON(w, map[string]string{"gitVersion": Version, "platform": "linux/amd64", "vmm": "kubevmm"})
+	writeJSON(w, version.Get())
+}
+
+// healthz says, in KubeVirt's shape, whether virt-api reaches the API
+// server (it lists the virt-handlers it sends node work to).
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request, _ userInfo) {
+	pods := &corev1.PodList{}
+	if err := s.Client.List(r.Context(), pods, client.InNamespace(s.Namespace), client.Limit(1)); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		// The status is sent: a client gone mid-body cannot be told more.
+		_ = json.NewEncoder(w).Encode(map[string]any{"apiserver": map[string]string{"connectivity": "failed", "error": err.Error()}})
+		return
+	}
+	writeJSON(w, map[string]any{"apiserver": map[string]string{"connectivity": "ok"}})
 }
 
 // handlerURL is the virt-handler on node.

@@ -192,7 +192,8 @@ func (s *Server) migrate(ctx context.Context, ns, name string) error {
 	return s.Client.Create(ctx, m)
 }
 
-// lifecycle asks the virt-handler of the VMI's node to pause or unpause it.
+// lifecycle asks the virt-handler of the VMI's node to pause, unpause,
+// reset or soft-reboot it.
 func (s *Server) lifecycle(ctx context.Context, ns, name, op string) error {
 	vmi, err := s.getVMI(ctx, ns, name)
 	if err != nil {
@@ -205,11 +206,15 @@ func (s *Server) lifecycle(ctx context.Context, ns, name, op string) error {
 	if c := vmi.GetCondition(v1.VirtualMachineInstancePaused); c != nil && c.Status == "True" {
 		paused = true
 	}
-	if op == "pause" && paused {
+	switch {
+	case op == "pause" && paused:
 		return conflict("VMI is already paused")
-	}
-	if op == "unpause" && !paused {
+	case op == "unpause" && !paused:
 		return conflict("VMI is not paused")
+	case op == "softreboot" && paused:
+		// A paused guest cannot answer the power button (KubeVirt's
+		// check too); a reset works on a paused VMI.
+		return conflict("VMI is paused")
 	}
 	base, err := s.handlerURL(ctx, vmi.Status.NodeName)
 	if err != nil {
@@ -239,8 +244,7 @@ var clientUpgrader = websocket.Upgrader{
 }
 
 // console bridges the caller's websocket to the one virt-handler serves
-// for the VMI's serial console (virtctl -> API server -> virt-api ->
-// virt-handler -> launcher socket, as in KubeVirt).
+// for the VMI's serial console (see proxyStream).
 func (s *Server) console(w http.ResponseWriter, r *http.Request, u userInfo) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	vmi, err := s.getVMI(r.Context(), ns, name)
@@ -252,30 +256,8 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request, u userInfo) {
 		writeErr(w, conflict("VMI is not running"))
 		return
 	}
-	base, err := s.handlerURL(r.Context(), vmi.Status.NodeName)
-	if err != nil {
-		writeErr(w, &opError{code: http.StatusServiceUnavailable, reason: metav1.StatusReasonServiceUnavailable, msg: err.Error()})
-		return
-	}
-	d := websocket.Dialer{TLSClientConfig: s.HandlerTLS, Subprotocols: []string{v1.ConsoleSubprotocol}, HandshakeTimeout: admissionTimeout}
-	url := "wss" + strings.TrimPrefix(base, "https") + fmt.Sprintf("/v1/namespaces/%s/virtualmachineinstances/%s/console", ns, name)
-	back, resp, err := d.DialContext(r.Context(), url, nil)
-	if err != nil {
-		msg := err.Error()
-		if resp != nil {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			msg = strings.TrimSpace(string(b))
-		}
-		writeErr(w, &opError{code: http.StatusServiceUnavailable, reason: metav1.StatusReasonServiceUnavailable, msg: "console: " + msg})
-		return
-	}
-	front, err := clientUpgrader.Upgrade(w, r, nil)
-	if err != nil {
-		back.Close()
-		return
-	}
 	s.Log.Info("console", "vmi", ns+"/"+name, "user", u.Name)
-	bridge(front, back)
+	s.proxyStream(w, r, vmi, "console", "console")
 }
 
 // bridge copies messages between two websockets until one ends.

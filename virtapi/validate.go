@@ -68,8 +68,8 @@ func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *fiel
 	if v := s.Domain.IOThreadsPolicy; v != nil {
 		errs = append(errs, unsupported(d, "ioThreadsPolicy", ""))
 	}
-	if v := s.Domain.RebootPolicy; v != nil && *v != "Terminate" {
-		errs = append(errs, notSupported(d.Child("rebootPolicy"), *v, "a guest reboot ends the VMI in kubevmm (Terminate)"))
+	if v := s.Domain.RebootPolicy; v != nil && *v != "Terminate" && *v != "Reboot" {
+		errs = append(errs, notSupported(d.Child("rebootPolicy"), *v, "Reboot or Terminate"))
 	}
 	return errs
 }

@@ -201,8 +201,8 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			}},
 		{name: "machine type pc", field: "domain.machine.type", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Machine = &v1.Machine{Type: "pc"} }},
-		{name: "rebootPolicy Reboot", field: "domain.rebootPolicy", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Reboot") }},
+		{name: "rebootPolicy Restart", field: "domain.rebootPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Restart") }},
 		{name: "hugepages", field: "domain.memory.hugepages", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Hugepages = &v1.Hugepages{PageSize: "2Mi"} }},
 		{name: "isolateEmulatorThread", field: "domain.cpu.isolateEmulatorThread", typ: notSupported,
@@ -409,6 +409,7 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
 		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
 		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
+		{"rebootPolicy Reboot", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Reboot") }},
 		{"cloud-init NoCloud with 2048 bytes, network data and an SSH key", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			noCloud(s).UserData = strings.Repeat("x", 2048)
 			noCloud(s).NetworkDataSecretRef = &v1.LocalObjectReference{Name: "net"}

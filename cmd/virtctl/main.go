@@ -4,8 +4,10 @@
 //
 //	virtctl [-n NS] [--kubeconfig F] start|stop|restart|migrate VM
 //	virtctl [-n NS] pause|unpause vm|vmi NAME
+//	virtctl [-n NS] reset|softreboot VMI
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
-//	virtctl version
+//	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
+//	virtctl version [-c]
 package main
 
 import (
@@ -27,10 +29,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/version"
 )
-
-// Version is set by the build.
-var Version = "devel"
 
 func main() {
 	code, err := run(os.Args[1:], os.Stdin, os.Stdout)
@@ -49,8 +49,13 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   restart VM        restart a VirtualMachine
   migrate VM        live-migrate a VirtualMachine's instance
   pause vm|vmi NAME, unpause vm|vmi NAME
+  reset VMI         hard-reset a VirtualMachineInstance: its guest boots again
+  softreboot VMI    ask a VirtualMachineInstance's guest to reboot (ACPI)
   console VMI       connect to the serial console (Ctrl+] to quit)
-  version           client and server versions
+  port-forward [--address ADDR] [--stdio] [vm/|vmi/]NAME[.NAMESPACE] [LOCAL:]REMOTE...
+                    forward local TCP ports (on ADDR, default 127.0.0.1) to the guest's;
+                    --stdio: one port, over stdin and stdout (an ssh ProxyCommand)
+  version [-c]      client and server versions (-c: the client's only)
 `)
 }
 
@@ -132,18 +137,23 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 			return 1, err
 		}
 		fmt.Fprintf(stdout, "VMI %s was scheduled to %s\n", rest_[1], cmd)
+	case "reset", "softreboot":
+		if err := need(1, "VMI"); err != nil {
+			return 2, err
+		}
+		if err := c.put(context.Background(), "virtualmachineinstances", rest_[0], cmd); err != nil {
+			return 1, err
+		}
+		fmt.Fprintf(stdout, "VMI %s was scheduled to %s\n", rest_[0], cmd)
 	case "console":
 		if err := need(1, "VMI"); err != nil {
 			return 2, err
 		}
 		return c.console(rest_[0], stdin, stdout)
+	case "port-forward":
+		return c.portForward(rest_, stdin, stdout)
 	case "version":
-		fmt.Fprintf(stdout, "Client Version: %s\n", Version)
-		b, err := c.get(context.Background(), "/apis/"+v1.SubresourceGroupVersion.String()+"/version")
-		if err != nil {
-			return 1, err
-		}
-		fmt.Fprintf(stdout, "Server Version: %s\n", strings.TrimSpace(string(b)))
+		return c.version(rest_, stdout)
 	default:
 		usage(os.Stderr)
 		return 2, fmt.Errorf("unknown command %q", cmd)
@@ -203,12 +213,42 @@ func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
 	return c.do(ctx, http.MethodGet, strings.TrimSuffix(c.cfg.Host, "/")+path, nil)
 }
 
-// console attaches the terminal to the VMI's serial console over a
-// websocket through the API server.
-func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int, error) {
-	tlsCfg, err := rest.TLSConfigFor(c.cfg)
+// version prints the client's and the server's version.Info as
+// KubeVirt's virtctl does; -c (--client) leaves the server out.
+func (c *apiClient) version(args []string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var clientOnly bool
+	fs.BoolVar(&clientOnly, "c", false, "client version only")
+	fs.BoolVar(&clientOnly, "client", false, "client version only")
+	if err := fs.Parse(args); err != nil {
+		return 2, fmt.Errorf("version: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return 2, fmt.Errorf("version: unexpected argument %q", fs.Arg(0))
+	}
+	fmt.Fprintf(stdout, "Client Version: %#v\n", version.Get())
+	if clientOnly {
+		return 0, nil
+	}
+	b, err := c.get(context.Background(), "/apis/"+v1.SubresourceGroupVersion.String()+"/version")
 	if err != nil {
 		return 1, err
+	}
+	var server version.Info
+	if err := jsonUnmarshal(b, &server); err != nil {
+		return 1, fmt.Errorf("server version: %w", err)
+	}
+	fmt.Fprintf(stdout, "Server Version: %#v\n", server)
+	return 0, nil
+}
+
+// dial opens the websocket of a streaming subresource (console,
+// portforward/...) of kind/name through the API server.
+func (c *apiClient) dial(kind, name, sub string) (*websocket.Conn, error) {
+	tlsCfg, err := rest.TLSConfigFor(c.cfg)
+	if err != nil {
+		return nil, err
 	}
 	hdr := http.Header{}
 	if c.cfg.BearerToken != "" {
@@ -219,13 +259,23 @@ func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int,
 		}
 	}
 	d := websocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{v1.ConsoleSubprotocol}, HandshakeTimeout: 30 * time.Second, Proxy: http.ProxyFromEnvironment}
-	url := "wss" + strings.TrimPrefix(c.url("virtualmachineinstances", name, "console"), "https")
+	url := "wss" + strings.TrimPrefix(c.url(kind, name, sub), "https")
 	ws, resp, err := d.Dial(url, hdr)
 	if err != nil {
 		if resp != nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			return 1, fmt.Errorf("console %s: %w", name, statusError(resp.StatusCode, b))
+			return nil, statusError(resp.StatusCode, b)
 		}
+		return nil, err
+	}
+	return ws, nil
+}
+
+// console attaches the terminal to the VMI's serial console over a
+// websocket through the API server.
+func (c *apiClient) console(name string, stdin *os.File, stdout io.Writer) (int, error) {
+	ws, err := c.dial("virtualmachineinstances", name, "console")
+	if err != nil {
 		return 1, fmt.Errorf("console %s: %w", name, err)
 	}
 	defer ws.Close()

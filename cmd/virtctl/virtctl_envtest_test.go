@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -170,12 +171,24 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		return vm
 	}
 
-	t.Run("version", func(t *testing.T) {
+	t.Run("version and healthz", func(t *testing.T) {
+		// KubeVirt's format: version.Info printed with %#v; a semver.
+		info := regexp.MustCompile(`version\.Info\{GitVersion:"v\d+\.\d+\.\d+[^"]*", GitCommit:"[^"]*", GitTreeState:"[^"]*", BuildDate:"[^"]*", GoVersion:"go[^"]+", Compiler:"gc", Platform:"linux/amd64"\}`)
 		code, out, err := virtctl("version")
 		require.NoError(t, err)
 		assert.Equal(t, 0, code)
-		assert.Contains(t, out, "Client Version: devel\n")
-		assert.Contains(t, out, `Server Version: {"gitVersion":"devel"`)
+		assert.Regexp(t, `^Client Version: `+info.String()+"\nServer Version: "+info.String()+"\n$", out)
+
+		code, out, err = virtctl("version", "-c")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Regexp(t, `^Client Version: `+info.String()+"\n$", out)
+
+		ac, err := newAPIClient("", kc)
+		require.NoError(t, err)
+		b, err := ac.get(ctx, "/apis/"+v1.SubresourceGroupVersion.String()+"/healthz")
+		require.NoError(t, err)
+		assert.JSONEq(t, `{"apiserver": {"connectivity": "ok"}}`, string(b))
 	})
 
 	t.Run("stop and start flip the run strategy", func(t *testing.T) {
@@ -260,6 +273,53 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		assert.EqualError(t, err, "pause manual: no running virt-handler on node node01")
 	})
 
+	t.Run("reset, softreboot, port-forward", func(t *testing.T) {
+		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "default"}, Spec: tmpl.Spec}
+		require.NoError(t, c.Create(ctx, vmi))
+		for _, tc := range []struct {
+			args []string
+			err  string
+		}{
+			{[]string{"reset", "guest"}, "reset guest: VMI is not running"},
+			{[]string{"softreboot", "guest"}, "softreboot guest: VMI is not running"},
+			{[]string{"port-forward", "--stdio", "vmi/guest", "22"}, "port-forward guest: VMI is not running"},
+			{[]string{"reset", "nope"}, `reset nope: virtualmachineinstances.kubevirt.io "nope" not found`},
+			{[]string{"port-forward", "--stdio", "vm/nope", "22"}, `port-forward nope: virtualmachineinstances.kubevirt.io "nope" not found`},
+		} {
+			code, out, err := virtctl(tc.args...)
+			assert.Equal(t, 1, code, "%v", tc.args)
+			assert.Empty(t, out, "%v", tc.args)
+			assert.EqualError(t, err, tc.err, "%v", tc.args)
+		}
+
+		// Running: the node's virt-handler does the work, and none runs
+		// here; every route gets that far, the VM's port-forward too.
+		vmi.Status.Phase, vmi.Status.NodeName = v1.Running, "node01"
+		require.NoError(t, c.Status().Update(ctx, vmi))
+		for _, args := range [][]string{
+			{"reset", "guest"}, {"softreboot", "guest"},
+			{"port-forward", "--stdio", "vmi/guest", "22"}, {"port-forward", "--stdio", "vm/guest.default", "tcp/22"},
+			{"port-forward", "--stdio", "virtualmachineinstance/guest/default", "2222:22"},
+		} {
+			code, _, err := virtctl(args...)
+			assert.Equal(t, 1, code, "%v", args)
+			require.Error(t, err, "%v", args)
+			assert.Contains(t, err.Error(), "no running virt-handler on node node01", "%v", args)
+		}
+
+		// A paused guest cannot answer the power button; a reset works.
+		vmi.Status.Conditions = []v1.VirtualMachineInstanceCondition{{Type: v1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue}}
+		require.NoError(t, c.Status().Update(ctx, vmi))
+		code, _, err := virtctl("softreboot", "guest")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "softreboot guest: VMI is paused")
+		code, _, err = virtctl("port-forward", "--stdio", "vmi/guest", "22")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "port-forward guest: VMI is paused")
+		_, _, err = virtctl("reset", "guest")
+		assert.ErrorContains(t, err, "no running virt-handler on node node01")
+	})
+
 	t.Run("unknown VM and wrong namespace", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"start", "nope"},
@@ -287,6 +347,18 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 			{[]string{"pause", "always"}, "pause: want vm|vmi NAME"},
 			{[]string{"pause", "pod", "always"}, `pause: "pod" is not vm or vmi`},
 			{[]string{"reboot", "always"}, `unknown command "reboot"`},
+			{[]string{"reset"}, "reset: want VMI"},
+			{[]string{"softreboot", "a", "b"}, "softreboot: want VMI"},
+			{[]string{"version", "extra"}, `version: unexpected argument "extra"`},
+			{[]string{"port-forward", "vmi/x"}, "port-forward: want [type/]NAME[/NAMESPACE] and one or more [tcp/]LOCAL[:REMOTE]"},
+			{[]string{"port-forward", "pod/x", "22"}, `port-forward: target "pod/x": unsupported resource type "pod" (vm or vmi)`},
+			{[]string{"port-forward", "vmi/x/", "22"}, `port-forward: target "vmi/x/": the namespace is empty`},
+			{[]string{"port-forward", "vmi/", "22"}, `port-forward: target "vmi/": the name is empty`},
+			{[]string{"port-forward", "vmi/x", "udp/53"}, `port-forward: port "udp/53": kubevmm forwards tcp only`},
+			{[]string{"port-forward", "vmi/x", "80:http"}, `port-forward: port "80:http": "http" is not a port number`},
+			{[]string{"port-forward", "vmi/x", "70000"}, `port-forward: port "70000": "70000" is not a port number`},
+			{[]string{"port-forward", "vmi/x", "8080:0"}, `port-forward: port "8080:0": the guest's port cannot be 0`},
+			{[]string{"port-forward", "--stdio", "vmi/x", "22", "23"}, "port-forward: --stdio forwards one port"},
 		} {
 			code, _, err := virtctl(tc.args...)
 			assert.Equal(t, 2, code, "%v", tc.args)

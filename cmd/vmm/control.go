@@ -81,7 +81,7 @@ func client(sock string, name string) (*api.Client, error) {
 	return api.NewClient(sock), nil
 }
 
-// cmdControl runs pause, resume, stop and status.
+// cmdControl runs pause, resume, stop, reset, reboot and status.
 func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("vmm "+name, flag.ContinueOnError)
 	sock := clientFlags(fs)
@@ -110,6 +110,10 @@ func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 		err = c.Pause(ctx)
 	case "resume":
 		err = c.Resume(ctx)
+	case "reset":
+		err = c.Reset(ctx)
+	case "reboot":
+		err = c.SoftReboot(ctx)
 	case "stop":
 		if *graceful {
 			err = gracefulStop(c, *timeout, stdout)

@@ -40,6 +40,8 @@ commands:
   resume    resume a paused VM
   status    print a running VM's state
   stop      stop a running VM
+  reset     reset a running VM: the guest boots again at once
+  reboot    ask the guest to reboot (ACPI power button; its poweroff boots it again)
   version   print the version
 
 Run 'vmm <command> --help' for a command's flags.
@@ -56,7 +58,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
-	case "run", "restore", "snapshot", "migrate", "pause", "resume", "status", "stop":
+	case "run", "restore", "snapshot", "migrate", "pause", "resume", "status", "stop", "reset", "reboot":
 		var code int
 		switch args[0] {
 		case "run":

@@ -124,6 +124,8 @@ func TestBadInputIsOneLineAndStatus2(t *testing.T) {
 		{"unknown flag", []string{"run", "--frobnicate"}, "frobnicate"},
 		{"stray argument", []string{"run", "--kernel", garbage, "extra"}, "unexpected argument"},
 		{"unknown command", []string{"fly"}, "unknown command"},
+		{"bad on-reboot", []string{"run", "--kernel", garbage, "--on-reboot", "halt"}, "--on-reboot \"halt\""},
+		{"restore reset without kernel", []string{"restore", "--snapshot", "/nonexistent", "--on-reboot", "reset"}, "needs --kernel"},
 		{"initrd missing", []string{"run", "--kernel", garbage, "--initrd", "/nonexistent/initrd"}, "--initrd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,6 +56,7 @@ type sessionFlags struct {
 	// still belongs to the source.
 	vsockSocket string
 	seccomp     string
+	onReboot    string
 }
 
 func (s *sessionFlags) register(fs *flag.FlagSet) {
@@ -65,6 +66,7 @@ func (s *sessionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.report, "report", "", "write a JSON report (timings, exits, RSS) to this file at exit")
 	fs.Var(&s.marks, "mark", "record when this string first appears on the console (repeatable; in the report)")
 	fs.StringVar(&s.seccomp, "seccomp", string(seccomp.Kill), "confine the VMM to its system calls once the VM is set up: kill (a call outside the list kills the VMM), log (it is logged by the kernel and runs), or off")
+	fs.StringVar(&s.onReboot, "on-reboot", "exit", "what the guest's own reboot does: exit (the VM ends, status 0) or reset (it boots again in this VM; restore: needs --kernel); 'vmm reset' and 'vmm reboot' boot it again either way")
 	fs.StringVar(&s.vsockSocket, "vsock-socket", "", "restore, run --incoming: serve the VM's vsock device on this unix socket instead of the one saved with it")
 }
 
@@ -118,13 +120,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 // attached as the first disk).
 func (f *runFlags) guest(sess *session) (kernel, initrd []byte, err error) {
 	if f.bootDisk == "" {
-		if kernel, err = os.ReadFile(f.kernel); err != nil {
-			return nil, nil, usagef("run: --kernel: %v", err)
-		}
-		if f.initrd != "" {
-			if initrd, err = os.ReadFile(f.initrd); err != nil {
-				return nil, nil, usagef("run: --initrd: %v", err)
-			}
+		if kernel, initrd, err = readBootFiles(f.kernel, f.initrd); err != nil {
+			return nil, nil, usagef("run: %v", err)
 		}
 		return kernel, initrd, nil
 	}
@@ -141,6 +138,35 @@ func (f *runFlags) guest(sess *session) (kernel, initrd []byte, err error) {
 		f.disks = append(multiFlag{f.bootDisk}, f.disks...)
 	}
 	return b.Kernel, b.Initrd, nil
+}
+
+// readBootFiles reads a kernel and an optional initrd.
+func readBootFiles(kernel, initrd string) (k, i []byte, err error) {
+	if k, err = os.ReadFile(kernel); err != nil {
+		return nil, nil, fmt.Errorf("--kernel: %w", err)
+	}
+	if initrd != "" {
+		if i, err = os.ReadFile(initrd); err != nil {
+			return nil, nil, fmt.Errorf("--initrd: %w", err)
+		}
+	}
+	return k, i, nil
+}
+
+// reloadFiles is how a reset gets the kernel and initrd again
+// (machine.Config.Reload): the files are read again.
+func reloadFiles(kernel, initrd string) func() ([]byte, []byte, error) {
+	return func() ([]byte, []byte, error) { return readBootFiles(kernel, initrd) }
+}
+
+// reload is Config.Reload for this run: the files again, or the boot
+// disk's entry as it was read (by then the disk is the guest's, and open
+// in the VMM under its lock).
+func (f *runFlags) reload(kernel, initrd []byte) func() ([]byte, []byte, error) {
+	if f.bootDisk != "" {
+		return func() ([]byte, []byte, error) { return kernel, initrd, nil }
+	}
+	return reloadFiles(f.kernel, f.initrd)
 }
 
 // findBootDisk sets bootDisk and bootFlag from --boot-disk or the one
@@ -246,6 +272,7 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel, cfg.Initrd, cfg.Cmdline = f.cpus, mem, kernel, initrd, f.cmdline
 	cfg.NoACPI = !f.acpi
 	cfg.RTCOffset = f.rtcOffset
+	cfg.Reload = f.reload(kernel, initrd)
 	if err := devs.forVMM(&cfg); err != nil {
 		return 0, err
 	}
@@ -262,10 +289,12 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 
 func cmdRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	start := time.Now()
-	var dir string
+	var dir, kernel, initrd string
 	var sf sessionFlags
 	fs := flag.NewFlagSet("vmm restore", flag.ContinueOnError)
 	fs.StringVar(&dir, "snapshot", "", "snapshot directory written by 'vmm snapshot' (required)")
+	fs.StringVar(&kernel, "kernel", "", "the kernel a reset boots (a snapshot does not hold it); without, a reset or reboot ends the VM")
+	fs.StringVar(&initrd, "initrd", "", "with --kernel: the initrd a reset boots")
 	sf.register(fs)
 	if done, err := parseFlags(fs, "restore", "--snapshot DIR [flags]", args, stdout); done || err != nil {
 		return exitOK, err
@@ -278,7 +307,17 @@ func cmdRestore(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, 
 		return 0, err
 	}
 	defer sess.close()
-	m, err := machine.Restore(dir, sess.baseConfig())
+	if initrd != "" && kernel == "" {
+		return 0, usagef("restore: --initrd needs --kernel")
+	}
+	if sf.onReboot == "reset" && kernel == "" {
+		return 0, usagef("restore: --on-reboot reset needs --kernel (a snapshot does not hold the kernel to boot again)")
+	}
+	base := sess.baseConfig()
+	if kernel != "" {
+		base.Reload = reloadFiles(kernel, initrd)
+	}
+	m, err := machine.Restore(dir, base)
 	if err != nil {
 		return 0, usagef("%v", err)
 	}
@@ -306,6 +345,9 @@ type session struct {
 func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start time.Time) (*session, error) {
 	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {}}
 	s.log = s.logger()
+	if f.onReboot != "exit" && f.onReboot != "reset" {
+		return nil, usagef("--on-reboot %q: want exit or reset", f.onReboot)
+	}
 	mode, err := seccomp.ParseMode(f.seccomp)
 	if err != nil {
 		return nil, usagef("--seccomp: %v", err)
@@ -352,6 +394,7 @@ func (s *session) baseConfig() machine.Config {
 		c.Vsock = &machine.VsockConfig{Socket: s.f.vsockSocket}
 	}
 	c.Logger = s.log
+	c.RebootResets = s.f.onReboot == "reset"
 	return c
 }
 

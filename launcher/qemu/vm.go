@@ -570,6 +570,21 @@ func (vm *VM) PowerDown(ctx context.Context) error {
 	return vm.exec(ctx, "system_powerdown", nil, nil)
 }
 
+// ErrNoReboot is returned for a reset of a VM started with NoReboot: -no-reboot
+// turns every reset into QEMU's exit, and lifting it (set-action) around
+// system_reset is not enough: the firmware resets the machine once more
+// as it starts again (SeaBIOS on a warm start), which would end QEMU.
+var ErrNoReboot = errors.New("QEMU runs with -no-reboot (a guest reboot ends the VM), so it cannot be reset")
+
+// Reset is a hard reset (system_reset): QEMU keeps running and the guest
+// boots again. It needs a VM started without NoReboot (ErrNoReboot).
+func (vm *VM) Reset(ctx context.Context) error {
+	if vm.cfg.NoReboot {
+		return ErrNoReboot
+	}
+	return vm.exec(ctx, "system_reset", nil, nil)
+}
+
 // Kill ends QEMU with SIGKILL and returns how it ended (ExitKilled, unless
 // it had ended already).
 func (vm *VM) Kill(ctx context.Context) (Exit, error) {

@@ -7,6 +7,8 @@
 //	PUT    /v1/vm/resume
 //	PUT    /v1/vm/stop        end the VM now (the VMM process exits)
 //	PUT    /v1/vm/powerbutton press the guest's ACPI power button (it may shut down)
+//	PUT    /v1/vm/reset       hard reset: the guest boots again, in the same VM
+//	PUT    /v1/vm/softreboot  press the power button; the guest's poweroff then boots it again
 //	PUT    /v1/vm/snapshot    {"dir": D, "resume": bool}: pause, write D, resume unless told not to
 //	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", "tls": {...}, ...}: start a live migration
 //	GET    /v1/vm/migration   progress and statistics of the current/last migration
@@ -108,6 +110,12 @@ type VM interface {
 	// PowerButton presses the guest's ACPI power button and returns: a
 	// guest that handles it powers off, and the VM ends, in its own time.
 	PowerButton() error
+	// Reset restarts the guest at once, as a reset button: it boots
+	// again in the same VM (same process, devices and disks).
+	Reset() error
+	// SoftReboot asks the guest to reboot: the power button is pressed,
+	// and when the guest powers off it boots again instead of ending.
+	SoftReboot() error
 	Snapshot(SnapshotRequest) (SnapshotResult, error)
 	Migrate(MigrateRequest) error
 	Migration() MigrationStatus

@@ -110,6 +110,16 @@ func (c *Client) PowerButton(ctx context.Context) error {
 	return c.do(ctx, http.MethodPut, "/v1/vm/powerbutton", nil, nil)
 }
 
+// Reset resets the VM: the guest boots again.
+func (c *Client) Reset(ctx context.Context) error {
+	return c.do(ctx, http.MethodPut, "/v1/vm/reset", nil, nil)
+}
+
+// SoftReboot asks the guest to reboot (power button, then a new boot).
+func (c *Client) SoftReboot(ctx context.Context) error {
+	return c.do(ctx, http.MethodPut, "/v1/vm/softreboot", nil, nil)
+}
+
 // Snapshot writes a snapshot.
 func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (SnapshotResult, error) {
 	var r SnapshotResult

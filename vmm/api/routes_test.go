@@ -188,6 +188,8 @@ func (v failVM) Pause() error                     { return v.err }
 func (v failVM) Resume() error                    { return v.err }
 func (v failVM) Stop() error                      { return v.err }
 func (v failVM) PowerButton() error               { return v.err }
+func (v failVM) Reset() error                     { return v.err }
+func (v failVM) SoftReboot() error                { return v.err }
 func (v failVM) Migrate(api.MigrateRequest) error { return v.err }
 func (v failVM) CancelMigration() error           { return v.err }
 func (v failVM) Snapshot(api.SnapshotRequest) (api.SnapshotResult, error) {
@@ -214,6 +216,8 @@ func TestErrorsMapToStatuses(t *testing.T) {
 			"resume":   c.Resume(ctx),
 			"stop":     c.Stop(ctx),
 			"button":   c.PowerButton(ctx),
+			"reset":    c.Reset(ctx),
+			"reboot":   c.SoftReboot(ctx),
 			"snapshot": snapErr,
 			"migrate":  c.Migrate(ctx, api.MigrateRequest{To: "unix:/m.sock"}),
 			"cancel":   c.CancelMigration(ctx),

@@ -66,6 +66,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/vm/powerbutton", func(w http.ResponseWriter, r *http.Request) {
 		result(w, nil, s.vm.PowerButton())
 	})
+	mux.HandleFunc("PUT /v1/vm/reset", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.Reset())
+	})
+	mux.HandleFunc("PUT /v1/vm/softreboot", func(w http.ResponseWriter, r *http.Request) {
+		result(w, nil, s.vm.SoftReboot())
+	})
 	mux.HandleFunc("PUT /v1/vm/snapshot", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		if !decode(w, r, &req) {

@@ -44,6 +44,16 @@ type Config struct {
 	Kernel      []byte
 	Initrd      []byte
 	Cmdline     string
+	// Reload reads the kernel and initrd again for a reset, which
+	// restarts the guest in this process (see Machine.Reset): the VMM does
+	// not keep them once loaded. Without it a reset ends the VM (Run
+	// returns ExitReset), as a reboot always did.
+	Reload func() (kernel, initrd []byte, err error)
+	// RebootResets makes the guest's own reboot (its reset line, a KVM
+	// reset event) restart it in place, as a PC's reset does; without it
+	// the guest's reboot ends the VM, as in Firecracker. RequestReset and
+	// SoftReboot restart in place either way. Both need Reload.
+	RebootResets bool
 	// NoACPI boots a guest kernel built without ACPI: it learns its CPUs
 	// from the MP table alone (always written) and its virtio devices from
 	// the command line. With ACPI (the default) the DSDT lists them, so
@@ -107,9 +117,15 @@ type Machine struct {
 	releaseDevices func()
 	created        time.Time
 	started        time.Time
-	exitOnce       sync.Once
+	exitMu         sync.Mutex
+	ending         bool // an exit is recorded; the vCPUs are leaving
 	exitCh         chan Exit
 	running        sync.WaitGroup
+
+	// reset (reset.go)
+	powerOn          *powerOn    // nil: the VM cannot reset in place
+	rebootOnPowerOff atomic.Bool // a soft reboot is under way
+	resetAsked       atomic.Bool // RequestReset or a soft reboot's poweroff
 }
 
 // Metrics counts VM exits the VMM handled.
@@ -236,6 +252,11 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	if err := m.setupVCPUs(booting); err != nil {
 		return nil, err
 	}
+	if cfg.Reload != nil {
+		if err := m.capturePowerOn(); err != nil {
+			return nil, err
+		}
+	}
 	built = true
 	return m, nil
 }
@@ -357,6 +378,11 @@ func (m *Machine) setupDevices() error {
 	var sleepWarned atomic.Bool
 	sleeper := sleep.New(func(typ uint8) {
 		if typ == acpi.SleepTypeS5 {
+			if m.rebootOnPowerOff.Load() {
+				m.resetAsked.Store(true)
+				m.stop(Exit{Reason: ExitReset})
+				return
+			}
 			m.stop(Exit{Reason: ExitShutdown})
 			return
 		}
@@ -448,12 +474,16 @@ func (m *Machine) Close() error {
 
 // stop records the first reason the VM ends and kicks every vCPU out.
 func (m *Machine) stop(e Exit) {
-	m.exitOnce.Do(func() {
-		m.exitCh <- e
-		for _, v := range m.vcpus {
-			v.request(reqStop)
-		}
-	})
+	m.exitMu.Lock()
+	defer m.exitMu.Unlock()
+	if m.ending {
+		return
+	}
+	m.ending = true
+	m.exitCh <- e
+	for _, v := range m.vcpus {
+		v.request(reqStop)
+	}
 }
 
 // Stop asks the VM to stop; Run returns ExitStopped.
@@ -464,9 +494,12 @@ func (m *Machine) Stop() { m.stop(Exit{Reason: ExitStopped}) }
 func (m *Machine) EndMigrated() { m.stop(Exit{Reason: ExitMigrated}) }
 
 // Run starts every vCPU and blocks until the guest ends or Stop is called.
-// All vCPU threads have exited when it returns.
+// All vCPU threads have exited when it returns. After ExitReset, Reset
+// prepares the machine to Run again.
 func (m *Machine) Run() Exit {
-	m.started = time.Now()
+	if m.started.IsZero() {
+		m.started = time.Now()
+	}
 	for _, v := range m.vcpus {
 		m.running.Add(1)
 		go v.loop()

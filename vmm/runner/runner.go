@@ -22,13 +22,16 @@ type Runner struct {
 	memMiB  uint64
 	started time.Time
 
-	mu       sync.Mutex
-	paused   bool
-	migrated bool
-	lost     error // a post-copy migration failed: the guest is gone
-	exited   *machine.Exit
-	mig      *migrationJob
-	done     chan struct{}
+	mu        sync.Mutex
+	paused    bool
+	migrated  bool
+	lost      error // a post-copy migration failed: the guest is gone
+	exited    *machine.Exit
+	stopping  bool // Stop was called: a reset in progress ends instead
+	resetting bool // between a reset's exit and the guest's new boot
+	resets    int
+	mig       *migrationJob
+	done      chan struct{}
 }
 
 type migrationJob struct {
@@ -54,6 +57,11 @@ func (r *Runner) Run() machine.Exit {
 	r.mu.Unlock()
 	r.m.Log().Info("VM state", "state", api.StateRunning)
 	e := r.m.Run()
+	for again := true; again; {
+		if e, again = r.reset(e); again {
+			e = r.m.Run()
+		}
+	}
 	r.mu.Lock()
 	r.exited = &e
 	j := r.mig
@@ -71,6 +79,38 @@ func (r *Runner) Run() machine.Exit {
 	}
 	r.m.Log().Info("VM state", attrs...)
 	return e
+}
+
+// reset restarts the guest in place after a reset exit (the guest's own
+// reboot, Reset, or a SoftReboot's poweroff) when the machine can; the VM
+// ends instead if it cannot, if it is being stopped, or if a migration
+// was under way (its stream already carries the old guest). again says
+// whether to Run once more; otherwise e is how the VM ended.
+func (r *Runner) reset(e machine.Exit) (_ machine.Exit, again bool) {
+	if !r.m.WillReset(e) {
+		return e, false
+	}
+	r.mu.Lock()
+	busy := r.stopping || r.migrated || r.lost != nil || (r.mig != nil && r.mig.active)
+	r.resetting = !busy
+	r.mu.Unlock()
+	if busy {
+		return e, false
+	}
+	err := r.m.Reset()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resetting = false
+	switch {
+	case err != nil:
+		return machine.Exit{Reason: machine.ExitError, Err: err}, false
+	case r.stopping:
+		return machine.Exit{Reason: machine.ExitStopped}, false
+	}
+	r.resets++
+	r.paused = false // the new boot runs whether or not the old guest was paused
+	r.m.Log().Info("VM state", "state", api.StateRunning, "reset", r.resets)
+	return e, true
 }
 
 // Done is closed when the VM has ended.
@@ -120,6 +160,43 @@ func (r *Runner) checkRunning(what string) error {
 	if r.mig != nil && r.mig.active {
 		return fmt.Errorf("%w: cannot %s during a live migration", api.ErrConflict, what)
 	}
+	if r.resetting {
+		return fmt.Errorf("%w: cannot %s while the VM resets", api.ErrConflict, what)
+	}
+	return nil
+}
+
+// Reset implements api.VM: a hard reset, as the reset button; the guest
+// boots again in this process (a paused VM runs again).
+func (r *Runner) Reset() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkReset("reset"); err != nil {
+		return err
+	}
+	r.m.RequestReset()
+	r.m.Log().Info("reset requested")
+	return nil
+}
+
+// SoftReboot implements api.VM: the power button is pressed, and when the
+// guest powers off it boots again instead of the VM ending.
+func (r *Runner) SoftReboot() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkReset("reboot"); err != nil {
+		return err
+	}
+	return r.m.SoftReboot()
+}
+
+func (r *Runner) checkReset(what string) error {
+	if err := r.checkRunning(what); err != nil {
+		return err
+	}
+	if !r.m.CanReset() {
+		return fmt.Errorf("%w: cannot %s: this VM cannot restart in place (its configuration has no way to reload the kernel)", api.ErrConflict, what)
+	}
 	return nil
 }
 
@@ -167,6 +244,7 @@ func (r *Runner) Resume() error {
 // ExitMigrated once its guest runs on a migration target).
 func (r *Runner) Stop() error {
 	r.mu.Lock()
+	r.stopping = true
 	if j := r.mig; j != nil && j.active {
 		j.cancel()
 	}

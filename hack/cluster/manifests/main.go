@@ -407,7 +407,9 @@ type leafCert struct{ cert, key []byte }
 func userRoles() []*rbacv1.ClusterRole {
 	subres := []string{"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
 		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
-		"virtualmachineinstances/migrate", "virtualmachineinstances/console"}
+		"virtualmachineinstances/migrate", "virtualmachineinstances/console",
+		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
+		"virtualmachineinstances/portforward", "virtualmachines/portforward"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
 	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
 		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},

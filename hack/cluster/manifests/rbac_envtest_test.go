@@ -58,16 +58,20 @@ func TestUserRolesEnvtest(t *testing.T) {
 			Template:    &v1.VirtualMachineInstanceTemplateSpec{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &g}}}},
 		}}
 	}
-	// console opens the VMI's console as the config's user (the websocket
-	// upgrade is a GET: RBAC verb get) and returns the HTTP status.
-	console := func(c *rest.Config) int {
+	// sub requests a subresource as the config's user (a websocket
+	// upgrade is a GET: RBAC verb get; reset and softreboot are PUTs:
+	// update) and returns the HTTP status.
+	sub := func(c *rest.Config, method, path string) int {
 		hc, err := rest.HTTPClientFor(c)
 		require.NoError(t, err)
-		resp, err := hc.Get(c.Host + "/apis/" + v1.SubresourceGroupName + "/v1/namespaces/" + ns + "/virtualmachineinstances/vm/console")
+		req, err := http.NewRequest(method, c.Host+"/apis/"+v1.SubresourceGroupName+"/v1/namespaces/"+ns+"/"+path, nil)
+		require.NoError(t, err)
+		resp, err := hc.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	console := func(c *rest.Config) int { return sub(c, http.MethodGet, "virtualmachineinstances/vm/console") }
 
 	viewer, viewerCfg := as("viewer")
 	editor, editorCfg := as("editor")
@@ -82,4 +86,18 @@ func TestUserRolesEnvtest(t *testing.T) {
 
 	_, stranger := as("stranger")
 	assert.Equal(t, http.StatusForbidden, console(stranger), "nor can a user with no role")
+
+	// The same for resetting, rebooting and forwarding ports, as
+	// KubeVirt's edit role grants them.
+	for _, r := range []struct{ method, path string }{
+		{http.MethodPut, "virtualmachineinstances/vm/reset"},
+		{http.MethodPut, "virtualmachineinstances/vm/softreboot"},
+		{http.MethodGet, "virtualmachineinstances/vm/portforward/22"},
+		{http.MethodGet, "virtualmachineinstances/vm/portforward/22/tcp"},
+		{http.MethodGet, "virtualmachines/vm/portforward/22"},
+	} {
+		assert.Equal(t, http.StatusForbidden, sub(viewerCfg, r.method, r.path), "a viewer: %s %s", r.method, r.path)
+		assert.Equal(t, http.StatusForbidden, sub(stranger, r.method, r.path), "a stranger: %s %s", r.method, r.path)
+		assert.Equal(t, http.StatusNotFound, sub(editorCfg, r.method, r.path), "an editor: %s %s", r.method, r.path)
+	}
 }

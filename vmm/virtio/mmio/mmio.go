@@ -187,6 +187,15 @@ func (t *Transport) Cmdline() string {
 	return fmt.Sprintf("virtio_mmio.device=4K@%#x:%d", t.base, t.gsi)
 }
 
+// Reset returns the transport and its device to their power-on state, as
+// the driver's write of status 0 does: the VM is being reset, and the next
+// kernel finds the device as the first one did.
+func (t *Transport) Reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reset()
+}
+
 // Close resets the device (stopping its worker) and releases the eventfds.
 func (t *Transport) Close() error {
 	t.mu.Lock()

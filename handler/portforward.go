@@ -1,0 +1,89 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+)
+
+// softReboot asks the guest to reboot. KubeVirt asks the guest agent
+// when one is connected and otherwise reboots through ACPI; kubevmm has
+// the ACPI way: the launcher presses the power button and boots the guest
+// again when it powers off. (With a guest agent, ask it here first.)
+func softReboot(ctx context.Context, c *api.Client) error {
+	return c.SoftReboot(ctx)
+}
+
+// guestDialTimeout bounds the connection to the guest's port: a guest
+// that drops SYNs must not hold virt-api's request for minutes.
+const guestDialTimeout = 10 * time.Second
+
+// portForward connects to a TCP port of the guest from inside the
+// launcher pod's network namespace, where the guest is spec.GuestIP
+// behind the masquerade tap (as KubeVirt's handler dials it), and carries
+// the connection's bytes over the websocket virt-api opened.
+func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		http.Error(w, fmt.Sprintf("port %q: want a number from 1 to 65535", r.PathValue("port")), http.StatusBadRequest)
+		return
+	}
+	if p := r.PathValue("protocol"); p != "tcp" {
+		http.Error(w, fmt.Sprintf("protocol %q: only tcp is forwarded", p), http.StatusBadRequest)
+		return
+	}
+	vmi, l, code, err := s.launcher(r)
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
+	pid, err := l.pid(ctx)
+	cancel()
+	if err != nil {
+		http.Error(w, fmt.Sprintf("the launcher of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
+		return
+	}
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("network namespace of the launcher of VMI %s/%s (pid %d): %v", vmi.Namespace, vmi.Name, pid, err), http.StatusServiceUnavailable)
+		return
+	}
+	conn, err := dialInNetns(ns, net.JoinHostPort(spec.GuestIP, strconv.Itoa(port)))
+	ns.Close()
+	if err != nil {
+		http.Error(w, fmt.Sprintf("VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	s.Log.Info("port forward", "vmi", vmi.Namespace+"/"+vmi.Name, "port", port)
+	BridgeWebsocket(ws, conn)
+}
+
+// dialInNetns connects to addr over TCP from the network namespace ns:
+// the socket is made there, and stays there.
+func dialInNetns(ns netns.NsHandle, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := inNetns(ns, func() error {
+		d := net.Dialer{Timeout: guestDialTimeout}
+		var err error
+		conn, err = d.Dial("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the guest's %s: %w", addr, err)
+	}
+	return conn, nil
+}
