@@ -75,9 +75,9 @@ type VMConfig struct {
 	UUID       string
 	// StartPaused: spec.startStrategy Paused.
 	StartPaused bool
-	// RebootResets: spec.domain.rebootPolicy Reboot, the guest's own
-	// reboot boots it again in the same VMI. Unset it ends the VMI
-	// (Terminate), as it always has in kubevmm.
+	// RebootResets: spec.domain.rebootPolicy Reboot, KubeVirt's default
+	// (unset): the guest's own reboot boots it again in the same VMI.
+	// Terminate ends the VMI instead.
 	RebootResets bool
 }
 
@@ -113,7 +113,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		CPUs:         spec.VCPUs(s),
 		MemoryMiB:    int(mem.Value() >> 20),
 		RNG:          s.Domain.Devices.Rng != nil,
-		RebootResets: s.Domain.RebootPolicy != nil && *s.Domain.RebootPolicy == "Reboot",
+		RebootResets: s.Domain.RebootPolicy == nil || *s.Domain.RebootPolicy == "Reboot",
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
