@@ -103,7 +103,9 @@ type Machine struct {
 	throttleDone   chan struct{}
 	releaseDevices func()
 	created        time.Time
+	phases         []Phase // build and restore steps
 	started        time.Time
+	entered        atomic.Pointer[time.Time] // first KVM_RUN of any vCPU
 	exitOnce       sync.Once
 	exitCh         chan Exit
 	running        sync.WaitGroup
@@ -210,13 +212,16 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	if err := m.setupVM(); err != nil {
 		return nil, err
 	}
+	m.mark("kvm")
 	if err := m.setupMemory(from); err != nil {
 		return nil, err
 	}
+	m.mark("memory")
 	cmdline := m.Cmdline
 	if err := m.setupVirtio(); err != nil {
 		return nil, err
 	}
+	m.mark("virtio")
 	if booting {
 		if err := m.loadGuest(); err != nil {
 			return nil, err
@@ -224,6 +229,7 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 		// the images are in guest RAM now; holding them would double
 		// the VMM's own memory (the kernel is most of it)
 		m.cfg.Kernel, m.cfg.Initrd = nil, nil
+		m.mark("kernel")
 	} else {
 		m.Cmdline = cmdline // the restored guest booted with the saved one
 	}
@@ -233,6 +239,7 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	if err := m.setupVCPUs(booting); err != nil {
 		return nil, err
 	}
+	m.mark("vcpus")
 	built = true
 	return m, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -147,6 +148,10 @@ func (v *vcpu) loop() {
 	v.started = true
 	v.mu.Unlock()
 	for v.checkpoint() {
+		if v.m.entered.Load() == nil {
+			now := time.Now()
+			v.m.entered.CompareAndSwap(nil, &now)
+		}
 		err := v.c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
 			v.m.Metrics.ExitsIntr.Add(1)
