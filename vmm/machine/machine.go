@@ -209,14 +209,18 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	if m.vm, err = m.sys.CreateVM(); err != nil {
 		return nil, err
 	}
-	if err := m.setupVM(); err != nil {
-		return nil, err
-	}
-	m.mark("kvm")
+	// RAM before the interrupt controllers: once a VM has an in-kernel
+	// irqchip, adding a memory slot waits for KVM's SRCU grace periods
+	// (7 ms of the 9 ms to a restored guest's vCPU entry on this CI
+	// host, 0.1 ms without).
 	if err := m.setupMemory(from); err != nil {
 		return nil, err
 	}
 	m.mark("memory")
+	if err := m.setupVM(); err != nil {
+		return nil, err
+	}
+	m.mark("irqchip")
 	cmdline := m.Cmdline
 	if err := m.setupVirtio(); err != nil {
 		return nil, err
