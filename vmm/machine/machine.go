@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/devices/sleep"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
 	"github.com/kubevmm/kubevmm/vmm/memory"
+	"github.com/kubevmm/kubevmm/vmm/procmem"
 	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
 )
 
@@ -106,6 +108,7 @@ type Machine struct {
 	phases         []Phase // build and restore steps
 	started        time.Time
 	entered        atomic.Pointer[time.Time] // first KVM_RUN of any vCPU
+	enteredCh      chan struct{}             // closed then
 	exitOnce       sync.Once
 	exitCh         chan Exit
 	running        sync.WaitGroup
@@ -183,7 +186,7 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	if cfg.Cmdline == "" {
 		cfg.Cmdline = DefaultCmdline
 	}
-	m := &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1)}
+	m := &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1), enteredCh: make(chan struct{})}
 	built := false
 	defer func() {
 		if !built {
@@ -475,6 +478,15 @@ func (m *Machine) EndMigrated() { m.stop(Exit{Reason: ExitMigrated}) }
 // All vCPU threads have exited when it returns.
 func (m *Machine) Run() Exit {
 	m.started = time.Now()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-m.enteredCh:
+			m.releaseSetup()
+		case <-done:
+		}
+	}()
 	for _, v := range m.vcpus {
 		m.running.Add(1)
 		go v.loop()
@@ -482,6 +494,19 @@ func (m *Machine) Run() Exit {
 	e := <-m.exitCh
 	m.running.Wait()
 	return e
+}
+
+// releaseSetup gives back, once the guest runs, the memory only setting
+// the VM up needed. The kernel and initrd images (or a snapshot's state)
+// were read into the heap and are garbage now, but the runtime keeps
+// freed heap for reuse: a booted VMM would hold ~20 MiB for good. And
+// the binary's code that start-up and setup ran leaves its pages mapped.
+// Not before the first vCPU entry: it would delay it.
+func (m *Machine) releaseSetup() {
+	debug.FreeOSMemory()
+	if err := procmem.DropText(); err != nil {
+		m.Log().Warn("releasing setup memory", "error", err)
+	}
 }
 
 // Started is when Run began.

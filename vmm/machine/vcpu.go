@@ -150,7 +150,9 @@ func (v *vcpu) loop() {
 	for v.checkpoint() {
 		if v.m.entered.Load() == nil {
 			now := time.Now()
-			v.m.entered.CompareAndSwap(nil, &now)
+			if v.m.entered.CompareAndSwap(nil, &now) {
+				close(v.m.enteredCh)
+			}
 		}
 		err := v.c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {

@@ -19,6 +19,8 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Range is an address range [Start, End) of this process.
@@ -224,4 +226,37 @@ func addRuntime(b *Breakdown) {
 	if goKiB := b.HeapKiB + b.HeapFreeKiB + b.StacksKiB; goKiB < b.AnonKiB {
 		b.OtherAnonKiB = b.AnonKiB - goKiB
 	}
+}
+
+// DropText drops this process's page-table entries for the binary's
+// read-only mappings (code and read-only data). At start the runtime
+// initialises every package and setup runs code a running VMM never runs
+// again; each fault maps a page's neighbours too, so most of the binary
+// stays resident. The pages stay in the page cache: what runs later is
+// mapped again by a minor fault. Writable mappings are left alone (their
+// written pages exist nowhere else).
+func DropText() error {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return fmt.Errorf("drop text: %w", err)
+	}
+	defer func() { _ = f.Close() }() // read-only
+	maps, err := ParseSmaps(f)
+	if err != nil {
+		return fmt.Errorf("drop text: %w", err)
+	}
+	exe, ok := binary(maps, codeAddr)
+	if !ok {
+		return nil
+	}
+	for _, m := range maps {
+		if m.Inode != exe.Inode || m.Path != exe.Path || strings.Contains(m.Perms, "w") {
+			continue
+		}
+		// By address: the range is no Go memory.
+		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.Start, m.End-m.Start, unix.MADV_DONTNEED); errno != 0 {
+			return fmt.Errorf("drop text %#x-%#x: %w", m.Start, m.End, errno)
+		}
+	}
+	return nil
 }
