@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/console"
@@ -413,7 +412,7 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 // writeReport logs (-v) and writes (--report) how the run went; phases
 // are the setup's timing points.
 func (s *session) writeReport(m *machine.Machine, r *runner.Runner, exit machine.Exit, phases []machine.Phase, setup, total time.Duration) {
-	mem, err := procmem.Self(guestRAM(m))
+	mem, err := procmem.Self(m.GuestRAM())
 	if err != nil {
 		fmt.Fprintf(s.stderr, "vmm: %v\n", err)
 	}
@@ -486,19 +485,6 @@ type report struct {
 type phaseMs struct {
 	Name string  `json:"name"`
 	Ms   float64 `json:"ms"`
-}
-
-// guestRAM is where m's guest RAM is mapped.
-func guestRAM(m *machine.Machine) []procmem.Range {
-	if m.Mem == nil {
-		return nil
-	}
-	var out []procmem.Range
-	for _, r := range m.Mem.Regions() {
-		p := uintptr(unsafe.Pointer(unsafe.SliceData(r.Data)))
-		out = append(out, procmem.Range{Start: p, End: p + uintptr(len(r.Data))})
-	}
-	return out
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,6 +1,11 @@
 package machine
 
-import "time"
+import (
+	"time"
+	"unsafe"
+
+	"github.com/kubevmm/kubevmm/vmm/procmem"
+)
 
 // Phase is a step of building or restoring the machine and when it ended:
 // the timing points of a report, to see where the time to the first vCPU
@@ -23,4 +28,18 @@ func (m *Machine) Entered() time.Time {
 		return *t
 	}
 	return time.Time{}
+}
+
+// GuestRAM is where guest RAM is mapped in this process (for
+// procmem.Self).
+func (m *Machine) GuestRAM() []procmem.Range {
+	if m.Mem == nil {
+		return nil
+	}
+	var out []procmem.Range
+	for _, r := range m.Mem.Regions() {
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(r.Data)))
+		out = append(out, procmem.Range{Start: p, End: p + uintptr(len(r.Data))})
+	}
+	return out
 }
