@@ -234,10 +234,11 @@ func addRuntime(b *Breakdown) {
 // initialises every package and setup runs code a running VMM never runs
 // again; each fault maps a page's neighbours too, so most of the binary
 // stays resident. The pages stay in the page cache: what runs later is
-// mapped again by a minor fault. Writable mappings are left alone (their
-// written pages exist nowhere else).
+// mapped again by a minor fault. Mappings with written pages are left
+// alone, those pages exist nowhere else: writable data, and read-only
+// data a loader relocated (a position-independent build's RELRO).
 func DropText() error {
-	f, err := os.Open("/proc/self/maps")
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return fmt.Errorf("drop text: %w", err)
 	}
@@ -251,7 +252,7 @@ func DropText() error {
 		return nil
 	}
 	for _, m := range maps {
-		if m.Inode != exe.Inode || m.Path != exe.Path || strings.Contains(m.Perms, "w") {
+		if m.Inode != exe.Inode || m.Path != exe.Path || strings.Contains(m.Perms, "w") || m.AnonKiB != 0 {
 			continue
 		}
 		// By address: the range is no Go memory.
