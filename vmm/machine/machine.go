@@ -483,6 +483,11 @@ func (m *Machine) Run() Exit {
 	go func() {
 		select {
 		case <-m.enteredCh:
+		case <-done:
+			return
+		}
+		select {
+		case <-time.After(releaseDelay):
 			m.releaseSetup()
 		case <-done:
 		}
@@ -496,12 +501,16 @@ func (m *Machine) Run() Exit {
 	return e
 }
 
+// releaseDelay is how long after the first vCPU entry the setup's memory
+// is given back: not at once, where the collection and the code faulted
+// back in would compete with a restored guest's first steps for the CPU.
+const releaseDelay = time.Second
+
 // releaseSetup gives back, once the guest runs, the memory only setting
 // the VM up needed. The kernel and initrd images (or a snapshot's state)
 // were read into the heap and are garbage now, but the runtime keeps
 // freed heap for reuse: a booted VMM would hold ~20 MiB for good. And
 // the binary's code that start-up and setup ran leaves its pages mapped.
-// Not before the first vCPU entry: it would delay it.
 func (m *Machine) releaseSetup() {
 	debug.FreeOSMemory()
 	if err := procmem.DropText(); err != nil {
