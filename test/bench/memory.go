@@ -172,8 +172,8 @@ func (res memResults) render(b *strings.Builder) {
 		"`vmm restore` of the snapshot (same devices), %d times, runs until the guest's first output, idles %v and is measured. "+
 		"The breakdown is the VMM's own (`memory` in the control API's metrics, as in `--report`): each mapping's resident pages from /proc/self/smaps, guest RAM found by its address "+
 		"(the overhead is RSS minus exactly that), anonymous memory split by the Go runtime's own accounts (runtime/metrics). "+
-		"The previous figures are the full bench of 2026-11-22 (boot section: RSS minus guest RAM when /init reported, a guest without devices; "+
-		"snapshot section: RSS of the restored VMM, guest RAM included, as only RssAnon/RssFile/RssShmem were read then).\n\n", res.idle, len(res.restored), res.idle)
+		"The previous figures are the full bench of 2026-11-22, for guests without devices (boot section: RSS minus guest RAM when /init reported; "+
+		"snapshot section: the restore's timings, and its RSS with guest RAM included, as only RssAnon/RssFile/RssShmem were read then).\n\n", res.idle, len(res.restored), res.idle)
 	var ok []memRun
 	for _, r := range res.restored {
 		if r.err == nil {
