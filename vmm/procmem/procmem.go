@@ -263,9 +263,9 @@ func DropText() error {
 	return nil
 }
 
-// GCPercent is a VMM process's GOGC. Its live heap is small (about 1 MiB
-// once the guest runs) and allocated slowly, so the runtime's floor of a
-// 4 MiB heap target at the default 100 is mostly garbage held resident;
+// GCPercent is a VMM process's GOGC. Its live heap is small (a few hundred
+// KiB once the guest runs) and allocated slowly, so the runtime's floor of
+// a 4 MiB heap target at the default 100 is mostly garbage held resident;
 // at 50 the floor is 2 MiB, for a GC cycle of well under a millisecond
 // twice as often. No memory limit (GOMEMLIMIT) is set: setup legitimately
 // holds a kernel image (tens of MiB) for a moment, and a limit below that
