@@ -9,8 +9,10 @@ BIN := bin
 
 all: build
 
+# Without cgo: the commands need no C library (only net's resolver would
+# use it), and a VMM that maps no libc holds ~1.4 MiB less (see README).
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/...
 
 guest:
 	@hack/guest-image.sh

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/launcher"
 	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/procmem"
 )
 
 func main() {
@@ -43,6 +44,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	procmem.TuneGC() // the VMM runs in this process
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code, err := launcher.Run(ctx, launcher.Options{
 		VMIFile:    os.Getenv("KUBEVMM_VMI_FILE"),

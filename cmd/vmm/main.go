@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/kubevmm/kubevmm/vmm/procmem"
 )
 
 const (
@@ -62,8 +64,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		var code int
 		switch args[0] {
 		case "run":
+			procmem.TuneGC()
 			code, err = cmdRun(args[1:], stdin, stdout, stderr)
 		case "restore":
+			procmem.TuneGC()
 			code, err = cmdRestore(args[1:], stdin, stdout, stderr)
 		case "snapshot":
 			code, err = cmdSnapshot(args[1:], stdout)

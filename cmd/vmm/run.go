@@ -19,6 +19,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/console"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
+	"github.com/kubevmm/kubevmm/vmm/procmem"
 	"github.com/kubevmm/kubevmm/vmm/runner"
 	"github.com/kubevmm/kubevmm/vmm/seccomp"
 )
@@ -339,11 +340,22 @@ type session struct {
 	marks       map[string]<-chan time.Time
 	firstOutput <-chan time.Time
 	restoreTTY  func()
+	sigs        chan os.Signal
+	sigsReady   chan struct{} // closed once sigs is notified of SIGINT and SIGTERM
 	log         *slog.Logger
 }
 
 func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start time.Time) (*session, error) {
-	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {}}
+	s := &session{f: f, start: start, stdin: stdin, stdout: stdout, stderr: stderr, restoreTTY: func() {},
+		sigs: make(chan os.Signal, 1), sigsReady: make(chan struct{})}
+	// The first signal.Notify waits for the runtime to start a thread for
+	// signal masks: 1-20 ms on a loaded host, which would delay the vCPU
+	// entry; it goes on beside the VM's setup instead. A signal that
+	// arrives before the VM runs stops it as soon as it does.
+	go func() {
+		signal.Notify(s.sigs, syscall.SIGINT, syscall.SIGTERM)
+		close(s.sigsReady)
+	}()
 	s.log = s.logger()
 	if f.onReboot != "exit" && f.onReboot != "reset" {
 		return nil, usagef("--on-reboot %q: want exit or reset", f.onReboot)
@@ -373,6 +385,8 @@ func newSession(f sessionFlags, stdin io.Reader, stdout, stderr io.Writer, start
 }
 
 func (s *session) close() {
+	<-s.sigsReady
+	signal.Stop(s.sigs)
 	s.con.Close()
 	s.restoreTTY()
 }
@@ -411,9 +425,14 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	// RAM mapped): from here on the VMM needs only the calls of a running
 	// VM, serving its sockets included, so the API socket appearing means
 	// the filter is in place.
+	phases := m.Phases()
+	phase := func(name string) { phases = append(phases, machine.Phase{Name: name, At: time.Now()}) }
+	<-s.sigsReady // and its thread started before the filter
+	phase("signals")
 	if err := seccomp.Install(s.seccomp); err != nil {
 		return 0, usagef("--seccomp=%s: %v", s.seccomp, err)
 	}
+	phase("seccomp")
 	r := runner.New(m, m.Config().CPUs, m.Config().MemoryBytes)
 	s.con.SetInput(m.Serial.Input)
 	if s.socketPath != "" {
@@ -431,11 +450,9 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 		}
 		defer srv.Close()
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	phase("sockets")
 	go func() {
-		if _, ok := <-sigs; ok {
+		if _, ok := <-s.sigs; ok {
 			if err := r.Stop(); err != nil {
 				fmt.Fprintf(s.stderr, "vmm: stop: %v\n", err)
 			}
@@ -456,6 +473,22 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	}
 	total := time.Since(s.start)
 	s.con.Close()
+	s.writeReport(m, r, exit, phases, setup, total)
+	if exit.Failed() {
+		fmt.Fprintf(s.stderr, "vmm: guest failed: %s\n", oneLine(exit.String()))
+		return exitGuest, nil
+	}
+	s.log.Info("guest ended", "exit", exit.String())
+	return exitOK, nil
+}
+
+// writeReport logs (-v) and writes (--report) how the run went; phases
+// are the setup's timing points.
+func (s *session) writeReport(m *machine.Machine, r *runner.Runner, exit machine.Exit, phases []machine.Phase, setup, total time.Duration) {
+	mem, err := procmem.Self(m.GuestRAM())
+	if err != nil {
+		fmt.Fprintf(s.stderr, "vmm: %v\n", err)
+	}
 
 	rep := report{
 		Exit:     string(exit.Reason),
@@ -464,6 +497,7 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 		Marks:    map[string]float64{},
 		Stats:    m.Stats(),
 		RSS:      readRSS(),
+		Memory:   mem,
 		Cmdline:  m.Cmdline,
 		CPUs:     m.Config().CPUs,
 		MemoryMB: m.Config().MemoryBytes >> 20,
@@ -474,7 +508,14 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 	if mig := r.Migration(); mig.Stats.Phase != "" {
 		rep.Migration = &mig.Stats
 	}
-	rep.VCPUEntryMs = ms(m.Started().Sub(s.start))
+	entered := m.Entered()
+	if entered.IsZero() { // stopped before a vCPU ran
+		entered = m.Started()
+	}
+	rep.VCPUEntryMs = ms(entered.Sub(s.start))
+	for _, p := range append(phases, machine.Phase{Name: "vcpu entry", At: entered}) {
+		rep.Phases = append(rep.Phases, phaseMs{p.Name, ms(p.At.Sub(s.start))})
+	}
 	if t, ok := received(s.firstOutput); ok {
 		rep.FirstOutputMs = ms(t.Sub(s.start))
 	}
@@ -493,12 +534,6 @@ func (s *session) serve(m *machine.Machine, profile string) (int, error) {
 			fmt.Fprintf(s.stderr, "vmm: write report: %v\n", err)
 		}
 	}
-	if exit.Failed() {
-		fmt.Fprintf(s.stderr, "vmm: guest failed: %s\n", oneLine(exit.String()))
-		return exitGuest, nil
-	}
-	s.log.Info("guest ended", "exit", exit.String())
-	return exitOK, nil
 }
 
 type report struct {
@@ -509,12 +544,20 @@ type report struct {
 	Cmdline       string             `json:"cmdline"`
 	SetupMs       float64            `json:"setup_ms"`
 	VCPUEntryMs   float64            `json:"vcpu_entry_ms"`
+	Phases        []phaseMs          `json:"phases_ms"` // when each setup step ended, from process start
 	FirstOutputMs float64            `json:"first_output_ms,omitempty"`
 	Marks         map[string]float64 `json:"marks_ms"`
 	TotalMs       float64            `json:"total_ms"`
 	RSS           map[string]uint64  `json:"rss_kib"`
+	Memory        procmem.Breakdown  `json:"memory"` // where the RSS goes, at exit
 	Stats         map[string]any     `json:"stats"`
 	Migration     *migration.Stats   `json:"migration,omitempty"`
+}
+
+// phaseMs is a timing point of the report.
+type phaseMs struct {
+	Name string  `json:"name"`
+	Ms   float64 `json:"ms"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -242,6 +242,7 @@ func (k *kvm) stop() error {
 type kvmReport struct {
 	VCPUEntryMs   float64          `json:"vcpu_entry_ms"`
 	FirstOutputMs float64          `json:"first_output_ms"`
+	Phases        []phase          `json:"phases_ms"`
 	Migration     *migration.Stats `json:"migration"`
 }
 

@@ -3,8 +3,8 @@
 // disk boot against kernelBoot (kubevmm only), disk and network throughput
 // seen from the guest, live migration (idle guests of several sizes, a
 // guest dirtying memory with and without auto-converge) and snapshot
-// restore, and the virtio devices' own CPU cost measured without a guest.
-// `make bench` runs it.
+// restore, where the VMM's own memory goes, and the virtio devices' own CPU
+// cost measured without a guest. `make bench` runs it.
 //
 // Everything it creates — VMM processes, a network namespace with taps, a
 // work directory — is removed at the end, also when a step fails or the
@@ -39,6 +39,7 @@ type env struct {
 	accel      qemu.Accel // how QEMU runs guests here (probeQEMUAccel)
 	accelNote  string
 	qemuVer    qemuVersion
+	netnsSeq   int // network namespaces made so far (newNetns)
 	cl         cleanups
 }
 
@@ -53,7 +54,7 @@ func run() int {
 	out := flag.String("out", "test/bench/RESULTS.md", "report file")
 	runs := flag.Int("runs", 3, "boots per configuration in the boot section")
 	mem := flag.Int("memory", 128, "guest RAM in the boot section (MiB)")
-	sections := flag.String("sections", "boot,diskboot,storage,network,devices,migration", "sections to run")
+	sections := flag.String("sections", "boot,memory,diskboot,storage,network,devices,migration", "sections to run: boot, memory (VMM memory breakdown and restore timings), diskboot, storage, network, devices (guest-less virtio-net and virtio-blk CPU cost), migration")
 	flag.Parse()
 	if *guest == "" {
 		fmt.Fprintln(os.Stderr, "bench: -guest is required")
@@ -133,6 +134,10 @@ func (e *env) report(ctx context.Context, want map[string]bool) string {
 	}
 	if want["boot"] {
 		e.bootSection(ctx).render(&b)
+		b.WriteString("\n")
+	}
+	if want["memory"] {
+		e.memorySection(ctx).render(&b)
 		b.WriteString("\n")
 	}
 	if want["diskboot"] {

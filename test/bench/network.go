@@ -38,7 +38,8 @@ type netns struct {
 // newNetns creates a namespace with taps tap0..tap<n-1>, persistent so
 // each VMM in turn attaches to them, and registers their removal.
 func (e *env) newNetns(n int) (*netns, error) {
-	name := fmt.Sprintf("kubevmm-bench-%d", os.Getpid())
+	name := fmt.Sprintf("kubevmm-bench-%d-%d", os.Getpid(), e.netnsSeq) // one per section that needs it
+	e.netnsSeq++
 	ns, err := link.NewNetns(name)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package machine
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/assist"
@@ -35,15 +36,18 @@ func Restore(dir string, base Config) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	read := time.Now()
 	var s State
 	if err := json.Unmarshal(man.State, &s); err != nil {
 		mem.Close()
 		return nil, fmt.Errorf("%w: snapshot state: %v", ErrConfig, err)
 	}
+	decoded := time.Now()
 	m, err := fromState(&s, base, mem)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", dir, err)
 	}
+	m.phases = append([]Phase{{"snapshot read", read}, {"state decoded", decoded}}, m.phases...)
 	return m, nil
 }
 
@@ -67,10 +71,12 @@ func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
 		_ = m.Close() // never ran: the refusal is the error to report
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	m.mark("disks checked")
 	if err := m.loadState(s); err != nil {
 		_ = m.Close() // never ran: the restore error is the one to report
 		return nil, err
 	}
+	m.mark("state loaded")
 	return m, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/kubevmm/kubevmm/vmm/block"
@@ -180,8 +181,16 @@ func (m *Machine) restoreState(s *State) error {
 	if err := m.restoreVM(s.VM); err != nil {
 		return err
 	}
+	// vCPUs in parallel: each one's ioctls are on its own fd, independent
+	// of the others', so a VM with many reaches its first entry sooner.
+	errs := make([]error, len(s.VCPUs))
+	var wg sync.WaitGroup
 	for i, vs := range s.VCPUs {
-		if err := restoreVCPU(m.vcpus[i].c, vs); err != nil {
+		wg.Go(func() { errs[i] = restoreVCPU(m.vcpus[i].c, vs) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
 			return fmt.Errorf("vCPU %d: %w", i, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -147,6 +148,12 @@ func (v *vcpu) loop() {
 	v.started = true
 	v.mu.Unlock()
 	for v.checkpoint() {
+		if v.m.entered.Load() == nil {
+			now := time.Now()
+			if v.m.entered.CompareAndSwap(nil, &now) {
+				close(v.m.enteredCh)
+			}
+		}
 		err := v.c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
 			v.m.Metrics.ExitsIntr.Add(1)

@@ -13,6 +13,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/migration"
+	"github.com/kubevmm/kubevmm/vmm/procmem"
 )
 
 // Runner runs a machine and serves the API for it.
@@ -387,5 +388,12 @@ func (r *Runner) CancelMigration() error {
 	return nil
 }
 
-// Metrics implements api.VM.
-func (r *Runner) Metrics() map[string]any { return r.m.Stats() }
+// Metrics implements api.VM: the machine's counters, and where the
+// process's resident memory goes now (memory).
+func (r *Runner) Metrics() map[string]any {
+	s := r.m.Stats()
+	if mem, err := procmem.Self(r.m.GuestRAM()); err == nil {
+		s["memory"] = mem
+	}
+	return s
+}
