@@ -63,6 +63,26 @@ func TestVCPUWaitsForMissingPage(t *testing.T) {
 // target starts it with that page missing (its vCPU waits for the page,
 // asked for or pushed, whichever comes first), the counter goes on from
 // where the source stopped, and the rest of RAM arrives intact.
+// writesAfterFirstRound makes sure the guest's counter moves after the
+// first round's dirty-log sync, so that the second round finds its page
+// dirty and the migration goes on in post-copy. Without it, on a loaded
+// host whose scheduler gave the vCPU no time during the short second
+// round, nothing was dirty and the migration rightly ended in pre-copy.
+func writesAfterFirstRound(m *Machine) func(migration.Stats) {
+	return func(st migration.Stats) {
+		if st.Rounds != 1 {
+			return
+		}
+		start, _ := m.Mem.Uint64(counterAddr)
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+			if c, err := m.Mem.Uint64(counterAddr); err != nil || c != start {
+				return
+			}
+			time.Sleep(time.Millisecond) // polling guest RAM the guest writes
+		}
+	}
+}
+
 func TestPostCopyMigrationRunsTheGuestBeforeItsMemoryArrives(t *testing.T) {
 	m, exited, sum := countingVM(t)
 	defer m.Close()
@@ -78,7 +98,8 @@ func TestPostCopyMigrationRunsTheGuestBeforeItsMemoryArrives(t *testing.T) {
 	sent := make(chan migration.Stats, 1)
 	go func() {
 		st, err := migration.Send(context.Background(), src, m.AsMigrationSource(),
-			migration.Options{PostCopy: true, Downtime: time.Nanosecond, Bandwidth: 1 << 20})
+			migration.Options{PostCopy: true, Downtime: time.Nanosecond, Bandwidth: 1 << 20,
+				Progress: writesAfterFirstRound(m)})
 		assert.NoError(t, err)
 		sent <- st
 	}()
