@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -51,7 +52,7 @@ var commands = []struct {
 	reply bool
 }{
 	{ga.CmdSync, true}, {ga.CmdSyncDelimited, true}, {ga.CmdPing, true}, {ga.CmdInfo, true},
-	{ga.CmdOSInfo, true}, {ga.CmdInterfaces, true}, {ga.CmdUsers, true}, {ga.CmdFSInfo, true},
+	{ga.CmdOSInfo, true}, {ga.CmdHostName, true}, {ga.CmdTimezone, true}, {ga.CmdInterfaces, true}, {ga.CmdUsers, true}, {ga.CmdFSInfo, true},
 	{ga.CmdFreeze, true}, {ga.CmdThaw, true}, {ga.CmdFreezeStatus, true}, {ga.CmdShutdown, false},
 }
 
@@ -191,6 +192,15 @@ func (a *agent) run(req ga.Request) (any, error) {
 		return info, nil
 	case ga.CmdOSInfo:
 		return a.osInfo()
+	case ga.CmdHostName:
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("hostname: %w", err)
+		}
+		return ga.HostName{HostName: h}, nil
+	case ga.CmdTimezone:
+		zone, offset := time.Now().Zone()
+		return ga.Timezone{Zone: zone, Offset: offset}, nil
 	case ga.CmdInterfaces:
 		return interfaces()
 	case ga.CmdUsers:

@@ -100,6 +100,12 @@ func TestCommandsThroughTheClient(t *testing.T) {
 		KernelRelease: unix.ByteSliceToString(u.Release[:]), KernelVersion: unix.ByteSliceToString(u.Version[:]), Machine: "x86_64",
 	}, osi)
 
+	var hn ga.HostName
+	require.NoError(t, c.Execute(ctx, ga.CmdHostName, nil, &hn))
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	assert.Equal(t, host, hn.HostName)
+
 	var ifs []ga.Interface
 	require.NoError(t, c.Execute(ctx, ga.CmdInterfaces, nil, &ifs))
 	var lo *ga.Interface
@@ -117,9 +123,10 @@ func TestCommandsThroughTheClient(t *testing.T) {
 	assert.Equal(t, []ga.User{{User: "root", LoginTime: 1000.5}, {User: "alice", LoginTime: 3000.5}}, users)
 
 	// the host's own mounts: every filesystem on a block device, none else
+	var want []mount
 	var fss []ga.Filesystem
 	require.NoError(t, c.Execute(ctx, ga.CmdFSInfo, nil, &fss))
-	want, err := a.blockMounts()
+	want, err = a.blockMounts()
 	require.NoError(t, err)
 	require.Len(t, fss, len(want))
 	for i, fs := range fss {

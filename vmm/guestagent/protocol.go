@@ -26,6 +26,8 @@ const (
 	CmdPing          = "guest-ping"
 	CmdInfo          = "guest-info"
 	CmdOSInfo        = "guest-get-osinfo"
+	CmdHostName      = "guest-get-host-name"
+	CmdTimezone      = "guest-get-timezone"
 	CmdInterfaces    = "guest-network-get-interfaces"
 	CmdUsers         = "guest-get-users"
 	CmdFSInfo        = "guest-get-fsinfo"
@@ -101,6 +103,18 @@ type OSInfo struct {
 	VersionID     string `json:"version-id,omitempty"`
 	Variant       string `json:"variant,omitempty"`
 	VariantID     string `json:"variant-id,omitempty"`
+}
+
+// HostName is guest-get-host-name's reply.
+type HostName struct {
+	HostName string `json:"host-name"`
+}
+
+// Timezone is guest-get-timezone's reply: the zone's name, if known, and
+// its offset from UTC in seconds.
+type Timezone struct {
+	Zone   string `json:"zone,omitempty"`
+	Offset int    `json:"offset"`
 }
 
 // Interface is one entry of guest-network-get-interfaces' reply.
