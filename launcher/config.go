@@ -67,6 +67,9 @@ type VMConfig struct {
 	HyperV   bool
 	// StartPaused: spec.startStrategy Paused.
 	StartPaused bool
+	// VsockSocket is the host side of the guest's vsock device (our VMM
+	// only), for the guest agent.
+	VsockSocket string
 }
 
 // DiskConfig is one guest disk.
@@ -101,6 +104,9 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		CPUs:      spec.VCPUs(s),
 		MemoryMiB: int(mem.Value() >> 20),
 		RNG:       s.Domain.Devices.Rng != nil,
+		// under the socket directory, which is short: a unix socket
+		// path has at most 107 bytes
+		VsockSocket: filepath.Join(p.SocketDir, spec.VsockSocket),
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
@@ -226,6 +232,9 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	mc := machine.Config{
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
 		Cmdline: c.Cmdline, Console: console, RNG: c.RNG,
+	}
+	if c.VsockSocket != "" {
+		mc.Vsock = &machine.VsockConfig{CID: spec.GuestCID, Socket: c.VsockSocket}
 	}
 	var err error
 	switch {

@@ -6,7 +6,9 @@
 package main
 
 import (
+	"flag"
 	"fmt"
+	"net"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +24,16 @@ func main() {
 }
 
 func run() error {
+	// For tests on the host: a unix socket instead of vsock, and a process
+	// of theirs in init's place for guest-shutdown.
+	unixPath := flag.String("unix", "", "listen on this unix socket instead of vsock (tests)")
+	initPID := flag.Int("init-pid", 1, "the process guest-shutdown signals (tests)")
+	flag.Parse()
+	a := newAgent(os.Stdout)
+	a.signalInit = func(s unix.Signal) error { return unix.Kill(*initPID, s) }
+	if *unixPath != "" {
+		return serveUnix(a, *unixPath)
+	}
 	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("vsock socket (is there a virtio-vsock device?): %w", err)
@@ -32,8 +44,8 @@ func run() error {
 	if err := unix.Listen(fd, 4); err != nil {
 		return fmt.Errorf("listening on vsock port %d: %w", ga.Port, err)
 	}
-	fmt.Printf("kubevmm-agent: listening on vsock port %d\n", ga.Port)
-	a := newAgent(os.Stdout)
+	// Nothing on the console until a shutdown: tests read the guest's
+	// lines there, and a line at a random moment would split them.
 	for {
 		nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
 		if err != nil {
@@ -47,6 +59,23 @@ func run() error {
 			defer c.Close()
 			// A connection ends with its host client (or a transport
 			// reset after a migration); the next one is accepted anew.
+			_ = a.serve(c)
+		}()
+	}
+}
+
+func serveUnix(a *agent, path string) error {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
 			_ = a.serve(c)
 		}()
 	}
