@@ -29,7 +29,8 @@ const Port = 8186
 const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
 
 // Server is virt-handler's API for virt-api: the operations that need the
-// node (pause, unpause, the serial console), for VMIs on this node.
+// node (pause, unpause, the serial console, what the guest agent says,
+// freeze and unfreeze), for VMIs on this node.
 type Server struct {
 	Client   client.Client // reads VMIs (the manager's cache)
 	NodeName string
@@ -45,6 +46,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+base+"pause", s.lifecycle("pause"))
 	mux.HandleFunc("PUT "+base+"unpause", s.lifecycle("unpause"))
 	mux.HandleFunc("GET "+base+"console", s.console)
+	mux.HandleFunc("GET "+base+"guestosinfo", s.guestAgentRoute(guestAgentInfo))
+	mux.HandleFunc("GET "+base+"userlist", s.guestAgentRoute(userList))
+	mux.HandleFunc("GET "+base+"filesystemlist", s.guestAgentRoute(filesystemList))
+	mux.HandleFunc("PUT "+base+"freeze", s.freeze)
+	mux.HandleFunc("PUT "+base+"unfreeze", s.unfreeze)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
 }
