@@ -163,19 +163,6 @@ func Run(ctx context.Context, o Options) (int, error) {
 			logf("stop: %v", err)
 		}
 	}
-	if backendName == spec.BackendKubevmm {
-		// The guest agent, through the vsock device, for as long as the
-		// guest runs (also while the launcher is asked to stop: the
-		// graceful shutdown goes through it).
-		p := newAgentPoller(filepath.Join(o.Paths.SocketDir, spec.VsockSocket), log.With("component", "guest-agent"))
-		pctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			<-be.Done()
-			cancel()
-		}()
-		sw.setAgent(p)
-		go p.run(pctx)
-	}
 	if o.Incoming != "" {
 		log.Info("guest received: it runs here now", "from", o.Incoming, "took", time.Since(t0).Round(time.Millisecond))
 	} else {
@@ -197,6 +184,20 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	lingerUntil(ctx, o.Linger)
 	return code, nil
+}
+
+// pollAgent polls the guest agent through the vsock device at socket for
+// as long as the guest runs (also while the launcher is asked to stop:
+// the graceful shutdown goes through it).
+func pollAgent(socket string, be backend, sw *switchVM, log *slog.Logger) {
+	p := newAgentPoller(socket, log.With("component", "guest-agent"))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-be.Done()
+		cancel()
+	}()
+	sw.setAgent(p)
+	go p.run(ctx)
 }
 
 // prepare reads the VMI and picks its backend (with why) and VM
@@ -267,11 +268,19 @@ func seccompMode(o Options, vmi *v1.VirtualMachineInstance, backendName spec.Bac
 func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (backend, error) {
 	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
+	vsockPath := filepath.Join(o.Paths.SocketDir, spec.VsockSocket)
+	// Our VMM's guests have the guest agent's vsock device.
+	withAgent := func(b *kubevmmBackend, err error) (backend, error) {
+		if err == nil {
+			pollAgent(vsockPath, b, sw, log)
+		}
+		return b, err
+	}
 	switch {
 	case o.Incoming != "":
-		return receiveKubevmm(ctx, o.Incoming, consolePath, filepath.Join(o.Paths.SocketDir, spec.VsockSocket), &lineLog{w: o.Console}, sw, log, sandbox)
+		return withAgent(receiveKubevmm(ctx, o.Incoming, consolePath, vsockPath, &lineLog{w: o.Console}, sw, log, sandbox))
 	case backendName == spec.BackendKubevmm:
-		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox)
+		return withAgent(startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox))
 	case backendName == spec.BackendQEMU:
 		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
 			return nil, err

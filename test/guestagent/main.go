@@ -16,11 +16,11 @@ import (
 	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
 )
 
+// run returns only when the agent cannot serve.
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintf(os.Stderr, "kubevmm-agent: %v\n", err)
-		os.Exit(1)
-	}
+	err := run()
+	fmt.Fprintf(os.Stderr, "kubevmm-agent: %v\n", err)
+	os.Exit(1)
 }
 
 func run() error {
@@ -56,7 +56,7 @@ func run() error {
 		}
 		go func() {
 			c := os.NewFile(uintptr(nfd), "vsock")
-			defer c.Close()
+			defer func() { _ = c.Close() }() // the stream is over either way
 			// A connection ends with its host client (or a transport
 			// reset after a migration); the next one is accepted anew.
 			_ = a.serve(c)
@@ -75,7 +75,7 @@ func serveUnix(a *agent, path string) error {
 			return err
 		}
 		go func() {
-			defer c.Close()
+			defer func() { _ = c.Close() }() // the stream is over either way
 			_ = a.serve(c)
 		}()
 	}
