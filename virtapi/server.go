@@ -89,6 +89,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
+	s.guestAgentRoutes(mux, ns)
 	return mux
 }
 
@@ -227,6 +228,7 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 		add("virtualmachineinstances/"+op, "update")
 	}
 	add("virtualmachineinstances/console", "get")
+	guestAgentResources(add)
 	writeJSON(w, l)
 }
 
