@@ -5,6 +5,7 @@
 //	virtctl [-n NS] [--kubeconfig F] start|stop|restart|migrate VM
 //	virtctl [-n NS] pause|unpause vm|vmi NAME
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
+//	virtctl [-n NS] guestosinfo|userlist|fslist VMI
 //	virtctl version
 package main
 
@@ -50,6 +51,9 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   migrate VM        live-migrate a VirtualMachine's instance
   pause vm|vmi NAME, unpause vm|vmi NAME
   console VMI       connect to the serial console (Ctrl+] to quit)
+  guestosinfo VMI   what the guest agent reports (OS, agent, users, filesystems)
+  userlist VMI      the users logged in to the guest (guest agent)
+  fslist VMI        the guest's filesystems (guest agent)
   version           client and server versions
 `)
 }
@@ -137,6 +141,8 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 			return 2, err
 		}
 		return c.console(rest_[0], stdin, stdout)
+	case "guestosinfo", "userlist", "fslist":
+		return c.guestAgent(context.Background(), cmd, rest_, stdout)
 	case "version":
 		fmt.Fprintf(stdout, "Client Version: %s\n", Version)
 		b, err := c.get(context.Background(), "/apis/"+v1.SubresourceGroupVersion.String()+"/version")

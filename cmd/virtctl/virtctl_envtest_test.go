@@ -258,6 +258,22 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		code, _, err = virtctl("pause", "vm", "manual")
 		assert.Equal(t, 1, code)
 		assert.EqualError(t, err, "pause manual: no running virt-handler on node node01")
+
+		// The guest agent's subresources: refused as KubeVirt refuses
+		// them while no agent is connected; with one, they need the
+		// VMI's virt-handler too.
+		for _, cmd := range []string{"guestosinfo", "userlist", "fslist"} {
+			code, out, err = virtctl(cmd, "manual")
+			assert.Equal(t, 1, code)
+			assert.Empty(t, out)
+			assert.EqualError(t, err, cmd+" manual: VMI does not have guest agent connected")
+		}
+		vmi.Status.Conditions = v1.SetVMICondition(vmi.Status.Conditions, v1.VirtualMachineInstanceCondition{
+			Type: v1.VirtualMachineInstanceAgentConnected, Status: corev1.ConditionTrue}, metav1.Now())
+		require.NoError(t, c.Status().Update(ctx, vmi))
+		code, _, err = virtctl("guestosinfo", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "guestosinfo manual: no running virt-handler on node node01")
 	})
 
 	t.Run("unknown VM and wrong namespace", func(t *testing.T) {
@@ -287,6 +303,8 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 			{[]string{"pause", "always"}, "pause: want vm|vmi NAME"},
 			{[]string{"pause", "pod", "always"}, `pause: "pod" is not vm or vmi`},
 			{[]string{"reboot", "always"}, `unknown command "reboot"`},
+			{[]string{"guestosinfo"}, "guestosinfo: want VMI"},
+			{[]string{"fslist", "a", "b"}, "fslist: want VMI"},
 		} {
 			code, _, err := virtctl(tc.args...)
 			assert.Equal(t, 2, code, "%v", tc.args)
