@@ -156,9 +156,15 @@ func consoleRun(t *testing.T, line, want string, bound time.Duration) string {
 // reads on until more appears in what follows (with then nil: nothing).
 func consoleRunThen(t *testing.T, line, want string, then func(), more string, bound time.Duration) string {
 	t.Helper()
+	return consoleRunThenIn(t, ns, vmName, line, want, then, more, bound)
+}
+
+// consoleRunThenIn is consoleRunThen on VMI vmi in namespace namespace.
+func consoleRunThenIn(t *testing.T, namespace, vmi, line, want string, then func(), more string, bound time.Duration) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", ns, "console", vmName)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "virtctl.sh"), "-n", namespace, "console", vmi)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	stdin, err := cmd.StdinPipe()
