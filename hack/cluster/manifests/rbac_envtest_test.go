@@ -60,14 +60,17 @@ func TestUserRolesEnvtest(t *testing.T) {
 	}
 	// console opens the VMI's console as the config's user (the websocket
 	// upgrade is a GET: RBAC verb get) and returns the HTTP status.
-	console := func(c *rest.Config) int {
+	sub := func(c *rest.Config, method, name string) int {
 		hc, err := rest.HTTPClientFor(c)
 		require.NoError(t, err)
-		resp, err := hc.Get(c.Host + "/apis/" + v1.SubresourceGroupName + "/v1/namespaces/" + ns + "/virtualmachineinstances/vm/console")
+		req, err := http.NewRequest(method, c.Host+"/apis/"+v1.SubresourceGroupName+"/v1/namespaces/"+ns+"/virtualmachineinstances/vm/"+name, nil)
+		require.NoError(t, err)
+		resp, err := hc.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	console := func(c *rest.Config) int { return sub(c, http.MethodGet, "console") }
 
 	viewer, viewerCfg := as("viewer")
 	editor, editorCfg := as("editor")
@@ -82,4 +85,15 @@ func TestUserRolesEnvtest(t *testing.T) {
 
 	_, stranger := as("stranger")
 	assert.Equal(t, http.StatusForbidden, console(stranger), "nor can a user with no role")
+
+	// What the guest agent reports, viewers read too; freezing is an
+	// editor's.
+	for _, name := range []string{"guestosinfo", "userlist", "filesystemlist"} {
+		assert.Equal(t, http.StatusNotFound, sub(viewerCfg, http.MethodGet, name), "a viewer may read %s", name)
+		assert.Equal(t, http.StatusForbidden, sub(stranger, http.MethodGet, name), "a stranger may not read %s", name)
+	}
+	for _, name := range []string{"freeze", "unfreeze"} {
+		assert.Equal(t, http.StatusForbidden, sub(viewerCfg, http.MethodPut, name), "a viewer may not %s", name)
+		assert.Equal(t, http.StatusNotFound, sub(editorCfg, http.MethodPut, name), "an editor may %s", name)
+	}
 }
