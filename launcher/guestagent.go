@@ -31,7 +31,10 @@ var errAgentNotConnected = fmt.Errorf("%w: the guest agent is not connected", ap
 // vsock device, port guestagent.Port), polls it, and keeps the last
 // answers for the control API's Info, where virt-handler reads them.
 type agentPoller struct {
-	dial      func(context.Context) (net.Conn, error)
+	dial func(context.Context) (net.Conn, error)
+	// running says the guest runs: a paused guest's agent cannot answer,
+	// and is not polled (what it said last stays).
+	running   func() bool
 	log       *slog.Logger
 	interval  time.Duration
 	slowPolls int
@@ -55,7 +58,9 @@ func newAgentPoller(vsockSocket string, log *slog.Logger) *agentPoller {
 func (p *agentPoller) run(ctx context.Context) {
 	defer p.disconnect(nil)
 	for n := 0; ; n++ {
-		p.poll(ctx, n%p.slowPolls == 0)
+		if p.running == nil || p.running() {
+			p.poll(ctx, n%p.slowPolls == 0)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -188,9 +188,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 // pollAgent polls the guest agent through the vsock device at socket for
 // as long as the guest runs (also while the launcher is asked to stop:
-// the graceful shutdown goes through it).
+// the graceful shutdown goes through it), but not while it is paused.
 func pollAgent(socket string, be backend, sw *switchVM, log *slog.Logger) {
 	p := newAgentPoller(socket, log.With("component", "guest-agent"))
+	p.running = func() bool { return be.Info().State != api.StatePaused }
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-be.Done()
