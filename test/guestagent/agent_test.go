@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/kubevmm/kubevmm/test/hosttools"
 	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
 )
 
@@ -243,4 +244,70 @@ func TestFreezeWithoutFreezableFilesystems(t *testing.T) {
 	assert.Equal(t, ga.FreezeThawed, st)
 	require.NoError(t, c.Execute(ctx, ga.CmdThaw, nil, &n))
 	assert.Equal(t, 0, n)
+}
+
+// Freeze and thaw on a real ext4 filesystem (a loop mount of the test's
+// own: the agent is shown a mounts file holding only it, never the
+// host's filesystems).
+func TestFreezeAndThawARealFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a filesystem needs root")
+	}
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "fs.img"), filepath.Join(dir, "mnt")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	require.NoError(t, os.WriteFile(img, nil, 0o644))
+	require.NoError(t, os.Truncate(img, 8<<20))
+	hosttools.Run(t, "mkfs.ext4", "-q", "-F", img)
+	hosttools.Run(t, "mount", "-o", "loop", img, mnt)
+	t.Cleanup(func() {
+		_ = ioctlDir(mnt, fiThaw) // a failed test may leave it frozen
+		hosttools.Run(t, "umount", mnt)
+	})
+	mounts, err := os.ReadFile("/proc/mounts")
+	require.NoError(t, err)
+	var line string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == mnt {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, "the loop mount is in /proc/mounts")
+
+	a, _, _ := testAgent(t)
+	a.mounts = filepath.Join(dir, "mounts")
+	require.NoError(t, os.WriteFile(a.mounts, []byte(line+"\n"), 0o644))
+	c := ga.NewClient(pair(t, a))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var fss []ga.Filesystem
+	require.NoError(t, c.Execute(ctx, ga.CmdFSInfo, nil, &fss))
+	require.Len(t, fss, 1)
+	assert.Equal(t, mnt, fss[0].Mountpoint)
+	assert.Equal(t, "ext4", fss[0].Type)
+	require.NotNil(t, fss[0].TotalBytes)
+	assert.Greater(t, *fss[0].TotalBytes, uint64(4<<20))
+	assert.Regexp(t, `^/dev/loop\d+$`, fss[0].Disk[0].Dev)
+
+	var n int
+	require.NoError(t, c.Execute(ctx, ga.CmdFreeze, nil, &n))
+	assert.Equal(t, 1, n)
+	var st string
+	require.NoError(t, c.Execute(ctx, ga.CmdFreezeStatus, nil, &st))
+	assert.Equal(t, ga.FreezeFrozen, st)
+	// the kernel says so too: a second FIFREEZE is refused
+	assert.ErrorIs(t, ioctlDir(mnt, fiFreeze), unix.EBUSY)
+	err = c.Execute(ctx, ga.CmdFreeze, nil, &n)
+	var e *ga.Error
+	require.ErrorAs(t, err, &e)
+	assert.Contains(t, e.Desc, "frozen already")
+
+	require.NoError(t, c.Execute(ctx, ga.CmdThaw, nil, &n))
+	assert.Equal(t, 1, n)
+	require.NoError(t, c.Execute(ctx, ga.CmdFreezeStatus, nil, &st))
+	assert.Equal(t, ga.FreezeThawed, st)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "after"), []byte("thawed"), 0o644), "the filesystem takes writes again")
+	// thawed by the agent: the kernel's FITHAW has nothing left to do
+	assert.ErrorIs(t, ioctlDir(mnt, fiThaw), unix.EINVAL)
 }
