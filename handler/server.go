@@ -30,7 +30,8 @@ const VirtAPIClientName = "kubevirt.io:system:client:virt-api"
 
 // Server is virt-handler's API for virt-api: the operations that need the
 // node (pause, unpause, reset, soft reboot, the serial console, port
-// forwarding), for VMIs on this node.
+// forwarding, what the guest agent says, freeze and unfreeze), for VMIs on
+// this node.
 type Server struct {
 	Client   client.Client // reads VMIs (the manager's cache)
 	NodeName string
@@ -49,6 +50,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+base+"softreboot", s.lifecycle("softreboot"))
 	mux.HandleFunc("GET "+base+"console", s.console)
 	mux.HandleFunc("GET "+base+"portforward/{port}/{protocol}", s.portForward)
+	mux.HandleFunc("GET "+base+"guestosinfo", s.guestAgentRoute(guestAgentInfo))
+	mux.HandleFunc("GET "+base+"userlist", s.guestAgentRoute(userList))
+	mux.HandleFunc("GET "+base+"filesystemlist", s.guestAgentRoute(filesystemList))
+	mux.HandleFunc("PUT "+base+"freeze", s.freeze)
+	mux.HandleFunc("PUT "+base+"unfreeze", s.unfreeze)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	return mux
 }

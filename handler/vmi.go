@@ -74,13 +74,14 @@ type VMIReconciler struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	pressed map[types.UID]bool // VMIs whose guest's power button was pressed
+	pressed map[types.UID]bool // VMIs whose guest was asked to shut down
 	proxies proxies            // the source ends of migration streams
 }
 
-// pressPowerButton presses the guest's ACPI power button, once per VMI
-// (per handler: a restarted handler may press it once more).
-func (r *VMIReconciler) pressPowerButton(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) {
+// shutdownGuest asks the guest to shut down (through its agent when
+// connected, else by the ACPI power button: the launcher decides), once
+// per VMI (per handler: a restarted handler may ask once more).
+func (r *VMIReconciler) shutdownGuest(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) {
 	r.mu.Lock()
 	if r.pressed == nil {
 		r.pressed = map[types.UID]bool{}
@@ -93,12 +94,17 @@ func (r *VMIReconciler) pressPowerButton(ctx context.Context, vmi *v1.VirtualMac
 	}
 	qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
 	defer cancel()
-	if err := l.client().PowerButton(qctx); err != nil {
+	res, err := l.client().Shutdown(qctx)
+	if err != nil {
 		// the grace period runs anyway, and the guest is stopped after it
-		log.FromContext(ctx).Info("pressing the guest's power button", "vmi", vmi.Name, "error", err)
+		log.FromContext(ctx).Info("asking the guest to shut down", "vmi", vmi.Name, "error", err)
 		return
 	}
-	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Shutdown", "Pressed the guest's ACPI power button")
+	how := "Pressed the guest's ACPI power button"
+	if res.Via == api.ShutdownViaAgent {
+		how = "Asked the guest agent to shut the guest down"
+	}
+	r.Recorder.Eventf(vmi, nil, corev1.EventTypeNormal, ReasonShutdown, "Shutdown", "%s", how)
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;patch;update
@@ -238,7 +244,7 @@ type observation struct {
 // plan is what one pass does, decided from an observation alone.
 type plan struct {
 	setupNetwork bool // prepare the pod network the starting launcher waits for
-	powerButton  bool // the VMI is deleted: press the guest's power button
+	shutdown     bool // the VMI is deleted: ask the guest to shut down (agent or power button)
 	stopGuest    bool // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
@@ -276,10 +282,10 @@ func decide(o observation) plan {
 	default:
 		p.requeue = runningPoll
 		if o.vmi.DeletionTimestamp != nil && o.live {
-			// The guest's power button is pressed, it gets its grace
+			// The guest is asked to shut down (agent or power button), gets its grace
 			// period to power off, then it is stopped (see package
 			// launcher).
-			p.powerButton = true
+			p.shutdown = true
 			grace := time.Duration(spec.GracePeriodSeconds(&o.vmi.Spec)) * time.Second
 			if left := o.vmi.DeletionTimestamp.Add(grace).Sub(o.now.Time); left > 0 {
 				p.requeue = min(left, runningPoll)
@@ -303,8 +309,8 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 			return err
 		}
 	}
-	if p.powerButton {
-		r.pressPowerButton(ctx, vmi, l)
+	if p.shutdown {
+		r.shutdownGuest(ctx, vmi, l)
 	}
 	if p.stopGuest {
 		qctx, cancel := context.WithTimeout(ctx, launcherQueryTimeout)
@@ -363,6 +369,7 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 			st.SetPhase(v1.Succeeded, now)
 		}
 		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstancePaused)
+		st.Conditions = v1.RemoveVMICondition(st.Conditions, v1.VirtualMachineInstanceAgentConnected)
 		return
 	}
 	st.SetPhase(v1.Running, now)
@@ -390,6 +397,7 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 		st.Memory.GuestRequested = &c2
 	}
 	st.Interfaces = interfaces(vmi, pod)
+	agentStatus(st, info.GuestAgent, now)
 }
 
 // interfaces: the pod-network NICs have the pod's IP (masquerade), as

@@ -1,9 +1,11 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
@@ -42,9 +44,60 @@ type switchVM struct {
 	stopped  bool // Stop before the backend existed
 	err      string
 	incoming bool // listening for a migration stream
+	agent    *agentPoller
 }
 
-var _ api.VM = (*switchVM)(nil)
+var (
+	_ api.VM           = (*switchVM)(nil)
+	_ api.GuestAgentVM = (*switchVM)(nil)
+)
+
+// setAgent gives the running guest its agent's poller.
+func (s *switchVM) setAgent(p *agentPoller) {
+	s.mu.Lock()
+	s.agent = p
+	s.mu.Unlock()
+}
+
+func (s *switchVM) getAgent() *agentPoller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.agent
+}
+
+// Shutdown asks the guest to shut down: guest-shutdown through its agent
+// when one is connected (falling back to the button if that fails), else
+// the ACPI power button.
+func (s *switchVM) Shutdown() (api.ShutdownResult, error) {
+	if a := s.getAgent(); a != nil {
+		err := a.shutdown()
+		if err == nil {
+			return api.ShutdownResult{Via: api.ShutdownViaAgent}, nil
+		}
+		if !errors.Is(err, errAgentNotConnected) {
+			a.log.Warn("guest-shutdown failed: pressing the power button instead", "error", err)
+		}
+	}
+	return api.ShutdownResult{Via: api.ShutdownViaACPI}, s.PowerButton()
+}
+
+// Freeze freezes the guest's filesystems through its agent.
+func (s *switchVM) Freeze(r api.FreezeRequest) error {
+	a := s.getAgent()
+	if a == nil {
+		return errAgentNotConnected
+	}
+	return a.freeze(time.Duration(r.UnfreezeTimeout) * time.Second)
+}
+
+// Unfreeze thaws them.
+func (s *switchVM) Unfreeze() error {
+	a := s.getAgent()
+	if a == nil {
+		return errAgentNotConnected
+	}
+	return a.unfreeze()
+}
 
 func (s *switchVM) set(b backend) bool {
 	s.mu.Lock()
@@ -85,6 +138,10 @@ func (s *switchVM) Info() api.Info {
 	if b != nil {
 		i := b.Info()
 		i.BackendReason = s.reason
+		if a := s.getAgent(); a != nil && i.State != api.StateStopped && i.State != api.StateMigrated {
+			st := a.Status()
+			i.GuestAgent = &st
+		}
 		return i
 	}
 	i := api.Info{State: StateStarting, Backend: s.name, BackendReason: s.reason}

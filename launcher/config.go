@@ -79,6 +79,9 @@ type VMConfig struct {
 	// (unset): the guest's own reboot boots it again in the same VMI.
 	// Terminate ends the VMI instead.
 	RebootResets bool
+	// VsockSocket is the host side of the guest's vsock device (our VMM
+	// only), for the guest agent.
+	VsockSocket string
 }
 
 // DiskConfig is one guest disk.
@@ -114,6 +117,9 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		MemoryMiB:    int(mem.Value() >> 20),
 		RNG:          s.Domain.Devices.Rng != nil,
 		RebootResets: s.Domain.RebootPolicy == nil || *s.Domain.RebootPolicy == "Reboot",
+		// under the socket directory, which is short: a unix socket
+		// path has at most 107 bytes
+		VsockSocket: filepath.Join(p.SocketDir, spec.VsockSocket),
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
@@ -237,6 +243,9 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
 		Cmdline: c.Cmdline, Console: console, RNG: c.RNG, RTCOffset: c.RTCOffset,
 		RebootResets: c.RebootResets,
+	}
+	if c.VsockSocket != "" {
+		mc.Vsock = &machine.VsockConfig{CID: spec.GuestCID, Socket: c.VsockSocket}
 	}
 	var err error
 	mc.Reload = c.reload()

@@ -23,7 +23,7 @@ import (
 // source keeps its guest, and virt-controller deletes this pod. While it
 // waits, the control API says Incoming (that is how virt-handler knows
 // the target is ready).
-func receiveKubevmm(ctx context.Context, addr string, cfg VMConfig, consolePath string, logSink *lineLog, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (*kubevmmBackend, error) {
+func receiveKubevmm(ctx context.Context, addr string, cfg VMConfig, consolePath, vsockPath string, logSink *lineLog, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (*kubevmmBackend, error) {
 	l, err := api.ListenAddress(addr)
 	if err != nil {
 		return nil, fmt.Errorf("migration target: %w", err)
@@ -51,7 +51,10 @@ func receiveKubevmm(ctx context.Context, addr string, cfg VMConfig, consolePath 
 	log.Info("migration stream", "from", conn.RemoteAddr().String())
 
 	con := console.New(logSink)
-	in := machine.NewIncoming(machine.Config{Console: con, Logger: log.With("component", "vmm"), Reload: cfg.reload(), RebootResets: cfg.RebootResets})
+	// The guest's vsock device is served on this pod's socket (the saved
+	// path is the source's; in a pod both are the same path).
+	in := machine.NewIncoming(machine.Config{Console: con, Logger: log.With("component", "vmm"),
+		Reload: cfg.reload(), RebootResets: cfg.RebootResets, Vsock: &machine.VsockConfig{Socket: vsockPath}})
 	st, err := migration.Receive(ctx, conn, in)
 	if err != nil || !st.PostCopy {
 		// In post-copy the guest runs here while its missing pages still

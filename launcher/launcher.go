@@ -14,12 +14,14 @@
 // After the guest ends the launcher keeps answering until its pod is
 // deleted (SIGTERM), so the handler reads the end instead of guessing it.
 //
-// SIGTERM (pod deletion) is the graceful path: the launcher presses the
-// guest's ACPI power button (both backends have one), the guest has the
-// VMI's grace period to power off, after which it is stopped.
-// virt-handler does the same at the VMI's deletion (pressing, waiting,
-// stopping through the control API), so the pod normally only ever sees
-// SIGTERM after the guest has ended.
+// SIGTERM (pod deletion) is the graceful path: the launcher asks the
+// guest to shut down, through its guest agent when one is connected (our
+// VMM: the agent listens on vsock, see guestagent.go), else by the ACPI
+// power button (both backends have one); the guest has the VMI's grace
+// period to power off, after which it is stopped. virt-handler does the
+// same at the VMI's deletion (asking, waiting, stopping through the
+// control API), so the pod normally only ever sees SIGTERM after the
+// guest has ended.
 package launcher
 
 import (
@@ -167,7 +169,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		log.Info("guest started", "backend", backendName, "took", time.Since(t0).Round(time.Millisecond))
 	}
 
-	waitForGuest(ctx, be, vmi, grace, log)
+	waitForGuest(ctx, be, sw, grace, log)
 	info := be.Info()
 	log.Info("guest ended", "state", info.State, "exit", info.Exit, "error", info.Error)
 	writeExit(o.Paths.SocketDir, info, logf)
@@ -182,6 +184,21 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	lingerUntil(ctx, o.Linger)
 	return code, nil
+}
+
+// pollAgent polls the guest agent through the vsock device at socket for
+// as long as the guest runs (also while the launcher is asked to stop:
+// the graceful shutdown goes through it), but not while it is paused.
+func pollAgent(socket string, be backend, sw *switchVM, log *slog.Logger) {
+	p := newAgentPoller(socket, log.With("component", "guest-agent"))
+	p.running = func() bool { return be.Info().State != api.StatePaused }
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-be.Done()
+		cancel()
+	}()
+	sw.setAgent(p)
+	go p.run(ctx)
 }
 
 // prepare reads the VMI and picks its backend (with why) and VM
@@ -252,11 +269,19 @@ func seccompMode(o Options, vmi *v1.VirtualMachineInstance, backendName spec.Bac
 func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (backend, error) {
 	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
+	vsockPath := filepath.Join(o.Paths.SocketDir, spec.VsockSocket)
+	// Our VMM's guests have the guest agent's vsock device.
+	withAgent := func(b *kubevmmBackend, err error) (backend, error) {
+		if err == nil {
+			pollAgent(vsockPath, b, sw, log)
+		}
+		return b, err
+	}
 	switch {
 	case o.Incoming != "":
-		return receiveKubevmm(ctx, o.Incoming, cfg, consolePath, &lineLog{w: o.Console}, sw, log, sandbox)
+		return withAgent(receiveKubevmm(ctx, o.Incoming, cfg, consolePath, vsockPath, &lineLog{w: o.Console}, sw, log, sandbox))
 	case backendName == spec.BackendKubevmm:
-		return startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox)
+		return withAgent(startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox))
 	case backendName == spec.BackendQEMU:
 		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
 			return nil, err
@@ -271,18 +296,20 @@ func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg 
 }
 
 // waitForGuest returns when the guest has ended. Asked to stop (ctx done),
-// it presses the guest's power button, gives the guest its grace period to
-// power off, then stops it.
-func waitForGuest(ctx context.Context, be backend, vmi *v1.VirtualMachineInstance, grace time.Duration, log *slog.Logger) {
+// it asks the guest to shut down (through its agent when connected, else
+// by the ACPI power button), gives the guest its grace period to power
+// off, then stops it.
+func waitForGuest(ctx context.Context, be backend, sw *switchVM, grace time.Duration, log *slog.Logger) {
 	select {
 	case <-be.Done():
 		return
 	case <-ctx.Done():
 	}
-	log.Info("asked to stop: pressing the guest's power button; it may power off, then it is stopped", "grace", grace)
-	if err := be.PowerButton(); err != nil {
-		log.Warn("pressing the power button", "error", err)
+	res, err := sw.Shutdown()
+	if err != nil {
+		log.Warn("asking the guest to shut down", "error", err)
 	}
+	log.Info("asked to stop: the guest was asked to shut down; it may power off, then it is stopped", "via", res.Via, "grace", grace)
 	select {
 	case <-be.Done():
 	case <-time.After(grace):

@@ -89,6 +89,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
+	s.guestAgentRoutes(mux, ns)
 	return mux
 }
 
@@ -233,6 +234,7 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	for _, r := range portForwardResources {
 		add(r, "get")
 	}
+	guestAgentResources(add)
 	writeJSON(w, l)
 }
 

@@ -416,7 +416,7 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 		{"logSerialConsole", d.LogSerialConsole, false, ""},
 		{"autoattachMemBalloon", d.AutoattachMemBalloon, false, "the guest has no memory balloon"},
 		{"autoattachInputDevice", d.AutoattachInputDevice, false, "the guest has no input device"},
-		{"autoattachVSOCK", d.AutoattachVSOCK, false, "the launcher gives the guest no VSOCK device"},
+		{"autoattachVSOCK", d.AutoattachVSOCK, false, "the guest's vsock device carries only the guest agent's channel (no status.VSOCKCID)"},
 		{"blockMultiQueue", d.BlockMultiQueue, false, "disks have one queue"},
 		{"networkInterfaceMultiqueue", d.NetworkInterfaceMultiQueue, false, "NICs have one queue pair"},
 	} {
@@ -726,8 +726,9 @@ func validateCloudInit(vp *field.Path, v *v1.Volume) field.ErrorList {
 }
 
 // validateAccessCredentials checks SSH public keys as KubeVirt does; they
-// reach the guest through the cloud-init volume they name (kubevmm has no
-// guest agent, so qemuGuestAgent and userPassword are refused as unmodeled).
+// reach the guest through the cloud-init volume they name (qemuGuestAgent
+// and userPassword are refused as unmodeled: the launcher does not push
+// keys or passwords through the guest agent).
 func validateAccessCredentials(p *field.Path, creds []v1.AccessCredential, volumes []v1.Volume) field.ErrorList {
 	var errs field.ErrorList
 	var noCloud, configDrive bool

@@ -6,6 +6,7 @@
 //	virtctl [-n NS] pause|unpause vm|vmi NAME
 //	virtctl [-n NS] reset|softreboot VMI
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
+//	virtctl [-n NS] guestosinfo|userlist|fslist VMI
 //	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
 //	virtctl version [-c]
 package main
@@ -52,6 +53,9 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   reset VMI         hard-reset a VirtualMachineInstance: its guest boots again
   softreboot VMI    ask a VirtualMachineInstance's guest to reboot (ACPI)
   console VMI       connect to the serial console (Ctrl+] to quit)
+  guestosinfo VMI   what the guest agent reports (OS, agent, users, filesystems)
+  userlist VMI      the users logged in to the guest (guest agent)
+  fslist VMI        the guest's filesystems (guest agent)
   port-forward [--address ADDR] [--stdio] [vm/|vmi/]NAME[.NAMESPACE] [LOCAL:]REMOTE...
                     forward local TCP ports (on ADDR, default 127.0.0.1) to the guest's;
                     --stdio: one port, over stdin and stdout (an ssh ProxyCommand)
@@ -152,6 +156,8 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 		return c.console(rest_[0], stdin, stdout)
 	case "port-forward":
 		return c.portForward(rest_, stdin, stdout)
+	case "guestosinfo", "userlist", "fslist":
+		return c.guestAgent(context.Background(), cmd, rest_, stdout)
 	case "version":
 		return c.version(rest_, stdout)
 	default:

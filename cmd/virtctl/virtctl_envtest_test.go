@@ -271,6 +271,22 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		code, _, err = virtctl("pause", "vm", "manual")
 		assert.Equal(t, 1, code)
 		assert.EqualError(t, err, "pause manual: no running virt-handler on node node01")
+
+		// The guest agent's subresources: refused as KubeVirt refuses
+		// them while no agent is connected; with one, they need the
+		// VMI's virt-handler too.
+		for _, cmd := range []string{"guestosinfo", "userlist", "fslist"} {
+			code, out, err = virtctl(cmd, "manual")
+			assert.Equal(t, 1, code)
+			assert.Empty(t, out)
+			assert.EqualError(t, err, cmd+" manual: VMI does not have guest agent connected")
+		}
+		vmi.Status.Conditions = v1.SetVMICondition(vmi.Status.Conditions, v1.VirtualMachineInstanceCondition{
+			Type: v1.VirtualMachineInstanceAgentConnected, Status: corev1.ConditionTrue}, metav1.Now())
+		require.NoError(t, c.Status().Update(ctx, vmi))
+		code, _, err = virtctl("guestosinfo", "manual")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "guestosinfo manual: no running virt-handler on node node01")
 	})
 
 	t.Run("reset, softreboot, port-forward", func(t *testing.T) {
@@ -359,6 +375,8 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 			{[]string{"port-forward", "vmi/x", "70000"}, `port-forward: port "70000": "70000" is not a port number`},
 			{[]string{"port-forward", "vmi/x", "8080:0"}, `port-forward: port "8080:0": the guest's port cannot be 0`},
 			{[]string{"port-forward", "--stdio", "vmi/x", "22", "23"}, "port-forward: --stdio forwards one port"},
+			{[]string{"guestosinfo"}, "guestosinfo: want VMI"},
+			{[]string{"fslist", "a", "b"}, "fslist: want VMI"},
 		} {
 			code, _, err := virtctl(tc.args...)
 			assert.Equal(t, 2, code, "%v", tc.args)

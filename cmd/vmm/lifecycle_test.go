@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kubevmm/kubevmm/test/guestimage"
+	"github.com/kubevmm/kubevmm/vmm/guestagent"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
 )
 
@@ -249,6 +251,8 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	// can take it along (its host end is in this process), so the guest
 	// must see it reset rather than hang.
 	stream := vsockEcho(t, sock("a.vsock"), "before snapshot")
+	// The test guest's agent, which /init starts, on the same device.
+	assert.Equal(t, "kubevmm test guest (busybox)", agentOSInfo(t, sock("a.vsock")).PrettyName)
 
 	// Snapshot while running; the VM goes on.
 	snapDir := filepath.Join(dir, "snap")
@@ -281,6 +285,8 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	_, bpos = cb.waitFor(vsockEndedRE, 0)
 	cb.waitFor(vsockListeningRE, bpos)
 	vsockEcho(t, sock("b.vsock"), "after migration").Close()
+	// the agent's listener came along: it answers on the target's socket
+	assert.Equal(t, "kubevmm test guest (busybox)", agentOSInfo(t, sock("b.vsock")).PrettyName)
 
 	// A migration whose target dies half-way: the source keeps its guest.
 	// Its own vsock socket: B still serves the one B's VM was saved with.
@@ -326,6 +332,31 @@ func TestSnapshotMigrateRestoreLinuxGuest(t *testing.T) {
 	copyFile(t, filepath.Join(snapDir, snapshot.ManifestFile), filepath.Join(broken, snapshot.ManifestFile))
 	require.NoError(t, os.WriteFile(filepath.Join(broken, snapshot.MemoryFile), []byte("short"), 0o600))
 	assertOneLineError(t, vmm(t, "restore", "--snapshot", broken), "truncated")
+}
+
+// agentOSInfo asks the guest agent behind the vsock socket path for
+// guest-get-osinfo. The agent may still be starting: until it answers,
+// the question is asked again.
+func agentOSInfo(t *testing.T, path string) guestagent.OSInfo {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		conn, err := guestagent.DialVsock(ctx, path, guestagent.Port)
+		if err == nil {
+			c := guestagent.NewClient(conn)
+			var info guestagent.OSInfo
+			err = c.Execute(ctx, guestagent.CmdOSInfo, nil, &info)
+			c.Close()
+			if err == nil {
+				cancel()
+				return info
+			}
+		}
+		cancel()
+		require.True(t, time.Now().Before(deadline), "the guest agent never answered: %v", err)
+		time.Sleep(100 * time.Millisecond) // the agent is starting
+	}
 }
 
 func waitForFile(t *testing.T, path string, p *vmmProc) {

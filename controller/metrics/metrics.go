@@ -130,7 +130,9 @@ func phaseLabels(vmi *v1.VirtualMachineInstance) [11]string {
 		a[annOS], a[annWorkload], a[annFlavor],
 		first(a[annInstancetype], a[annClusterInstance]),
 		first(a[annPreference], a[annClusterPref]),
-		"", "", "", "",
+		// what the guest agent reported (virt-handler writes it)
+		vmi.Status.GuestOSInfo.KernelRelease, vmi.Status.GuestOSInfo.Machine,
+		vmi.Status.GuestOSInfo.Name, vmi.Status.GuestOSInfo.VersionID,
 	}
 }
 

@@ -50,6 +50,11 @@ func TestCollector(t *testing.T) {
 	vmi("b", "node1", v1.Running, nil)
 	vmi("c", "node2", v1.Running, map[string]string{"vm.kubevirt.io/os": "fedora", "vm.kubevirt.io/workload": "server", "vm.kubevirt.io/flavor": "small", "kubevirt.io/instancetype-name": "u1.small", "kubevirt.io/cluster-preference-name": "fedora"})
 	vmi("d", "", v1.Pending, nil)
+	// c's guest agent reported its OS
+	withOS := &v1.VirtualMachineInstance{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "c"}, withOS))
+	withOS.Status.GuestOSInfo = v1.VirtualMachineInstanceGuestOSInfo{Name: "Fedora Linux", VersionID: "39", KernelRelease: "6.5.6-300.fc39.x86_64", Machine: "x86_64"}
+	require.NoError(t, c.Status().Update(ctx, withOS))
 	mig("m-unset", "a", v1.MigrationPhaseUnset)
 	mig("m-pending", "a", v1.MigrationPending)
 	mig("m-scheduling", "a", v1.MigrationScheduling)
@@ -64,7 +69,7 @@ func TestCollector(t *testing.T) {
 # TYPE kubevirt_vmi_phase_count gauge
 kubevirt_vmi_phase_count{flavor="",guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",instance_type="",node="",os="",phase="pending",preference="",workload=""} 1
 kubevirt_vmi_phase_count{flavor="",guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",instance_type="",node="node1",os="",phase="running",preference="",workload=""} 2
-kubevirt_vmi_phase_count{flavor="small",guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",instance_type="u1.small",node="node2",os="fedora",phase="running",preference="fedora",workload="server"} 1
+kubevirt_vmi_phase_count{flavor="small",guest_os_kernel_release="6.5.6-300.fc39.x86_64",guest_os_machine="x86_64",guest_os_name="Fedora Linux",guest_os_version_id="39",instance_type="u1.small",node="node2",os="fedora",phase="running",preference="fedora",workload="server"} 1
 # HELP kubevirt_virt_controller_leading_status Indication for an operating virt-controller.
 # TYPE kubevirt_virt_controller_leading_status gauge
 kubevirt_virt_controller_leading_status 0
@@ -101,7 +106,7 @@ kubevirt_vmi_migration_failed{namespace="default",vmi="c",vmim="m-failed"} 1
 # HELP kubevirt_vmi_phase_count Sum of VMIs per phase and node.
 # TYPE kubevirt_vmi_phase_count gauge
 kubevirt_vmi_phase_count{flavor="",guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",instance_type="",node="node1",os="",phase="running",preference="",workload=""} 3
-kubevirt_vmi_phase_count{flavor="small",guest_os_kernel_release="",guest_os_machine="",guest_os_name="",guest_os_version_id="",instance_type="u1.small",node="node2",os="fedora",phase="running",preference="fedora",workload="server"} 1
+kubevirt_vmi_phase_count{flavor="small",guest_os_kernel_release="6.5.6-300.fc39.x86_64",guest_os_machine="x86_64",guest_os_name="Fedora Linux",guest_os_version_id="39",instance_type="u1.small",node="node2",os="fedora",phase="running",preference="fedora",workload="server"} 1
 `), "kubevirt_vmi_phase_count"))
 }
 

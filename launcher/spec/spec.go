@@ -80,6 +80,13 @@ const (
 // loads the kernel.
 const StateStarting = "Starting"
 
+// GuestCID is the vsock context ID of every guest on our VMM. Each VM's
+// vsock device is its own, with a unix socket as its host side (no host
+// kernel vsock), so CIDs need not be unique on a node; 3 is the first a
+// guest may have. The device is always there: it carries the guest
+// agent's channel, as KubeVirt's virtio-serial channel is always there.
+const GuestCID = 3
+
 // Files and sockets inside the launcher pod (and, for the socket
 // directory, on the node).
 const (
@@ -87,6 +94,9 @@ const (
 	ControlSocket = "vmm.sock"
 	// ConsoleSocket is the guest's serial console in the socket dir.
 	ConsoleSocket = "console.sock"
+	// VsockSocket is the host end of the guest's vsock device (our VMM
+	// only): the launcher reaches the guest agent through it.
+	VsockSocket = "vsock.sock"
 	// ExitFile in the socket dir records how the guest ended (JSON
 	// vmm/api.Info), so the end is known after the launcher is gone.
 	ExitFile = "exit.json"

@@ -9,6 +9,9 @@
 //	PUT    /v1/vm/powerbutton press the guest's ACPI power button (it may shut down)
 //	PUT    /v1/vm/reset       hard reset: the guest boots again, in the same VM
 //	PUT    /v1/vm/softreboot  press the power button; the guest's poweroff then boots it again
+//	PUT    /v1/vm/shutdown    ask the guest to shut down: its agent's guest-shutdown when one is connected, else the power button
+//	PUT    /v1/vm/freeze      {"unfreeze_timeout_s": N}: freeze the guest's filesystems through its agent
+//	PUT    /v1/vm/unfreeze    thaw them
 //	PUT    /v1/vm/snapshot    {"dir": D, "resume": bool}: pause, write D, resume unless told not to
 //	PUT    /v1/vm/migrate     {"to": "tcp:HOST:PORT"|"unix:PATH", "tls": {...}, ...}: start a live migration
 //	GET    /v1/vm/migration   progress and statistics of the current/last migration
@@ -23,6 +26,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kubevmm/kubevmm/vmm/guestagent"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 )
 
@@ -51,7 +55,46 @@ type Info struct {
 	Started       time.Time `json:"started,omitempty"`
 	Exit          string    `json:"exit,omitempty"`  // how the guest ended
 	Error         string    `json:"error,omitempty"` // why, if it failed
+	// GuestAgent is what the guest's agent last reported, where the VM's
+	// owner polls one (virt-launcher); nil where nobody does.
+	GuestAgent *GuestAgent `json:"guest_agent,omitempty"`
 }
+
+// GuestAgent is the guest agent's last answers (see package guestagent).
+// Connected says the agent answered the last poll; the rest is empty
+// while it is not.
+type GuestAgent struct {
+	Connected         bool                     `json:"connected"`
+	Version           string                   `json:"version,omitempty"`
+	SupportedCommands []guestagent.CommandInfo `json:"supported_commands,omitempty"`
+	Hostname          string                   `json:"hostname,omitempty"`
+	// Timezone is "ZONE, OFFSET" (seconds east of UTC), as KubeVirt shows it.
+	Timezone       string                  `json:"timezone,omitempty"`
+	OS             guestagent.OSInfo       `json:"os"`
+	Interfaces     []guestagent.Interface  `json:"interfaces,omitempty"`
+	Users          []guestagent.User       `json:"users,omitempty"`
+	Filesystems    []guestagent.Filesystem `json:"filesystems,omitempty"`
+	FSFreezeStatus string                  `json:"fs_freeze_status,omitempty"`
+}
+
+// FreezeRequest freezes the guest's filesystems; they are thawed after
+// UnfreezeTimeout seconds (0: only by unfreeze), as KubeVirt's
+// unfreezeTimeout bounds a snapshot's freeze.
+type FreezeRequest struct {
+	UnfreezeTimeout int64 `json:"unfreeze_timeout_s,omitempty"`
+}
+
+// ShutdownResult says how the guest was asked to shut down.
+type ShutdownResult struct {
+	// Via is "guest-agent" or "acpi" (the power button).
+	Via string `json:"via"`
+}
+
+// Shutdown methods (ShutdownResult.Via).
+const (
+	ShutdownViaAgent = "guest-agent"
+	ShutdownViaACPI  = "acpi"
+)
 
 // SnapshotRequest asks for a snapshot into Dir.
 type SnapshotRequest struct {
@@ -121,4 +164,17 @@ type VM interface {
 	Migration() MigrationStatus
 	CancelMigration() error
 	Metrics() map[string]any
+}
+
+// GuestAgentVM is a VM whose owner talks to its guest agent
+// (virt-launcher). A VM without it has shutdown answered by the power
+// button and freeze refused.
+type GuestAgentVM interface {
+	// Shutdown asks the guest to shut down, through its agent when one
+	// is connected, else by the ACPI power button, and returns.
+	Shutdown() (ShutdownResult, error)
+	// Freeze freezes the guest's filesystems through its agent (ErrConflict
+	// when none is connected).
+	Freeze(FreezeRequest) error
+	Unfreeze() error
 }

@@ -120,6 +120,22 @@ func (c *Client) SoftReboot(ctx context.Context) error {
 	return c.do(ctx, http.MethodPut, "/v1/vm/softreboot", nil, nil)
 }
 
+// Shutdown asks the guest to shut down (its agent, else the power button).
+func (c *Client) Shutdown(ctx context.Context) (ShutdownResult, error) {
+	var r ShutdownResult
+	return r, c.do(ctx, http.MethodPut, "/v1/vm/shutdown", nil, &r)
+}
+
+// Freeze freezes the guest's filesystems through its agent.
+func (c *Client) Freeze(ctx context.Context, req FreezeRequest) error {
+	return c.do(ctx, http.MethodPut, "/v1/vm/freeze", req, nil)
+}
+
+// Unfreeze thaws them.
+func (c *Client) Unfreeze(ctx context.Context) error {
+	return c.do(ctx, http.MethodPut, "/v1/vm/unfreeze", nil, nil)
+}
+
 // Snapshot writes a snapshot.
 func (c *Client) Snapshot(ctx context.Context, req SnapshotRequest) (SnapshotResult, error) {
 	var r SnapshotResult

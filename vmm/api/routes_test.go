@@ -86,6 +86,11 @@ func TestRoutesHappyPath(t *testing.T) {
 		{http.MethodPut, "/v1/vm/resume", "", http.StatusNoContent, api.StateRunning, ""},
 		{http.MethodPut, "/v1/vm/snapshot", fmt.Sprintf(`{"dir": %q}`, snap), http.StatusOK, api.StateRunning, `"memory_bytes":`},
 		{http.MethodGet, "/v1/vm/migration", "", http.StatusOK, api.StateRunning, `"active":false`},
+		// a plain VMM talks to no guest agent: shutdown is the power
+		// button, freezing is refused
+		{http.MethodPut, "/v1/vm/shutdown", "", http.StatusOK, api.StateRunning, `"via":"acpi"`},
+		{http.MethodPut, "/v1/vm/freeze", `{}`, http.StatusConflict, api.StateRunning, `talks to no guest agent`},
+		{http.MethodPut, "/v1/vm/unfreeze", "", http.StatusConflict, api.StateRunning, `talks to no guest agent`},
 		{http.MethodPut, "/v1/vm/migrate", fmt.Sprintf(`{"to": %q}`, runnertest.DeafTarget(t)), http.StatusAccepted, api.StateMigrating, ""},
 		{http.MethodGet, "/v1/vm/migration", "", http.StatusOK, api.StateMigrating, `"active":true`},
 		{http.MethodDelete, "/v1/vm/migration", "", http.StatusNoContent, "", ""},
@@ -128,6 +133,8 @@ func TestRoutesRefuseWrongMethodsAndUnknownPaths(t *testing.T) {
 		{http.MethodPost, "/v1/vm/migrate", http.StatusMethodNotAllowed},
 		{http.MethodPut, "/v1/vm/migration", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/v1/metrics", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/vm/shutdown", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/vm/freeze", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/", http.StatusNotFound},
 		{http.MethodGet, "/v1", http.StatusNotFound},
 		{http.MethodGet, "/v1/vm/", http.StatusNotFound},
@@ -165,6 +172,8 @@ func TestRoutesRefuseBadBodies(t *testing.T) {
 		{"migrate: wrong type", "/v1/vm/migrate", `{"to": "unix:/x", "downtime_ms": "300"}`, "bad request: json: cannot unmarshal string"},
 		{"migrate: unknown field", "/v1/vm/migrate", `{"to": "unix:/x", "postcopy": true}`, `unknown field "postcopy"`},
 		{"migrate: no target", "/v1/vm/migrate", `{}`, `address "": want tcp:HOST:PORT or unix:PATH`},
+		{"freeze: negative timeout", "/v1/vm/freeze", `{"unfreeze_timeout_s": -1}`, "must not be negative"},
+		{"freeze: unknown field", "/v1/vm/freeze", `{"timeout": 5}`, `unknown field "timeout"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := c.do(t, http.MethodPut, tc.path, tc.body)
@@ -211,6 +220,7 @@ func TestErrorsMapToStatuses(t *testing.T) {
 		c := api.NewClient(sock)
 		ctx := context.Background()
 		_, snapErr := c.Snapshot(ctx, api.SnapshotRequest{Dir: "/d"})
+		_, shutdownErr := c.Shutdown(ctx)
 		for name, err := range map[string]error{
 			"pause":    c.Pause(ctx),
 			"resume":   c.Resume(ctx),
@@ -218,6 +228,7 @@ func TestErrorsMapToStatuses(t *testing.T) {
 			"button":   c.PowerButton(ctx),
 			"reset":    c.Reset(ctx),
 			"reboot":   c.SoftReboot(ctx),
+			"shutdown": shutdownErr,
 			"snapshot": snapErr,
 			"migrate":  c.Migrate(ctx, api.MigrateRequest{To: "unix:/m.sock"}),
 			"cancel":   c.CancelMigration(ctx),

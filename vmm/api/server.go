@@ -72,6 +72,38 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/vm/softreboot", func(w http.ResponseWriter, r *http.Request) {
 		result(w, nil, s.vm.SoftReboot())
 	})
+	mux.HandleFunc("PUT /v1/vm/shutdown", func(w http.ResponseWriter, r *http.Request) {
+		if g, ok := s.vm.(GuestAgentVM); ok {
+			res, err := g.Shutdown()
+			result(w, res, err)
+			return
+		}
+		result(w, ShutdownResult{Via: ShutdownViaACPI}, s.vm.PowerButton())
+	})
+	mux.HandleFunc("PUT /v1/vm/freeze", func(w http.ResponseWriter, r *http.Request) {
+		var req FreezeRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if req.UnfreezeTimeout < 0 {
+			fail(w, fmt.Errorf("%w: unfreeze_timeout_s must not be negative", ErrBadRequest))
+			return
+		}
+		g, ok := s.vm.(GuestAgentVM)
+		if !ok {
+			fail(w, errNoAgent)
+			return
+		}
+		result(w, nil, g.Freeze(req))
+	})
+	mux.HandleFunc("PUT /v1/vm/unfreeze", func(w http.ResponseWriter, r *http.Request) {
+		g, ok := s.vm.(GuestAgentVM)
+		if !ok {
+			fail(w, errNoAgent)
+			return
+		}
+		result(w, nil, g.Unfreeze())
+	})
 	mux.HandleFunc("PUT /v1/vm/snapshot", func(w http.ResponseWriter, r *http.Request) {
 		var req SnapshotRequest
 		if !decode(w, r, &req) {
@@ -115,6 +147,8 @@ func (s *Server) Handler() http.Handler {
 	})
 	return mux
 }
+
+var errNoAgent = fmt.Errorf("%w: this VMM talks to no guest agent", ErrConflict)
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))

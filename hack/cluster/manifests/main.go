@@ -403,13 +403,17 @@ type leafCert struct{ cert, key []byte }
 // userRoles are KubeVirt's user-facing ClusterRoles, kubevirt.io:admin,
 // :edit and :view. Their labels aggregate them into the cluster's admin,
 // edit and view roles: whoever may edit in a namespace may use VMs there,
-// subresources (console, start, stop...) included; a viewer may only read.
+// subresources (console, start, stop...) included; a viewer may only read
+// (what the guest agent reports included).
 func userRoles() []*rbacv1.ClusterRole {
 	subres := []string{"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
 		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
 		"virtualmachineinstances/migrate", "virtualmachineinstances/console",
 		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
-		"virtualmachineinstances/portforward", "virtualmachines/portforward"}
+		"virtualmachineinstances/portforward", "virtualmachines/portforward",
+		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze"}
+	// what the guest agent reports: viewers may read it too, as in KubeVirt
+	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
 	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
 		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
@@ -418,6 +422,7 @@ func userRoles() []*rbacv1.ClusterRole {
 		if withSub {
 			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: subres, Verbs: []string{"get", "update"}})
 		}
+		r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: agentReads, Verbs: []string{"get"}})
 		return r
 	}
 	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}

@@ -100,4 +100,14 @@ func TestUserRolesEnvtest(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, sub(stranger, r.method, r.path), "a stranger: %s %s", r.method, r.path)
 		assert.Equal(t, http.StatusNotFound, sub(editorCfg, r.method, r.path), "an editor: %s %s", r.method, r.path)
 	}
+	// What the guest agent reports, viewers read too; freezing is an
+	// editor's.
+	for _, name := range []string{"guestosinfo", "userlist", "filesystemlist"} {
+		assert.Equal(t, http.StatusNotFound, sub(viewerCfg, http.MethodGet, "virtualmachineinstances/vm/"+name), "a viewer may read %s", name)
+		assert.Equal(t, http.StatusForbidden, sub(stranger, http.MethodGet, "virtualmachineinstances/vm/"+name), "a stranger may not read %s", name)
+	}
+	for _, name := range []string{"freeze", "unfreeze"} {
+		assert.Equal(t, http.StatusForbidden, sub(viewerCfg, http.MethodPut, "virtualmachineinstances/vm/"+name), "a viewer may not %s", name)
+		assert.Equal(t, http.StatusNotFound, sub(editorCfg, http.MethodPut, "virtualmachineinstances/vm/"+name), "an editor may %s", name)
+	}
 }
