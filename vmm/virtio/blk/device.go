@@ -106,7 +106,7 @@ func New(cfg Config) (*Device, error) {
 	le := binary.LittleEndian
 	le.PutUint64(d.config[0:], d.Sectors())
 	le.PutUint32(d.config[12:], segMax)
-	le.PutUint16(d.config[34:], uint16(n))          // num_queues (read with VIRTIO_BLK_F_MQ)
+	le.PutUint16(d.config[34:], uint16(n))       // num_queues (read with VIRTIO_BLK_F_MQ)
 	le.PutUint32(d.config[36:], maxDiscardSects) // max_discard_sectors
 	le.PutUint32(d.config[40:], maxDiscardSegs)  // max_discard_seg
 	le.PutUint32(d.config[44:], 8)               // discard_sector_alignment: 4 KiB
@@ -134,9 +134,6 @@ func (d *Device) QueueMaxSizes() []uint16 {
 	}
 	return s
 }
-
-// Queues is how many request queues the device has.
-func (d *Device) Queues() int { return len(d.queues) }
 
 // ReadConfig reads struct virtio_blk_config.
 func (d *Device) ReadConfig(off uint64, data []byte) { virtio.ReadConfigBytes(d.config[:], off, data) }
