@@ -73,7 +73,7 @@ func SetupPodNetwork(pid int, nic spec.PodNIC, owner int) error {
 			return fmt.Errorf("enabling ip_forward in the pod: %w", err)
 		}
 		if _, err := netlink.LinkByName(nic.Tap); err != nil {
-			if err := createTap(nic.Tap, owner); err != nil {
+			if err := createTap(nic.Tap, owner, nic.Queues); err != nil {
 				return err
 			}
 		}
@@ -125,8 +125,11 @@ func inNetns(ns netns.NsHandle, f func() error) error {
 }
 
 // createTap creates a persistent tap owned by uid/gid owner, with the
-// flags the VMM opens it with (no packet info, virtio-net header).
-func createTap(name string, owner int) error {
+// flags the VMM opens it with (no packet info, virtio-net header): a
+// multi-queue tap for a NIC with several queue pairs (spec.NICQueues),
+// whose queues the VMM (or QEMU) attaches, one per pair. The kernel
+// refuses to open a tap with the other kind of flags, so this must match.
+func createTap(name string, owner, queues int) error {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open /dev/net/tun: %w", err)
@@ -136,7 +139,11 @@ func createTap(name string, owner int) error {
 	if err != nil {
 		return fmt.Errorf("tap %s: %w", name, err)
 	}
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if queues > 1 {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		return fmt.Errorf("creating tap %s: %w", name, err)
 	}

@@ -93,6 +93,7 @@ type DiskConfig struct {
 	Bus      v1.DiskBus
 	CDROM    bool
 	Boot     int
+	Queues   int // virtio request queues (spec.DiskQueues)
 }
 
 // NICConfig is one guest NIC on a tap that virt-handler prepares.
@@ -101,6 +102,8 @@ type NICConfig struct {
 	Tap   string
 	MAC   net.HardwareAddr
 	Model string
+	// Queues of the multi-queue tap and the NIC's queue pairs (spec.NICQueues).
+	Queues int
 }
 
 // BuildVMConfig turns a VMI into the guest's configuration. It checks what
@@ -167,6 +170,9 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		if d.BootOrder != nil {
 			dc.Boot = int(*d.BootOrder)
 		}
+		if dc.Bus == v1.DiskBusVirtio {
+			dc.Queues = spec.DiskQueues(s)
+		}
 		switch {
 		case v.ContainerDisk != nil:
 			dc.Path = containerDiskPath(p, d.Name)
@@ -184,7 +190,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		if err != nil {
 			return VMConfig{}, err
 		}
-		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model})
+		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues})
 	}
 	// Without kernelBoot this is what a disk boot on our VMM appends to
 	// the entry's options (QEMU's firmware boot has no command line).
@@ -272,13 +278,13 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		if len(serial) > 20 {
 			serial = serial[:20]
 		}
-		mc.Disks = append(mc.Disks, machine.DiskConfig{Path: d.Path, Format: f, ReadOnly: d.ReadOnly, Serial: serial})
+		mc.Disks = append(mc.Disks, machine.DiskConfig{Path: d.Path, Format: f, ReadOnly: d.ReadOnly, Serial: serial, Queues: d.Queues})
 	}
 	for _, n := range c.NICs {
 		if n.Model != "virtio" {
 			return machine.Config{}, fmt.Errorf("interface %s: model %s is not supported by the kubevmm VMM", n.Name, n.Model)
 		}
-		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC})
+		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC, Queues: n.Queues})
 	}
 	return mc, nil
 }
@@ -351,7 +357,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 		if err != nil {
 			return qemu.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
-		qd := qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(f), ReadOnly: d.ReadOnly, CDROM: d.CDROM, Serial: d.Serial, BootOrder: d.Boot}
+		qd := qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(f), ReadOnly: d.ReadOnly, CDROM: d.CDROM, Serial: d.Serial, BootOrder: d.Boot, Queues: d.Queues}
 		switch d.Bus {
 		case v1.DiskBusSATA:
 			qd.Bus = qemu.BusSATA
@@ -366,7 +372,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 		qc.Disks = append(qc.Disks, qd)
 	}
 	for _, n := range c.NICs {
-		qn := qemu.NIC{Tap: n.Tap, MAC: n.MAC.String(), Model: qemu.NICVirtio}
+		qn := qemu.NIC{Tap: n.Tap, MAC: n.MAC.String(), Model: qemu.NICVirtio, Queues: n.Queues}
 		if n.Model == "e1000" {
 			qn.Model = qemu.NICE1000
 		}

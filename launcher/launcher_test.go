@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
@@ -117,6 +118,42 @@ func TestBuildVMConfig(t *testing.T) {
 	if _, err := BuildVMConfig(vmi, p); err == nil {
 		t.Error("a disk without a supported volume was accepted")
 	}
+}
+
+// networkInterfaceMultiqueue and blockMultiQueue give the pod NIC and each
+// virtio disk one queue per vCPU, on the VMM and in QEMU alike; a SATA
+// disk keeps its one.
+func TestBuildVMConfigMultiQueue(t *testing.T) {
+	p := testPaths(t)
+	vmi := testVMI()
+	vmi.Spec.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true)
+	vmi.Spec.Domain.Devices.BlockMultiQueue = ptr.To(true)
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks,
+		v1.Disk{Name: "data", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSATA}}})
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "d"}}})
+	c, err := BuildVMConfig(vmi, p)
+	require.NoError(t, err)
+	require.Len(t, c.NICs, 1)
+	assert.Equal(t, 2, c.NICs[0].Queues)
+	require.Len(t, c.Disks, 2)
+	assert.Equal(t, 2, c.Disks[0].Queues)
+	assert.Equal(t, 0, c.Disks[1].Queues, "a SATA disk")
+
+	os.WriteFile(c.Kernel, []byte("kernel"), 0o644)
+	os.WriteFile(c.Initrd, []byte("initrd"), 0o644)
+	for _, d := range c.Disks {
+		os.WriteFile(d.Path, make([]byte, 4096), 0o644)
+	}
+	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	require.NoError(t, err)
+	assert.Equal(t, 2, qc.NICs[0].Queues)
+	assert.Equal(t, []int{2, 0}, []int{qc.Disks[0].Queues, qc.Disks[1].Queues})
+
+	c.Disks = c.Disks[:1] // the VMM has no SATA
+	mc, err := c.MachineConfig(nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, mc.NICs[0].Queues)
+	assert.Equal(t, 2, mc.Disks[0].Queues)
 }
 
 // TestPrepareWritesCloudInitDisk: the launcher renders the cloud-init

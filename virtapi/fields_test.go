@@ -41,10 +41,12 @@ var implemented = map[string]string{
 	"domain.firmware.kernelBoot.container.kernelPath":      "copied out of the image; the kernel booted",
 	"domain.firmware.kernelBoot.container.initrdPath":      "copied out of the image; the initrd",
 
-	"domain.devices.disableHotplug":         "kubevmm hotplugs nothing, so hotplug is always disabled",
-	"domain.devices.autoattachPodInterface": "the mutating webhook adds the pod NIC only when it is not false (defaultSpec)",
-	"domain.devices.rng":                    "a virtio-rng device (launcher.VMConfig.RNG)",
-	"domain.devices.tpm.enabled":            "a TPM 2.0 on QEMU: swtpm, state in the launcher pod (launcher/qemu Config.TPM); false: none",
+	"domain.devices.disableHotplug":             "kubevmm hotplugs nothing, so hotplug is always disabled",
+	"domain.devices.autoattachPodInterface":     "the mutating webhook adds the pod NIC only when it is not false (defaultSpec)",
+	"domain.devices.rng":                        "a virtio-rng device (launcher.VMConfig.RNG)",
+	"domain.devices.blockMultiQueue":            "a request queue per vCPU for each virtio disk (spec.DiskQueues), on both backends",
+	"domain.devices.networkInterfaceMultiqueue": "a multi-queue tap and a queue pair per vCPU for virtio NICs (spec.NICQueues), on both backends",
+	"domain.devices.tpm.enabled":                "a TPM 2.0 on QEMU: swtpm, state in the launcher pod (launcher/qemu Config.TPM); false: none",
 
 	"domain.clock.utc.offsetSeconds":    "the RTC's offset from host UTC (spec.RTCOffset): the kubevmm VMM's RTC, QEMU's -rtc base",
 	"domain.clock.timezone":             "the RTC reads the zone's local time (spec.RTCOffset)",
@@ -96,15 +98,13 @@ var implemented = map[string]string{
 // honoured are *bool leaves accepted at one value only, the one that says
 // what kubevmm does anyway; the other value is refused.
 var honoured = map[string]bool{
-	"domain.devices.useVirtioTransitional":      false,
-	"domain.devices.autoattachGraphicsDevice":   false,
-	"domain.devices.autoattachSerialConsole":    true,
-	"domain.devices.logSerialConsole":           false,
-	"domain.devices.autoattachMemBalloon":       false,
-	"domain.devices.autoattachInputDevice":      false,
-	"domain.devices.autoattachVSOCK":            false,
-	"domain.devices.blockMultiQueue":            false,
-	"domain.devices.networkInterfaceMultiqueue": false,
+	"domain.devices.useVirtioTransitional":    false,
+	"domain.devices.autoattachGraphicsDevice": false,
+	"domain.devices.autoattachSerialConsole":  true,
+	"domain.devices.logSerialConsole":         false,
+	"domain.devices.autoattachMemBalloon":     false,
+	"domain.devices.autoattachInputDevice":    false,
+	"domain.devices.autoattachVSOCK":          false,
 
 	"domain.devices.disks[0].dedicatedIOThread":    false,
 	"domain.devices.disks[0].shareable":            false,

@@ -417,8 +417,6 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 		{"autoattachMemBalloon", d.AutoattachMemBalloon, false, "the guest has no memory balloon"},
 		{"autoattachInputDevice", d.AutoattachInputDevice, false, "the guest has no input device"},
 		{"autoattachVSOCK", d.AutoattachVSOCK, false, "the guest's vsock device carries only the guest agent's channel (no status.VSOCKCID)"},
-		{"blockMultiQueue", d.BlockMultiQueue, false, "disks have one queue"},
-		{"networkInterfaceMultiqueue", d.NetworkInterfaceMultiQueue, false, "NICs have one queue pair"},
 	} {
 		if sw.v != nil && *sw.v != sw.want {
 			errs = append(errs, notSupported(p.Child(sw.name), *sw.v, sw.why))
@@ -427,7 +425,22 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 	if len(d.Inputs) > 0 {
 		errs = append(errs, unsupported(p, "inputs", ""))
 	}
-	return errs
+	return append(errs, validateMultiQueue(p, d)...)
+}
+
+// validateMultiQueue: networkInterfaceMultiqueue and blockMultiQueue give
+// virtio NICs and disks a queue per vCPU (spec.NICQueues, DiskQueues). As
+// in KubeVirt, multi-queue NICs with only non-virtio interfaces are refused.
+func validateMultiQueue(p *field.Path, d *v1.Devices) field.ErrorList {
+	if m := d.NetworkInterfaceMultiQueue; m == nil || !*m || len(d.Interfaces) == 0 {
+		return nil
+	}
+	for _, ifc := range d.Interfaces {
+		if ifc.Model == "" || ifc.Model == "virtio" {
+			return nil
+		}
+	}
+	return field.ErrorList{invalid(p.Child("networkInterfaceMultiqueue"), true, "virtio-net multiqueue request, but there are no virtio interfaces defined")}
 }
 
 func validateDisks(p *field.Path, disks []v1.Disk, volumes []v1.Volume) field.ErrorList {

@@ -99,10 +99,11 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.PciAddress = "0000:81:01.0" }},
 		{name: "disk tag", field: "domain.devices.disks[0].tag", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Tag = "db" }},
-		{name: "blockMultiQueue", field: "domain.devices.blockMultiQueue", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.BlockMultiQueue = ptr.To(true) }},
-		{name: "networkInterfaceMultiqueue", field: "domain.devices.networkInterfaceMultiqueue", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true) }},
+		{name: "networkInterfaceMultiqueue without a virtio NIC", field: "domain.devices.networkInterfaceMultiqueue", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true)
+				s.Domain.Devices.Interfaces[0].Model = "e1000"
+			}},
 		{name: "autoattachGraphicsDevice", field: "domain.devices.autoattachGraphicsDevice", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachGraphicsDevice = ptr.To(true) }},
 		{name: "autoattachSerialConsole off", field: "domain.devices.autoattachSerialConsole", typ: notSupported,
@@ -380,6 +381,10 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 			d.AutoattachSerialConsole, d.AutoattachGraphicsDevice, d.AutoattachMemBalloon = ptr.To(true), ptr.To(false), ptr.To(false)
 			d.BlockMultiQueue, d.NetworkInterfaceMultiQueue, d.AutoattachVSOCK = ptr.To(false), ptr.To(false), ptr.To(false)
 			d.Disks[0].Shareable, d.Disks[0].DedicatedIOThread = ptr.To(false), ptr.To(false)
+		}},
+		{"multi-queue NICs and disks", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.CPU = &v1.CPU{Cores: 2}
+			s.Domain.Devices.BlockMultiQueue, s.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true), ptr.To(true)
 		}},
 		{"ACPI on the kubevmm VMM", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Features = &v1.Features{ACPI: &v1.FeatureState{}}

@@ -9,6 +9,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/block"
 	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
 	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 )
 
@@ -49,7 +50,7 @@ type nic struct {
 	Model string
 }
 
-// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S][,bus=virtio|sata][,boot]
+// parseDisk parses --disk PATH[,ro][,format=raw|qcow2][,serial=S][,queues=N][,bus=virtio|sata][,boot]
 // (a comma in PATH is written ",,").
 func parseDisk(s string) (disk, error) {
 	path, opts := options(s)
@@ -77,9 +78,18 @@ func parseDisk(s string) (disk, error) {
 				return d, fmt.Errorf("serial %q is longer than 20 bytes", v)
 			}
 			d.Serial = v
+		case k == "queues" && hasV:
+			q, err := strconv.Atoi(v)
+			if err != nil || q < 1 || q > blk.MaxQueues {
+				return d, fmt.Errorf("queues %q: want 1..%d", v, blk.MaxQueues)
+			}
+			d.Queues = q
 		default:
-			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S, bus=virtio|sata, boot)", o)
+			return d, fmt.Errorf("unknown option %q (want ro, format=raw|qcow2, serial=S, queues=N, bus=virtio|sata, boot)", o)
 		}
+	}
+	if d.Queues > 1 && d.Bus != "virtio" {
+		return d, fmt.Errorf("queues=%d: a %s disk has one queue", d.Queues, d.Bus)
 	}
 	return d, nil
 }

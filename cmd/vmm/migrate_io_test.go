@@ -53,7 +53,9 @@ var kvRE = func(key string) *regexp.Regexp { return regexp.MustCompile(`KV ` + k
 // receives a TCP stream: the devices write guest pages that pre-copy has
 // already sent. On the target the guest checksums both from memory; they
 // match what the host has, so every device write reached the target (and
-// the target's disk and NIC still answer).
+// the target's disk and NIC still answer). Two vCPUs and two queues on the
+// disk and the NIC: the multi-queue paths run under the VMM's seccomp
+// filter (the driver attaches the tap's second queue) and migrate.
 func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root for the tap and its network namespace")
@@ -74,7 +76,7 @@ func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 	// this namespace when it takes over the VM.
 	tapName := fmt.Sprintf("kvm%d", os.Getpid()%100000)
 	a := startVMM(t, "run", "--kernel", guestimage.Kernel(t), "--initrd", guestimage.InitrdWithRun(t, ioScript, nil),
-		"--memory", "256M", "--disk", sock("data.img")+",ro", "--net", "tap="+tapName+",mac=52:54:00:ab:cd:02",
+		"--cpus", "2", "--memory", "256M", "--disk", sock("data.img")+",ro,queues=2", "--net", "tap="+tapName+",mac=52:54:00:ab:cd:02,queues=2",
 		"--console", "socket:"+sock("a.con"), "--api", sock("a.api"))
 	ca := attach(t, sock("a.con"), a)
 	ns, err := link.NewNetns("kvmmig-" + tapName)

@@ -20,11 +20,6 @@ func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
 	if devs.rng || devs.vsock != nil {
 		return 0, usagef("run: --rng and --vsock are served by the kubevmm backend only")
 	}
-	for i, n := range devs.nics {
-		if n.Queues > 1 {
-			return 0, usagef("run: --net %d: queues=%d is served by the kubevmm backend only", i, n.Queues)
-		}
-	}
 	if s.f.api != "" {
 		return 0, usagef("run: --api serves the kubevmm backend; with --backend qemu the QMP monitor is the control socket (printed with -v)")
 	}
@@ -108,10 +103,10 @@ func qemuConfig(f *runFlags, mem uint64, devs devices, runDir string, accel qemu
 	}
 	for _, d := range devs.disks {
 		cfg.Disks = append(cfg.Disks, qemu.Disk{Path: d.Path, Format: qemu.DiskFormat(d.Format),
-			Bus: qemu.DiskBus(d.Bus), ReadOnly: d.ReadOnly, Serial: d.Serial})
+			Bus: qemu.DiskBus(d.Bus), ReadOnly: d.ReadOnly, Serial: d.Serial, Queues: d.Queues})
 	}
 	for _, n := range devs.nics {
-		cfg.NICs = append(cfg.NICs, qemu.NIC{Model: qemu.NICModel(n.Model), Tap: n.Tap, MAC: n.MAC.String()})
+		cfg.NICs = append(cfg.NICs, qemu.NIC{Model: qemu.NICModel(n.Model), Tap: n.Tap, MAC: n.MAC.String(), Queues: n.Queues})
 	}
 	return cfg
 }

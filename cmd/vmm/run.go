@@ -103,7 +103,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cpus, "cpus", 1, "number of vCPUs")
 	fs.StringVar(&f.memory, "memory", "256M", "guest RAM, e.g. 512M or 2G")
 	fs.StringVar(&f.profile, "profile", "", "sample guest RIPs at 100 Hz and write them, symbolized with System.map beside the kernel if present, to this file")
-	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S][,boot] (repeatable; ,, is a comma in PATH; boot: boot its default entry, as --boot-disk)")
+	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S][,queues=N][,boot] (repeatable; ,, is a comma in PATH; boot: boot its default entry, as --boot-disk)")
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
 	fs.BoolVar(&f.acpi, "acpi", true, "describe the VM in ACPI tables (CPUs, devices, power button, poweroff); --acpi=false for a kernel built without ACPI: CPUs from the MP table, virtio devices on the command line")

@@ -160,6 +160,8 @@ type Disk struct {
 	Serial string // up to 20 characters, visible to the guest
 	// BootOrder: 1 boots first; 0 leaves the disk out of the boot order.
 	BootOrder int
+	// Queues above 1: a virtio disk's request queues (num-queues).
+	Queues int
 }
 
 // NIC is one network card on an existing host tap device.
@@ -167,7 +169,12 @@ type NIC struct {
 	Model NICModel // "" is virtio
 	Tap   string   // host tap interface name; QEMU opens it, no scripts run
 	MAC   string   // "" lets QEMU choose
+	// Queues above 1: a virtio NIC's queue pairs on a multi-queue tap.
+	Queues int
 }
+
+// MaxQueues bounds a disk's or NIC's queues: a tap has at most 256.
+const MaxQueues = 256
 
 const (
 	qmpFD         = 3 // the monitor's listening socket, passed to QEMU
@@ -352,6 +359,9 @@ func (d Disk) validate(i int, bad func(string, ...any)) {
 			break
 		}
 	}
+	if d.Queues < 0 || d.Queues > MaxQueues || d.Queues > 1 && d.bus() != BusVirtio {
+		bad("disk %d: %d queues: 1..%d, and more than one only on the virtio bus", i, d.Queues, MaxQueues)
+	}
 	if d.BootOrder < 0 {
 		bad("disk %d: boot order %d: must not be negative", i, d.BootOrder)
 	}
@@ -366,6 +376,9 @@ func (n NIC) validate(i int, bad func(string, ...any)) {
 	}
 	if n.Tap == "" || len(n.Tap) > 15 || strings.ContainsAny(n.Tap, "/ \t\n") {
 		bad("nic %d: tap %q: must be an interface name of 1..15 characters", i, n.Tap)
+	}
+	if n.Queues < 0 || n.Queues > MaxQueues || n.Queues > 1 && n.model() != NICVirtio {
+		bad("nic %d: %d queues: 1..%d, and more than one only with the virtio model", i, n.Queues, MaxQueues)
 	}
 	if n.MAC != "" {
 		hw, err := net.ParseMAC(n.MAC)
@@ -580,6 +593,9 @@ func (c Config) diskArgs(jsonArg func(map[string]any) string) []string {
 		switch d.bus() {
 		case BusVirtio:
 			dev["driver"] = "virtio-blk-pci"
+			if d.Queues > 1 {
+				dev["num-queues"] = d.Queues
+			}
 		case BusSATA:
 			ctrl, port := sata/portsPerAHCI, sata%portsPerAHCI
 			if port == 0 {
@@ -602,10 +618,15 @@ func (c Config) nicArgs(jsonArg func(map[string]any) string) []string {
 	var a []string
 	for i, n := range c.NICs {
 		id := fmt.Sprintf("net%d", i)
-		a = append(a, "-netdev", jsonArg(map[string]any{
-			"type": "tap", "id": id, "ifname": n.Tap, "script": "no", "downscript": "no",
-		}))
+		netdev := map[string]any{"type": "tap", "id": id, "ifname": n.Tap, "script": "no", "downscript": "no"}
 		dev := map[string]any{"netdev": id, "id": id + "-dev", "driver": "virtio-net-pci"}
+		if n.Queues > 1 {
+			// a multi-queue tap, and one MSI-X vector per queue plus
+			// the control queue and config changes
+			netdev["queues"] = n.Queues
+			dev["mq"], dev["vectors"] = true, 2*n.Queues+2
+		}
+		a = append(a, "-netdev", jsonArg(netdev))
 		if n.model() == NICE1000 {
 			dev["driver"] = "e1000"
 		}

@@ -135,6 +135,24 @@ func TestArgs(t *testing.T) {
 		assert.JSONEq(t, `{"type":"tap","id":"net0","ifname":"tap0","script":"no","downscript":"no"}`, netdevs[0])
 	})
 
+	t.Run("multiqueue", func(t *testing.T) {
+		c := minimal()
+		c.Disks = []Disk{{Path: "/d/a.img", Queues: 2}, {Path: "/d/b.img", Queues: 1}}
+		c.NICs = []NIC{{Tap: "tap0", Queues: 4}, {Tap: "tap1", Queues: 1}}
+		args, err := c.Args()
+		require.NoError(t, err)
+		assert.Equal(t, []map[string]any{
+			{"driver": "virtio-blk-pci", "drive": "disk0", "id": "disk0-dev", "num-queues": 2.0},
+			{"driver": "virtio-blk-pci", "drive": "disk1", "id": "disk1-dev"},
+			{"driver": "virtio-net-pci", "netdev": "net0", "id": "net0-dev", "mq": true, "vectors": 10.0},
+			{"driver": "virtio-net-pci", "netdev": "net1", "id": "net1-dev"},
+		}, devices(t, args))
+		netdevs := values(args, "-netdev")
+		require.Len(t, netdevs, 2)
+		assert.JSONEq(t, `{"type":"tap","id":"net0","ifname":"tap0","script":"no","downscript":"no","queues":4}`, netdevs[0])
+		assert.JSONEq(t, `{"type":"tap","id":"net1","ifname":"tap1","script":"no","downscript":"no"}`, netdevs[1])
+	})
+
 	t.Run("hyperv with tcg leaves out what needs KVM", func(t *testing.T) {
 		c := minimal()
 		c.HyperV, c.Accel = true, AccelTCG
@@ -220,6 +238,10 @@ func TestValidate(t *testing.T) {
 		{"read-only sata disk", func(c *Config) { c.Disks = []Disk{{Path: "/d", Bus: BusSATA, ReadOnly: true}} }, "SATA hard disk cannot be read-only"},
 		{"long serial", func(c *Config) { c.Disks = []Disk{{Path: "/d", Serial: strings.Repeat("s", 21)}} }, "at most 20 characters"},
 		{"serial with space", func(c *Config) { c.Disks = []Disk{{Path: "/d", Serial: "a b"}} }, "printable ASCII"},
+		{"sata disk queues", func(c *Config) { c.Disks = []Disk{{Path: "/d", Bus: BusSATA, Queues: 2}} }, "more than one only on the virtio bus"},
+		{"disk queues", func(c *Config) { c.Disks = []Disk{{Path: "/d", Queues: 257}} }, "257 queues"},
+		{"e1000 queues", func(c *Config) { c.NICs = []NIC{{Model: NICE1000, Tap: "t", Queues: 2}} }, "more than one only with the virtio model"},
+		{"nic queues", func(c *Config) { c.NICs = []NIC{{Tap: "t", Queues: -1}} }, "-1 queues"},
 		{"nic model", func(c *Config) { c.NICs = []NIC{{Model: "rtl8139", Tap: "tap0"}} }, `model "rtl8139"`},
 		{"nic without tap", func(c *Config) { c.NICs = []NIC{{}} }, "nic 0: tap"},
 		{"nic tap name too long", func(c *Config) { c.NICs = []NIC{{Tap: "a-very-long-tap-name"}} }, "1..15 characters"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -470,7 +471,7 @@ func TestDevices(t *testing.T) {
 		Disks: []Disk{
 			{Path: qcow, Format: FormatQCOW2, Bus: BusSATA, Serial: "WIN-C", BootOrder: 2},
 			{Path: iso, Bus: BusSATA, CDROM: true, BootOrder: 1},
-			{Path: drivers, Bus: BusVirtio, ReadOnly: true, Serial: "drivers"},
+			{Path: drivers, Bus: BusVirtio, ReadOnly: true, Serial: "drivers", Queues: 2},
 		},
 	}
 	// QEMU creates the taps itself when it may (root, /dev/net/tun).
@@ -479,7 +480,7 @@ func TestDevices(t *testing.T) {
 	if withNICs {
 		cfg.NICs = []NIC{
 			{Model: NICE1000, Tap: fmt.Sprintf("kvt%da", os.Getpid()), MAC: "52:54:00:12:34:56"},
-			{Model: NICVirtio, Tap: fmt.Sprintf("kvt%db", os.Getpid()), MAC: "52:54:00:12:34:57"},
+			{Model: NICVirtio, Tap: fmt.Sprintf("kvt%db", os.Getpid()), MAC: "52:54:00:12:34:57", Queues: 2},
 		}
 	} else {
 		t.Log("not root or no /dev/net/tun: NICs not tested")
@@ -551,6 +552,9 @@ func TestDevices(t *testing.T) {
 		var driver string
 		require.NoError(t, mon.Execute(ctx, "qom-get", map[string]string{"path": "/machine/peripheral/disk1-dev", "property": "type"}, &driver))
 		assert.Equal(t, "ide-cd", driver)
+		var queues int
+		require.NoError(t, mon.Execute(ctx, "qom-get", map[string]string{"path": "/machine/peripheral/disk2-dev", "property": "num-queues"}, &queues))
+		assert.Equal(t, 2, queues, "the virtio disk's request queues")
 	})
 
 	t.Run("nics", func(t *testing.T) {
@@ -564,6 +568,14 @@ func TestDevices(t *testing.T) {
 			_, err := net.InterfaceByName(n.Tap)
 			assert.NoError(t, err, "tap %s exists on the host", n.Tap)
 		}
+		var mq bool
+		require.NoError(t, mon.Execute(ctx, "qom-get", map[string]string{"path": "/machine/peripheral/net1-dev", "property": "mq"}, &mq))
+		assert.True(t, mq, "the virtio NIC with two queues offers multi-queue")
+		flags, err := os.ReadFile("/sys/class/net/" + cfg.NICs[1].Tap + "/tun_flags")
+		require.NoError(t, err)
+		f, err := strconv.ParseUint(strings.TrimSpace(string(flags)), 0, 32)
+		require.NoError(t, err)
+		assert.NotZero(t, f&unix.IFF_MULTI_QUEUE, "QEMU opened a multi-queue tap (tun_flags %s)", flags)
 	})
 
 	t.Run("hyperv", func(t *testing.T) {

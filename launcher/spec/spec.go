@@ -191,6 +191,30 @@ func VCPUs(s *v1.VirtualMachineInstanceSpec) int {
 	return n
 }
 
+// MaxQueues bounds the queues of one NIC or disk: KubeVirt caps its one
+// per vCPU at 256 (a tap's limit), the kubevmm VMM serves at most 64 per
+// device (vnet.MaxPairs, blk.MaxQueues), and both backends get the same.
+const MaxQueues = 64
+
+// NICQueues is how many queue pairs a NIC of model gets: as KubeVirt does,
+// one per vCPU for a virtio NIC with networkInterfaceMultiqueue (up to
+// MaxQueues), else one. The tap virt-handler creates has that many queues.
+func NICQueues(s *v1.VirtualMachineInstanceSpec, model string) int {
+	if m := s.Domain.Devices.NetworkInterfaceMultiQueue; m == nil || !*m || model != "virtio" {
+		return 1
+	}
+	return min(VCPUs(s), MaxQueues)
+}
+
+// DiskQueues is how many request queues a virtio disk gets: one per vCPU
+// with blockMultiQueue (up to MaxQueues), else one.
+func DiskQueues(s *v1.VirtualMachineInstanceSpec) int {
+	if m := s.Domain.Devices.BlockMultiQueue; m == nil || !*m {
+		return 1
+	}
+	return min(VCPUs(s), MaxQueues)
+}
+
 // GracePeriodSeconds is how long the guest of a deleted (or stopped) VMI
 // gets to end by itself before it is stopped: the VMI's
 // terminationGracePeriodSeconds, else the default.
@@ -208,6 +232,9 @@ type PodNIC struct {
 	Model string // virtio or e1000
 	MAC   string // from the spec; empty: the launcher derives one
 	Tap   string
+	// Queues of the tap and queue pairs of the NIC (NICQueues): above
+	// 1, the tap is a multi-queue tap.
+	Queues int
 }
 
 // PodNICs are the interfaces bound to the pod network with masquerade, the
@@ -228,7 +255,7 @@ func PodNICs(s *v1.VirtualMachineInstanceSpec) []PodNIC {
 		if model == "" {
 			model = "virtio"
 		}
-		out = append(out, PodNIC{Index: i, Name: ifc.Name, Model: model, MAC: ifc.MacAddress, Tap: TapName(len(out))})
+		out = append(out, PodNIC{Index: i, Name: ifc.Name, Model: model, MAC: ifc.MacAddress, Tap: TapName(len(out)), Queues: NICQueues(s, model)})
 	}
 	return out
 }

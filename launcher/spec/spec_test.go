@@ -16,6 +16,8 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/vmm/machine"
+	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
+	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 )
 
 func kernelBootSpec() *v1.VirtualMachineInstanceSpec {
@@ -300,4 +302,43 @@ func TestLiveMigratableFollowsTheActiveBackend(t *testing.T) {
 	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s)
 	assert.False(t, ok)
 	assert.Equal(t, ReasonBackendNotLiveMigratable, reason)
+}
+
+// KubeVirt's rule: with networkInterfaceMultiqueue a virtio NIC gets one
+// queue pair per vCPU, with blockMultiQueue a disk one queue per vCPU,
+// within what the VMM serves; otherwise one.
+func TestQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		cpu         *v1.CPU
+		nicMQ, blkQ *bool
+		model       string
+		nic, disk   int
+	}{
+		{name: "off by default", cpu: &v1.CPU{Cores: 4}, model: "virtio", nic: 1, disk: 1},
+		{name: "false", cpu: &v1.CPU{Cores: 4}, nicMQ: ptr.To(false), blkQ: ptr.To(false), model: "virtio", nic: 1, disk: 1},
+		{name: "one per vCPU", cpu: &v1.CPU{Sockets: 2, Cores: 2, Threads: 1}, nicMQ: ptr.To(true), blkQ: ptr.To(true), model: "virtio", nic: 4, disk: 4},
+		{name: "one vCPU", nicMQ: ptr.To(true), blkQ: ptr.To(true), model: "virtio", nic: 1, disk: 1},
+		{name: "e1000 has one", cpu: &v1.CPU{Cores: 2}, nicMQ: ptr.To(true), model: "e1000", nic: 1, disk: 1},
+		{name: "capped", cpu: &v1.CPU{Sockets: 2, Cores: 50}, nicMQ: ptr.To(true), blkQ: ptr.To(true), model: "virtio", nic: MaxQueues, disk: MaxQueues},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := kernelBootSpec()
+			s.Domain.CPU = tc.cpu
+			s.Domain.Devices.NetworkInterfaceMultiQueue, s.Domain.Devices.BlockMultiQueue = tc.nicMQ, tc.blkQ
+			assert.Equal(t, tc.nic, NICQueues(s, tc.model))
+			assert.Equal(t, tc.disk, DiskQueues(s))
+		})
+	}
+	assert.LessOrEqual(t, MaxQueues, vnet.MaxPairs, "the VMM serves as many queue pairs")
+	assert.LessOrEqual(t, MaxQueues, blk.MaxQueues, "the VMM serves as many disk queues")
+
+	s := kernelBootSpec()
+	s.Domain.CPU = &v1.CPU{Cores: 2}
+	s.Domain.Devices.NetworkInterfaceMultiQueue = ptr.To(true)
+	s.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
+	s.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
+	nics := PodNICs(s)
+	require.Len(t, nics, 1)
+	assert.Equal(t, 2, nics[0].Queues, "the pod NIC's tap gets a queue per vCPU")
 }

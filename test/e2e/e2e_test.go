@@ -12,6 +12,8 @@
 // TestRestrictedNamespace boots one more, in a namespace that enforces the
 // "restricted" PodSecurity level.
 // TestBootDiskVMI boots it once more, from a containerDisk's boot entry.
+// TestMultiQueueVMI boots one more with two vCPUs, multi-queue NIC and
+// disk, and migrates it.
 // TestMetrics runs one more VMI to Running only, for a real Prometheus on
 // the host to scrape.
 // Every wait is for a condition; the bounds only turn a hang into a failure.

@@ -199,3 +199,31 @@ func TestRestoreRefusesAnotherImage(t *testing.T) {
 	assert.Contains(t, err.Error(), "cluster bits 12, saved 16")
 	assert.Contains(t, err.Error(), `backing file "", saved`)
 }
+
+// A multi-queue disk migrates as one: the target builds it with as many
+// request queues, from the migration header.
+func TestMigrationKeepsDiskQueues(t *testing.T) {
+	raw := filepath.Join(t.TempDir(), "mq.raw")
+	require.NoError(t, os.WriteFile(raw, make([]byte, 1<<20), 0o644))
+	m, err := New(Config{CPUs: 2, MemoryBytes: 64 << 20, Kernel: counterKernel, Disks: []DiskConfig{{Path: raw, Queues: 2}}})
+	require.NoError(t, err)
+	defer m.Close()
+	exited := run(m)
+	waitCounter(t, m, 1000)
+	src, dst := migrationPipe(t)
+	in := NewIncoming(Config{})
+	received := make(chan error, 1)
+	go func() {
+		_, err := migration.Receive(context.Background(), dst, in)
+		received <- err
+	}()
+	_, err = migration.Send(context.Background(), src, m.AsMigrationSource(), migration.Options{})
+	require.NoError(t, err)
+	require.NoError(t, <-received)
+	m.EndMigrated()
+	assert.Equal(t, ExitMigrated, (<-exited).Reason)
+	target := in.Machine
+	defer target.Close()
+	assert.Equal(t, 2, target.cfg.Disks[0].Queues)
+	assert.Len(t, target.Virtio()[0].Device.QueueMaxSizes(), 2, "request queues on the target")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"net"
 	"path/filepath"
 	"testing"
@@ -221,4 +222,28 @@ func TestConfigFromVsockSocketOverride(t *testing.T) {
 	saved.Vsock = nil
 	_, err = configFrom(saved, Config{Vsock: &VsockConfig{Socket: "/new.sock"}})
 	assert.ErrorContains(t, err, "no vsock device")
+}
+
+// A disk's queue count travels in the saved configuration (a migration
+// target builds its devices from it) and comes back; a state saved before
+// multi-queue has none, and its disks have one queue. A count the VMM
+// can't serve is refused before any machine is built.
+func TestSavedDiskQueues(t *testing.T) {
+	saved := SavedConfig{CPUs: 2, MemoryBytes: 64 << 20, Disks: []savedDisk{{DiskConfig: DiskConfig{Path: "/d.img", Queues: 2}}}}
+	b, err := json.Marshal(saved)
+	require.NoError(t, err)
+	var back SavedConfig
+	require.NoError(t, json.Unmarshal(b, &back))
+	c, err := configFrom(back, Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Disks[0].Queues)
+
+	var old SavedConfig
+	require.NoError(t, json.Unmarshal([]byte(`{"cpus":1,"memory_bytes":67108864,"disks":[{"Path":"/d.img","image":{}}]}`), &old))
+	c, err = configFrom(old, Config{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, c.Disks[0].Queues)
+
+	back.Disks[0].Queues = 65
+	assert.ErrorContains(t, validateConfig(&back), "disk 0 has 65 queues")
 }

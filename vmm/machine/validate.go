@@ -6,6 +6,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
+	"github.com/kubevmm/kubevmm/vmm/virtio/blk"
 	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 )
 
@@ -51,6 +52,9 @@ func validateConfig(sc *SavedConfig) error {
 	for i, d := range sc.Disks {
 		if d.Path == "" {
 			return fmt.Errorf("disk %d has no path", i)
+		}
+		if d.Queues < 0 || d.Queues > blk.MaxQueues {
+			return fmt.Errorf("disk %d has %d queues: at most %d", i, d.Queues, blk.MaxQueues)
 		}
 	}
 	for i, nic := range sc.NICs {

@@ -33,7 +33,8 @@
 //	ioctl              KVM (type 0xAE), userfaultfd (type 0xAA: post-copy's UFFDIO_*, and
 //	                   USERFAULTFD_IOC_NEW on /dev/userfaultfd), TCGETS TCSETS
 //	                   TIOCGWINSZ (raw console),
-//	                   TUNSETOFFLOAD (the guest negotiates virtio-net offloads while running)
+//	                   TUNSETOFFLOAD (the guest negotiates virtio-net offloads while running),
+//	                   TUNSETQUEUE (a multi-queue NIC attaches the tap queues the guest uses)
 //	post-copy target   userfaultfd memfd_create (or openat of /dev/userfaultfd: files, above,
 //	                   when the system call is refused to a non-root VMM)
 //
@@ -99,7 +100,7 @@ var ioctlTypes = []uint32{
 // ioctls are the other ioctl numbers allowed.
 var ioctls = []uint32{
 	unix.TCGETS, unix.TCSETS, unix.TIOCGWINSZ,
-	unix.TUNSETOFFLOAD,
+	unix.TUNSETOFFLOAD, unix.TUNSETQUEUE,
 }
 
 // socketFamilies are the address families socket(2) may create.

@@ -457,6 +457,7 @@ func TestMachineDeviceConfigErrors(t *testing.T) {
 		{"not qcow2", machine.Config{Disks: []machine.DiskConfig{{Path: img, Format: block.FormatQcow2}}}, "no qcow2 magic"},
 		{"serial too long", machine.Config{Disks: []machine.DiskConfig{{Path: img, Serial: "012345678901234567890"}}}, "serial"},
 		{"too many devices", machine.Config{Disks: many}, "at most 18 virtio devices"},
+		{"more disk queues than vCPUs", machine.Config{Disks: []machine.DiskConfig{{Path: img, Queues: 2}}}, "disk 0: 2 queues for 1 vCPUs"},
 		{"bad tap name", machine.Config{NICs: []machine.NICConfig{{Tap: "this-name-is-too-long", MAC: mac}}}, "nic 0"},
 		{"vsock CID", machine.Config{Vsock: &machine.VsockConfig{CID: 2, Socket: filepath.Join(t.TempDir(), "v")}}, "guest CID 2"},
 	} {
@@ -472,9 +473,13 @@ func TestMachineDeviceConfigErrors(t *testing.T) {
 }
 
 // mqScript checks the NIC's queues and moves a file over several TCP
-// connections (flows the tap spreads over its queues) both ways.
+// connections (flows the tap spreads over its queues) both ways; it
+// checks the disk's request queues and reads the disk.
 const mqScript = `#!/bin/sh
 kv() { echo "KV $1=$2"; }
+set -- /sys/block/vda/mq/*
+kv blk_queues $#
+kv disk_sha $(sha256sum /dev/vda | cut -d' ' -f1)
 ip addr add 10.199.2.2/24 dev eth0 && ip link set eth0 up
 set -- /sys/class/net/eth0/queues/rx-*
 kv rx_queues $#
@@ -490,7 +495,8 @@ kv done 1
 
 // A 2-vCPU Linux guest on a NIC with two queue pairs (a multi-queue tap):
 // the driver takes both pairs (VIRTIO_NET_F_MQ, VQ_PAIRS_SET) and TCP
-// works both ways over them.
+// works both ways over them. Its disk has two request queues
+// (VIRTIO_BLK_F_MQ): blk-mq makes a hardware queue of each.
 func TestLinuxNetMultiQueue(t *testing.T) {
 	kernel := guestimage.Kernel(t)
 	tapName := fmt.Sprintf("kvq%d", os.Getpid()%100000)
@@ -499,12 +505,16 @@ func TestLinuxNetMultiQueue(t *testing.T) {
 	defer ns.Delete()
 	mac, _ := net.ParseMAC("52:54:00:ab:cd:02")
 	payload := randomFile(t, 256<<10)
+	diskData := randomFile(t, 1<<20)
+	img := filepath.Join(t.TempDir(), "mq.img")
+	require.NoError(t, os.WriteFile(img, diskData, 0o644))
 	con := newConsole(t)
 	m, err := machine.New(machine.Config{
 		CPUs: 2, MemoryBytes: 128 << 20,
 		Kernel:  mustRead(t, kernel),
 		Initrd:  mustRead(t, guestimage.InitrdWithRun(t, mqScript, nil)),
 		Console: con,
+		Disks:   []machine.DiskConfig{{Path: img, Queues: 2}},
 		NICs:    []machine.NICConfig{{Tap: tapName, MAC: mac, Queues: 2}},
 	})
 	require.NoError(t, err)
@@ -566,6 +576,8 @@ func TestLinuxNetMultiQueue(t *testing.T) {
 	require.Equal(t, "1", kv["done"], "guest script did not finish")
 	assert.Equal(t, "2", kv["rx_queues"])
 	assert.Equal(t, "2", kv["tx_queues"])
+	assert.Equal(t, "2", kv["blk_queues"], "/sys/block/vda/mq")
+	assert.Equal(t, sha(diskData), kv["disk_sha"])
 	for i := 1; i <= 4; i++ {
 		assert.Equal(t, sha(payload), kv[fmt.Sprintf("down_sha%d", i)], "host -> guest transfer %d", i)
 	}

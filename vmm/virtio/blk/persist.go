@@ -18,11 +18,14 @@ type State struct {
 	Features uint64
 	Sectors  uint64
 	Serial   string
+	// Queues is the number of request queues (0 in states saved before
+	// multi-queue: one).
+	Queues int `json:",omitempty"`
 }
 
 // Save captures the device.
 func (d *Device) Save() State {
-	return State{Version: StateVersion, Features: d.features, Sectors: d.Sectors(), Serial: string(d.serial)}
+	return State{Version: StateVersion, Features: d.features, Sectors: d.Sectors(), Serial: string(d.serial), Queues: len(d.queues)}
 }
 
 // Restore checks s against a device built for the same disk: the guest
@@ -31,6 +34,8 @@ func (d *Device) Restore(s State) error {
 	switch {
 	case s.Version != StateVersion:
 		return fmt.Errorf("virtio-blk state version %d, want %d", s.Version, StateVersion)
+	case max(s.Queues, 1) != len(d.queues):
+		return fmt.Errorf("virtio-blk state has %d queues, this disk %d", max(s.Queues, 1), len(d.queues))
 	case s.Features != d.features:
 		return fmt.Errorf("virtio-blk state offers features %#x, this disk %#x", s.Features, d.features)
 	case s.Sectors != d.Sectors():
