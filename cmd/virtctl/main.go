@@ -113,7 +113,11 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	return c.command(cmd, rest_, stdin, stdout)
+}
 
+// command runs one virtctl command against the cluster.
+func (c *apiClient) command(cmd string, rest_ []string, stdin *os.File, stdout io.Writer) (int, error) {
 	need := func(n int, what string) error {
 		if len(rest_) != n {
 			return fmt.Errorf("%s: want %s", cmd, what)

@@ -204,6 +204,27 @@ func (f *runFlags) checkNumbers() error {
 // within its century register's years and QEMU's -rtc base dates.
 const maxRTCOffset = 100 * 365 * 24 * time.Hour
 
+// checkNewVM checks the flags of a VM started here (not --incoming): the
+// ones only a migration target takes, and where the kernel comes from.
+func (f *runFlags) checkNewVM() error {
+	if f.session.vsockSocket != "" {
+		return usagef("run: --vsock-socket is for --incoming; a new VM takes --vsock cid=N,socket=PATH")
+	}
+	if f.incomingTLS != (tlsFlags{}) {
+		return usagef("run: --tls-* and --tls-peer-name are for --incoming")
+	}
+	if err := f.findBootDisk(); err != nil {
+		return err
+	}
+	if f.bootDisk != "" && (f.kernel != "" || f.initrd != "") {
+		return usagef("run: %s %s takes the kernel and initrd from the disk; drop --kernel/--initrd", f.bootFlag, f.bootDisk)
+	}
+	if f.kernel == "" && f.bootDisk == "" {
+		return usagef("run: --kernel is required (or --boot-disk, or --disk PATH,boot)")
+	}
+	return nil
+}
+
 func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	start := time.Now()
 	var f runFlags
@@ -232,20 +253,8 @@ func cmdRun(args []string, stdin io.Reader, stdout, stderr io.Writer) (int, erro
 		}
 		return sess.serve(m, "")
 	}
-	if f.session.vsockSocket != "" {
-		return 0, usagef("run: --vsock-socket is for --incoming; a new VM takes --vsock cid=N,socket=PATH")
-	}
-	if f.incomingTLS != (tlsFlags{}) {
-		return 0, usagef("run: --tls-* and --tls-peer-name are for --incoming")
-	}
-	if err := f.findBootDisk(); err != nil {
+	if err := f.checkNewVM(); err != nil {
 		return 0, err
-	}
-	if f.bootDisk != "" && (f.kernel != "" || f.initrd != "") {
-		return 0, usagef("run: %s %s takes the kernel and initrd from the disk; drop --kernel/--initrd", f.bootFlag, f.bootDisk)
-	}
-	if f.kernel == "" && f.bootDisk == "" {
-		return 0, usagef("run: --kernel is required (or --boot-disk, or --disk PATH,boot)")
 	}
 	mem, err := parseSize(f.memory)
 	if err != nil {
