@@ -104,8 +104,12 @@ func TestConflicts(t *testing.T) {
 		{"limits", func(s *v1.VirtualMachineInstanceSpec, _ *metav1.ObjectMeta) {
 			s.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 		}, "spec.template.spec.domain.resources.limits.cpu"},
-		{"nodeSelector", func(s *v1.VirtualMachineInstanceSpec, _ *metav1.ObjectMeta) { s.NodeSelector = map[string]string{"a": "b"} }, "spec.template.spec.nodeSelector"},
-		{"annotation", func(_ *v1.VirtualMachineInstanceSpec, m *metav1.ObjectMeta) { m.Annotations = map[string]string{"k": "other"} }, "annotations[k]"},
+		{"nodeSelector", func(s *v1.VirtualMachineInstanceSpec, _ *metav1.ObjectMeta) {
+			s.NodeSelector = map[string]string{"a": "b"}
+		}, "spec.template.spec.nodeSelector"},
+		{"annotation", func(_ *v1.VirtualMachineInstanceSpec, m *metav1.ObjectMeta) {
+			m.Annotations = map[string]string{"k": "other"}
+		}, "annotations[k]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

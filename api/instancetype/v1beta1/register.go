@@ -1,6 +1,8 @@
 package v1beta1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,4 +50,28 @@ func addKnownTypes(s *runtime.Scheme) error {
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
+}
+
+// InstancetypeKind is the kind a VM's spec.instancetype.kind names, as
+// KubeVirt reads it: the kind, or its lower-case singular or plural
+// resource name; empty is the cluster-wide kind. ok is false for any other.
+func InstancetypeKind(k string) (kind string, ok bool) {
+	switch strings.ToLower(k) {
+	case "", "virtualmachineclusterinstancetype", "virtualmachineclusterinstancetypes":
+		return KindClusterInstancetype, true
+	case "virtualmachineinstancetype", "virtualmachineinstancetypes":
+		return KindInstancetype, true
+	}
+	return "", false
+}
+
+// PreferenceKind is InstancetypeKind for spec.preference.kind.
+func PreferenceKind(k string) (kind string, ok bool) {
+	switch strings.ToLower(k) {
+	case "", "virtualmachineclusterpreference", "virtualmachineclusterpreferences":
+		return KindClusterPreference, true
+	case "virtualmachinepreference", "virtualmachinepreferences":
+		return KindPreference, true
+	}
+	return "", false
 }
