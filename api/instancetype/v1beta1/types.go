@@ -150,7 +150,7 @@ type VirtualMachineClusterPreferenceList struct {
 	Items           []VirtualMachineClusterPreference `json:"items"`
 }
 
-// VirtualMachinePreferenceSpec: each preferred value is applied to the VMI
+// VirtualMachinePreferenceSpec holds the preferred values; each is applied to the VMI
 // only where the VM leaves the field unset.
 type VirtualMachinePreferenceSpec struct {
 	// +optional
@@ -312,23 +312,24 @@ type FirmwarePreferences struct {
 	PreferredUseBios *bool `json:"preferredUseBios,omitempty"`
 	// +optional
 	PreferredUseBiosSerial *bool `json:"preferredUseBiosSerial,omitempty"`
-	// Deprecated in KubeVirt for preferredEfi.
+	// PreferredUseEfi is KubeVirt's older spelling of preferredEfi.
 	// +optional
 	PreferredUseEfi *bool `json:"preferredUseEfi,omitempty"`
-	// Deprecated in KubeVirt for preferredEfi.
+	// PreferredUseSecureBoot is KubeVirt's older spelling of
+	// preferredEfi.secureBoot.
 	// +optional
 	PreferredUseSecureBoot *bool `json:"preferredUseSecureBoot,omitempty"`
 	// +optional
 	PreferredEfi *v1.EFI `json:"preferredEfi,omitempty"`
 }
 
-// MachinePreferences: the machine type.
+// MachinePreferences is the preferred machine type.
 type MachinePreferences struct {
 	// +optional
 	PreferredMachineType string `json:"preferredMachineType,omitempty"`
 }
 
-// VolumePreferences: the storage class of the VM's DataVolumes.
+// VolumePreferences is the storage class of the VM's DataVolumes.
 type VolumePreferences struct {
 	// +optional
 	PreferredStorageClassName string `json:"preferredStorageClassName,omitempty"`
