@@ -9,12 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/expand"
+	"github.com/kubevmm/kubevmm/api/instancetype/find"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 )
 
@@ -80,37 +80,15 @@ func prefRevisionOf(m *v1.PreferenceMatcher) string {
 	return m.RevisionName
 }
 
-// getObject fetches the instance type or preference of that kind and name
-// (the namespaced kinds in the VM's namespace).
-func (r *VMReconciler) getObject(ctx context.Context, vm *v1.VirtualMachine, kind, name string) (client.Object, error) {
-	var obj client.Object
-	key := types.NamespacedName{Name: name}
-	switch kind {
-	case v1beta1.KindInstancetype:
-		obj, key.Namespace = &v1beta1.VirtualMachineInstancetype{}, vm.Namespace
-	case v1beta1.KindClusterInstancetype:
-		obj = &v1beta1.VirtualMachineClusterInstancetype{}
-	case v1beta1.KindPreference:
-		obj, key.Namespace = &v1beta1.VirtualMachinePreference{}, vm.Namespace
-	default:
-		obj = &v1beta1.VirtualMachineClusterPreference{}
-	}
-	if err := r.Client.Get(ctx, key, obj); err != nil {
-		return nil, err
-	}
-	obj.GetObjectKind().SetGroupVersionKind(v1beta1.GroupVersion.WithKind(kind))
-	return obj, nil
-}
-
 // storeRevision copies the object into a ControllerRevision owned by the
 // VM, named and labelled as KubeVirt names them (VM, object, version,
 // UID, generation), and returns its name. A revision of that name already
 // there is the same object at the same generation, so it is reused.
 func (r *VMReconciler) storeRevision(ctx context.Context, vm *v1.VirtualMachine, kind, name string) (string, *syncError) {
-	obj, err := r.getObject(ctx, vm, kind, name)
+	obj, err := find.Object(ctx, r.Client, vm.Namespace, kind, name)
 	if err != nil {
 		// Not found: the VM waits (retried with backoff) and says why.
-		return "", &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("failure to find %s %q: %w", kind, name, err), retry: true}
+		return "", &syncError{reason: ReasonFailedCreate, err: err, retry: true}
 	}
 	ver := v1beta1.GroupVersion.Version
 	revName := fmt.Sprintf("%s-%s-%s-%s-%d", vm.Name, obj.GetName(), ver, obj.GetUID(), obj.GetGeneration())
@@ -145,24 +123,12 @@ func (r *VMReconciler) storeRevision(ctx context.Context, vm *v1.VirtualMachine,
 	return revName, nil
 }
 
-// revisionObject is what a revision holds: the kind and the spec (the
-// namespaced and cluster-wide kinds share theirs).
-type revisionObject[S any] struct {
-	Kind string `json:"kind"`
-	Spec S      `json:"spec"`
-}
-
-func loadRevision[S any](ctx context.Context, c client.Client, ns, name string) (*revisionObject[S], *syncError) {
-	rev := &appsv1.ControllerRevision{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, rev); err != nil {
-		// Just created, the cache may not have it yet: retried.
-		return nil, &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("getting ControllerRevision %s: %w", name, err), retry: true}
-	}
-	out := &revisionObject[S]{}
-	if err := json.Unmarshal(rev.Data.Raw, out); err != nil {
-		return nil, &syncError{reason: ReasonInvalidSpec, err: fmt.Errorf("decoding ControllerRevision %s: %w", name, err)}
-	}
-	return out, nil
+// nameAnnotations: the VMI annotation that names an object of each kind.
+var nameAnnotations = map[string]string{
+	v1beta1.KindInstancetype:        instancetypeAnnotation,
+	v1beta1.KindClusterInstancetype: clusterInstancetypeAnnotation,
+	v1beta1.KindPreference:          preferenceAnnotation,
+	v1beta1.KindClusterPreference:   clusterPreferenceAnnotation,
 }
 
 // expandVMI applies the VM's captured instance type and preference to the
@@ -175,30 +141,23 @@ func (a *vmAction) expandVMI(ctx context.Context, vmi *v1.VirtualMachineInstance
 	var pref *v1beta1.VirtualMachinePreferenceSpec
 	var errs field.ErrorList
 	if m := vm.Spec.Instancetype; m != nil {
-		obj, err := loadRevision[v1beta1.VirtualMachineInstancetypeSpec](ctx, a.r.Client, vm.Namespace, m.RevisionName)
+		f, err := find.Instancetype(ctx, a.r.Client, vm.Namespace, m)
 		if err != nil {
-			return err
+			// Just captured, the cache may not have the revision yet: retried.
+			return &syncError{reason: ReasonFailedCreate, err: err, retry: true}
 		}
-		it = &obj.Spec
-		errs = append(errs, expand.UnsupportedInstancetype(field.NewPath(obj.Kind, m.Name, "spec"), it)...)
-		ann := instancetypeAnnotation
-		if obj.Kind == v1beta1.KindClusterInstancetype {
-			ann = clusterInstancetypeAnnotation
-		}
-		vmi.Annotations[ann] = m.Name
+		it = &f.Spec
+		errs = append(errs, expand.UnsupportedInstancetype(field.NewPath(f.Kind, f.Name, "spec"), it)...)
+		vmi.Annotations[nameAnnotations[f.Kind]] = f.Name
 	}
 	if m := vm.Spec.Preference; m != nil {
-		obj, err := loadRevision[v1beta1.VirtualMachinePreferenceSpec](ctx, a.r.Client, vm.Namespace, m.RevisionName)
+		f, err := find.Preference(ctx, a.r.Client, vm.Namespace, m)
 		if err != nil {
-			return err
+			return &syncError{reason: ReasonFailedCreate, err: err, retry: true}
 		}
-		pref = &obj.Spec
-		errs = append(errs, expand.UnsupportedPreference(field.NewPath(obj.Kind, m.Name, "spec"), pref)...)
-		ann := preferenceAnnotation
-		if obj.Kind == v1beta1.KindClusterPreference {
-			ann = clusterPreferenceAnnotation
-		}
-		vmi.Annotations[ann] = m.Name
+		pref = &f.Spec
+		errs = append(errs, expand.UnsupportedPreference(field.NewPath(f.Kind, f.Name, "spec"), pref)...)
+		vmi.Annotations[nameAnnotations[f.Kind]] = f.Name
 	}
 	if len(errs) == 0 {
 		errs = expand.Apply(field.NewPath("spec", "template", "spec"), &vmi.Spec, &vmi.ObjectMeta, it, pref)

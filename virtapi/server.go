@@ -89,6 +89,8 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
+	mux.HandleFunc("PUT "+ns+"expand-vm-spec", s.authz("expand-vm-spec", "", "update", s.expandVMSpec))
+	mux.HandleFunc("GET "+ns+"virtualmachines/{name}/expand-spec", s.authz("virtualmachines", "expand-spec", "get", s.expandSpec))
 	return mux
 }
 
@@ -227,6 +229,8 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 		add("virtualmachineinstances/"+op, "update")
 	}
 	add("virtualmachineinstances/console", "get")
+	add("expand-vm-spec", "update")
+	add("virtualmachines/expand-spec", "get")
 	writeJSON(w, l)
 }
 
