@@ -9,11 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/api/instancetype/expand"
 	"github.com/kubevmm/kubevmm/api/instancetype/find"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 )
@@ -136,32 +134,18 @@ var nameAnnotations = map[string]string{
 // admission; a type it conflicts with, settings kubevmm does not honour
 // or unmet requirements are reported on the VM, and no VMI is created.
 func (a *vmAction) expandVMI(ctx context.Context, vmi *v1.VirtualMachineInstance) *syncError {
-	vm := a.vm
-	var it *v1beta1.VirtualMachineInstancetypeSpec
-	var pref *v1beta1.VirtualMachinePreferenceSpec
-	var errs field.ErrorList
-	if m := vm.Spec.Instancetype; m != nil {
-		f, err := find.Instancetype(ctx, a.r.Client, vm.Namespace, m)
-		if err != nil {
-			// Just captured, the cache may not have the revision yet: retried.
-			return &syncError{reason: ReasonFailedCreate, err: err, retry: true}
-		}
-		it = &f.Spec
-		errs = append(errs, expand.UnsupportedInstancetype(field.NewPath(f.Kind, f.Name, "spec"), it)...)
+	e, err := find.ForVM(ctx, a.r.Client, a.vm)
+	if err != nil {
+		// Just captured, the cache may not have the revision yet: retried.
+		return &syncError{reason: ReasonFailedCreate, err: err, retry: true}
+	}
+	if f := e.Instancetype; f != nil {
 		vmi.Annotations[nameAnnotations[f.Kind]] = f.Name
 	}
-	if m := vm.Spec.Preference; m != nil {
-		f, err := find.Preference(ctx, a.r.Client, vm.Namespace, m)
-		if err != nil {
-			return &syncError{reason: ReasonFailedCreate, err: err, retry: true}
-		}
-		pref = &f.Spec
-		errs = append(errs, expand.UnsupportedPreference(field.NewPath(f.Kind, f.Name, "spec"), pref)...)
+	if f := e.Preference; f != nil {
 		vmi.Annotations[nameAnnotations[f.Kind]] = f.Name
 	}
-	if len(errs) == 0 {
-		errs = expand.Apply(field.NewPath("spec", "template", "spec"), &vmi.Spec, &vmi.ObjectMeta, it, pref)
-	}
+	errs := e.Apply(&vmi.Spec, &vmi.ObjectMeta)
 	if len(errs) > 0 {
 		return &syncError{reason: ReasonInvalidSpec, err: errs.ToAggregate()}
 	}

@@ -10,12 +10,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/api/instancetype/expand"
 	"github.com/kubevmm/kubevmm/api/instancetype/find"
-	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 )
 
 // maxExpandBody bounds the VM a client may send to expand-vm-spec.
@@ -77,31 +74,13 @@ func (s *Server) expandVM(ctx context.Context, vm *v1.VirtualMachine) (*v1.Virtu
 	if vm.Spec.Template == nil {
 		return nil, errors.New("spec.template is required")
 	}
+	e, err := find.ForVM(ctx, s.Client, vm)
+	if err != nil {
+		return nil, err
+	}
 	out := vm.DeepCopy()
-	var it *v1beta1.VirtualMachineInstancetypeSpec
-	var pref *v1beta1.VirtualMachinePreferenceSpec
-	var errs field.ErrorList
-	if m := vm.Spec.Instancetype; m != nil {
-		f, err := find.Instancetype(ctx, s.Client, vm.Namespace, m)
-		if err != nil {
-			return nil, err
-		}
-		it = &f.Spec
-		errs = append(errs, expand.UnsupportedInstancetype(field.NewPath(f.Kind, f.Name, "spec"), it)...)
-	}
-	if m := vm.Spec.Preference; m != nil {
-		f, err := find.Preference(ctx, s.Client, vm.Namespace, m)
-		if err != nil {
-			return nil, err
-		}
-		pref = &f.Spec
-		errs = append(errs, expand.UnsupportedPreference(field.NewPath(f.Kind, f.Name, "spec"), pref)...)
-	}
-	if len(errs) == 0 {
-		t := out.Spec.Template
-		errs = expand.Apply(field.NewPath("spec", "template", "spec"), &t.Spec, &t.ObjectMeta, it, pref)
-	}
-	if len(errs) > 0 {
+	t := out.Spec.Template
+	if errs := e.Apply(&t.Spec, &t.ObjectMeta); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	out.Spec.Instancetype, out.Spec.Preference = nil, nil

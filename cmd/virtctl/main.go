@@ -5,6 +5,7 @@
 //	virtctl [-n NS] [--kubeconfig F] start|stop|restart|migrate VM
 //	virtctl [-n NS] pause|unpause vm|vmi NAME
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
+//	virtctl [-n NS] create vm|instancetype|preference [flags]   (prints YAML; see create.go)
 //	virtctl version
 package main
 
@@ -50,6 +51,9 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   migrate VM        live-migrate a VirtualMachine's instance
   pause vm|vmi NAME, unpause vm|vmi NAME
   console VMI       connect to the serial console (Ctrl+] to quit)
+  create vm|instancetype|preference [flags]
+                    print a manifest (virtctl create vm --instancetype u1.small
+                    --preference linux --volume-containerdisk src:IMAGE | kubectl apply -f -)
   version           client and server versions
 `)
 }
@@ -98,6 +102,11 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	if cmd == "help" {
 		usage(stdout)
 		return 0, nil
+	}
+
+	if cmd == "create" {
+		// Prints a manifest: no cluster needed.
+		return create(rest_, ns, stdout)
 	}
 
 	c, err := newAPIClient(ns, kubeconfig)

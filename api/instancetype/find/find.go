@@ -12,10 +12,13 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/instancetype/expand"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 )
 
@@ -33,21 +36,13 @@ func Instancetype(ctx context.Context, c client.Reader, ns string, m *v1.Instanc
 	if !ok {
 		return nil, fmt.Errorf("spec.instancetype.kind %q is not an instance type kind", m.Kind)
 	}
-	if m.RevisionName != "" {
-		return fromRevision[v1beta1.VirtualMachineInstancetypeSpec](ctx, c, ns, m.RevisionName, m.Name, v1beta1.KindInstancetype, v1beta1.KindClusterInstancetype)
-	}
-	f := &Found[v1beta1.VirtualMachineInstancetypeSpec]{Kind: kind, Name: m.Name}
-	obj, err := Object(ctx, c, ns, kind, m.Name)
-	if err != nil {
-		return nil, err
-	}
-	switch o := obj.(type) {
-	case *v1beta1.VirtualMachineInstancetype:
-		f.Spec = o.Spec
-	case *v1beta1.VirtualMachineClusterInstancetype:
-		f.Spec = o.Spec
-	}
-	return f, nil
+	return lookup(ctx, c, ns, kind, m.Name, m.RevisionName, []string{v1beta1.KindInstancetype, v1beta1.KindClusterInstancetype},
+		func(o client.Object) v1beta1.VirtualMachineInstancetypeSpec {
+			if it, ok := o.(*v1beta1.VirtualMachineInstancetype); ok {
+				return it.Spec
+			}
+			return o.(*v1beta1.VirtualMachineClusterInstancetype).Spec
+		})
 }
 
 // Preference finds the preference m names for a VM in namespace ns.
@@ -56,21 +51,69 @@ func Preference(ctx context.Context, c client.Reader, ns string, m *v1.Preferenc
 	if !ok {
 		return nil, fmt.Errorf("spec.preference.kind %q is not a preference kind", m.Kind)
 	}
-	if m.RevisionName != "" {
-		return fromRevision[v1beta1.VirtualMachinePreferenceSpec](ctx, c, ns, m.RevisionName, m.Name, v1beta1.KindPreference, v1beta1.KindClusterPreference)
+	return lookup(ctx, c, ns, kind, m.Name, m.RevisionName, []string{v1beta1.KindPreference, v1beta1.KindClusterPreference},
+		func(o client.Object) v1beta1.VirtualMachinePreferenceSpec {
+			if p, ok := o.(*v1beta1.VirtualMachinePreference); ok {
+				return p.Spec
+			}
+			return o.(*v1beta1.VirtualMachineClusterPreference).Spec
+		})
+}
+
+// lookup reads the revision rev when there is one, else the object.
+func lookup[S any](ctx context.Context, c client.Reader, ns, kind, name, rev string, kinds []string, spec func(client.Object) S) (*Found[S], error) {
+	if rev != "" {
+		return fromRevision[S](ctx, c, ns, rev, name, kinds...)
 	}
-	f := &Found[v1beta1.VirtualMachinePreferenceSpec]{Kind: kind, Name: m.Name}
-	obj, err := Object(ctx, c, ns, kind, m.Name)
+	obj, err := Object(ctx, c, ns, kind, name)
 	if err != nil {
 		return nil, err
 	}
-	switch o := obj.(type) {
-	case *v1beta1.VirtualMachinePreference:
-		f.Spec = o.Spec
-	case *v1beta1.VirtualMachineClusterPreference:
-		f.Spec = o.Spec
+	return &Found[S]{Kind: kind, Name: name, Spec: spec(obj)}, nil
+}
+
+// Expansion is what a VM is expanded with; either may be nil.
+type Expansion struct {
+	Instancetype *Found[v1beta1.VirtualMachineInstancetypeSpec]
+	Preference   *Found[v1beta1.VirtualMachinePreferenceSpec]
+}
+
+// ForVM finds the VM's instance type and preference.
+func ForVM(ctx context.Context, c client.Reader, vm *v1.VirtualMachine) (*Expansion, error) {
+	e := &Expansion{}
+	var err error
+	if m := vm.Spec.Instancetype; m != nil {
+		if e.Instancetype, err = Instancetype(ctx, c, vm.Namespace, m); err != nil {
+			return nil, err
+		}
 	}
-	return f, nil
+	if m := vm.Spec.Preference; m != nil {
+		if e.Preference, err = Preference(ctx, c, vm.Namespace, m); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Apply refuses the settings kubevmm does not honour (named by kind and
+// name), else applies both to s and meta, a copy of the VM's template
+// (expand.Apply).
+func (e *Expansion) Apply(s *v1.VirtualMachineInstanceSpec, meta *metav1.ObjectMeta) field.ErrorList {
+	var errs field.ErrorList
+	var it *v1beta1.VirtualMachineInstancetypeSpec
+	var pref *v1beta1.VirtualMachinePreferenceSpec
+	if f := e.Instancetype; f != nil {
+		it = &f.Spec
+		errs = append(errs, expand.UnsupportedInstancetype(field.NewPath(f.Kind, f.Name, "spec"), it)...)
+	}
+	if f := e.Preference; f != nil {
+		pref = &f.Spec
+		errs = append(errs, expand.UnsupportedPreference(field.NewPath(f.Kind, f.Name, "spec"), pref)...)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return expand.Apply(field.NewPath("spec", "template", "spec"), s, meta, it, pref)
 }
 
 // Object gets the instance type or preference of that kind (one of the
