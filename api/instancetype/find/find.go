@@ -30,38 +30,9 @@ type Found[S any] struct {
 	Spec S      `json:"spec"`
 }
 
-// Instancetype finds the instance type m names for a VM in namespace ns.
-func Instancetype(ctx context.Context, c client.Reader, ns string, m *v1.InstancetypeMatcher) (*Found[v1beta1.VirtualMachineInstancetypeSpec], error) {
-	kind, ok := v1beta1.InstancetypeKind(m.Kind)
-	if !ok {
-		return nil, fmt.Errorf("spec.instancetype.kind %q is not an instance type kind", m.Kind)
-	}
-	return lookup(ctx, c, ns, kind, m.Name, m.RevisionName, []string{v1beta1.KindInstancetype, v1beta1.KindClusterInstancetype},
-		func(o client.Object) v1beta1.VirtualMachineInstancetypeSpec {
-			if it, ok := o.(*v1beta1.VirtualMachineInstancetype); ok {
-				return it.Spec
-			}
-			return o.(*v1beta1.VirtualMachineClusterInstancetype).Spec
-		})
-}
-
-// Preference finds the preference m names for a VM in namespace ns.
-func Preference(ctx context.Context, c client.Reader, ns string, m *v1.PreferenceMatcher) (*Found[v1beta1.VirtualMachinePreferenceSpec], error) {
-	kind, ok := v1beta1.PreferenceKind(m.Kind)
-	if !ok {
-		return nil, fmt.Errorf("spec.preference.kind %q is not a preference kind", m.Kind)
-	}
-	return lookup(ctx, c, ns, kind, m.Name, m.RevisionName, []string{v1beta1.KindPreference, v1beta1.KindClusterPreference},
-		func(o client.Object) v1beta1.VirtualMachinePreferenceSpec {
-			if p, ok := o.(*v1beta1.VirtualMachinePreference); ok {
-				return p.Spec
-			}
-			return o.(*v1beta1.VirtualMachineClusterPreference).Spec
-		})
-}
-
-// lookup reads the revision rev when there is one, else the object.
-func lookup[S any](ctx context.Context, c client.Reader, ns, kind, name, rev string, kinds []string, spec func(client.Object) S) (*Found[S], error) {
+// lookup reads the revision rev when there is one (its kind one of
+// kinds), else the object of that kind.
+func lookup[S any](ctx context.Context, c client.Reader, ns, kind, name, rev string, kinds ...string) (*Found[S], error) {
 	if rev != "" {
 		return fromRevision[S](ctx, c, ns, rev, name, kinds...)
 	}
@@ -69,7 +40,16 @@ func lookup[S any](ctx context.Context, c client.Reader, ns, kind, name, rev str
 	if err != nil {
 		return nil, err
 	}
-	return &Found[S]{Kind: kind, Name: name, Spec: spec(obj)}, nil
+	// Both kinds of a pair share their spec type: read it through JSON.
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %q: %w", kind, name, err)
+	}
+	f := &Found[S]{Name: name}
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, fmt.Errorf("decoding %s %q: %w", kind, name, err)
+	}
+	return f, nil
 }
 
 // Expansion is what a VM is expanded with; either may be nil.
@@ -82,13 +62,20 @@ type Expansion struct {
 func ForVM(ctx context.Context, c client.Reader, vm *v1.VirtualMachine) (*Expansion, error) {
 	e := &Expansion{}
 	var err error
+	// A kind the webhook refused reads as "" here, which Object refuses.
 	if m := vm.Spec.Instancetype; m != nil {
-		if e.Instancetype, err = Instancetype(ctx, c, vm.Namespace, m); err != nil {
+		kind, _ := v1beta1.InstancetypeKind(m.Kind)
+		e.Instancetype, err = lookup[v1beta1.VirtualMachineInstancetypeSpec](ctx, c, vm.Namespace, kind, m.Name, m.RevisionName,
+			v1beta1.KindInstancetype, v1beta1.KindClusterInstancetype)
+		if err != nil {
 			return nil, err
 		}
 	}
 	if m := vm.Spec.Preference; m != nil {
-		if e.Preference, err = Preference(ctx, c, vm.Namespace, m); err != nil {
+		kind, _ := v1beta1.PreferenceKind(m.Kind)
+		e.Preference, err = lookup[v1beta1.VirtualMachinePreferenceSpec](ctx, c, vm.Namespace, kind, m.Name, m.RevisionName,
+			v1beta1.KindPreference, v1beta1.KindClusterPreference)
+		if err != nil {
 			return nil, err
 		}
 	}
