@@ -144,7 +144,8 @@ func applyInterfaces(s *v1.VirtualMachineInstanceSpec, d *v1beta1.DevicePreferen
 }
 
 func applyFeatures(s *v1.VirtualMachineInstanceSpec, f *v1beta1.FeaturePreferences) {
-	if s.Domain.Features == nil {
+	created := s.Domain.Features == nil
+	if created {
 		s.Domain.Features = &v1.Features{}
 	}
 	ft := s.Domain.Features
@@ -166,7 +167,7 @@ func applyFeatures(s *v1.VirtualMachineInstanceSpec, f *v1beta1.FeaturePreferenc
 	if ft.SMM == nil && f.PreferredSmm != nil {
 		ft.SMM = f.PreferredSmm.DeepCopy()
 	}
-	if *ft == (v1.Features{}) {
+	if created && *ft == (v1.Features{}) {
 		s.Domain.Features = nil
 	}
 }

@@ -411,12 +411,14 @@ type leafCert struct{ cert, key []byte }
 func userRoles() []*rbacv1.ClusterRole {
 	subres := []string{"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
 		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
-		"virtualmachineinstances/migrate", "virtualmachineinstances/console"}
+		"virtualmachineinstances/migrate", "virtualmachineinstances/console", "virtualmachines/expand-spec", "expand-vm-spec"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
 	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
 		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs}}}
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs},
+				// The namespaced instance types and preferences go with the VMs.
+				{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachinepreferences"}, Verbs: verbs}}}
 		if withSub {
 			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: subres, Verbs: []string{"get", "update"}})
 		}
