@@ -2,9 +2,6 @@ package virtapi
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,7 +9,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -85,20 +81,4 @@ func TestValidateVMInstancetype(t *testing.T) {
 	r := review(t, PathValidateVM, admissionv1.Create, b)
 	require.False(t, r.Allowed)
 	assert.Equal(t, "spec.template.spec.domain.memory.guest", r.Result.Details.Causes[0].Field)
-}
-
-// TestKubeVirtInstancetypeExamples: the e2e's copies of KubeVirt's VM
-// examples that name instance types and preferences are admitted.
-func TestKubeVirtInstancetypeExamples(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "test", "e2e", "testdata", "kubevirt-vm-instancetypes.yaml"))
-	require.NoError(t, err)
-	n := 0
-	for _, doc := range strings.Split(string(b), "\n---\n")[1:] {
-		j, err := yaml.YAMLToJSON([]byte(doc))
-		require.NoError(t, err)
-		r := review(t, PathValidateVM, admissionv1.Create, j)
-		assert.True(t, r.Allowed, "%s: %v", doc[:80], r.Result)
-		n++
-	}
-	assert.Equal(t, 3, n)
 }
