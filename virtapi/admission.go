@@ -210,6 +210,13 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 		errs = append(errs, validateVMTemplate(p.Child("template"), vm)...)
 	}
 	errs = append(errs, validateMatchers(p, vm.Spec.Instancetype, vm.Spec.Preference)...)
+	if req.Operation == admissionv1.Update {
+		old := &v1.VirtualMachine{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return decodeErr(err)
+		}
+		errs = append(errs, validateMatcherUpdates(p, old, vm)...)
+	}
 	if len(errs) > 0 {
 		return deny(errs)
 	}

@@ -64,3 +64,23 @@ func validateVMTemplate(t *field.Path, vm *v1.VirtualMachine) field.ErrorList {
 	}
 	return out
 }
+
+// validateMatcherUpdates refuses, as KubeVirt does, an update that renames
+// a VM's instance type or preference but keeps the revision captured for
+// the old name: the VM would go on running the old one. (An old matcher
+// without a revision is virt-controller's to fill in.)
+func validateMatcherUpdates(p *field.Path, old, vm *v1.VirtualMachine) field.ErrorList {
+	var errs field.ErrorList
+	check := func(name string, oldName, oldRev, newName, newRev string) {
+		if oldRev != "" && oldName != newName && oldRev == newRev {
+			errs = append(errs, invalid(p.Child(name, "revisionName"), newRev, "the Matcher Name has been updated without updating the RevisionName"))
+		}
+	}
+	if o, n := old.Spec.Instancetype, vm.Spec.Instancetype; o != nil && n != nil {
+		check("instancetype", o.Name, o.RevisionName, n.Name, n.RevisionName)
+	}
+	if o, n := old.Spec.Preference, vm.Spec.Preference; o != nil && n != nil {
+		check("preference", o.Name, o.RevisionName, n.Name, n.RevisionName)
+	}
+	return errs
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -81,4 +82,31 @@ func TestValidateVMInstancetype(t *testing.T) {
 	r := review(t, PathValidateVM, admissionv1.Create, b)
 	require.False(t, r.Allowed)
 	assert.Equal(t, "spec.template.spec.domain.memory.guest", r.Result.Details.Causes[0].Field)
+}
+
+// TestValidateVMMatcherUpdate: renaming the instance type while keeping
+// the revision captured for the old one is refused; renaming it and
+// clearing the revision is not.
+func TestValidateVMMatcherUpdate(t *testing.T) {
+	base := &v1.VirtualMachine{}
+	require.NoError(t, json.Unmarshal(testdata(t, "vm.yaml"), base))
+	base.Spec.Template.Spec.Domain.Resources = v1.ResourceRequirements{}
+	base.Spec.Template.Spec.Domain.Memory = nil
+	base.Spec.Template.Spec.Domain.CPU = nil
+	base.Spec.Instancetype = &v1.InstancetypeMatcher{Name: "u1.small", RevisionName: "testvm-u1.small-v1beta1-uid-1"}
+	update := func(edit func(*v1.InstancetypeMatcher)) *admissionv1.AdmissionResponse {
+		vm := base.DeepCopy()
+		edit(vm.Spec.Instancetype)
+		o, err := json.Marshal(base)
+		require.NoError(t, err)
+		n, err := json.Marshal(vm)
+		require.NoError(t, err)
+		return validateVM(&admissionv1.AdmissionRequest{Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: n}, OldObject: runtime.RawExtension{Raw: o}})
+	}
+	r := update(func(m *v1.InstancetypeMatcher) { m.Name = "u1.medium" })
+	require.False(t, r.Allowed)
+	assert.Equal(t, "spec.instancetype.revisionName", r.Result.Details.Causes[0].Field)
+	assert.Contains(t, r.Result.Details.Causes[0].Message, "the Matcher Name has been updated without updating the RevisionName")
+	r = update(func(m *v1.InstancetypeMatcher) { m.Name, m.RevisionName = "u1.medium", "" })
+	assert.True(t, r.Allowed, "%v", r.Result)
 }
