@@ -30,7 +30,7 @@ func TestValidateVMInstancetype(t *testing.T) {
 		}},
 		{name: "cores conflict", edit: func(vm *v1.VirtualMachine) { vm.Spec.Template.Spec.Domain.CPU = &v1.CPU{Cores: 2} }, cause: metav1.StatusCause{
 			Type: metav1.CauseTypeFieldValueInvalid, Field: "spec.template.spec.domain.cpu.cores",
-			Message: `spec.template.spec.domain.cpu.cores: Invalid value: "": VM field spec.template.spec.domain.cpu.cores conflicts with selected instance type`,
+			Message: `spec.template.spec.domain.cpu.cores: Invalid value: VM field spec.template.spec.domain.cpu.cores conflicts with selected instance type`,
 		}},
 		{name: "unknown kind", edit: func(vm *v1.VirtualMachine) { vm.Spec.Instancetype.Kind = "Flavor" }, cause: metav1.StatusCause{
 			Type: metav1.CauseTypeFieldValueNotSupported, Field: "spec.instancetype.kind",

@@ -21,7 +21,7 @@ import (
 const conflictMessage = "VM field %s conflicts with selected instance type"
 
 func conflict(p *field.Path) *field.Error {
-	return &field.Error{Type: field.ErrorTypeInvalid, Field: p.String(), BadValue: "", Detail: fmt.Sprintf(conflictMessage, p.String())}
+	return &field.Error{Type: field.ErrorTypeInvalid, Field: p.String(), BadValue: field.OmitValueType{}, Detail: fmt.Sprintf(conflictMessage, p.String())}
 }
 
 // Conflicts lists the fields of the VMI spec s (at path p, e.g.
