@@ -80,6 +80,8 @@ func TestInstancetypes(t *testing.T) {
 	if out, err := pipe.CombinedOutput(); err != nil {
 		t.Fatalf("virtctl create vm | kubectl apply: %v\n%s", err, out)
 	}
+	// virt-controller first captures the revisions, then creates the VMI.
+	wait(t, "vmi/"+name, "create", 2*time.Minute)
 	wait(t, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	vmi := &v1.VirtualMachineInstance{}
 	if err := json.Unmarshal([]byte(kubectl(t, "-n", ns, "get", "vmi", name, "-o", "json")), vmi); err != nil {
