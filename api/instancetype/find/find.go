@@ -62,9 +62,11 @@ type Expansion struct {
 func ForVM(ctx context.Context, c client.Reader, vm *v1.VirtualMachine) (*Expansion, error) {
 	e := &Expansion{}
 	var err error
-	// A kind the webhook refused reads as "" here, which Object refuses.
 	if m := vm.Spec.Instancetype; m != nil {
-		kind, _ := v1beta1.InstancetypeKind(m.Kind)
+		kind, ok := v1beta1.InstancetypeKind(m.Kind)
+		if !ok {
+			return nil, fmt.Errorf("spec.instancetype.kind %q is not an instance type kind", m.Kind)
+		}
 		e.Instancetype, err = lookup[v1beta1.VirtualMachineInstancetypeSpec](ctx, c, vm.Namespace, kind, m.Name, m.RevisionName,
 			v1beta1.KindInstancetype, v1beta1.KindClusterInstancetype)
 		if err != nil {
@@ -72,7 +74,10 @@ func ForVM(ctx context.Context, c client.Reader, vm *v1.VirtualMachine) (*Expans
 		}
 	}
 	if m := vm.Spec.Preference; m != nil {
-		kind, _ := v1beta1.PreferenceKind(m.Kind)
+		kind, ok := v1beta1.PreferenceKind(m.Kind)
+		if !ok {
+			return nil, fmt.Errorf("spec.preference.kind %q is not a preference kind", m.Kind)
+		}
 		e.Preference, err = lookup[v1beta1.VirtualMachinePreferenceSpec](ctx, c, vm.Namespace, kind, m.Name, m.RevisionName,
 			v1beta1.KindPreference, v1beta1.KindClusterPreference)
 		if err != nil {

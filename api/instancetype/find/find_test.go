@@ -41,7 +41,7 @@ func TestForVMErrors(t *testing.T) {
 		{"a preference's revision as an instance type's", &v1.InstancetypeMatcher{Name: "u1.x", RevisionName: "pref-rev"}, nil,
 			`ControllerRevision pref-rev holds a "VirtualMachineClusterPreference", not a VirtualMachineInstancetype or VirtualMachineClusterInstancetype`},
 		{"a revision of the wrong shape", nil, &v1.PreferenceMatcher{Name: "p", RevisionName: "garbage"}, "decoding ControllerRevision garbage"},
-		{"unknown kind", &v1.InstancetypeMatcher{Name: "u1.x", Kind: "Flavor"}, nil, `"" is not an instancetype.kubevirt.io kind`},
+		{"unknown kind", &v1.InstancetypeMatcher{Name: "u1.x", Kind: "Flavor"}, nil, `spec.instancetype.kind "Flavor" is not an instance type kind`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
