@@ -38,13 +38,14 @@ const (
 func (a *vmAction) captureRevisions(ctx context.Context) (bool, *syncError) {
 	vm := a.vm
 	orig := vm.DeepCopy()
+	changed := false
 	if m := vm.Spec.Instancetype; m != nil && m.RevisionName == "" {
 		kind, _ := v1beta1.InstancetypeKind(m.Kind)
 		name, err := a.r.storeRevision(ctx, vm, kind, m.Name)
 		if err != nil {
 			return false, err
 		}
-		m.RevisionName = name
+		m.RevisionName, changed = name, true
 	}
 	if m := vm.Spec.Preference; m != nil && m.RevisionName == "" {
 		kind, _ := v1beta1.PreferenceKind(m.Kind)
@@ -52,30 +53,15 @@ func (a *vmAction) captureRevisions(ctx context.Context) (bool, *syncError) {
 		if err != nil {
 			return false, err
 		}
-		m.RevisionName = name
+		m.RevisionName, changed = name, true
 	}
-	if (vm.Spec.Instancetype == nil || vm.Spec.Instancetype.RevisionName == revisionOf(orig.Spec.Instancetype)) &&
-		(vm.Spec.Preference == nil || vm.Spec.Preference.RevisionName == prefRevisionOf(orig.Spec.Preference)) {
+	if !changed {
 		return false, nil
 	}
 	if err := a.r.Client.Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return false, &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("recording the revisions of VM %s/%s: %w", vm.Namespace, vm.Name, err), retry: true}
 	}
 	return true, nil
-}
-
-func revisionOf(m *v1.InstancetypeMatcher) string {
-	if m == nil {
-		return ""
-	}
-	return m.RevisionName
-}
-
-func prefRevisionOf(m *v1.PreferenceMatcher) string {
-	if m == nil {
-		return ""
-	}
-	return m.RevisionName
 }
 
 // storeRevision copies the object into a ControllerRevision owned by the
