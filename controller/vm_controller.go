@@ -307,7 +307,15 @@ func (a *vmAction) start(ctx context.Context) *syncError {
 	if vm.Spec.Template == nil {
 		return &syncError{reason: ReasonInvalidSpec, err: errors.New("spec.template is required")}
 	}
+	if changed, err := a.captureRevisions(ctx); err != nil || changed {
+		// Changed: the VM's new generation brings the next pass.
+		a.specChanged = changed
+		return err
+	}
 	vmi := newVMIFromVM(vm)
+	if err := a.expandVMI(ctx, vmi); err != nil {
+		return err
+	}
 	if err := a.r.Client.Create(ctx, vmi); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			// The cache has not seen the VMI created by the previous pass

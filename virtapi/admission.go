@@ -207,8 +207,15 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 	if vm.Spec.Template == nil {
 		errs = append(errs, field.Required(p.Child("template"), "the VirtualMachineInstance to run"))
 	} else {
-		t := p.Child("template")
-		errs = append(errs, ValidateVMISpec(t.Child("spec"), &vm.Spec.Template.Spec, t.Child("metadata"), vm.Spec.Template.ObjectMeta.Annotations)...)
+		errs = append(errs, validateVMTemplate(p.Child("template"), vm)...)
+	}
+	errs = append(errs, validateMatchers(p, vm.Spec.Instancetype, vm.Spec.Preference)...)
+	if req.Operation == admissionv1.Update {
+		old := &v1.VirtualMachine{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return decodeErr(err)
+		}
+		errs = append(errs, validateMatcherUpdates(p, old, vm)...)
 	}
 	if len(errs) > 0 {
 		return deny(errs)

@@ -90,6 +90,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
 	s.guestAgentRoutes(mux, ns)
+	mux.HandleFunc("PUT "+ns+"expand-vm-spec", s.authz("expand-vm-spec", "", "update", s.expandVMSpec))
+	mux.HandleFunc("GET "+ns+"virtualmachines/{name}/expand-spec", s.authz("virtualmachines", "expand-spec", "get", s.expandSpec))
 	return mux
 }
 
@@ -235,6 +237,8 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 		add(r, "get")
 	}
 	guestAgentResources(add)
+	add("expand-vm-spec", "update")
+	add("virtualmachines/expand-spec", "get")
 	writeJSON(w, l)
 }
 

@@ -6,8 +6,8 @@
 // the YAML by hand.
 package crds
 
-//go:generate go tool controller-gen object paths=../core/...
-//go:generate go tool controller-gen crd:generateEmbeddedObjectMeta=true paths=../core/... output:crd:artifacts:config=.
+//go:generate go tool controller-gen object paths=../core/... paths=../instancetype/v1beta1/...
+//go:generate go tool controller-gen crd:generateEmbeddedObjectMeta=true paths=../core/... paths=../instancetype/v1beta1/... output:crd:artifacts:config=.
 
 import (
 	"embed"

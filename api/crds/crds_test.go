@@ -41,7 +41,7 @@ func TestEmbeddedCRDs(t *testing.T) {
 			columns: []col{{"Phase", ".status.phase"}, {"VMI", ".spec.vmiName"}},
 		},
 	}
-	require.Len(t, all, len(tests), "one CRD per kind, nothing else")
+	require.Len(t, all, len(tests)+4, "one CRD per kind, nothing else")
 	for _, tc := range tests {
 		t.Run(tc.kind, func(t *testing.T) {
 			c := byName[tc.crd]
@@ -75,6 +75,41 @@ func TestEmbeddedCRDs(t *testing.T) {
 	meta := vm.Properties["spec"].Properties["template"].Properties["metadata"]
 	assert.Contains(t, meta.Properties, "labels")
 	assert.Contains(t, meta.Properties, "annotations")
+}
+
+// The instancetype.kubevirt.io kinds: KubeVirt's names and scopes, v1beta1
+// only (KubeVirt also serves the long-deprecated v1alpha1 and v1alpha2).
+func TestInstancetypeCRDs(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	byName := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	tests := []struct {
+		plural, kind string
+		scope        apiextensionsv1.ResourceScope
+		shortNames   []string
+		categories   []string
+	}{
+		{"virtualmachineinstancetypes", "VirtualMachineInstancetype", apiextensionsv1.NamespaceScoped, []string{"vminstancetype", "vminstancetypes", "vmf", "vmfs"}, []string{"all"}},
+		{"virtualmachineclusterinstancetypes", "VirtualMachineClusterInstancetype", apiextensionsv1.ClusterScoped, []string{"vmclusterinstancetype", "vmclusterinstancetypes", "vmcf", "vmcfs"}, nil},
+		{"virtualmachinepreferences", "VirtualMachinePreference", apiextensionsv1.NamespaceScoped, []string{"vmpref", "vmprefs", "vmp", "vmps"}, []string{"all"}},
+		{"virtualmachineclusterpreferences", "VirtualMachineClusterPreference", apiextensionsv1.ClusterScoped, []string{"vmcp", "vmcps"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.kind, func(t *testing.T) {
+			c := byName[tc.plural+".instancetype.kubevirt.io"]
+			require.NotNil(t, c)
+			assert.Equal(t, tc.kind, c.Spec.Names.Kind)
+			assert.Equal(t, tc.scope, c.Spec.Scope)
+			assert.Equal(t, tc.shortNames, c.Spec.Names.ShortNames)
+			assert.Equal(t, tc.categories, c.Spec.Names.Categories)
+			require.Len(t, c.Spec.Versions, 1)
+			assert.Equal(t, "v1beta1", c.Spec.Versions[0].Name)
+			assert.True(t, c.Spec.Versions[0].Served && c.Spec.Versions[0].Storage)
+		})
+	}
 }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }

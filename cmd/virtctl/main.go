@@ -6,6 +6,7 @@
 //	virtctl [-n NS] pause|unpause vm|vmi NAME
 //	virtctl [-n NS] reset|softreboot VMI
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
+//	virtctl [-n NS] create vm|instancetype|preference [flags]   (prints YAML; see create.go)
 //	virtctl [-n NS] guestosinfo|userlist|fslist VMI
 //	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
 //	virtctl version [-c]
@@ -53,6 +54,9 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   reset VMI         hard-reset a VirtualMachineInstance: its guest boots again
   softreboot VMI    ask a VirtualMachineInstance's guest to reboot (ACPI)
   console VMI       connect to the serial console (Ctrl+] to quit)
+  create vm|instancetype|preference [flags]
+                    print a manifest (virtctl create vm --instancetype u1.small
+                    --preference linux --volume-containerdisk src:IMAGE | kubectl apply -f -)
   guestosinfo VMI   what the guest agent reports (OS, agent, users, filesystems)
   userlist VMI      the users logged in to the guest (guest agent)
   fslist VMI        the guest's filesystems (guest agent)
@@ -107,6 +111,11 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	if cmd == "help" {
 		usage(stdout)
 		return 0, nil
+	}
+
+	if cmd == "create" {
+		// Prints a manifest: no cluster needed.
+		return create(rest_, ns, stdout)
 	}
 
 	c, err := newAPIClient(ns, kubeconfig)

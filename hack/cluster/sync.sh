@@ -18,9 +18,12 @@ done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
 # Server-side apply: the CRDs are too large for the last-applied annotation.
 kubectl_admin apply --server-side --force-conflicts -f "$REPO_DIR/api/crds/" >/dev/null
-for crd in $(ls "$REPO_DIR"/api/crds/*.yaml | xargs -n1 basename | sed 's/^kubevirt.io_\(.*\)\.yaml$/\1.kubevirt.io/'); do
+# api/crds/GROUP_PLURAL.yaml is the CRD PLURAL.GROUP.
+for crd in $(ls "$REPO_DIR"/api/crds/*.yaml | xargs -n1 basename | sed 's/^\(.*\)_\(.*\)\.yaml$/\2.\1/'); do
   kubectl_admin wait --for=condition=Established "crd/$crd" --timeout=60s >/dev/null
 done
+# The common instance types and preferences (the SSP operator's job later).
+kubectl_admin apply -f "$HACK_DIR/cluster/instancetypes/common.yaml" >/dev/null
 log "sync.sh: images (${components[*]}) imported and CRDs established in $(since "$T0") s"
 
 ns=kubevirt

@@ -517,10 +517,14 @@ type VirtualMachineSpec struct {
 	// RunStrategy: Always, RerunOnFailure, Halted, Manual or Once.
 	// +optional
 	RunStrategy *VirtualMachineRunStrategy `json:"runStrategy,omitempty"`
+	// Instancetype names the instance type that sizes the VMI
+	// (instancetype.kubevirt.io); the template must not set what it sets.
 	// +optional
-	Instancetype *Unmodeled `json:"instancetype,omitempty"`
+	Instancetype *InstancetypeMatcher `json:"instancetype,omitempty"`
+	// Preference names the preference whose values fill what the template
+	// leaves unset.
 	// +optional
-	Preference *Unmodeled `json:"preference,omitempty"`
+	Preference *PreferenceMatcher `json:"preference,omitempty"`
 	// Template is the VirtualMachineInstance to create.
 	Template *VirtualMachineInstanceTemplateSpec `json:"template"`
 	// DataVolumeTemplates are CDI DataVolumes created with the VM.
@@ -528,6 +532,46 @@ type VirtualMachineSpec struct {
 	DataVolumeTemplates []DataVolumeTemplateSpec `json:"dataVolumeTemplates,omitempty"`
 	// +optional
 	UpdateVolumesStrategy *string `json:"updateVolumesStrategy,omitempty"`
+}
+
+// InstancetypeMatcher names a VirtualMachineInstancetype (in the VM's
+// namespace) or a VirtualMachineClusterInstancetype (the default kind).
+type InstancetypeMatcher struct {
+	// Name of the instance type.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Kind: VirtualMachineClusterInstancetype (default) or
+	// VirtualMachineInstancetype.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// RevisionName is the ControllerRevision holding the copy of the
+	// instance type the VM runs with; virt-controller sets it on first use,
+	// and clearing it makes the next VMI take the type as it is then.
+	// +optional
+	RevisionName string `json:"revisionName,omitempty"`
+	// +optional
+	InferFromVolume string `json:"inferFromVolume,omitempty"`
+	// +optional
+	InferFromVolumeFailurePolicy *string `json:"inferFromVolumeFailurePolicy,omitempty"`
+}
+
+// PreferenceMatcher names a VirtualMachinePreference (in the VM's
+// namespace) or a VirtualMachineClusterPreference (the default kind).
+type PreferenceMatcher struct {
+	// Name of the preference.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Kind: VirtualMachineClusterPreference (default) or
+	// VirtualMachinePreference.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// RevisionName: as InstancetypeMatcher's.
+	// +optional
+	RevisionName string `json:"revisionName,omitempty"`
+	// +optional
+	InferFromVolume string `json:"inferFromVolume,omitempty"`
+	// +optional
+	InferFromVolumeFailurePolicy *string `json:"inferFromVolumeFailurePolicy,omitempty"`
 }
 
 // VirtualMachineInstanceTemplateSpec is the VMI a VM creates.

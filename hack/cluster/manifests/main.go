@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	"github.com/kubevmm/kubevmm/controller"
 	controllerrbac "github.com/kubevmm/kubevmm/controller/rbac"
 	"github.com/kubevmm/kubevmm/handler"
@@ -193,6 +194,9 @@ func (m *manifests) rbac() error {
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines/status"}, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachineinstancemigrations"}, Verbs: []string{"create", "get", "list"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+			// expand-spec reads what a VM's instance type and preference name.
+			{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes", "virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
 		}}
 	if err := m.add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),
@@ -411,14 +415,17 @@ func userRoles() []*rbacv1.ClusterRole {
 		"virtualmachineinstances/migrate", "virtualmachineinstances/console",
 		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
 		"virtualmachineinstances/portforward", "virtualmachines/portforward",
-		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze"}
+		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze",
+		"virtualmachines/expand-spec", "expand-vm-spec"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt
 	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
 	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
 		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs}}}
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1.GroupName}, Resources: kinds, Verbs: verbs},
+				// The namespaced instance types and preferences go with the VMs.
+				{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachinepreferences"}, Verbs: verbs}}}
 		if withSub {
 			r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{v1.SubresourceGroupName}, Resources: subres, Verbs: []string{"get", "update"}})
 		}
