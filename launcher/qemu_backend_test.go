@@ -295,7 +295,9 @@ func TestQEMUGuestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil("QEMU-42")
-	if _, err := conn.Write([]byte("reboot -f\n")); err != nil {
+	// poweroff, not reboot: with rebootPolicy unset (Reboot, KubeVirt's
+	// default) a guest's reboot boots it again in the VMI.
+	if _, err := conn.Write([]byte("poweroff -f\n")); err != nil {
 		t.Fatal(err)
 	}
 	r.wait(t)
