@@ -288,10 +288,11 @@ const (
 
 // wpFD is the userfaultfd that holds the binary's mappings: closing it
 // would unregister them, so it stays open for the process's life.
-var wpFD = struct {
+var wpFD struct {
 	sync.Mutex
-	fd int // 0 until opened
-}{}
+	fd     int
+	opened bool
+}
 
 // noFaultAround turns off the kernel's fault-around for the mapping at
 // [start, start+n): a read fault on a file mapping maps the neighbouring
@@ -305,7 +306,7 @@ var wpFD = struct {
 func noFaultAround(start, n uintptr) error {
 	wpFD.Lock()
 	defer wpFD.Unlock()
-	if wpFD.fd == 0 {
+	if !wpFD.opened {
 		fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffdUserModeOnly, 0, 0)
 		if errno != 0 {
 			return fmt.Errorf("userfaultfd: %w", errno)
@@ -315,7 +316,7 @@ func noFaultAround(start, n uintptr) error {
 			_ = unix.Close(int(fd)) // a kernel object: nothing to lose
 			return fmt.Errorf("userfaultfd: UFFDIO_API with asynchronous write protection (Linux 6.7): %w", errno)
 		}
-		wpFD.fd = int(fd)
+		wpFD.fd, wpFD.opened = int(fd), true
 	}
 	reg := struct {
 		Start, Len, Mode, Ioctls uint64
