@@ -20,6 +20,8 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -232,11 +234,17 @@ func addRuntime(b *Breakdown) {
 // DropText drops this process's page-table entries for the binary's
 // read-only mappings (code and read-only data). At start the runtime
 // initialises every package and setup runs code a running VMM never runs
-// again; each fault maps a page's neighbours too, so most of the binary
-// stays resident. The pages stay in the page cache: what runs later is
-// mapped again by a minor fault. Mappings with written pages are left
-// alone, those pages exist nowhere else: writable data, and read-only
-// data a loader relocated (a position-independent build's RELRO).
+// again, so most of the binary stays resident. The pages stay in the page
+// cache: what runs later is mapped again by a minor fault. Mappings with
+// written pages are left alone, those pages exist nowhere else: writable
+// data, and read-only data a loader relocated (a position-independent
+// build's RELRO).
+//
+// Before the drop the mappings lose the kernel's fault-around (see
+// noFaultAround): otherwise each later fault maps the 64 KiB around it,
+// and the code and tables a running VMM touches, a few pages here and
+// there (the GC alone reads each stacked function's entry in the PC
+// tables), bring most of what was dropped back.
 func DropText() error {
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
@@ -255,10 +263,66 @@ func DropText() error {
 		if m.Inode != exe.Inode || m.Path != exe.Path || strings.Contains(m.Perms, "w") || m.AnonKiB != 0 {
 			continue
 		}
+		// Where the kernel can't (before Linux 6.7) or the process may not
+		// (a seccomp profile without userfaultfd), faults keep mapping
+		// their neighbours: the drop still helps, and nothing is lost.
+		_ = noFaultAround(m.Start, m.End-m.Start)
 		// By address: the range is no Go memory.
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, m.Start, m.End-m.Start, unix.MADV_DONTNEED); errno != 0 {
 			return fmt.Errorf("drop text %#x-%#x: %w", m.Start, m.End, errno)
 		}
+	}
+	return nil
+}
+
+// userfaultfd ABI (<linux/userfaultfd.h>), as in vmm/memory, which checks
+// the layouts against the header.
+const (
+	uffdAPI            = 0xaa
+	uffdioAPI          = 0xc018aa3f // _IOWR(0xaa, 0x3f, struct uffdio_api)
+	uffdioRegister     = 0xc020aa00 // _IOWR(0xaa, 0x00, struct uffdio_register)
+	uffdUserModeOnly   = 1          // UFFD_USER_MODE_ONLY: needs no privilege
+	uffdFeatureWPAsync = 1 << 15    // UFFD_FEATURE_WP_ASYNC, Linux 6.7
+	uffdRegisterModeWP = 1 << 1     // UFFDIO_REGISTER_MODE_WP
+)
+
+// wpFD is the userfaultfd that holds the binary's mappings: closing it
+// would unregister them, so it stays open for the process's life.
+var wpFD struct {
+	sync.Mutex
+	fd     int
+	opened bool
+}
+
+// noFaultAround turns off the kernel's fault-around for the mapping at
+// [start, start+n): a read fault on a file mapping maps the neighbouring
+// pages already in the page cache too (64 KiB by default), and the page
+// cache holds the whole binary. Linux offers no flag for that (it
+// ignores MADV_RANDOM here), but leaves out fault-around in mappings
+// registered with a userfaultfd for write protection, which, with
+// UFFD_FEATURE_WP_ASYNC, any mapping may be and which changes nothing
+// else: nothing here is ever write-protected, and the mappings are
+// read-only anyway. Faults then map only the page they are for.
+func noFaultAround(start, n uintptr) error {
+	wpFD.Lock()
+	defer wpFD.Unlock()
+	if !wpFD.opened {
+		fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffdUserModeOnly, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("userfaultfd: %w", errno)
+		}
+		api := struct{ API, Features, Ioctls uint64 }{API: uffdAPI, Features: uffdFeatureWPAsync}
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+			_ = unix.Close(int(fd)) // a kernel object: nothing to lose
+			return fmt.Errorf("userfaultfd: UFFDIO_API with asynchronous write protection (Linux 6.7): %w", errno)
+		}
+		wpFD.fd, wpFD.opened = int(fd), true
+	}
+	reg := struct {
+		Start, Len, Mode, Ioctls uint64
+	}{Start: uint64(start), Len: uint64(n), Mode: uffdRegisterModeWP}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(wpFD.fd), uffdioRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
+		return fmt.Errorf("userfaultfd: register %#x-%#x for write protection: %w", start, start+n, errno)
 	}
 	return nil
 }

@@ -117,3 +117,48 @@ func TestDropText(t *testing.T) {
 	// read-only data, formatted by code just dropped
 	assert.Equal(t, "ff", strconv.FormatUint(255, 16))
 }
+
+// A mapping without fault-around gets only the page read: a file mapping
+// otherwise maps the neighbours the page cache holds, which here is the
+// whole file (just written).
+func TestNoFaultAround(t *testing.T) {
+	const pages = 64
+	path := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("x", pages*page)), 0o600))
+	present := func(b []byte) int {
+		pm, err := os.Open("/proc/self/pagemap")
+		require.NoError(t, err)
+		defer func() { _ = pm.Close() }()
+		n := 0
+		for p := uintptr(unsafe.Pointer(&b[0])); p < uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b)); p += page {
+			var e [8]byte
+			_, err := pm.ReadAt(e[:], int64(p/page*8))
+			require.NoError(t, err)
+			n += int(e[7] >> 7) // bit 63: present
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		off  bool
+	}{{"default", false}, {"off", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := os.Open(path)
+			require.NoError(t, err)
+			defer func() { _ = f.Close() }()
+			b, err := unix.Mmap(int(f.Fd()), 0, pages*page, unix.PROT_READ, unix.MAP_PRIVATE)
+			require.NoError(t, err)
+			defer func() { _ = unix.Munmap(b) }()
+			if tc.off {
+				require.NoError(t, noFaultAround(uintptr(unsafe.Pointer(&b[0])), uintptr(len(b))))
+			}
+			require.Equal(t, byte('x'), b[pages/2*page+100])
+			if tc.off {
+				assert.Equal(t, 1, present(b))
+			} else {
+				// Linux's default fault-around, 64 KiB; the knob is in debugfs
+				assert.Greater(t, present(b), 1)
+			}
+		})
+	}
+}

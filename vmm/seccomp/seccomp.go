@@ -36,7 +36,8 @@
 //	                   TUNSETOFFLOAD (the guest negotiates virtio-net offloads while running),
 //	                   TUNSETQUEUE (a multi-queue NIC attaches the tap queues the guest uses)
 //	post-copy target   userfaultfd memfd_create (or openat of /dev/userfaultfd: files, above,
-//	                   when the system call is refused to a non-root VMM)
+//	                   when the system call is refused to a non-root VMM); userfaultfd also
+//	                   turns off fault-around on the binary's text (vmm/procmem's DropText)
 //
 // The list is tested, not guessed: cmd/vmm's tests run real VMMs through
 // boot, pause, resume, snapshot, restore and migration with --seccomp=kill
@@ -87,7 +88,8 @@ var allowed = []uintptr{
 	unix.SYS_UNAME, unix.SYS_GETRLIMIT, unix.SYS_PRLIMIT64,
 	// glibc's thread start, in a cgo binary.
 	unix.SYS_SET_ROBUST_LIST, unix.SYS_RSEQ,
-	// A post-copy migration target's RAM.
+	// A post-copy migration target's RAM; the binary's text without
+	// fault-around.
 	unix.SYS_USERFAULTFD, unix.SYS_MEMFD_CREATE,
 }
 
