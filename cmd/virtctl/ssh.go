@@ -508,8 +508,8 @@ func scpFetch(client *ssh.Client, remote, local string) error {
 	var line string
 	for {
 		// T (times) may come first; a 1 or 2 is the guest's error.
-		if line, err = out.ReadString('\n'); err != nil {
-			return fmt.Errorf("the guest's scp: %w", err)
+		if line, err = scpLine(out); err != nil {
+			return err
 		}
 		if line[0] != 'T' {
 			break
@@ -561,8 +561,18 @@ func scpAck(r *bufio.Reader) error {
 	if c == 0 {
 		return nil
 	}
-	msg, _ := r.ReadString('\n')
+	msg, _ := scpLine(r)
 	return fmt.Errorf("the guest: %s", strings.TrimSpace(msg))
+}
+
+// scpLine reads one protocol line from the guest, at most the reader's
+// buffer (4 KiB): a hostile guest can't make virtctl buffer without end.
+func scpLine(r *bufio.Reader) (string, error) {
+	b, err := r.ReadSlice('\n')
+	if err != nil {
+		return "", fmt.Errorf("the guest's scp: %w", err)
+	}
+	return string(b), nil
 }
 
 // parseSCPFileLine reads "Cmmmm size name" from the guest: the name must

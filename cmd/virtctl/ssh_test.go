@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -243,4 +244,74 @@ func TestLocalSSHArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"-o", "ProxyCommand=" + shellQuote(self) + " port-forward --stdio vm/vm1.ns1 2222",
 		"-i", "/k", "-o", "UserKnownHostsFile=/kh", "-v"}, args)
+}
+
+// hostileGuest is an SSH server whose every command answers reply and
+// ends: a guest that breaks scp's protocol (the real server's error paths
+// are tested against it in test/guestagent).
+func hostileGuest(t *testing.T, reply []byte) *ssh.Client {
+	t.Helper()
+	_, hostKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	signer, err := ssh.NewSignerFromKey(hostKey)
+	require.NoError(t, err)
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		sc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_, chans, reqs, err := ssh.NewServerConn(sc, cfg)
+		if err != nil {
+			return
+		}
+		go ssh.DiscardRequests(reqs)
+		for nc := range chans {
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				for req := range creqs {
+					_ = req.Reply(req.Type == "exec", nil)
+					if req.Type == "exec" {
+						// the reply, then what virtctl sends until it
+						// gives up
+						_, _ = ch.Write(reply)
+						_ = ch.CloseWrite()
+						_, _ = io.Copy(io.Discard, ch)
+						_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
+						_ = ch.Close()
+					}
+				}
+			}()
+		}
+	}()
+	client, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{User: "root", HostKeyCallback: ssh.InsecureIgnoreHostKey()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+func TestSCPFromAHostileGuest(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, reply, want string }{
+		{"a path in the name", "C0644 4 ../evil\nevil\x00", "bad file line"},
+		{"an endless line", "C0644 4 " + strings.Repeat("x", 10000) + "\n", "buffer full"},
+		{"not a file", "D0755 0 dir\n", "unexpected"},
+		{"an error", "\x01scp: nothing here\n", "nothing here"},
+		{"short data", "C0644 100 f\nabc", "3 of 100 bytes"},
+		{"nothing", "", "EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := scpFetch(hostileGuest(t, []byte(tc.reply)), "f", filepath.Join(dir, "sub"))
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err := os.Stat(filepath.Join(filepath.Dir(dir), "evil"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }
