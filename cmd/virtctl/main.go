@@ -9,6 +9,7 @@
 //	virtctl [-n NS] create vm|instancetype|preference [flags]   (prints YAML; see create.go)
 //	virtctl [-n NS] guestosinfo|userlist|fslist VMI
 //	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
+//	virtctl [-n NS] ssh|scp [flags] ...  (ssh.go)
 //	virtctl version [-c]
 package main
 
@@ -63,6 +64,10 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   port-forward [--address ADDR] [--stdio] [vm/|vmi/]NAME[.NAMESPACE] [LOCAL:]REMOTE...
                     forward local TCP ports (on ADDR, default 127.0.0.1) to the guest's;
                     --stdio: one port, over stdin and stdout (an ssh ProxyCommand)
+  ssh [flags] [USER@]vm|vmi/NAME[.NAMESPACE]    (see ssh.go)
+  scp [flags] SRC DST   one file, one side [USER@]vm|vmi/NAME[.NAMESPACE]:PATH
+                    flags: -i KEY, -l USER, -p PORT (22), -c CMD (ssh), --known-hosts FILE,
+                    --local-ssh (run the local ssh/scp), -t/--local-ssh-opts OPT
   version [-c]      client and server versions (-c: the client's only)
 `)
 }
@@ -169,6 +174,8 @@ func (c *apiClient) command(cmd string, rest_ []string, stdin *os.File, stdout i
 		return c.console(rest_[0], stdin, stdout)
 	case "port-forward":
 		return c.portForward(rest_, stdin, stdout)
+	case "ssh", "scp":
+		return c.sshOrSCP(cmd, rest_, stdin, stdout)
 	case "guestosinfo", "userlist", "fslist":
 		return c.guestAgent(context.Background(), cmd, rest_, stdout)
 	case "version":

@@ -7,10 +7,10 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" -eq 0 ] || die "e2e.sh: must run as root (the dev cluster needs it)"
-# test/e2e pings the guest from this host and runs Prometheus there
+# test/e2e pings the guest from this host, runs Prometheus and OpenSSH there
 # (hosttools would install them mid-test; here a missing package fails
 # before the cluster is started).
-"$HACK_DIR/deps.sh" net metrics
+"$HACK_DIR/deps.sh" net metrics ssh
 was_up=false
 kubectl_admin get --raw=/readyz >/dev/null 2>&1 && was_up=true
 "$HACK_DIR/cluster/up.sh"

@@ -2,7 +2,8 @@
 // program in the initramfs (/bin/kubevmm-agent, started by /init) that
 // serves the QEMU guest agent protocol subset KubeVirt uses (package
 // vmm/guestagent has the commands) on vsock port guestagent.Port. It is
-// a test-guest program: users' guests run qemu-ga.
+// a test-guest program: users' guests run qemu-ga. With -ssh ADDR it is
+// the test guest's SSH server instead (ssh.go).
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -28,7 +30,14 @@ func run() error {
 	// of theirs in init's place for guest-shutdown.
 	unixPath := flag.String("unix", "", "listen on this unix socket instead of vsock (tests)")
 	initPID := flag.Int("init-pid", 1, "the process guest-shutdown signals (tests)")
+	sshAddr := flag.String("ssh", "", "serve SSH on this address (\":22\") instead of the agent")
+	authorizedKeys := flag.String("authorized-keys", "/root/.ssh/authorized_keys", "the keys -ssh accepts for root")
+	home := flag.String("home", "/root", "with -ssh: root's home, where commands run")
+	meta := flag.String("cloud-init-meta", "", "with -ssh: first write the SSH keys of this cloud-init metadata file to -authorized-keys")
 	flag.Parse()
+	if *sshAddr != "" {
+		return serveSSH(*sshAddr, *authorizedKeys, *home, *meta)
+	}
 	a := newAgent(os.Stdout)
 	a.signalInit = func(s unix.Signal) error { return unix.Kill(*initPID, s) }
 	if *unixPath != "" {
@@ -79,4 +88,26 @@ func serveUnix(a *agent, path string) error {
 			_ = a.serve(c)
 		}()
 	}
+}
+
+func serveSSH(addr, authorizedKeys, home, meta string) error {
+	if meta != "" {
+		if err := installCloudInitKeys(meta, authorizedKeys); err != nil {
+			return fmt.Errorf("cloud-init SSH keys: %w", err)
+		}
+	}
+	s, err := newSSHServer(authorizedKeys, "/bin/sh", home)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	if strings.HasSuffix(addr, ":0") {
+		// Tests ask for any port and read which; the guest's console gets
+		// no line at a random moment.
+		fmt.Printf("kubevmm-agent: ssh on %s\n", l.Addr())
+	}
+	return s.serve(l)
 }
