@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,7 +100,18 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		Template:    &v1.VirtualMachineInstanceTemplateSpec{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &g}}}},
 	}}))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	// The operator runs as its service account, with the RBAC it is
+	// deployed with: it must be able to grant what it deploys.
+	ops, err := install.Operator(install.Config{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", ManagedBy: "test"})
+	require.NoError(t, err)
+	for _, o := range ops {
+		if o.GetObjectKind().GroupVersionKind().Kind != "CustomResourceDefinition" { // apiserver.Start installed it
+			require.NoError(t, k8s.Create(ctx, o))
+		}
+	}
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":kubevirt-operator"}
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
 	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,
 		ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever, PluginDir: "/var/lib/kubelet/device-plugins", KubeletRoot: "/var/lib/kubelet"}}

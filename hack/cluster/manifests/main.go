@@ -1,5 +1,8 @@
 // Command manifests prints everything that deploys kubevmm's components
-// into a cluster, as one YAML stream for `kubectl apply --server-side`:
+// into a cluster, as one YAML stream for `kubectl apply --server-side`.
+// With -operator (what `make cluster-sync` deploys): the namespace, the
+// certificates' Secrets and virt-operator (the KubeVirt CRD, its RBAC and
+// Deployment), which deploys the rest from a KubeVirt CR. Without:
 // namespace kubevirt, then the objects of operator/virt/install (service
 // accounts and RBAC, TLS secrets, the cluster configuration, the
 // virt-controller and virt-api Deployments, the virt-handler DaemonSet,
@@ -31,6 +34,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevmm/kubevmm/controller"
@@ -42,6 +46,7 @@ type opts struct {
 	namespace, imagePrefix, tag, pki, pluginDir string
 	kubeletRoot, featureGates                   string
 	pull                                        corev1.PullPolicy
+	operator                                    bool
 }
 
 func main() {
@@ -57,6 +62,7 @@ func main() {
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
 	flag.StringVar(&o.featureGates, "feature-gates", controller.FeatureGateSameNodeLiveMigration, "comma-separated feature gates of the cluster configuration (virt-controller's --config)")
+	flag.BoolVar(&o.operator, "operator", false, "print what deploys virt-operator instead (namespace, certificates, the KubeVirt CRD, its RBAC and Deployment): it deploys the rest from a KubeVirt CR")
 	flag.Parse()
 	o.pull = corev1.PullPolicy(pull)
 	if err := run(o); err != nil {
@@ -81,8 +87,15 @@ func run(o opts) error {
 	if o.featureGates != "" {
 		cc.DeveloperConfiguration.FeatureGates = strings.Split(o.featureGates, ",")
 	}
-	objs, err := install.Objects(install.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
-		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, Certificates: certs, ManagedBy: "kubevmm"})
+	c := install.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
+		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, Certificates: certs, ManagedBy: "kubevmm"}
+	var objs []client.Object
+	if o.operator {
+		objs, err = install.Operator(c)
+		objs = append(install.Secrets(o.namespace, certs), objs...)
+	} else {
+		objs, err = install.Objects(c)
+	}
 	if err != nil {
 		return err
 	}

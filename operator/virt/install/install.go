@@ -266,16 +266,19 @@ func (b *builder) rbac() error {
 
 // secrets are the components' certificates, when given.
 func (b *builder) secrets() error {
-	c := b.c.Certificates
-	if c == nil {
-		return nil
+	if b.c.Certificates != nil {
+		b.add(Secrets(b.c.Namespace, b.c.Certificates)...)
 	}
+	return nil
+}
+
+// Secrets are the Secrets holding the components' certificates.
+func Secrets(namespace string, c *Certificates) []client.Object {
 	secret := func(name string, p KeyPair) *corev1.Secret {
-		return &corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: b.meta(name), Type: corev1.SecretTypeOpaque,
+		return &corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Type: corev1.SecretTypeOpaque,
 			Data: map[string][]byte{"tls.crt": p.Cert, "tls.key": p.Key, caBundleSecretField: c.CA}}
 	}
-	b.add(secret(SecretAPICerts, c.API), secret(SecretAPIClient, c.APIClient), secret(SecretHandlerCerts, c.Handler))
-	return nil
+	return []client.Object{secret(SecretAPICerts, c.API), secret(SecretAPIClient, c.APIClient), secret(SecretHandlerCerts, c.Handler)}
 }
 
 // controlPlane is virt-controller with the cluster configuration, and
