@@ -3,6 +3,7 @@ package virt
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -86,6 +87,8 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 			"another KubeVirt CR is the cluster's installation; this one is ignored")
 		return Decision{Action: Nothing, Status: st}
 	}
+	// The installation now (the CR it deferred to may be gone).
+	st.Conditions = slices.DeleteFunc(st.Conditions, func(c v1.KubeVirtCondition) bool { return c.Type == v1.KubeVirtConditionSynchronized })
 	if kv.DeletionTimestamp != nil {
 		return decideDelete(o, &st, set)
 	}

@@ -155,3 +155,16 @@ func TestDecideObjects(t *testing.T) {
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(cm.Object, &back))
 	assert.Equal(t, "kubevirt", back.Namespace)
 }
+
+// A CR that was second becomes the installation once the first is gone.
+func TestDecideSecondTakesOver(t *testing.T) {
+	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "second", Namespace: "other"}}
+	d := Decide(Observed{KubeVirt: kv}, defaults, metav1.Now())
+	require.Equal(t, "False/ExistingDeployment: another KubeVirt CR is the cluster's installation; this one is ignored",
+		cond(d.Status, v1.KubeVirtConditionSynchronized))
+	kv.Status = d.Status
+	d = Decide(Observed{KubeVirt: kv, Active: true, CABundle: []byte("ca")}, defaults, metav1.Now())
+	assert.Equal(t, Deploy, d.Action)
+	assert.Equal(t, v1.KubeVirtPhaseDeploying, d.Status.Phase)
+	assert.Equal(t, "none", cond(d.Status, v1.KubeVirtConditionSynchronized))
+}

@@ -131,6 +131,13 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, out))
 		return out
 	}
+	// updateKV writes the CR's spec as a merge patch (of the fields set):
+	// the operator writes its status meanwhile.
+	updateKV := func(kv *v1.KubeVirt) {
+		orig := kv.DeepCopy()
+		orig.Spec = v1.KubeVirtSpec{}
+		require.NoError(t, k8s.Patch(ctx, kv, client.MergeFrom(orig)))
+	}
 
 	// Deploying: every object is there, labelled and annotated.
 	waitFor(t, "phase Deploying", func() (bool, string) {
@@ -200,7 +207,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 			{ResourceType: "Deployment", ResourceName: "virt-controller", Type: v1.MergePatchType, Patch: `{"metadata":{"annotations":{"example.com/patched":"yes"}}}`},
 			{ResourceType: "Service", ResourceName: "virt-api", Type: v1.JSONPatchType, Patch: `[{"op":"add","path":"/metadata/labels/example.com~1patched","value":"json"}]`},
 		}
-		require.NoError(t, k8s.Update(ctx, kv))
+		updateKV(kv)
 		waitFor(t, "the patched objects", func() (bool, string) {
 			a, c, s := &appsv1.Deployment{}, &appsv1.Deployment{}, &corev1.Service{}
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, a))
@@ -216,14 +223,14 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		kv = getKV("kubevirt", ns)
 		kv.Spec.CustomizeComponents.Patches = append(kv.Spec.CustomizeComponents.Patches,
 			v1.CustomizeComponentsPatch{ResourceType: "Deployment", ResourceName: "virt-nothing", Type: v1.MergePatchType, Patch: `{}`})
-		require.NoError(t, k8s.Update(ctx, kv))
+		updateKV(kv)
 		waitFor(t, "Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return strings.HasPrefix(c, "True/DeploymentFailed: spec.customizeComponents.patches[3]: no Deployment \"virt-nothing\""), c
 		})
 		kv.Spec.CustomizeComponents.Patches = kv.Spec.CustomizeComponents.Patches[:3]
-		require.NoError(t, k8s.Update(ctx, kv))
+		updateKV(kv)
 		waitFor(t, "not Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
@@ -258,7 +265,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 
 		// RemoveWorkloads: the VM goes, then everything.
 		kv.Spec.UninstallStrategy = v1.KubeVirtUninstallRemoveWorkloads
-		require.NoError(t, k8s.Update(ctx, kv))
+		updateKV(kv)
 		waitFor(t, "the CR gone", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kubevirt"}, &v1.KubeVirt{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)

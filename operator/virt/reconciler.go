@@ -323,9 +323,9 @@ func (r *Reconciler) list(ctx context.Context, gvk schema.GroupVersionKind) (*un
 }
 
 // SetupWithManager registers the reconciler: KubeVirt CRs, and the
-// deployed objects' metadata by label, mapped to every KubeVirt CR.
+// deployed objects' metadata by label, each change mapped to every
+// KubeVirt CR.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).Named("kubevirt").For(&v1.KubeVirt{})
 	sel, err := predicate.LabelSelectorPredicate(metav1.LabelSelector{MatchLabels: managed})
 	if err != nil {
 		return err
@@ -342,6 +342,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return out
 	})
+	// Every CR on any CR's change: when the installation's CR is gone,
+	// the next one takes over.
+	b := ctrl.NewControllerManagedBy(mgr).Named("kubevirt").Watches(&v1.KubeVirt{}, all)
 	for _, gvk := range deletionOrder {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(gvk)
