@@ -63,7 +63,7 @@ clean:
 # A real single-node Kubernetes v1.35.4 on this machine, built from the Go
 # module proxy and cached under $(KUBEVMM_CACHE)/k8s; see hack/cluster/*.sh.
 #   make cluster-up      build (once) + start everything, wait for node Ready
-#   make cluster-sync    build/import kubevmm images, install the CRDs
+#   make cluster-sync    build/import kubevmm images, deploy virt-operator + a KubeVirt CR
 #   make cluster-down    stop everything by recorded PID, wipe cluster state
 #   hack/kubectl.sh ...  kubectl against that cluster
 .PHONY: cluster-up cluster-down cluster-sync cluster-check envtest-assets test-envtest generate

@@ -40,6 +40,10 @@ func TestEmbeddedCRDs(t *testing.T) {
 			crd: "virtualmachineinstancemigrations.kubevirt.io", kind: "VirtualMachineInstanceMigration", shortNames: []string{"vmim", "vmims"},
 			columns: []col{{"Phase", ".status.phase"}, {"VMI", ".spec.vmiName"}},
 		},
+		{
+			crd: "kubevirts.kubevirt.io", kind: "KubeVirt", shortNames: []string{"kv", "kvs"},
+			columns: []col{{"Age", ".metadata.creationTimestamp"}, {"Phase", ".status.phase"}},
+		},
 	}
 	require.Len(t, all, len(tests)+4, "one CRD per kind, nothing else")
 	for _, tc := range tests {

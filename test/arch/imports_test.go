@@ -25,6 +25,10 @@ var rules = []struct {
 	{"handler", []string{"vmm/machine", "controller"}, "virt-handler talks to launchers over their control API, never to a VMM in-process, and is no controller"},
 	{"cmd/virt-handler", []string{"controller"}, "virt-handler's binary holds no virt-controller code"},
 	{"cmd/virt-api", []string{"vmm/machine", "vmm/kvm"}, "virt-api's binary holds no VMM"},
+	{"operator", []string{"vmm/machine", "vmm/kvm"}, "virt-operator deploys the components; it runs no VMM"},
+	{"controller", []string{"operator"}, "the operator deploys virt-controller, not the other way round"},
+	{"handler", []string{"operator"}, "the operator deploys virt-handler, not the other way round"},
+	{"virtapi", []string{"operator"}, "the operator deploys virt-api, not the other way round"},
 }
 
 // under reports whether the import path is the folder dir of this module

@@ -40,7 +40,6 @@ import (
 
 	"github.com/vishvananda/netns"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -621,31 +620,40 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 }
 
 // allowPostCopy sets migrations.allowPostCopy and bandwidthPerMigration in
-// the cluster configuration (the ConfigMap kubevmm-config) until the test
+// the cluster configuration (the KubeVirt CR's spec.configuration, which
+// virt-operator renders into the ConfigMap kubevmm-config) until the test
 // ends, and returns once virt-controller's copy of the file has them: it
 // reads the file again for each migration.
 func allowPostCopy(t *testing.T, bandwidth string) {
 	t.Helper()
-	orig := kubectl(t, "-n", "kubevirt", "get", "configmap", "kubevmm-config", "-o", `jsonpath={.data.config\.yaml}`)
-	cc, err := controller.ParseClusterConfig([]byte(orig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bw := resource.MustParse(bandwidth)
-	cc.Migrations.AllowPostCopy, cc.Migrations.BandwidthPerMigration = ptr.To(true), &bw
-	want, err := yaml.Marshal(cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch := func(data string) {
-		p, err := json.Marshal(map[string]any{"data": map[string]string{"config.yaml": data}})
+	migrations := func(m map[string]any) {
+		p, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": map[string]any{"migrations": m}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		kubectl(t, "-n", "kubevirt", "patch", "configmap", "kubevmm-config", "--type=merge", "-p", string(p))
+		kubectl(t, "-n", "kubevirt", "patch", "kubevirt", "kubevirt", "--type=merge", "-p", string(p))
 	}
-	patch(string(want))
-	t.Cleanup(func() { patch(orig) })
+	migrations(map[string]any{"allowPostCopy": true, "bandwidthPerMigration": bandwidth})
+	t.Cleanup(func() { migrations(map[string]any{"allowPostCopy": nil, "bandwidthPerMigration": nil}) })
+	var want []byte
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got := kubectl(t, "-n", "kubevirt", "get", "configmap", "kubevmm-config", "-o", `jsonpath={.data.config\.yaml}`)
+		cc, err := controller.ParseClusterConfig([]byte(got))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.Migrations.AllowPostCopy != nil && *cc.Migrations.AllowPostCopy && cc.Migrations.BandwidthPerMigration != nil &&
+			cc.Migrations.BandwidthPerMigration.Cmp(resource.MustParse(bandwidth)) == 0 {
+			// virt-operator writes the file as this marshals it.
+			if want, err = yaml.Marshal(cc); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("virt-operator did not render allowPostCopy and bandwidthPerMigration %s into kubevmm-config:\n%s", bandwidth, got)
+		}
+	}
 	// The kubelet updates a ConfigMap volume on its periodic sync of the
 	// pod, or at once when the pod changes: an annotation changes it.
 	pod := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-controller", "-o", "jsonpath={.items[*].metadata.name} {.items[*].metadata.uid}"))

@@ -1,5 +1,6 @@
 // Package v1 holds the kubevirt.io/v1 API types kubevmm serves:
-// VirtualMachine, VirtualMachineInstance and VirtualMachineInstanceMigration.
+// VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration and
+// KubeVirt (the installation, virt-operator's).
 //
 // Field names and JSON tags are KubeVirt's, so manifests written for KubeVirt
 // decode unchanged. The Go code is kubevmm's own (the kubevirt.io modules are

@@ -25,6 +25,8 @@ var (
 	VirtualMachineInstanceGroupVersionKind = GroupVersion.WithKind("VirtualMachineInstance")
 	// VirtualMachineInstanceMigrationGroupVersionKind is kubevirt.io/v1 VirtualMachineInstanceMigration.
 	VirtualMachineInstanceMigrationGroupVersionKind = GroupVersion.WithKind("VirtualMachineInstanceMigration")
+	// KubeVirtGroupVersionKind is kubevirt.io/v1 KubeVirt.
+	KubeVirtGroupVersionKind = GroupVersion.WithKind("KubeVirt")
 
 	// SchemeBuilder registers the kinds of this package; the api package
 	// depends on apimachinery only, not on controller-runtime, so that
@@ -39,6 +41,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&VirtualMachine{}, &VirtualMachineList{},
 		&VirtualMachineInstance{}, &VirtualMachineInstanceList{},
 		&VirtualMachineInstanceMigration{}, &VirtualMachineInstanceMigrationList{},
+		&KubeVirt{}, &KubeVirtList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

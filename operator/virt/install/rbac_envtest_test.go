@@ -1,4 +1,4 @@
-package main
+package install
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
-// The user-facing roles this command deploys, against a real API server
+// The user-facing roles deployed, against a real API server
 // with RBAC: a user bound to kubevirt.io:view reads VMs but can neither
 // create one nor open a console; kubevirt.io:edit can do both. (The API
 // server authorizes before it routes, so a console request is refused or
@@ -31,7 +31,7 @@ func TestUserRolesEnvtest(t *testing.T) {
 	ctx := context.Background()
 	const ns = "users"
 	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	for _, r := range userRoles() {
+	for _, r := range UserRoles() {
 		require.NoError(t, admin.Create(ctx, r))
 	}
 	bind := func(user, role string) {

@@ -1,0 +1,286 @@
+package virt_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/operator/virt"
+	"github.com/kubevmm/kubevmm/operator/virt/install"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+const ns = "kubevirt"
+
+// waitFor polls until cond holds. There is no time budget to meet, only a
+// generous upper bound after which the test fails with the last state seen.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
+}
+
+func selfSignedCA(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+func condition(kv *v1.KubeVirt, t v1.KubeVirtConditionType) string {
+	if c := kv.GetCondition(t); c != nil {
+		return string(c.Status) + "/" + c.Reason + ": " + c.Message
+	}
+	return "none"
+}
+
+// The operator against a real API server (no kubelet: the test reports
+// the components available itself): a KubeVirt CR deploys everything,
+// edits and deletions of deployed objects are reverted, patches apply, a
+// second CR is ignored, and deleting the CR waits for workloads under
+// BlockUninstallIfWorkloadsExist, then removes them and everything it
+// deployed, CRDs last.
+func TestKubeVirtEnvtest(t *testing.T) {
+	cfg, k8s := apiserver.Start(t)
+	ctx := context.Background()
+	// (The test reads CRDs; the operator applies them unstructured.)
+	require.NoError(t, apiextensionsv1.AddToScheme(k8s.Scheme()))
+	for _, n := range []string{ns, "other"} {
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
+	}
+	ca := selfSignedCA(t)
+	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: install.CABundleSecret},
+		Data: map[string][]byte{install.CABundleKey: ca}}))
+	// A workload from before the installation (once installed, creating
+	// one would need virt-api's webhooks, which nothing serves here).
+	g := resource.MustParse("64Mi")
+	require.NoError(t, k8s.Create(ctx, &v1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm"}, Spec: v1.VirtualMachineSpec{
+		RunStrategy: ptr.To(v1.RunStrategyHalted),
+		Template:    &v1.VirtualMachineInstanceTemplateSpec{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &g}}}},
+	}}))
+
+	// The operator runs as its service account, with the RBAC it is
+	// deployed with: it must be able to grant what it deploys.
+	ops, err := install.Operator(install.Config{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", ManagedBy: "test"})
+	require.NoError(t, err)
+	for _, o := range ops {
+		if o.GetObjectKind().GroupVersionKind().Kind != "CustomResourceDefinition" { // apiserver.Start installed it
+			require.NoError(t, k8s.Create(ctx, o))
+		}
+	}
+	opCfg := rest.CopyConfig(cfg)
+	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":kubevirt-operator"}
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	require.NoError(t, err)
+	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,
+		ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever, PluginDir: "/var/lib/kubelet/device-plugins", KubeletRoot: "/var/lib/kubelet"}}
+	require.NoError(t, r.SetupWithManager(mgr))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt"}, Spec: v1.KubeVirtSpec{
+		UninstallStrategy: v1.KubeVirtUninstallBlockUninstallIfWorkloadsExist,
+		Configuration:     v1.KubeVirtConfiguration{DeveloperConfiguration: &v1.DeveloperConfiguration{FeatureGates: []string{"SameNodeLiveMigration"}}},
+	}}
+	require.NoError(t, k8s.Create(ctx, kv))
+	getKV := func(name, namespace string) *v1.KubeVirt {
+		out := &v1.KubeVirt{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, out))
+		return out
+	}
+	// updateKV writes the CR's spec as a merge patch (of the fields set):
+	// the operator writes its status meanwhile.
+	updateKV := func(kv *v1.KubeVirt) {
+		orig := kv.DeepCopy()
+		orig.Spec = v1.KubeVirtSpec{}
+		require.NoError(t, k8s.Patch(ctx, kv, client.MergeFrom(orig)))
+	}
+
+	// Deploying: every object is there, labelled and annotated.
+	waitFor(t, "phase Deploying", func() (bool, string) {
+		kv = getKV("kubevirt", ns)
+		return kv.Status.Phase == v1.KubeVirtPhaseDeploying && kv.GetCondition(v1.KubeVirtConditionCreated) != nil,
+			fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
+	})
+	assert.Contains(t, kv.Finalizers, v1.KubeVirtFinalizer)
+	assert.Equal(t, "envtest", kv.Status.TargetKubeVirtVersion)
+	assert.Equal(t, "False/DeploymentInProgress: deploying version envtest", condition(kv, v1.KubeVirtConditionAvailable))
+	api := &appsv1.Deployment{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, api))
+	assert.Equal(t, "localhost/kubevmm/virt-api:envtest", api.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, virt.ManagedBy, api.Labels[install.ManagedByLabel])
+	assert.Equal(t, "envtest", api.Annotations[virt.AnnotationVersion])
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: install.ConfigMapName}, cm))
+	assert.Contains(t, cm.Data["config.yaml"], "SameNodeLiveMigration", "spec.configuration reaches virt-controller")
+	for _, obj := range []client.Object{&rbacv1.ClusterRole{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}, &apiextensionsv1.CustomResourceDefinition{}} {
+		name := map[string]string{"*v1.ClusterRole": "kubevirt.io:view", "*v1.ValidatingWebhookConfiguration": install.ValidatingWebhooks,
+			"*v1.CustomResourceDefinition": "virtualmachines.kubevirt.io"}[fmt.Sprintf("%T", obj)]
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: name}, obj), name)
+		assert.Equal(t, virt.ManagedBy, obj.GetLabels()[install.ManagedByLabel], "cluster-scoped %s is labelled", name)
+	}
+	apiSvc := &unstructured.Unstructured{}
+	apiSvc.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.APIServiceName}, apiSvc))
+
+	// The components become available (played by the test): Deployed.
+	for _, name := range []string{"virt-api", "virt-controller"} {
+		d := &appsv1.Deployment{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d))
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+		require.NoError(t, k8s.Status().Update(ctx, d))
+	}
+	ds := &appsv1.DaemonSet{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-handler"}, ds))
+	ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
+	require.NoError(t, k8s.Status().Update(ctx, ds))
+	waitFor(t, "phase Deployed", func() (bool, string) {
+		kv = getKV("kubevirt", ns)
+		return kv.Status.Phase == v1.KubeVirtPhaseDeployed, fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
+	})
+	assert.Equal(t, "True/AllComponentsReady: all components are ready", condition(kv, v1.KubeVirtConditionAvailable))
+	assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
+	assert.Equal(t, kv.Generation, *kv.Status.ObservedGeneration)
+
+	t.Run("drift is reverted", func(t *testing.T) {
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, api))
+		api.Spec.Template.Spec.Containers[0].Image = "elsewhere/virt-api:other"
+		require.NoError(t, k8s.Update(ctx, api, client.FieldOwner("someone")))
+		require.NoError(t, k8s.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: install.ValidatingWebhooks}}))
+		waitFor(t, "virt-api's image and the webhooks back", func() (bool, string) {
+			d := &appsv1.Deployment{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, d))
+			err := k8s.Get(ctx, client.ObjectKey{Name: install.ValidatingWebhooks}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+			return d.Spec.Template.Spec.Containers[0].Image == "localhost/kubevmm/virt-api:envtest" && err == nil,
+				fmt.Sprintf("image %s, webhooks: %v", d.Spec.Template.Spec.Containers[0].Image, err)
+		})
+	})
+
+	t.Run("customizeComponents", func(t *testing.T) {
+		kv = getKV("kubevirt", ns)
+		kv.Spec.CustomizeComponents.Patches = []v1.CustomizeComponentsPatch{
+			{ResourceType: "Deployment", ResourceName: "virt-api", Type: v1.StrategicMergePatchType,
+				Patch: `{"spec":{"template":{"spec":{"containers":[{"name":"virt-api","resources":{"requests":{"memory":"64Mi"}}}]}}}}`},
+			{ResourceType: "Deployment", ResourceName: "virt-controller", Type: v1.MergePatchType, Patch: `{"metadata":{"annotations":{"example.com/patched":"yes"}}}`},
+			{ResourceType: "Service", ResourceName: "virt-api", Type: v1.JSONPatchType, Patch: `[{"op":"add","path":"/metadata/labels/example.com~1patched","value":"json"}]`},
+		}
+		updateKV(kv)
+		waitFor(t, "the patched objects", func() (bool, string) {
+			a, c, s := &appsv1.Deployment{}, &appsv1.Deployment{}, &corev1.Service{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, a))
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-controller"}, c))
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, s))
+			mem := a.Spec.Template.Spec.Containers[0].Resources.Requests.Memory().String()
+			return mem == "64Mi" && a.Spec.Template.Spec.Containers[0].Image == "localhost/kubevmm/virt-api:envtest" &&
+					c.Annotations["example.com/patched"] == "yes" && s.Labels["example.com/patched"] == "json",
+				fmt.Sprintf("memory %s, annotations %v, labels %v", mem, c.Annotations, s.Labels)
+		})
+
+		// A patch of nothing deployed is refused, naming it.
+		kv = getKV("kubevirt", ns)
+		kv.Spec.CustomizeComponents.Patches = append(kv.Spec.CustomizeComponents.Patches,
+			v1.CustomizeComponentsPatch{ResourceType: "Deployment", ResourceName: "virt-nothing", Type: v1.MergePatchType, Patch: `{}`})
+		updateKV(kv)
+		waitFor(t, "Degraded", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			c := condition(kv, v1.KubeVirtConditionDegraded)
+			return strings.HasPrefix(c, "True/DeploymentFailed: spec.customizeComponents.patches[3]: no Deployment \"virt-nothing\""), c
+		})
+		kv.Spec.CustomizeComponents.Patches = kv.Spec.CustomizeComponents.Patches[:3]
+		updateKV(kv)
+		waitFor(t, "not Degraded", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			c := condition(kv, v1.KubeVirtConditionDegraded)
+			return strings.HasPrefix(c, "False/"), c
+		})
+	})
+
+	t.Run("a second CR is ignored", func(t *testing.T) {
+		second := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "second"}, Spec: v1.KubeVirtSpec{ImageTag: "other"}}
+		require.NoError(t, k8s.Create(ctx, second))
+		waitFor(t, "Synchronized=False", func() (bool, string) {
+			second = getKV("second", "other")
+			c := condition(second, v1.KubeVirtConditionSynchronized)
+			return strings.HasPrefix(c, "False/ExistingDeployment"), c
+		})
+		assert.Empty(t, second.Finalizers)
+		assert.Empty(t, second.Status.Phase)
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, api))
+		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", api.Spec.Template.Spec.Containers[0].Image, "the installation is the first CR's")
+		require.NoError(t, k8s.Delete(ctx, second))
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		kv = getKV("kubevirt", ns)
+		require.NoError(t, k8s.Delete(ctx, kv))
+		waitFor(t, "blocked by the VM", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			c := condition(kv, v1.KubeVirtConditionDegraded)
+			return kv.Status.Phase == v1.KubeVirtPhaseDeleting && strings.HasPrefix(c, "True/WorkloadsExist"), string(kv.Status.Phase) + " " + c
+		})
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, api), "nothing is removed while blocked")
+
+		// RemoveWorkloads: the VM goes, then everything.
+		kv.Spec.UninstallStrategy = v1.KubeVirtUninstallRemoveWorkloads
+		updateKV(kv)
+		waitFor(t, "the CR gone", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kubevirt"}, &v1.KubeVirt{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &rbacv1.ClusterRoleList{},
+			&admissionregistrationv1.MutatingWebhookConfigurationList{}, &admissionregistrationv1.ValidatingWebhookConfigurationList{}} {
+			require.NoError(t, k8s.List(ctx, l, client.MatchingLabels{install.ManagedByLabel: virt.ManagedBy}))
+			assert.Zero(t, apimeta.LenList(l), "%T left behind", l)
+		}
+		whs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+		require.NoError(t, k8s.List(ctx, whs))
+		assert.Empty(t, whs.Items, "no webhook configuration left")
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		err := k8s.Get(ctx, client.ObjectKey{Name: "virtualmachines.kubevirt.io"}, crd)
+		assert.True(t, apierrors.IsNotFound(err) || crd.DeletionTimestamp != nil, "the VM CRD is removed: %v", err)
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: v1.KubeVirtCRDName}, crd), "the KubeVirt CRD stays (it came with the operator)")
+	})
+}

@@ -1,0 +1,354 @@
+// Package virt is virt-operator: it reconciles the KubeVirt CR
+// (kubevirt.io/v1) into everything that runs kubevmm (the CRDs, RBAC,
+// virt-api, virt-controller, virt-handler, webhooks, APIService, the
+// cluster configuration: operator/virt/install).
+//
+// One level-triggered reconciler: read (the CR, the others, the
+// components' readiness, the workloads, virt-api's CA), decide (Decide, a
+// pure function), write (server-side apply under field manager
+// virt-operator with forced ownership, so an edit of a deployed field is
+// reverted; then the status). Deployed objects carry the label
+// app.kubernetes.io/managed-by=virt-operator and the
+// kubevirt.io/install-strategy-{version,registry} annotations instead of
+// owner references (cluster-scoped objects cannot be owned by a
+// namespaced CR); watches on that label bring every change back here.
+//
+// States of the CR (status.phase):
+//
+//	""        -> Deploying   finalizer added, objects applied
+//	Deploying -> Deployed    virt-api, virt-controller, virt-handler available
+//	Deployed  -> Deploying   a component is no longer available, or the spec changed
+//	any       -> Deleting    deletionTimestamp set: VMs and VMIs deleted
+//	                         (RemoveWorkloads) or waited for
+//	                         (BlockUninstallIfWorkloadsExist, condition
+//	                         Degraded/WorkloadsExist), then every deployed
+//	                         object, webhooks first, CRDs last
+//	Deleting  -> Deleted     nothing deployed is left: finalizer removed
+//
+// A second KubeVirt CR (not the oldest) gets Synchronized=False, reason
+// ExistingDeployment, and nothing else.
+package virt
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/operator/virt/install"
+)
+
+// Options are virt-operator's defaults for what the CR leaves out, and
+// where the components go.
+type Options struct {
+	// Namespace of the components (virt-operator's own).
+	Namespace     string
+	ImageRegistry string
+	ImageTag      string
+	PullPolicy    corev1.PullPolicy
+	PluginDir     string
+	KubeletRoot   string
+}
+
+// FieldManager is virt-operator's server-side apply field manager.
+const FieldManager = "virt-operator"
+
+// deletionOrder lists the kinds virt-operator deploys in the order an
+// uninstall deletes them: webhooks and the APIService first (nothing may
+// call a virt-api that is going away), CRDs last.
+var deletionOrder = []schema.GroupVersionKind{
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingWebhookConfiguration"},
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"},
+	{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"},
+	{Group: "apps", Version: "v1", Kind: "DaemonSet"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"},
+	{Version: "v1", Kind: "Service"},
+	{Version: "v1", Kind: "ConfigMap"},
+	{Version: "v1", Kind: "Secret"},
+	{Version: "v1", Kind: "ServiceAccount"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
+	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+}
+
+var managed = client.MatchingLabels{install.ManagedByLabel: ManagedBy}
+
+// Reconciler reconciles KubeVirt CRs.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads uncached: the objects virt-operator deploys are
+	// watched by their metadata only.
+	APIReader client.Reader
+	Options   Options
+}
+
+// Reconcile is one pass: read, decide, write.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	kv := &v1.KubeVirt{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, kv); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	o, err := r.observe(ctx, kv)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d := Decide(o, r.Options, metav1.Now())
+	if d.Status.Phase != kv.Status.Phase {
+		log.Info("phase", "from", kv.Status.Phase, "to", d.Status.Phase)
+	}
+	var requeue time.Duration
+	switch d.Action {
+	case Deploy:
+		if !controllerutil.ContainsFinalizer(kv, v1.KubeVirtFinalizer) {
+			orig := kv.DeepCopy()
+			controllerutil.AddFinalizer(kv, v1.KubeVirtFinalizer)
+			if err := r.Client.Patch(ctx, kv, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+			}
+		}
+		for _, u := range d.Objects {
+			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
+	case DeleteWorkloads:
+		if err := r.deleteWorkloads(ctx); err != nil {
+			return reconcile.Result{}, err
+		}
+		requeue = 2 * time.Second
+	case DeleteComponents:
+		if err := r.deleteComponents(ctx); err != nil {
+			return reconcile.Result{}, err
+		}
+		requeue = time.Second
+	case Nothing:
+		if kv.DeletionTimestamp != nil {
+			// Waiting for workloads to go (BlockUninstallIfWorkloadsExist):
+			// VMs and VMIs are not watched.
+			requeue = 5 * time.Second
+		}
+	}
+	if !equality.Semantic.DeepEqual(kv.Status, d.Status) {
+		orig := kv.DeepCopy()
+		kv.Status = d.Status
+		if err := r.Client.Status().Patch(ctx, kv, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
+		}
+	}
+	if d.Action == Finalize && controllerutil.ContainsFinalizer(kv, v1.KubeVirtFinalizer) {
+		orig := kv.DeepCopy()
+		controllerutil.RemoveFinalizer(kv, v1.KubeVirtFinalizer)
+		if err := r.Client.Patch(ctx, kv, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		log.Info("uninstalled")
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// observe reads what Decide needs.
+func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, error) {
+	o := Observed{KubeVirt: kv}
+	all := &v1.KubeVirtList{}
+	if err := r.APIReader.List(ctx, all); err != nil {
+		return o, fmt.Errorf("listing KubeVirt CRs: %w", err)
+	}
+	// The oldest is the installation (the name breaks a tie), as one
+	// created second finds the first already deployed.
+	sort.Slice(all.Items, func(i, j int) bool {
+		a, b := all.Items[i], all.Items[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	})
+	o.Active = len(all.Items) > 0 && all.Items[0].UID == kv.UID
+	if !o.Active {
+		return o, nil
+	}
+	if kv.DeletionTimestamp != nil {
+		n, err := r.workloads(ctx)
+		if err != nil {
+			return o, err
+		}
+		o.Workloads = n
+		if n == 0 {
+			o.Remaining, err = r.remaining(ctx)
+		}
+		return o, err
+	}
+	sec := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Options.Namespace, Name: install.CABundleSecret}, sec); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading the CA: %w", err)
+	default:
+		o.CABundle = sec.Data[install.CABundleKey]
+	}
+	ready, err := r.ready(ctx)
+	o.Ready = ready
+	return o, err
+}
+
+// ready: the Deployments and the DaemonSet run their current spec and are
+// available on every node they should run on.
+func (r *Reconciler) ready(ctx context.Context) (bool, error) {
+	ns := r.Options.Namespace
+	for _, name := range []string{install.VirtAPIName, install.VirtControllerName} {
+		d := &appsv1.Deployment{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		s := d.Status
+		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas < want || s.AvailableReplicas < want {
+			return false, nil
+		}
+	}
+	ds := &appsv1.DaemonSet{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: install.VirtHandlerName}, ds); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	s := ds.Status
+	return s.ObservedGeneration >= ds.Generation && s.DesiredNumberScheduled > 0 &&
+		s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled, nil
+}
+
+// workloads counts the cluster's VMs and VMIs; none when their CRDs are
+// gone.
+func (r *Reconciler) workloads(ctx context.Context) (int, error) {
+	n := 0
+	for _, l := range []client.ObjectList{&v1.VirtualMachineList{}, &v1.VirtualMachineInstanceList{}} {
+		if err := r.APIReader.List(ctx, l); err != nil {
+			if apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err) {
+				continue
+			}
+			return 0, fmt.Errorf("listing workloads: %w", err)
+		}
+		n += apimeta.LenList(l)
+	}
+	return n, nil
+}
+
+func (r *Reconciler) deleteWorkloads(ctx context.Context) error {
+	for _, l := range []client.ObjectList{&v1.VirtualMachineList{}, &v1.VirtualMachineInstanceList{}} {
+		if err := r.APIReader.List(ctx, l); err != nil {
+			return fmt.Errorf("listing workloads: %w", err)
+		}
+		items, err := apimeta.ExtractList(l)
+		if err != nil {
+			return err
+		}
+		for _, item := range items {
+			obj, ok := item.(client.Object)
+			if !ok {
+				continue
+			}
+			if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// remaining counts what virt-operator deployed that still exists.
+func (r *Reconciler) remaining(ctx context.Context) (int, error) {
+	n := 0
+	for _, gvk := range deletionOrder {
+		l, err := r.list(ctx, gvk)
+		if err != nil {
+			return 0, err
+		}
+		n += len(l.Items)
+	}
+	return n, nil
+}
+
+// deleteComponents deletes the deployed objects kind by kind, in
+// deletionOrder; a kind is started only when the kinds before it are
+// gone, so the CRDs go last.
+func (r *Reconciler) deleteComponents(ctx context.Context) error {
+	for _, gvk := range deletionOrder {
+		l, err := r.list(ctx, gvk)
+		if err != nil {
+			return err
+		}
+		if len(l.Items) == 0 {
+			continue
+		}
+		for i := range l.Items {
+			if err := r.Client.Delete(ctx, &l.Items[i], client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %s %s: %w", gvk.Kind, l.Items[i].GetName(), err)
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+func (r *Reconciler) list(ctx context.Context, gvk schema.GroupVersionKind) (*unstructured.UnstructuredList, error) {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := r.APIReader.List(ctx, l, managed); err != nil {
+		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return l, nil // the kind's API is not served (no aggregator): nothing of it deployed
+		}
+		return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+	}
+	return l, nil
+}
+
+// SetupWithManager registers the reconciler: KubeVirt CRs, and the
+// deployed objects' metadata by label, each change mapped to every
+// KubeVirt CR.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	sel, err := predicate.LabelSelectorPredicate(metav1.LabelSelector{MatchLabels: managed})
+	if err != nil {
+		return err
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		l := &v1.KubeVirtList{}
+		if err := mgr.GetClient().List(ctx, l); err != nil {
+			logf.FromContext(ctx).Error(err, "listing KubeVirt CRs")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for _, kv := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&kv)})
+		}
+		return out
+	})
+	// Every CR on any CR's change: when the installation's CR is gone,
+	// the next one takes over.
+	b := ctrl.NewControllerManagedBy(mgr).Named("kubevirt").Watches(&v1.KubeVirt{}, all)
+	for _, gvk := range deletionOrder {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(gvk)
+		b = b.WatchesMetadata(m, all, builder.WithPredicates(sel))
+	}
+	return b.Complete(r)
+}
