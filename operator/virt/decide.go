@@ -64,6 +64,9 @@ type Observed struct {
 	// CABundle is the CA of virt-api's certificate (from its Secret); nil
 	// when the Secret is missing.
 	CABundle []byte
+	// UnknownFields are the spec's fields kubevmm does not declare (see
+	// v1.UnknownFields), as stored.
+	UnknownFields []string
 }
 
 // Decision is what to do and the status to write.
@@ -104,7 +107,7 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 		set(v1.KubeVirtConditionDegraded, corev1.ConditionTrue, v1.KubeVirtReasonDeploymentFailed, msg)
 		return Decision{Action: Nothing, Status: st}
 	}
-	if f := v1.UnmodeledFields(kv.Spec); len(f) > 0 {
+	if f := append(v1.UnmodeledFields(kv.Spec), o.UnknownFields...); len(f) > 0 {
 		return failed("not supported by kubevmm: spec." + strings.Join(f, ", spec."))
 	}
 	if o.CABundle == nil {

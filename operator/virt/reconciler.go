@@ -31,6 +31,7 @@ package virt
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -185,6 +186,20 @@ func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, er
 	o.Active = len(all.Items) > 0 && all.Items[0].UID == kv.UID
 	if !o.Active {
 		return o, nil
+	}
+	// The CRD keeps fields kubevmm does not declare (the typed read drops
+	// them): read the stored spec as it is, to refuse them by name.
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(v1.GroupVersion.WithKind("KubeVirt"))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(kv), raw); err != nil {
+		return o, fmt.Errorf("reading KubeVirt %s as stored: %w", kv.Name, err)
+	}
+	spec, err := json.Marshal(raw.Object["spec"])
+	if err != nil {
+		return o, fmt.Errorf("KubeVirt %s: %w", kv.Name, err)
+	}
+	if o.UnknownFields, err = v1.UnknownFields(spec, kv.Spec); err != nil {
+		return o, fmt.Errorf("KubeVirt %s: %w", kv.Name, err)
 	}
 	if kv.DeletionTimestamp != nil {
 		n, err := r.workloads(ctx)

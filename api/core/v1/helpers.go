@@ -1,8 +1,11 @@
 package v1
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -204,4 +207,74 @@ func (s *VolumeSource) CloudInit() (field string, d CloudInitData, ok bool) {
 		return "cloudInitConfigDrive", CloudInitData{c.UserData, c.UserDataBase64, c.UserDataSecretRef, c.NetworkData, c.NetworkDataBase64, c.NetworkDataSecretRef}, true
 	}
 	return "", CloudInitData{}, false
+}
+
+// UnknownFields returns the paths (as UnmodeledFields names them) of the
+// fields in raw, an object's JSON, that typed, the same object decoded
+// into its Go type, does not declare: decoding drops them, so encoding
+// typed again leaves them out. A field set to its zero value (false, 0,
+// "", null, empty) is not reported: a declared one is omitted the same
+// way, and an undeclared one asks for nothing.
+func UnknownFields(raw []byte, typed any) ([]string, error) {
+	var in, known any
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, fmt.Errorf("unknown fields: %w", err)
+	}
+	b, err := json.Marshal(typed)
+	if err != nil {
+		return nil, fmt.Errorf("unknown fields: %w", err)
+	}
+	if err := json.Unmarshal(b, &known); err != nil {
+		return nil, fmt.Errorf("unknown fields: %w", err)
+	}
+	var out []string
+	walkUnknown(in, known, "", &out)
+	sort.Strings(out)
+	return out, nil
+}
+
+func walkUnknown(in, known any, path string, out *[]string) {
+	switch in := in.(type) {
+	case map[string]any:
+		k, _ := known.(map[string]any)
+		for name, v := range in {
+			p := name
+			if path != "" {
+				p = path + "." + name
+			}
+			kv, ok := k[name]
+			if !ok {
+				if !isZeroJSON(v) {
+					*out = append(*out, p)
+				}
+				continue
+			}
+			walkUnknown(v, kv, p, out)
+		}
+	case []any:
+		k, _ := known.([]any)
+		for i, v := range in {
+			if i < len(k) {
+				walkUnknown(v, k[i], path+"["+strconv.Itoa(i)+"]", out)
+			}
+		}
+	}
+}
+
+func isZeroJSON(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !v
+	case float64:
+		return v == 0
+	case string:
+		return v == ""
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	}
+	return false
 }

@@ -42,7 +42,11 @@ type KubeVirtList struct {
 
 // KubeVirtSpec is what virt-operator deploys. Fields declared Unmodeled
 // are kept by the API server and refused by virt-operator, which names them
-// in the CR's conditions and deploys nothing until they are gone.
+// in the CR's conditions and deploys nothing until they are gone. So are
+// fields not declared at all (KubeVirt has many more, scalars among them):
+// the spec's objects keep unknown fields rather than letting the API
+// server prune them, and virt-operator refuses those too (UnknownFields).
+// +kubebuilder:pruning:PreserveUnknownFields
 type KubeVirtSpec struct {
 	// ImageTag of every component's image; default: virt-operator's own.
 	// +optional
@@ -92,8 +96,10 @@ const (
 
 // KubeVirtConfiguration is the part of KubeVirt's cluster configuration
 // kubevmm implements (virt-controller's, see controller.ClusterConfig).
+// +kubebuilder:pruning:PreserveUnknownFields
 type KubeVirtConfiguration struct {
 	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
 	Migrations *MigrationConfiguration `json:"migrations,omitempty"`
 	// +optional
 	DeveloperConfiguration *DeveloperConfiguration `json:"developerConfiguration,omitempty"`
@@ -120,12 +126,14 @@ type KubeVirtConfiguration struct {
 }
 
 // DeveloperConfiguration holds the feature gates.
+// +kubebuilder:pruning:PreserveUnknownFields
 type DeveloperConfiguration struct {
 	// +optional
 	FeatureGates []string `json:"featureGates,omitempty"`
 }
 
 // CustomizeComponents are patches onto the deployed objects.
+// +kubebuilder:pruning:PreserveUnknownFields
 type CustomizeComponents struct {
 	// +optional
 	// +listType=atomic
@@ -136,6 +144,7 @@ type CustomizeComponents struct {
 
 // CustomizeComponentsPatch is a patch of one deployed object, found by its
 // name and kind.
+// +kubebuilder:pruning:PreserveUnknownFields
 type CustomizeComponentsPatch struct {
 	// ResourceName is the object's name ("virt-controller").
 	// +kubebuilder:validation:MinLength=1

@@ -157,3 +157,29 @@ func TestDeepCopyIndependent(t *testing.T) {
 	assert.Equal(t, "quay.io/containerdisks/cirros:latest", vmi.Spec.Volumes[0].ContainerDisk.Image)
 	assert.JSONEq(t, `{"name":"gpu1","deviceName":"nvidia.com/TU104GL_Tesla_T4"}`, string(vmi.Spec.Domain.Devices.GPUs[0].Raw))
 }
+
+// A KubeVirt CR as users write it: what the Go type declares decodes, the
+// rest is named (nested, in lists, scalars too); zero values are not.
+func TestUnknownFields(t *testing.T) {
+	raw := []byte(`{
+	  "imageTag": "",
+	  "configuration": {
+	    "evictionStrategy": "LiveMigrate",
+	    "developerConfiguration": {"featureGates": ["Snapshot"], "useEmulation": true, "logVerbosity": {}},
+	    "migrations": {"bandwidthPerMigration": "64Mi", "unsafeMigrationOverride": false}
+	  },
+	  "customizeComponents": {"patches": [{"resourceName": "virt-api", "resourceType": "Deployment", "patch": "{}", "type": "merge", "extra": 1}]}
+	}`)
+	var spec v1.KubeVirtSpec
+	require.NoError(t, json.Unmarshal(raw, &spec))
+	got, err := v1.UnknownFields(raw, spec)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"configuration.developerConfiguration.useEmulation",
+		"configuration.evictionStrategy",
+		"customizeComponents.patches[0].extra",
+	}, got)
+
+	_, err = v1.UnknownFields([]byte(`{`), spec)
+	assert.Error(t, err)
+}
