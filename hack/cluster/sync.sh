@@ -12,7 +12,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator virt-api virt-controller virt-handler virt-launcher; do
+for c in virt-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -30,7 +30,8 @@ ns=kubevirt
 manifests=$CLUSTER_DIR/kubevmm.yaml
 # (The kubelet's device-plugin directory is /var/lib/kubelet/device-plugins
 # whatever its --root-dir: the path is a constant of the device-plugin API.)
-(cd "$REPO_DIR" && go run ./hack/cluster/manifests -namespace "$ns" -pki "$CLUSTER_DIR/kubevmm-pki" -kubelet-root "$CLUSTER_DIR/kubelet") > "$manifests"
+(cd "$REPO_DIR" && go run ./hack/cluster/manifests -namespace "$ns" -pki "$CLUSTER_DIR/kubevmm-pki" -kubelet-root "$CLUSTER_DIR/kubelet" \
+  -hostpath-pool "$CLUSTER_DIR/hpvolumes") > "$manifests"
 kubectl_admin apply --server-side --force-conflicts -f "$manifests" >/dev/null
 # Same tag, new image: restart so the pods run what was just built.
 kubectl_admin -n "$ns" rollout restart deployment/virt-controller deployment/virt-api daemonset/virt-handler >/dev/null
@@ -38,6 +39,16 @@ for w in deployment/virt-controller deployment/virt-api daemonset/virt-handler; 
   kubectl_admin -n "$ns" rollout status "$w" --timeout=180s >/dev/null || {
     kubectl_admin -n "$ns" get pods -o wide >&2; die "sync.sh: $w did not become ready"; }
 done
+# The hostpath provisioner (StorageClass hostpath-csi, the default): ready
+# once the kubelet registered its CSI driver (the node's CSINode lists it).
+kubectl_admin -n hostpath-provisioner rollout restart daemonset/hostpath-provisioner >/dev/null
+kubectl_admin -n hostpath-provisioner rollout status daemonset/hostpath-provisioner --timeout=180s >/dev/null || {
+  kubectl_admin -n hostpath-provisioner get pods -o wide >&2; die "sync.sh: daemonset/hostpath-provisioner did not become ready"; }
+csi_registered() {
+  kubectl_admin get csinode "$NODE_NAME" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null | grep -qw kubevirt.io.hostpath-provisioner
+}
+for _ in $(seq 1 300); do csi_registered && break; sleep 0.2; done
+csi_registered || die "sync.sh: the kubelet on $NODE_NAME did not register the CSI driver kubevirt.io.hostpath-provisioner"
 kubectl_admin wait --for=condition=Available apiservice/v1.subresources.kubevirt.io --timeout=120s >/dev/null
 # Launcher pods can be scheduled once virt-handler labelled the node and the
 # kubelet reports the device plugins' resources.

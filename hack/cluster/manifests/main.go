@@ -53,7 +53,7 @@ import (
 
 type opts struct {
 	namespace, imagePrefix, tag, pki, pluginDir string
-	kubeletRoot, featureGates                   string
+	kubeletRoot, featureGates, hostpathPool     string
 	pull                                        corev1.PullPolicy
 }
 
@@ -66,6 +66,7 @@ func main() {
 	flag.StringVar(&o.pki, "pki", "", "directory keeping the generated CA and certificates (required)")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes (its pods and seccomp directories are below)")
+	flag.StringVar(&o.hostpathPool, "hostpath-pool", "/var/hpvolumes", "the directory of the hostpath provisioner's storage pool \"local\" on the nodes")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
@@ -93,6 +94,7 @@ func run(o opts) error {
 		m.controlPlane,
 		m.handler,
 		func() error { return m.webhooks(ca) },
+		m.hostpathProvisioner,
 	} {
 		if err := step(); err != nil {
 			return err
