@@ -25,6 +25,7 @@ var rules = []struct {
 	{"handler", []string{"vmm/machine", "controller"}, "virt-handler talks to launchers over their control API, never to a VMM in-process, and is no controller"},
 	{"cmd/virt-handler", []string{"controller"}, "virt-handler's binary holds no virt-controller code"},
 	{"cmd/virt-api", []string{"vmm/machine", "vmm/kvm"}, "virt-api's binary holds no VMM"},
+	{"storage", []string{"api", "controller", "handler", "virtapi", "launcher", "operator", "vmm"}, "storage drivers serve any pod through the kubelet: nothing of KubeVirt or the VMM in them"},
 }
 
 // under reports whether the import path is the folder dir of this module
