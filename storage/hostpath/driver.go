@@ -130,21 +130,25 @@ func (d *Driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, 
 	return &csi.ProbeResponse{}, nil
 }
 
-// GetPluginCapabilities says the driver has a Controller service and
-// volumes reachable from their node only.
+// GetPluginCapabilities says the driver has a Controller service, volumes
+// reachable from their node only, and volumes that grow while in use.
 func (d *Driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
 	var caps []*csi.PluginCapability
 	for _, t := range []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE, csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS} {
 		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}})
 	}
+	// Volumes grow while in use (ControllerExpandVolume).
+	caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
-// ControllerGetCapabilities says the controller creates and deletes
-// volumes and reports capacity.
+// ControllerGetCapabilities says the controller creates, deletes and
+// expands volumes and reports capacity.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	resp := &csi.ControllerGetCapabilitiesResponse{}
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME, csi.ControllerServiceCapability_RPC_GET_CAPACITY} {
+	for _, t := range []csi.ControllerServiceCapability_RPC_Type{csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY, csi.ControllerServiceCapability_RPC_EXPAND_VOLUME} {
 		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
@@ -316,6 +320,46 @@ func (d *Driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", dir, err)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// ControllerExpandVolume grows a volume. A Block volume's file grows (never
+// shrinks) and, when it is published, its loop device takes the new size
+// at once: the controller runs on the volume's node, so no
+// NodeExpandVolume is needed. A Filesystem volume is a directory of the
+// pool's filesystem, with no size of its own to change.
+func (d *Driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	dir, err := d.volumeDir(req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+	}
+	size := req.GetCapacityRange().GetRequiredBytes()
+	if size <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range.required_bytes is required")
+	}
+	if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 && size > lim {
+		return nil, status.Errorf(codes.InvalidArgument, "required bytes %d exceed the limit %d", size, lim)
+	}
+	file := filepath.Join(dir, blockFile)
+	fi, err := os.Stat(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	if fi.Size() >= size {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: fi.Size()}, nil
+	}
+	if err := os.Truncate(file, size); err != nil {
+		return nil, status.Errorf(codes.Internal, "growing %s: %v", file, err)
+	}
+	if err := resizeLoop(file); err != nil {
+		return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
 }
 
 // ValidateVolumeCapabilities confirms the capabilities a volume of this

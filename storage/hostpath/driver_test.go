@@ -3,6 +3,7 @@ package hostpath
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,9 +59,16 @@ func TestIdentity(t *testing.T) {
 	caps, err := d.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
 	require.NoError(t, err)
 	var got []csi.PluginCapability_Service_Type
+	var expansion []csi.PluginCapability_VolumeExpansion_Type
 	for _, c := range caps.GetCapabilities() {
-		got = append(got, c.GetService().GetType())
+		if c.GetService() != nil {
+			got = append(got, c.GetService().GetType())
+		}
+		if c.GetVolumeExpansion() != nil {
+			expansion = append(expansion, c.GetVolumeExpansion().GetType())
+		}
 	}
+	assert.Equal(t, []csi.PluginCapability_VolumeExpansion_Type{csi.PluginCapability_VolumeExpansion_ONLINE}, expansion)
 	assert.ElementsMatch(t, []csi.PluginCapability_Service_Type{csi.PluginCapability_Service_CONTROLLER_SERVICE,
 		csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS}, got)
 	_, err = d.Probe(ctx, &csi.ProbeRequest{})
@@ -294,6 +302,18 @@ func TestPublishBlock(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(size), stats.GetUsage()[0].GetTotal())
 
+	// Grown while published: the device the pod has takes the new size.
+	exp, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-blk", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * size}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2*size), exp.GetCapacityBytes())
+	assert.False(t, exp.GetNodeExpansionRequired())
+	assert.Equal(t, int64(2*size), deviceSize(t, target))
+	// Never shrunk.
+	exp, err = d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-blk", CapacityRange: &csi.CapacityRange{RequiredBytes: size}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2*size), exp.GetCapacityBytes())
+	assert.Equal(t, int64(2*size), deviceSize(t, target))
+
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-blk"})
 	assert.Equal(t, codes.FailedPrecondition, code(err), "deleting a published block volume: %v", err)
 
@@ -327,4 +347,39 @@ func TestCapacity(t *testing.T) {
 func TestUnescape(t *testing.T) {
 	assert.Equal(t, "/var/a b\\x", unescape(`/var/a\040b\134x`))
 	assert.Equal(t, `/x\9`, unescape(`/x\9`))
+}
+
+func deviceSize(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	n, err := f.Seek(0, io.SeekEnd)
+	require.NoError(t, err)
+	return n
+}
+
+func TestExpandRefusals(t *testing.T) {
+	d, _ := newDriver(t)
+	_, err := d.CreateVolume(ctx, createReq("pvc-fs", 1<<20, fsCap()))
+	require.NoError(t, err)
+	r, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-fs", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}})
+	require.NoError(t, err, "a filesystem volume has the pool's space")
+	assert.Equal(t, int64(2<<20), r.GetCapacityBytes())
+	for _, tc := range []struct {
+		name string
+		req  *csi.ControllerExpandVolumeRequest
+		want codes.Code
+	}{
+		{"no size", &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-fs"}, codes.InvalidArgument},
+		{"over the limit", &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-fs", CapacityRange: &csi.CapacityRange{RequiredBytes: 2, LimitBytes: 1}}, codes.InvalidArgument},
+		{"unknown", &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-none", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}}, codes.NotFound},
+		{"escape", &csi.ControllerExpandVolumeRequest{VolumeId: "../pool", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}}, codes.NotFound},
+		{"no ID", &csi.ControllerExpandVolumeRequest{CapacityRange: &csi.CapacityRange{RequiredBytes: 1}}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.ControllerExpandVolume(ctx, tc.req)
+			assert.Equal(t, tc.want, code(err), "%v", err)
+		})
+	}
 }

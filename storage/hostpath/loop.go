@@ -120,3 +120,21 @@ func releaseLoop(file string) error {
 	}
 	return nil
 }
+
+// resizeLoop makes file's loop device, if it has one, take the file's
+// size.
+func resizeLoop(file string) error {
+	dev, err := findLoop(file)
+	if err != nil || dev == "" {
+		return err
+	}
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if err := unix.IoctlSetInt(fd, unix.LOOP_SET_CAPACITY, 0); err != nil {
+		return fmt.Errorf("resizing %s: %w", dev, err)
+	}
+	return nil
+}

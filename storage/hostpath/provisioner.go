@@ -46,6 +46,18 @@ const (
 //	otherwise                                -> CreateVolume, then create the
 //	                                            PV pre-bound to the claim
 //
+// Bound claims (status Bound: the PV controller has set their capacity) of
+// this node's volumes asking for more than the volume has
+// (the external-resizer's job; the class allows expansion, or the API
+// server refuses the request):
+//
+//	PV capacity < request -> claim status: allocated = request,
+//	                         ControllerResizeInProgress; ControllerExpandVolume;
+//	                         PV capacity = what the driver gives
+//	claim capacity < PV's -> claim status: capacity = PV's, resize
+//	                         statuses and conditions cleared (no node
+//	                         expansion: the controller is on the node)
+//
 // Volumes: one this node's driver made, Released, with reclaim policy
 // Delete -> DeleteVolume, then delete the PV.
 type Provisioner struct {
@@ -81,6 +93,9 @@ func (p *Provisioner) reconcileClaim(ctx context.Context, req ctrl.Request) (ctr
 	var pvc corev1.PersistentVolumeClaim
 	if err := p.Client.Get(ctx, req.NamespacedName, &pvc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pvc.Spec.VolumeName != "" && pvc.Status.Phase == corev1.ClaimBound && pvc.DeletionTimestamp == nil {
+		return ctrl.Result{}, p.resize(ctx, &pvc)
 	}
 	if pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Spec.StorageClassName == nil ||
 		pvc.Annotations[AnnStorageProvisioner] != DriverName || pvc.Annotations[AnnSelectedNode] != p.Driver.NodeID {
@@ -211,3 +226,59 @@ func (p *Provisioner) reconcileVolume(ctx context.Context, req ctrl.Request) (ct
 }
 
 func resourceBytes(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
+
+// resize expands the bound claim's volume when the claim asks for more
+// (see Provisioner).
+func (p *Provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	var pv corev1.PersistentVolume
+	if err := p.Client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, &pv); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != DriverName || volumeNode(&pv) != p.Driver.NodeID ||
+		pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.UID != pvc.UID {
+		return nil
+	}
+	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	have := pv.Spec.Capacity[corev1.ResourceStorage]
+	if have.Cmp(want) < 0 {
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: want}
+		pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+			corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInProgress}
+		if err := p.Client.Status().Patch(ctx, pvc, patch); err != nil {
+			return fmt.Errorf("claim %s/%s: marking the resize: %w", pvc.Namespace, pvc.Name, err)
+		}
+		resp, err := p.Driver.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: pv.Spec.CSI.VolumeHandle,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: want.Value()}})
+		if err != nil {
+			p.Recorder.Eventf(pvc, nil, corev1.EventTypeWarning, "VolumeResizeFailed", "Resize", "Failed to expand volume %s: %v", pv.Name, err)
+			return fmt.Errorf("expanding volume %s: %w", pv.Name, err)
+		}
+		pvPatch := client.MergeFrom(pv.DeepCopy())
+		pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: *resourceBytes(resp.GetCapacityBytes())}
+		if err := p.Client.Patch(ctx, &pv, pvPatch); err != nil {
+			return fmt.Errorf("volume %s: recording its capacity: %w", pv.Name, err)
+		}
+		p.Recorder.Eventf(pvc, nil, corev1.EventTypeNormal, "VolumeResizeSuccessful", "Resize", "Expanded volume %s to %s", pv.Name, want.String())
+	}
+	got := pvc.Status.Capacity[corev1.ResourceStorage]
+	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
+	if got.Cmp(capacity) >= 0 {
+		return nil
+	}
+	patch := client.MergeFrom(pvc.DeepCopy())
+	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: capacity}
+	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: capacity}
+	delete(pvc.Status.AllocatedResourceStatuses, corev1.ResourceStorage)
+	conds := pvc.Status.Conditions[:0]
+	for _, c := range pvc.Status.Conditions {
+		if c.Type != corev1.PersistentVolumeClaimResizing && c.Type != corev1.PersistentVolumeClaimFileSystemResizePending {
+			conds = append(conds, c)
+		}
+	}
+	pvc.Status.Conditions = conds
+	if err := p.Client.Status().Patch(ctx, pvc, patch); err != nil {
+		return fmt.Errorf("claim %s/%s: recording its capacity: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return nil
+}

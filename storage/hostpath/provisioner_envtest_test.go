@@ -88,14 +88,15 @@ func claim(name, node string, mode corev1.PersistentVolumeMode) *corev1.Persiste
 
 // TestProvisionerEnvtest: a claim the scheduler put on this node gets a
 // volume in the pool and a PV bound to it; another node's claim is left to
-// that node; a released volume is deleted, from the pool and the API.
+// that node; a bound claim asking for more grows its volume; a released
+// volume is deleted, from the pool and the API.
 func TestProvisionerEnvtest(t *testing.T) {
 	d, pool := newDriver(t)
 	k := startEnvtest(t, d)
 	ctx := context.Background()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	require.NoError(t, k.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi"}, Provisioner: DriverName,
-		Parameters: map[string]string{StoragePoolParameter: "local"}, VolumeBindingMode: &wffc}))
+		Parameters: map[string]string{StoragePoolParameter: "local"}, VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)}))
 
 	// Another node's first: the claims are reconciled in order, so when
 	// this node's has its volume, the other's was seen and left.
@@ -121,6 +122,27 @@ func TestProvisionerEnvtest(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), fi.Size())
+
+	// Bound (the PV controller's part), then asked to grow.
+	mine.Spec.VolumeName = pv.Name
+	require.NoError(t, k.Update(ctx, mine))
+	mine.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, AccessModes: mine.Spec.AccessModes,
+		Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("16Mi")}}
+	require.NoError(t, k.Status().Update(ctx, mine))
+	mine.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("32Mi")
+	require.NoError(t, k.Update(ctx, mine))
+	waitFor(t, "the claim's new capacity", func() bool {
+		var got corev1.PersistentVolumeClaim
+		require.NoError(t, k.Get(ctx, client.ObjectKeyFromObject(mine), &got))
+		q := got.Status.Capacity[corev1.ResourceStorage]
+		return q.Value() == 32<<20 && len(got.Status.AllocatedResourceStatuses) == 0
+	})
+	require.NoError(t, k.Get(ctx, client.ObjectKey{Name: pv.Name}, pv))
+	q = pv.Spec.Capacity[corev1.ResourceStorage]
+	assert.Equal(t, int64(32<<20), q.Value(), "the PV's capacity")
+	fi, err = os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(32<<20), fi.Size(), "the volume's file grew")
 
 	// The PV controller's part: the claim is gone, the volume released.
 	pv.Status.Phase = corev1.VolumeReleased

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -50,8 +51,9 @@ spec:
 // classes, a Filesystem one (of the default class) and a Block one, used
 // by a pod. The scheduler picks the node, the provisioner there creates
 // the volumes in its pool, and the kubelet publishes them through the
-// driver it registered: the pod's writes land in the pool. Deleting the
-// pod and the claims removes the volumes from the pool.
+// driver it registered: the pod's writes land in the pool. The block
+// volume grows while in use. Deleting the pod and the claims removes the
+// volumes from the pool.
 func TestHostPathProvisioner(t *testing.T) {
 	freshNamespace(t)
 	t.Cleanup(func() {
@@ -119,6 +121,21 @@ func TestHostPathProvisioner(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, df.Close())
 	assert.Equal(t, msg, got, "the pod's device writes are in the volume's file")
+
+	// The block claim grows while the pod uses it: the file and the pod's
+	// device take the new size.
+	kubectl(t, "-n", ns, "patch", "pvc/block-claim", "--type=merge", "-p", `{"spec":{"resources":{"requests":{"storage":"32Mi"}}}}`)
+	wait(t, "pvc/block-claim", "jsonpath={.status.capacity.storage}=32Mi", 2*time.Minute)
+	assert.Equal(t, "32Mi", kubectl(t, "get", "pv", vols["block-claim"], "-o", "jsonpath={.spec.capacity.storage}"))
+	fi, err = os.Stat(disk)
+	require.NoError(t, err)
+	assert.Equal(t, int64(32<<20), fi.Size())
+	dev, err = os.Open(filepath.Join(root, "dev", "xvdb"))
+	require.NoError(t, err)
+	end, err := dev.Seek(0, io.SeekEnd)
+	require.NoError(t, err)
+	require.NoError(t, dev.Close())
+	assert.Equal(t, int64(32<<20), end, "the pod's device size")
 
 	// Deleting them frees the space.
 	kubectl(t, "-n", ns, "delete", "pod/volume-user", "--wait=true", "--timeout=120s")

@@ -20,7 +20,7 @@ const hostpathStorageClass = "hostpath-csi"
 // hostpathProvisioner is the hostpath provisioner: its CSI driver and
 // provisioner as a DaemonSet (one per node, the node's pool at
 // -hostpath-pool), the CSIDriver object, the default StorageClass
-// hostpath-csi and their RBAC.
+// hostpath-csi (volumes may grow) and their RBAC.
 func (m *manifests) hostpathProvisioner() error {
 	ns := hostpathNamespace
 	const name = "hostpath-provisioner"
@@ -30,7 +30,8 @@ func (m *manifests) hostpathProvisioner() error {
 	role := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete", "patch"}},
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		}}
@@ -79,7 +80,7 @@ func (m *manifests) hostpathProvisioner() error {
 		Provisioner:       hostpath.DriverName,
 		Parameters:        map[string]string{hostpath.StoragePoolParameter: "local"},
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
-		VolumeBindingMode: &wffc}
+		VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)}
 	return m.add(
 		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns,
 			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}},
