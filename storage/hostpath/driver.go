@@ -235,15 +235,19 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s exists in another pool (%s)", name, existing)
 	}
 	dir := filepath.Join(pool, "csi", name)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "creating %s: %v", dir, err)
-	}
-	if block {
-		if err := makeBlockFile(filepath.Join(dir, blockFile), size, existing != ""); err != nil {
+	switch {
+	case existing != "":
+		if err := checkExisting(dir, block, size); err != nil {
 			return nil, err
 		}
-	} else if _, err := os.Stat(filepath.Join(dir, blockFile)); err == nil {
-		return nil, status.Errorf(codes.AlreadyExists, "volume %s exists as a block volume", name)
+	case block:
+		if err := makeBlockVolume(dir, size); err != nil {
+			return nil, err
+		}
+	default:
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating %s: %v", dir, err)
+		}
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           name,
@@ -253,33 +257,53 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	}}, nil
 }
 
-// makeBlockFile creates the sparse file; if it exists (a repeated
-// CreateVolume) its size must be the one asked for.
-func makeBlockFile(path string, size int64, exists bool) error {
-	if fi, err := os.Stat(path); err == nil {
-		if fi.Size() != size {
-			return status.Errorf(codes.AlreadyExists, "volume exists with %d bytes, not %d", fi.Size(), size)
+// checkExisting answers a repeated CreateVolume: the volume in dir must
+// have the mode, and a Block volume the size, asked for.
+func checkExisting(dir string, block bool, size int64) error {
+	fi, err := os.Stat(filepath.Join(dir, blockFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if block {
+			return status.Error(codes.AlreadyExists, "the volume exists as a filesystem volume")
 		}
 		return nil
-	} else if exists {
-		return status.Errorf(codes.AlreadyExists, "volume exists as a filesystem volume")
+	case err != nil:
+		return status.Errorf(codes.Internal, "volume %s: %v", dir, err)
+	case !block:
+		return status.Error(codes.AlreadyExists, "the volume exists as a block volume")
+	case fi.Size() != size:
+		return status.Errorf(codes.AlreadyExists, "the volume exists with %d bytes, not %d", fi.Size(), size)
 	}
-	f, err := os.OpenFile(path+".tmp", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return status.Errorf(codes.Internal, "creating %s: %v", path, err)
+	return nil
+}
+
+// makeBlockVolume makes a Block volume's directory with its sparse file,
+// in a scratch directory renamed into place once complete: a volume
+// directory always holds its whole file, and a crash leaves only the
+// scratch directory, which the next attempt starts afresh. (Its name,
+// beginning with a dot, is no volume ID.)
+func makeBlockVolume(dir string, size int64) error {
+	tmp := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp")
+	err := os.RemoveAll(tmp)
+	if err == nil {
+		err = os.MkdirAll(tmp, 0o750)
 	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	var f *os.File
+	if err == nil {
+		f, err = os.OpenFile(filepath.Join(tmp, blockFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	}
 	if err == nil {
-		// Renamed into place once complete: a crash leaves no short file
-		// that a retry would take for the volume.
-		err = os.Rename(path+".tmp", path)
+		err = f.Truncate(size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, dir)
 	}
 	if err != nil {
-		_ = os.Remove(path + ".tmp")
-		return status.Errorf(codes.Internal, "creating %s: %v", path, err)
+		_ = os.RemoveAll(tmp)
+		return status.Errorf(codes.Internal, "creating block volume %s: %v", dir, err)
 	}
 	return nil
 }

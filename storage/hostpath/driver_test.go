@@ -92,6 +92,9 @@ func TestCreateDeleteFilesystem(t *testing.T) {
 	assert.Equal(t, map[string]string{TopologyKey: "node-a"}, r.GetVolume().GetAccessibleTopology()[0].GetSegments())
 	dir := filepath.Join(pool, "csi", "pvc-1")
 	require.DirExists(t, dir)
+	// The same name as a block volume is another volume, even while empty.
+	_, err = d.CreateVolume(ctx, createReq("pvc-1", 1<<20, blockCap()))
+	assert.Equal(t, codes.AlreadyExists, code(err), "%v", err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "data"), []byte("kept"), 0o600))
 
 	// Again: the same volume, its data untouched.
@@ -128,6 +131,18 @@ func TestCreateBlock(t *testing.T) {
 	assert.Equal(t, codes.AlreadyExists, code(err), "another size: %v", err)
 	_, err = d.CreateVolume(ctx, createReq("pvc-b", 64<<20, fsCap()))
 	assert.Equal(t, codes.AlreadyExists, code(err), "as a filesystem: %v", err)
+	// A CreateVolume that stopped before its file was complete left its
+	// scratch directory, which the next one starts afresh.
+	scratch := filepath.Join(pool, "csi", ".pvc-p.tmp")
+	require.NoError(t, os.MkdirAll(scratch, 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(scratch, "disk.img"), nil, 0o600))
+	_, err = d.CreateVolume(ctx, createReq("pvc-p", 1<<20, blockCap()))
+	require.NoError(t, err)
+	fi, err = os.Stat(filepath.Join(pool, "csi", "pvc-p", "disk.img"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<20), fi.Size())
+	assert.NoDirExists(t, scratch)
+
 	_, err = d.CreateVolume(ctx, createReq("pvc-z", 0, blockCap()))
 	assert.Equal(t, codes.InvalidArgument, code(err), "a block volume without a size: %v", err)
 }

@@ -74,8 +74,9 @@ func listen(path string) (net.Listener, error) {
 }
 
 // Serve serves the driver's CSI services on s.CSI and registers it with
-// the kubelet on s.Registration (that socket is made last, once the
-// endpoint answers), until ctx ends; the sockets are then removed.
+// the kubelet on s.Registration (made after the endpoint listens, so the
+// kubelet never finds a registration without its endpoint), until ctx
+// ends; the sockets are then removed.
 func Serve(ctx context.Context, d *Driver, s Sockets, log logr.Logger) error {
 	csiL, err := listen(s.CSI)
 	if err != nil {
