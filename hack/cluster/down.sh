@@ -82,5 +82,15 @@ for br in "$POD_BRIDGE" "$NODE_BRIDGE"; do
   ip link show "$br" >/dev/null 2>&1 && ip link del "$br"
 done
 
+# The hostpath provisioner's pool: its volumes belong to the claims in etcd,
+# which goes too. Loop devices of Block volumes still published are
+# detached first (their mounts went above).
+pool=$CLUSTER_DIR/hpvolumes
+if [ -d "$pool" ]; then
+  losetup -n -l -O NAME,BACK-FILE | awk -v d="$pool/" 'index($2, d) == 1 {print $1}' | while read -r l; do
+    losetup -d "$l" 2>/dev/null || true
+  done
+  rm -rf "$pool"
+fi
 rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/kubelet" "$CLUSTER_DIR/cni" "$CLUSTER_DIR/containerd/state"
 log "down.sh: cluster down in $(since "$T0") s"

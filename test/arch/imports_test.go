@@ -29,6 +29,7 @@ var rules = []struct {
 	{"controller", []string{"operator"}, "the operator deploys virt-controller, not the other way round"},
 	{"handler", []string{"operator"}, "the operator deploys virt-handler, not the other way round"},
 	{"virtapi", []string{"operator"}, "the operator deploys virt-api, not the other way round"},
+	{"storage", []string{"api", "controller", "handler", "virtapi", "launcher", "operator", "vmm"}, "storage drivers serve any pod through the kubelet: nothing of KubeVirt or the VMM in them"},
 }
 
 // under reports whether the import path is the folder dir of this module

@@ -8,7 +8,8 @@
 // virt-controller and virt-api Deployments, the virt-handler DaemonSet,
 // the virt-api Service, the admission webhooks and the
 // subresources.kubevirt.io APIService). The CRDs are applied from
-// api/crds beside it.
+// api/crds beside it. Both ways it ends with the hostpath provisioner
+// (operator/hostpath/install), whose own operator is later work.
 //
 // Certificates: a CA and the leaf certificates (virt-api's serving
 // certificate, virt-handler's and virt-api's for their mutual TLS) are
@@ -39,12 +40,13 @@ import (
 
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
+	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 
 type opts struct {
 	namespace, imagePrefix, tag, pki, pluginDir string
-	kubeletRoot, featureGates                   string
+	kubeletRoot, featureGates, hostpathPool     string
 	pull                                        corev1.PullPolicy
 	operator                                    bool
 }
@@ -58,6 +60,7 @@ func main() {
 	flag.StringVar(&o.pki, "pki", "", "directory keeping the generated CA and certificates (required)")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes (its pods and seccomp directories are below)")
+	flag.StringVar(&o.hostpathPool, "hostpath-pool", "/var/hpvolumes", "the directory of the hostpath provisioner's storage pool \"local\" on the nodes")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
@@ -99,6 +102,10 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
+	// The hostpath provisioner beside: its operator (the HostPathProvisioner
+	// CR's) is later work.
+	objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
+		PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, PoolPath: o.hostpathPool})...)
 	for _, obj := range append([]any{install.Namespace(o.namespace)}, anys(objs)...) {
 		b, err := yaml.Marshal(obj)
 		if err != nil {
