@@ -11,16 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
-	"github.com/kubevmm/kubevmm/vmm/api"
 )
-
-// softReboot asks the guest to reboot. KubeVirt asks the guest agent
-// when one is connected and otherwise reboots through ACPI; kubevmm has
-// the ACPI way: the launcher presses the power button and boots the guest
-// again when it powers off. (With a guest agent, ask it here first.)
-func softReboot(ctx context.Context, c *api.Client) error {
-	return c.SoftReboot(ctx)
-}
 
 // guestDialTimeout bounds the connection to the guest's port: a guest
 // that drops SYNs must not hold virt-api's request for minutes.

@@ -70,7 +70,12 @@ func (s *Server) Handler() http.Handler {
 		result(w, nil, s.vm.Reset())
 	})
 	mux.HandleFunc("PUT /v1/vm/softreboot", func(w http.ResponseWriter, r *http.Request) {
-		result(w, nil, s.vm.SoftReboot())
+		if g, ok := s.vm.(GuestAgentVM); ok {
+			res, err := g.Reboot()
+			result(w, res, err)
+			return
+		}
+		result(w, ShutdownResult{Via: ShutdownViaACPI}, s.vm.SoftReboot())
 	})
 	mux.HandleFunc("PUT /v1/vm/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		if g, ok := s.vm.(GuestAgentVM); ok {
