@@ -51,6 +51,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+base+"softreboot", s.lifecycle("softreboot"))
 	mux.HandleFunc("GET "+base+"console", s.console)
 	mux.HandleFunc("GET "+base+"portforward/{port}/{protocol}", s.portForward)
+	mux.HandleFunc("GET "+base+"vsock", s.vsock)
 	mux.HandleFunc("GET "+base+"guestosinfo", s.guestAgentRoute(guestAgentInfo))
 	mux.HandleFunc("GET "+base+"userlist", s.guestAgentRoute(userList))
 	mux.HandleFunc("GET "+base+"filesystemlist", s.guestAgentRoute(filesystemList))
