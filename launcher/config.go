@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
@@ -126,10 +129,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		// under the socket directory, which is short: a unix socket
 		// path has at most 107 bytes
 		VsockSocket: filepath.Join(p.SocketDir, spec.VsockSocket),
-		VsockCID:    spec.GuestCID,
-	}
-	if cid := vmi.Status.VSOCKCID; cid != nil {
-		c.VsockCID = *cid
+		VsockCID:    cmp.Or(ptr.Deref(vmi.Status.VSOCKCID, 0), spec.GuestCID),
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
