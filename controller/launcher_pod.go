@@ -104,12 +104,14 @@ func MemoryOverhead(vmi *v1.VirtualMachineInstance, guest resource.Quantity) res
 	return o
 }
 
-// launcherVMI is the part of the VMI the launcher gets. Status is left out:
-// it changes all the time and the launcher must not act on it.
+// launcherVMI is the part of the VMI the launcher gets. Of the status only
+// the vsock CID, fixed before the pod exists: the rest changes all the time
+// and the launcher must not act on it.
 type launcherVMI struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
-	Spec              v1.VirtualMachineInstanceSpec `json:"spec"`
+	Spec              v1.VirtualMachineInstanceSpec   `json:"spec"`
+	Status            v1.VirtualMachineInstanceStatus `json:"status"`
 }
 
 // computeContainer is the launcher pod's container that runs the VM.
@@ -165,7 +167,8 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			Name: vmi.Name, Namespace: vmi.Namespace, UID: vmi.UID,
 			Labels: vmi.Labels, Annotations: vmi.Annotations,
 		},
-		Spec: vmi.Spec,
+		Spec:   vmi.Spec,
+		Status: v1.VirtualMachineInstanceStatus{VSOCKCID: vmi.Status.VSOCKCID},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encoding VMI for the launcher: %w", err)

@@ -115,7 +115,9 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 		if pod == nil && (vmi.Status.Phase == v1.VmPhaseUnset || vmi.Status.Phase == v1.Pending) {
-			pod, syncErr = r.createPod(ctx, vmi)
+			if syncErr = r.assignVSOCKCID(ctx, vmi); syncErr == nil {
+				pod, syncErr = r.createPod(ctx, vmi)
+			}
 		}
 		if syncErr == nil {
 			syncErr = r.deleteMigratedSource(ctx, vmi, pods, pod)

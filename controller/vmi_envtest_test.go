@@ -248,3 +248,37 @@ func TestKubeVirtManifestsAccepted(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `unknown field "spec.domain.devicez"`)
 }
+
+// VMIs with autoattachVSOCK get cluster-unique vsock CIDs (3 and up)
+// before their launcher pods exist, and the launcher's copy of the VMI
+// carries it (the launcher gives the guest that CID); a VMI without gets
+// none.
+func TestVMIVsockCID(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	for _, name := range []string{"vsock-a", "vsock-b", "plain"} {
+		vmi := newVMI(ns, name)
+		if name != "plain" {
+			vmi.Spec.Domain.Devices.AutoattachVSOCK = ptr.To(true)
+		}
+		require.NoError(t, k8s.Create(context.Background(), vmi))
+	}
+	cids := map[uint32]string{}
+	for _, name := range []string{"vsock-a", "vsock-b", "plain"} {
+		vmi := waitVMI(t, ns, name, "to be Scheduling", func(n *v1.VirtualMachineInstance) bool { return n.Status.Phase == v1.Scheduling })
+		pods := launcherPods(t, vmi)
+		require.Len(t, pods, 1)
+		var got v1.VirtualMachineInstance
+		require.NoError(t, json.Unmarshal([]byte(pods[0].Annotations[controller.VMIAnnotation]), &got))
+		assert.Equal(t, vmi.Status.VSOCKCID, got.Status.VSOCKCID, "%s: the launcher's copy has the CID", name)
+		if name == "plain" {
+			assert.Nil(t, vmi.Status.VSOCKCID, "no autoattachVSOCK, no CID")
+			continue
+		}
+		require.NotNil(t, vmi.Status.VSOCKCID, name)
+		cid := *vmi.Status.VSOCKCID
+		assert.GreaterOrEqual(t, cid, uint32(3), "0-2 are not guests' CIDs")
+		assert.Empty(t, cids[cid], "%s has the CID of %s", name, cids[cid])
+		cids[cid] = name
+	}
+}

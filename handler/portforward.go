@@ -11,16 +11,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
-	"github.com/kubevmm/kubevmm/vmm/api"
+	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
 )
-
-// softReboot asks the guest to reboot. KubeVirt asks the guest agent
-// when one is connected and otherwise reboots through ACPI; kubevmm has
-// the ACPI way: the launcher presses the power button and boots the guest
-// again when it powers off. (With a guest agent, ask it here first.)
-func softReboot(ctx context.Context, c *api.Client) error {
-	return c.SoftReboot(ctx)
-}
 
 // guestDialTimeout bounds the connection to the guest's port: a guest
 // that drops SYNs must not hold virt-api's request for minutes.
@@ -86,4 +78,43 @@ func dialInNetns(ns netns.NsHandle, addr string) (net.Conn, error) {
 		return nil, fmt.Errorf("connecting to the guest's %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// vsock connects to a vsock port of the guest through the VM's vsock
+// device, whose host side is a unix socket in the launcher's socket
+// directory (the VMM's "CONNECT <port>"), and carries the connection's
+// bytes over the websocket virt-api opened: KubeVirt's vsock subresource.
+// KubeVirt's tls=true wraps the stream in TLS with the handler's
+// certificate; kubevmm streams it plain only, and virt-api refuses tls=true
+// before it gets here.
+func (s *Server) vsock(w http.ResponseWriter, r *http.Request) {
+	port, err := spec.VsockPort(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	vmi, l, code, err := s.launcher(r)
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), guestDialTimeout)
+	conn, err := l.dir.dial(ctx, spec.VsockSocket)
+	if err == nil {
+		if err = ga.VsockConnect(ctx, conn, port); err != nil {
+			conn.Close()
+		}
+	}
+	cancel()
+	if err != nil {
+		http.Error(w, fmt.Sprintf("VMI %s/%s: vsock port %d: %v", vmi.Namespace, vmi.Name, port, err), http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		conn.Close()
+		return
+	}
+	s.Log.Info("vsock stream", "vmi", vmi.Namespace+"/"+vmi.Name, "port", port)
+	BridgeWebsocket(ws, conn)
 }

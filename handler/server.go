@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
 // Port is where virt-handler serves virt-api (KubeVirt's 8186).
@@ -50,6 +51,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT "+base+"softreboot", s.lifecycle("softreboot"))
 	mux.HandleFunc("GET "+base+"console", s.console)
 	mux.HandleFunc("GET "+base+"portforward/{port}/{protocol}", s.portForward)
+	mux.HandleFunc("GET "+base+"vsock", s.vsock)
 	mux.HandleFunc("GET "+base+"guestosinfo", s.guestAgentRoute(guestAgentInfo))
 	mux.HandleFunc("GET "+base+"userlist", s.guestAgentRoute(userList))
 	mux.HandleFunc("GET "+base+"filesystemlist", s.guestAgentRoute(filesystemList))
@@ -107,7 +109,15 @@ func (s *Server) lifecycle(op string) http.HandlerFunc {
 		case "reset":
 			err = c.Reset(ctx)
 		case "softreboot":
-			err = softReboot(ctx, c)
+			// As KubeVirt: through the guest agent when one is connected
+			// (guest-shutdown mode=reboot; the guest's reboot boots it
+			// again in the VMI), else the ACPI way, the power button and
+			// a new boot when the guest powers off. The launcher, which
+			// talks to the agent, picks and says which.
+			var res api.ShutdownResult
+			if res, err = c.SoftReboot(ctx); err == nil {
+				s.Log.Info("soft reboot", "vmi", vmi.Namespace+"/"+vmi.Name, "via", res.Via)
+			}
 		}
 		if err != nil {
 			http.Error(w, fmt.Sprintf("%s VMI %s/%s: %v", op, vmi.Namespace, vmi.Name, err), http.StatusConflict)

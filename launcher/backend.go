@@ -45,6 +45,9 @@ type switchVM struct {
 	err      string
 	incoming bool // listening for a migration stream
 	agent    *agentPoller
+	// rebootResets says the guest's own reboot boots it again in this VM
+	// (rebootPolicy Reboot), as a reboot through the agent needs.
+	rebootResets bool
 }
 
 var (
@@ -69,16 +72,36 @@ func (s *switchVM) getAgent() *agentPoller {
 // when one is connected (falling back to the button if that fails), else
 // the ACPI power button.
 func (s *switchVM) Shutdown() (api.ShutdownResult, error) {
-	if a := s.getAgent(); a != nil {
-		err := a.shutdown()
-		if err == nil {
-			return api.ShutdownResult{Via: api.ShutdownViaAgent}, nil
-		}
-		if !errors.Is(err, errAgentNotConnected) {
-			a.log.Warn("guest-shutdown failed: pressing the power button instead", "error", err)
-		}
+	if s.viaAgent("powerdown") {
+		return api.ShutdownResult{Via: api.ShutdownViaAgent}, nil
 	}
 	return api.ShutdownResult{Via: api.ShutdownViaACPI}, s.PowerButton()
+}
+
+// Reboot asks the guest to reboot, as KubeVirt's soft reboot does:
+// guest-shutdown mode=reboot through its agent when one is connected and
+// the guest's reboot boots it again here (with rebootPolicy Terminate it
+// would end the VMI), else the ACPI way (SoftReboot).
+func (s *switchVM) Reboot() (api.ShutdownResult, error) {
+	if s.rebootResets && s.viaAgent("reboot") {
+		return api.ShutdownResult{Via: api.ShutdownViaAgent}, nil
+	}
+	return api.ShutdownResult{Via: api.ShutdownViaACPI}, s.SoftReboot()
+}
+
+// viaAgent asks the guest's agent for guest-shutdown in mode, and says
+// whether it was asked; a failure other than no agent is logged, and the
+// caller takes the ACPI way instead.
+func (s *switchVM) viaAgent(mode string) bool {
+	a := s.getAgent()
+	if a == nil {
+		return false
+	}
+	err := a.shutdown(mode)
+	if err != nil && !errors.Is(err, errAgentNotConnected) {
+		a.log.Warn("guest-shutdown failed: taking the ACPI way instead", "mode", mode, "error", err)
+	}
+	return err == nil
 }
 
 // Freeze freezes the guest's filesystems through its agent.

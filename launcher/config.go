@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
@@ -80,8 +83,11 @@ type VMConfig struct {
 	// Terminate ends the VMI instead.
 	RebootResets bool
 	// VsockSocket is the host side of the guest's vsock device (our VMM
-	// only), for the guest agent.
+	// only), for the guest agent and the vsock subresource.
 	VsockSocket string
+	// VsockCID is the guest's vsock context ID: the VMI's status.VSOCKCID
+	// (autoattachVSOCK), else spec.GuestCID.
+	VsockCID uint32
 }
 
 // DiskConfig is one guest disk.
@@ -123,6 +129,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		// under the socket directory, which is short: a unix socket
 		// path has at most 107 bytes
 		VsockSocket: filepath.Join(p.SocketDir, spec.VsockSocket),
+		VsockCID:    cmp.Or(ptr.Deref(vmi.Status.VSOCKCID, 0), spec.GuestCID),
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
@@ -251,7 +258,7 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		RebootResets: c.RebootResets,
 	}
 	if c.VsockSocket != "" {
-		mc.Vsock = &machine.VsockConfig{CID: spec.GuestCID, Socket: c.VsockSocket}
+		mc.Vsock = &machine.VsockConfig{CID: uint64(c.VsockCID), Socket: c.VsockSocket}
 	}
 	var err error
 	mc.Reload = c.reload()

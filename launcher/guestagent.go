@@ -188,15 +188,16 @@ func (p *agentPoller) connected() (*ga.Client, error) {
 	return p.client, nil
 }
 
-// shutdown asks the guest to power down through its agent.
-func (p *agentPoller) shutdown() error {
+// shutdown asks the guest through its agent to power down or, with mode
+// "reboot", to reboot.
+func (p *agentPoller) shutdown(mode string) error {
 	c, err := p.connected()
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 	defer cancel()
-	return c.Send(ctx, ga.CmdShutdown, ga.ShutdownArgs{Mode: "powerdown"})
+	return c.Send(ctx, ga.CmdShutdown, ga.ShutdownArgs{Mode: mode})
 }
 
 // freeze freezes the guest's filesystems; after timeout (0: never) they

@@ -118,3 +118,51 @@ func TestAgentPollerWithTheRealAgent(t *testing.T) {
 	assert.ErrorIs(t, sw.Freeze(api.FreezeRequest{}), api.ErrConflict)
 	assert.Equal(t, api.GuestAgent{}, p.Status(), "nothing stale is reported")
 }
+
+// A soft reboot goes through the agent (guest-shutdown mode=reboot, which
+// the test agent passes to init as busybox's reboot does, SIGTERM) when
+// one is connected and the guest's reboot boots it again; with
+// rebootPolicy Terminate the guest's reboot would end the VMI, so the
+// ACPI way is taken (here refused: no VM runs behind this switchVM) and
+// init is not signalled: the shutdown asked next is the signal it gets.
+func TestSoftRebootThroughTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rebootResets bool
+		via          string
+		signal       syscall.Signal
+	}{
+		{"rebootPolicy Reboot", true, api.ShutdownViaAgent, syscall.SIGTERM},
+		{"rebootPolicy Terminate", false, api.ShutdownViaACPI, syscall.SIGUSR2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			initProc := exec.Command("sleep", "600")
+			require.NoError(t, initProc.Start())
+			t.Cleanup(func() { _ = initProc.Process.Kill() })
+
+			sock, _ := startAgent(t, initProc.Process.Pid)
+			p := newAgentPoller("", slog.New(slog.DiscardHandler))
+			p.dial = func(ctx context.Context) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}
+			pollUntil(t, p, func(s api.GuestAgent) bool { return s.Connected })
+			sw := &switchVM{rebootResets: tc.rebootResets}
+			sw.setAgent(p)
+
+			res, err := sw.Reboot()
+			assert.Equal(t, tc.via, res.Via)
+			if tc.via == api.ShutdownViaACPI {
+				assert.ErrorIs(t, err, api.ErrConflict, "the ACPI way, with no VM started")
+				// the agent answers requests in order: had it been
+				// asked to reboot, init would have had SIGTERM first
+				_, err = sw.Shutdown()
+			}
+			require.NoError(t, err)
+			err = initProc.Wait()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "init was signalled: %v", err)
+			assert.Equal(t, tc.signal, ee.Sys().(syscall.WaitStatus).Signal())
+		})
+	}
+}

@@ -113,7 +113,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	// A stale exit record belongs to an earlier launcher of this VMI.
 	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
-	sw := &switchVM{name: string(backendName), reason: why}
+	sw := &switchVM{name: string(backendName), reason: why, rebootResets: cfg.RebootResets}
 	srv, err := listenWhenWritable(ctx, o.Paths.SocketDir, sw, logf)
 	if err != nil {
 		if ctx.Err() != nil {

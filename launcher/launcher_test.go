@@ -91,8 +91,23 @@ func TestBuildVMConfig(t *testing.T) {
 	if string(mc.Kernel) != "kernel" || string(mc.Initrd) != "initrd" || mc.Disks[0].Format != "qcow2" || mc.NICs[0].Tap != "tap0" {
 		t.Errorf("machine config %+v", mc)
 	}
-
+	if mc.Vsock == nil || mc.Vsock.CID != spec.GuestCID || mc.Vsock.Socket != filepath.Join(p.SocketDir, spec.VsockSocket) {
+		t.Errorf("vsock %+v: want CID %d on the socket directory's %s", mc.Vsock, spec.GuestCID, spec.VsockSocket)
+	}
+	// autoattachVSOCK: the guest gets the CID virt-controller allocated
 	vmi := testVMI()
+	vmi.Status.VSOCKCID = ptr.To(uint32(1234))
+	if c, err = BuildVMConfig(vmi, p); err != nil {
+		t.Fatal(err)
+	}
+	if mc, err = c.MachineConfig(nil); err != nil {
+		t.Fatal(err)
+	}
+	if mc.Vsock == nil || mc.Vsock.CID != 1234 {
+		t.Errorf("vsock %+v: want the VMI's status.VSOCKCID 1234", mc.Vsock)
+	}
+
+	vmi = testVMI()
 	vmi.Spec.Domain.Devices.Disks[0].Disk.Bus = v1.DiskBusSATA
 	vmi.Spec.Domain.Devices.Interfaces[0].Model = "e1000"
 	c, err = BuildVMConfig(vmi, p)

@@ -33,13 +33,33 @@ type jsonPatchOp struct {
 }
 
 // defaultSpec returns the JSON patch operations that apply KubeVirt's
-// defaults to a VMI spec at path p: the machine type, and, when no NIC is
+// defaults to a VMI spec at path p: the machine type, a disk for each
+// volume that has none (KubeVirt's SetDefaultVolumeDisk: a virtio disk of
+// the volume's name; KubeVirt's examples rely on it), and, when no NIC is
 // given and the pod interface is auto-attached, a masquerade interface on
 // the pod network named "default".
 func defaultSpec(s *v1.VirtualMachineInstanceSpec, p string) []jsonPatchOp {
 	var ops []jsonPatchOp
 	if s.Domain.Machine == nil || s.Domain.Machine.Type == "" {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/machine", Value: v1.Machine{Type: DefaultMachineType}})
+	}
+	hasDisk := map[string]bool{}
+	for _, d := range s.Domain.Devices.Disks {
+		hasDisk[d.Name] = true
+	}
+	var disks []v1.Disk
+	for _, v := range s.Volumes {
+		if !hasDisk[v.Name] {
+			disks = append(disks, v1.Disk{Name: v.Name, DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}})
+		}
+	}
+	switch {
+	case len(disks) > 0 && len(s.Domain.Devices.Disks) == 0:
+		ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/devices/disks", Value: disks})
+	case len(disks) > 0:
+		for _, d := range disks {
+			ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/devices/disks/-", Value: d})
+		}
 	}
 	auto := s.Domain.Devices.AutoattachPodInterface == nil || *s.Domain.Devices.AutoattachPodInterface
 	if auto && len(s.Domain.Devices.Interfaces) == 0 && len(s.Networks) == 0 {

@@ -185,3 +185,43 @@ func TestValidateCauses(t *testing.T) {
 	require.Len(t, r.Result.Details.Causes, 2)
 	assert.Equal(t, "spec.domain.devices.disks[0].cache", r.Result.Details.Causes[1].Field)
 }
+
+// TestKubeVirtExamplesAdmitted: KubeVirt's examples with cloudInitNoCloud
+// that kubevmm runs (their images swapped for the dev cluster's; the e2e
+// dry-runs the same files) pass both webhooks, as the API server chains
+// them: mutation, then validation of the mutated object. vm-cirros-sata
+// lists no disks: each volume gets its default virtio disk, as KubeVirt
+// gives it.
+func TestKubeVirtExamplesAdmitted(t *testing.T) {
+	for _, tc := range []struct{ file, mutate, validate string }{
+		{"kubevirt-vm-cirros.yaml", PathMutateVM, PathValidateVM},
+		{"kubevirt-vm-cirros-sata.yaml", PathMutateVM, PathValidateVM},
+		{"kubevirt-vm-priorityclass.yaml", PathMutateVM, PathValidateVM},
+		{"kubevirt-vmi-fedora.yaml", PathMutateVMI, PathValidateVMI},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			in := testdata(t, tc.file)
+			r := review(t, tc.mutate, admissionv1.Create, in)
+			require.True(t, r.Allowed, "mutation: %+v", r.Result)
+			out := in
+			if r.PatchType != nil {
+				p, err := jsonpatch.DecodePatch(r.Patch)
+				require.NoError(t, err)
+				out, err = p.Apply(in)
+				require.NoError(t, err)
+			}
+			r = review(t, tc.validate, admissionv1.Create, out)
+			require.True(t, r.Allowed, "validation of the mutated object: %+v", r.Result)
+
+			if tc.file != "kubevirt-vm-cirros-sata.yaml" {
+				return
+			}
+			vm := &v1.VirtualMachine{}
+			require.NoError(t, json.Unmarshal(out, vm))
+			assert.Equal(t, []v1.Disk{
+				{Name: "containerdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}},
+				{Name: "cloudinitdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}},
+			}, vm.Spec.Template.Spec.Domain.Devices.Disks)
+		})
+	}
+}

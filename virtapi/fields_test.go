@@ -44,6 +44,7 @@ var implemented = map[string]string{
 	"domain.devices.disableHotplug":             "kubevmm hotplugs nothing, so hotplug is always disabled",
 	"domain.devices.autoattachPodInterface":     "the mutating webhook adds the pod NIC only when it is not false (defaultSpec)",
 	"domain.devices.rng":                        "a virtio-rng device (launcher.VMConfig.RNG)",
+	"domain.devices.autoattachVSOCK":            "a cluster-unique status.VSOCKCID for the guest's vsock device (controller.assignVSOCKCID) and the vsock subresource",
 	"domain.devices.blockMultiQueue":            "a request queue per vCPU for each virtio disk (spec.DiskQueues), on both backends",
 	"domain.devices.networkInterfaceMultiqueue": "a multi-queue tap and a queue pair per vCPU for virtio NICs (spec.NICQueues), on both backends",
 	"domain.devices.tpm.enabled":                "a TPM 2.0 on QEMU: swtpm, state in the launcher pod (launcher/qemu Config.TPM); false: none",
@@ -104,7 +105,6 @@ var honoured = map[string]bool{
 	"domain.devices.logSerialConsole":         false,
 	"domain.devices.autoattachMemBalloon":     false,
 	"domain.devices.autoattachInputDevice":    false,
-	"domain.devices.autoattachVSOCK":          false,
 
 	"domain.devices.disks[0].dedicatedIOThread":    false,
 	"domain.devices.disks[0].shareable":            false,

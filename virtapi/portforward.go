@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // portForwardResources are the port-forwarding subresources (verb get),
@@ -66,6 +67,41 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request, u userInfo)
 		return
 	}
 	s.Log.Info("port forward ended", "vmi", ns+"/"+name, "port", port, "user", u.Name)
+}
+
+// vsock serves KubeVirt's GET .../virtualmachineinstances/NAME/vsock
+// ?port=N&tls=false: a websocket whose binary messages carry one
+// connection to the guest's vsock port N, which virt-handler opens through
+// the VM's vsock device. As in KubeVirt, a VMI without autoattachVSOCK is
+// refused (its guest's vsock device is there for the guest agent alone).
+func (s *Server) vsock(w http.ResponseWriter, r *http.Request, u userInfo) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	port, err := spec.VsockPort(r.URL.Query())
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
+	vmi, err := s.getVMI(r.Context(), ns, name)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if a := vmi.Spec.Domain.Devices.AutoattachVSOCK; a == nil || !*a {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "VSOCK is not attached: the VMI needs spec.domain.devices.autoattachVSOCK: true")
+		return
+	}
+	if !vmi.IsRunning() {
+		writeErr(w, conflict("VMI is not running"))
+		return
+	}
+	if c := vmi.GetCondition(v1.VirtualMachineInstancePaused); c != nil && c.Status == "True" {
+		writeErr(w, conflict("VMI is paused"))
+		return
+	}
+	if !s.proxyStream(w, r, vmi, fmt.Sprintf("vsock?port=%d&tls=false", port), fmt.Sprintf("vsock port %d", port)) {
+		return
+	}
+	s.Log.Info("vsock stream ended", "vmi", ns+"/"+name, "port", port, "user", u.Name)
 }
 
 // proxyStream bridges the caller's websocket to the one virt-handler

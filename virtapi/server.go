@@ -14,7 +14,7 @@
 // client certificate (requestheader CA and allowed names from
 // kube-system/extension-apiserver-authentication) and authorized with a
 // SubjectAccessReview of the user they carry. Node-side work (pause,
-// reset, console, port forwarding) goes to virt-handler on the VMI's node over mutual TLS.
+// reset, console, port forwarding, vsock) goes to virt-handler on the VMI's node over mutual TLS.
 package virtapi
 
 import (
@@ -89,6 +89,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
+	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/vsock", s.authz("virtualmachineinstances", "vsock", "get", s.vsock))
 	s.guestAgentRoutes(mux, ns)
 	mux.HandleFunc("PUT "+ns+"expand-vm-spec", s.authz("expand-vm-spec", "", "update", s.expandVMSpec))
 	mux.HandleFunc("GET "+ns+"virtualmachines/{name}/expand-spec", s.authz("virtualmachines", "expand-spec", "get", s.expandSpec))
@@ -236,6 +237,7 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	for _, r := range portForwardResources {
 		add(r, "get")
 	}
+	add("virtualmachineinstances/vsock", "get")
 	guestAgentResources(add)
 	add("expand-vm-spec", "update")
 	add("virtualmachines/expand-spec", "get")

@@ -3,6 +3,9 @@ package virtapi
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -115,5 +118,40 @@ func TestSubresourcesEnvtest(t *testing.T) {
 	}
 	if len(migs.Items) != 1 || migs.Items[0].Spec.VMIName != "manual" {
 		t.Fatalf("migrations %+v", migs.Items)
+	}
+
+	// vsock: the query is checked first, then the VMI must have
+	// autoattachVSOCK; one that has it goes on to its node's virt-handler
+	// (none here).
+	vsock := func(name, query string) (int, string) {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/vsock?"+query, nil)
+		r.SetPathValue("namespace", ns)
+		r.SetPathValue("name", name)
+		s.vsock(w, r, userInfo{Name: "u"})
+		return w.Code, w.Body.String()
+	}
+	for _, tc := range []struct {
+		name, query string
+		code        int
+		msg         string
+	}{
+		{"manual", "port=1234", http.StatusBadRequest, "kubevmm streams vsock connections without TLS"},
+		{"manual", "port=0&tls=false", http.StatusBadRequest, "want a vsock port number"},
+		{"manual", "port=1234&tls=false", http.StatusBadRequest, "VSOCK is not attached"},
+		{"absent", "port=1234&tls=false", http.StatusNotFound, "not found"},
+	} {
+		code, body := vsock(tc.name, tc.query)
+		if code != tc.code || !strings.Contains(body, tc.msg) {
+			t.Errorf("vsock %s?%s: %d %s, want %d and %q", tc.name, tc.query, code, body, tc.code, tc.msg)
+		}
+	}
+	vmi.Spec.Domain.Devices.AutoattachVSOCK = ptr.To(true)
+	attached := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "attached", Namespace: ns}, Spec: vmi.Spec}
+	if err := c.Create(ctx, attached); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := vsock("attached", "port=1234&tls=false"); code != http.StatusConflict || !strings.Contains(body, "not running") {
+		t.Errorf("vsock to a VMI that does not run: %d %s", code, body)
 	}
 }

@@ -400,8 +400,11 @@ func validateHyperv(p *field.Path, h *v1.FeatureHyperv) field.ErrorList {
 }
 
 // validateDevices checks the device switches. A switch whose value says
-// what kubevmm does anyway is accepted (no balloon, no graphics, no VSOCK,
-// a serial console, no hotplug); one asking for what it does not is refused.
+// what kubevmm does anyway is accepted (no balloon, no graphics, a serial
+// console, no hotplug); one asking for what it does not is refused.
+// autoattachVSOCK is not among them: our VMM's guests always have a vsock
+// device, and with it the VMI gets a cluster-unique status.VSOCKCID and
+// the vsock subresource.
 func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 	var errs field.ErrorList
 	for _, sw := range []struct {
@@ -416,7 +419,6 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 		{"logSerialConsole", d.LogSerialConsole, false, ""},
 		{"autoattachMemBalloon", d.AutoattachMemBalloon, false, "the guest has no memory balloon"},
 		{"autoattachInputDevice", d.AutoattachInputDevice, false, "the guest has no input device"},
-		{"autoattachVSOCK", d.AutoattachVSOCK, false, "the guest's vsock device carries only the guest agent's channel (no status.VSOCKCID)"},
 	} {
 		if sw.v != nil && *sw.v != sw.want {
 			errs = append(errs, notSupported(p.Child(sw.name), *sw.v, sw.why))

@@ -112,8 +112,6 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachMemBalloon = ptr.To(true) }},
 		{name: "autoattachInputDevice", field: "domain.devices.autoattachInputDevice", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachInputDevice = ptr.To(true) }},
-		{name: "autoattachVSOCK", field: "domain.devices.autoattachVSOCK", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.AutoattachVSOCK = ptr.To(true) }},
 		{name: "logSerialConsole", field: "domain.devices.logSerialConsole", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.LogSerialConsole = ptr.To(true) }},
 		{name: "interface state down", field: "domain.devices.interfaces[0].state", typ: notSupported,

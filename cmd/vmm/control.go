@@ -113,7 +113,7 @@ func cmdControl(name string, args []string, stdout io.Writer) (int, error) {
 	case "reset":
 		err = c.Reset(ctx)
 	case "reboot":
-		err = c.SoftReboot(ctx)
+		_, err = c.SoftReboot(ctx)
 	case "stop":
 		if *graceful {
 			err = gracefulStop(c, *timeout, stdout)

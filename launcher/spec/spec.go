@@ -80,11 +80,15 @@ const (
 // loads the kernel.
 const StateStarting = "Starting"
 
-// GuestCID is the vsock context ID of every guest on our VMM. Each VM's
+// GuestCID is the vsock context ID of a guest on our VMM whose VMI has no
+// status.VSOCKCID (no autoattachVSOCK), and the lowest that virt-controller
+// allocates (0-2 are the hypervisor's, local and the host's). Each VM's
 // vsock device is its own, with a unix socket as its host side (no host
-// kernel vsock), so CIDs need not be unique on a node; 3 is the first a
-// guest may have. The device is always there: it carries the guest
-// agent's channel, as KubeVirt's virtio-serial channel is always there.
+// kernel vsock), so CIDs need not be unique on a node for it to work; the
+// allocated ones are cluster-unique as in KubeVirt, for host software that
+// tells guests apart by CID. The device is always there: it carries the
+// guest agent's channel, as KubeVirt's virtio-serial channel is always
+// there.
 const GuestCID = 3
 
 // Files and sockets inside the launcher pod (and, for the socket

@@ -84,7 +84,8 @@ type FreezeRequest struct {
 	UnfreezeTimeout int64 `json:"unfreeze_timeout_s,omitempty"`
 }
 
-// ShutdownResult says how the guest was asked to shut down.
+// ShutdownResult says how the guest was asked to shut down (or to
+// reboot).
 type ShutdownResult struct {
 	// Via is "guest-agent" or "acpi" (the power button).
 	Via string `json:"via"`
@@ -173,6 +174,10 @@ type GuestAgentVM interface {
 	// Shutdown asks the guest to shut down, through its agent when one
 	// is connected, else by the ACPI power button, and returns.
 	Shutdown() (ShutdownResult, error)
+	// Reboot asks the guest to reboot, through its agent when one is
+	// connected and the guest's reboot boots it again in this VM, else
+	// as SoftReboot does (the power button), and returns.
+	Reboot() (ShutdownResult, error)
 	// Freeze freezes the guest's filesystems through its agent (ErrConflict
 	// when none is connected).
 	Freeze(FreezeRequest) error

@@ -115,9 +115,11 @@ func (c *Client) Reset(ctx context.Context) error {
 	return c.do(ctx, http.MethodPut, "/v1/vm/reset", nil, nil)
 }
 
-// SoftReboot asks the guest to reboot (power button, then a new boot).
-func (c *Client) SoftReboot(ctx context.Context) error {
-	return c.do(ctx, http.MethodPut, "/v1/vm/softreboot", nil, nil)
+// SoftReboot asks the guest to reboot: its agent, else the power button
+// and a new boot when it powers off.
+func (c *Client) SoftReboot(ctx context.Context) (ShutdownResult, error) {
+	var r ShutdownResult
+	return r, c.do(ctx, http.MethodPut, "/v1/vm/softreboot", nil, &r)
 }
 
 // Shutdown asks the guest to shut down (its agent, else the power button).

@@ -221,13 +221,14 @@ func TestErrorsMapToStatuses(t *testing.T) {
 		ctx := context.Background()
 		_, snapErr := c.Snapshot(ctx, api.SnapshotRequest{Dir: "/d"})
 		_, shutdownErr := c.Shutdown(ctx)
+		_, rebootErr := c.SoftReboot(ctx)
 		for name, err := range map[string]error{
 			"pause":    c.Pause(ctx),
 			"resume":   c.Resume(ctx),
 			"stop":     c.Stop(ctx),
 			"button":   c.PowerButton(ctx),
 			"reset":    c.Reset(ctx),
-			"reboot":   c.SoftReboot(ctx),
+			"reboot":   rebootErr,
 			"shutdown": shutdownErr,
 			"snapshot": snapErr,
 			"migrate":  c.Migrate(ctx, api.MigrateRequest{To: "unix:/m.sock"}),

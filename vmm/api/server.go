@@ -69,17 +69,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /v1/vm/reset", func(w http.ResponseWriter, r *http.Request) {
 		result(w, nil, s.vm.Reset())
 	})
-	mux.HandleFunc("PUT /v1/vm/softreboot", func(w http.ResponseWriter, r *http.Request) {
-		result(w, nil, s.vm.SoftReboot())
-	})
-	mux.HandleFunc("PUT /v1/vm/shutdown", func(w http.ResponseWriter, r *http.Request) {
-		if g, ok := s.vm.(GuestAgentVM); ok {
-			res, err := g.Shutdown()
-			result(w, res, err)
-			return
-		}
-		result(w, ShutdownResult{Via: ShutdownViaACPI}, s.vm.PowerButton())
-	})
+	mux.HandleFunc("PUT /v1/vm/softreboot", s.viaAgent(GuestAgentVM.Reboot, s.vm.SoftReboot))
+	mux.HandleFunc("PUT /v1/vm/shutdown", s.viaAgent(GuestAgentVM.Shutdown, s.vm.PowerButton))
 	mux.HandleFunc("PUT /v1/vm/freeze", func(w http.ResponseWriter, r *http.Request) {
 		var req FreezeRequest
 		if !decode(w, r, &req) {
@@ -146,6 +137,19 @@ func (s *Server) Handler() http.Handler {
 		reply(w, http.StatusOK, s.vm.Metrics())
 	})
 	return mux
+}
+
+// viaAgent serves shutdown and softreboot: a VM whose owner talks to its
+// guest agent decides how (agent), else the ACPI way (acpi) is taken.
+func (s *Server) viaAgent(agent func(GuestAgentVM) (ShutdownResult, error), acpi func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if g, ok := s.vm.(GuestAgentVM); ok {
+			res, err := agent(g)
+			result(w, res, err)
+			return
+		}
+		result(w, ShutdownResult{Via: ShutdownViaACPI}, acpi())
+	}
 }
 
 var errNoAgent = fmt.Errorf("%w: this VMM talks to no guest agent", ErrConflict)

@@ -25,20 +25,29 @@ func DialVsock(ctx context.Context, socket string, port uint32) (net.Conn, error
 	if err != nil {
 		return nil, fmt.Errorf("vsock socket: %w", err)
 	}
+	if err := VsockConnect(ctx, conn, port); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// VsockConnect asks the vsock device's host socket behind conn (just
+// connected) for the guest's port; what conn carries afterwards is that
+// connection's stream.
+func VsockConnect(ctx context.Context, conn net.Conn, port uint32) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl) // a unix conn takes deadlines
 	}
 	if _, err := fmt.Fprintf(conn, "CONNECT %d\n", port); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("vsock CONNECT %d: %w", port, err)
+		return fmt.Errorf("vsock CONNECT %d: %w", port, err)
 	}
 	// Byte by byte: what follows the line is the guest's.
 	var line []byte
 	b := make([]byte, 1)
 	for len(line) < 64 {
 		if _, err := conn.Read(b); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("vsock CONNECT %d: no answer (nothing listens on the guest's port?): %w", port, err)
+			return fmt.Errorf("vsock CONNECT %d: no answer (nothing listens on the guest's port?): %w", port, err)
 		}
 		if b[0] == '\n' {
 			break
@@ -46,11 +55,10 @@ func DialVsock(ctx context.Context, socket string, port uint32) (net.Conn, error
 		line = append(line, b[0])
 	}
 	if !strings.HasPrefix(string(line), "OK ") {
-		conn.Close()
-		return nil, fmt.Errorf("vsock CONNECT %d: answered %q", port, line)
+		return fmt.Errorf("vsock CONNECT %d: answered %q", port, line)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return conn, nil
+	return nil
 }
 
 // Client speaks to one agent over conn, one command at a time.

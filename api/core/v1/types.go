@@ -320,6 +320,10 @@ type VirtualMachineInstanceStatus struct {
 	// RuntimeUser is the UID the launcher runs the guest as.
 	// +optional
 	RuntimeUser uint64 `json:"runtimeUser"`
+	// VSOCKCID is the guest's vsock context ID, cluster-unique, allocated
+	// by virt-controller for a VMI with autoattachVSOCK.
+	// +optional
+	VSOCKCID *uint32 `json:"VSOCKCID,omitempty"`
 	// +optional
 	SelinuxContext string `json:"selinuxContext,omitempty"`
 	// Machine is the machine type the guest got.

@@ -2924,6 +2924,11 @@ func (in *VirtualMachineInstanceStatus) DeepCopyInto(out *VirtualMachineInstance
 		*out = new(Unmodeled)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.VSOCKCID != nil {
+		in, out := &in.VSOCKCID, &out.VSOCKCID
+		*out = new(uint32)
+		**out = **in
+	}
 	if in.Machine != nil {
 		in, out := &in.Machine, &out.Machine
 		*out = new(Machine)

@@ -427,7 +427,7 @@ func UserRoles() []*rbacv1.ClusterRole {
 		"virtualmachines/pause", "virtualmachines/unpause", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
 		"virtualmachineinstances/migrate", "virtualmachineinstances/console",
 		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
-		"virtualmachineinstances/portforward", "virtualmachines/portforward",
+		"virtualmachineinstances/portforward", "virtualmachines/portforward", "virtualmachineinstances/vsock",
 		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze",
 		"virtualmachines/expand-spec", "expand-vm-spec"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt

@@ -87,14 +87,15 @@ func TestUserRolesEnvtest(t *testing.T) {
 	_, stranger := as("stranger")
 	assert.Equal(t, http.StatusForbidden, console(stranger), "nor can a user with no role")
 
-	// The same for resetting, rebooting and forwarding ports, as
-	// KubeVirt's edit role grants them.
+	// The same for resetting, rebooting, forwarding ports and vsock
+	// streams, as KubeVirt's edit role grants them.
 	for _, r := range []struct{ method, path string }{
 		{http.MethodPut, "virtualmachineinstances/vm/reset"},
 		{http.MethodPut, "virtualmachineinstances/vm/softreboot"},
 		{http.MethodGet, "virtualmachineinstances/vm/portforward/22"},
 		{http.MethodGet, "virtualmachineinstances/vm/portforward/22/tcp"},
 		{http.MethodGet, "virtualmachines/vm/portforward/22"},
+		{http.MethodGet, "virtualmachineinstances/vm/vsock?port=1234&tls=false"},
 	} {
 		assert.Equal(t, http.StatusForbidden, sub(viewerCfg, r.method, r.path), "a viewer: %s %s", r.method, r.path)
 		assert.Equal(t, http.StatusForbidden, sub(stranger, r.method, r.path), "a stranger: %s %s", r.method, r.path)
