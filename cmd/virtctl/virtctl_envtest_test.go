@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +135,19 @@ func cluster(t *testing.T) (string, client.Client) {
 		}
 		return false
 	}, 3*time.Minute, 100*time.Millisecond, "the APIService never became available")
+	// And the aggregator's proxy has taken that in (its own informer may
+	// lag the status just read): virt-api's version comes back through
+	// it.
+	hc, err := rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		resp, err := hc.Get(strings.TrimSuffix(cfg.Host, "/") + "/apis/" + v1.SubresourceGroupVersion.String() + "/version")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 100*time.Millisecond, "the aggregator never proxied to virt-api")
 
 	return kubeconfig(t, cfg), c
 }
