@@ -8,53 +8,14 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubevmm/kubevmm/vmm/internal/uffd"
 )
 
 // Userfault support for post-copy migration: guest RAM whose pages are
 // missing until the VMM installs them. Any access to a missing page, by a
 // vCPU inside KVM or by the VMM itself, blocks in the kernel until the page
 // is installed; the kernel reports each such fault on a userfaultfd.
-
-// userfaultfd ABI (<linux/userfaultfd.h>); layouts are checked against the
-// header in tests.
-const (
-	uffdAPI                 = 0xaa
-	uffdioAPI               = 0xc018aa3f // _IOWR(0xaa, 0x3f, struct uffdio_api)
-	uffdioRegister          = 0xc020aa00 // _IOWR(0xaa, 0x00, struct uffdio_register)
-	uffdioUnregister        = 0x8010aa01 // _IOR(0xaa, 0x01, struct uffdio_range)
-	uffdioWake              = 0x8010aa02 // _IOR(0xaa, 0x02, struct uffdio_range)
-	uffdioCopy              = 0xc028aa03 // _IOWR(0xaa, 0x03, struct uffdio_copy)
-	uffdioZeropage          = 0xc020aa04 // _IOWR(0xaa, 0x04, struct uffdio_zeropage)
-	userfaultfdIocNew       = 0xaa00     // _IO(0xaa, 0x00), on /dev/userfaultfd (Linux 6.1)
-	uffdRegisterModeMissing = 1
-	uffdFeatureMissingShm   = 1 << 5
-	uffdEventPagefault      = 0x12
-	uffdMsgSize             = 32
-	// offsets in struct uffd_msg
-	uffdMsgEvent   = 0
-	uffdMsgAddress = 16
-)
-
-type uffdioAPIArg struct{ API, Features, Ioctls uint64 }
-
-type uffdioRange struct{ Start, Len uint64 }
-
-type uffdioRegisterArg struct {
-	Range  uffdioRange
-	Mode   uint64
-	Ioctls uint64
-}
-
-type uffdioCopyArg struct {
-	Dst, Src, Len, Mode uint64
-	Copy                int64
-}
-
-type uffdioZeropageArg struct {
-	Range    uffdioRange
-	Mode     uint64
-	Zeropage int64
-}
 
 // Userfault is guest RAM registered for missing-page faults.
 type Userfault struct {
@@ -114,19 +75,19 @@ func (g *Guest) Userfault(missing [][]uint64) (*Userfault, error) {
 	}
 	// The handshake comes before the descriptor goes to Go's poller: until
 	// then the kernel reports it as not pollable.
-	api := uffdioAPIArg{API: uffdAPI, Features: uffdFeatureMissingShm}
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+	api := uffd.APIArg{API: uffd.API, Features: uffd.FeatureMissingShmem}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffd.IocAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
 		unix.Close(int(fd))
 		return nil, fmt.Errorf("userfaultfd: UFFDIO_API (missing-page faults on shared memory need Linux 4.11): %w", errno)
 	}
-	u := &Userfault{g: g, f: os.NewFile(fd, "userfaultfd"), buf: make([]byte, 0, 64*uffdMsgSize)}
+	u := &Userfault{g: g, f: os.NewFile(fd, "userfaultfd"), buf: make([]byte, 0, 64*uffd.MsgSize)}
 	for _, r := range g.regions {
-		reg := uffdioRegisterArg{Range: uffdioRange{uint64(uintptr(unsafe.Pointer(&r.Data[0]))), r.Size}, Mode: uffdRegisterModeMissing}
-		if err := u.ioctl(uffdioRegister, unsafe.Pointer(&reg)); err != nil {
+		reg := uffd.RegisterArg{Range: uffd.Range{Start: uint64(uintptr(unsafe.Pointer(&r.Data[0]))), Len: r.Size}, Mode: uffd.RegisterMissing}
+		if err := u.ioctl(uffd.IocRegister, unsafe.Pointer(&reg)); err != nil {
 			_ = u.f.Close() // a kernel object: nothing to lose
 			return nil, fmt.Errorf("userfaultfd: register guest RAM at %#x (%d MiB): %w", r.GPA, r.Size>>20, err)
 		}
-		const need = 1<<3 | 1<<4 // _UFFDIO_COPY, _UFFDIO_ZEROPAGE
+		const need = uffd.HasCopy | uffd.HasZeropage
 		if reg.Ioctls&need != need {
 			_ = u.f.Close() // a kernel object: nothing to lose
 			return nil, fmt.Errorf("userfaultfd: guest RAM at %#x does not support UFFDIO_COPY/UFFDIO_ZEROPAGE (ioctls %#x)", r.GPA, reg.Ioctls)
@@ -166,7 +127,7 @@ func newUserfaultfd() (uintptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("userfaultfd: tried the userfaultfd system call (%w: it needs root, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1, and a seccomp profile that allows it) and %s (%w: it needs Linux 6.1 or later and read-write access for this user)", errno, UserfaultfdDevice, err)
 	}
-	fd, _, errno2 := unix.Syscall(unix.SYS_IOCTL, dev.Fd(), userfaultfdIocNew, flags)
+	fd, _, errno2 := unix.Syscall(unix.SYS_IOCTL, dev.Fd(), uffd.IocNew, flags)
 	_ = dev.Close() // the new userfaultfd does not need it; nothing was written
 	if errno2 != 0 {
 		return 0, fmt.Errorf("userfaultfd: tried the userfaultfd system call (%w) and USERFAULTFD_IOC_NEW on %s (%w)", errno, UserfaultfdDevice, errno2)
@@ -200,12 +161,12 @@ func (u *Userfault) Faults(dst []uint64) ([]uint64, error) {
 	if err != nil {
 		return dst, fmt.Errorf("read userfaultfd: %w", err)
 	}
-	for off := 0; off+uffdMsgSize <= n; off += uffdMsgSize {
-		m := b[off : off+uffdMsgSize]
-		if m[uffdMsgEvent] != uffdEventPagefault {
+	for off := 0; off+uffd.MsgSize <= n; off += uffd.MsgSize {
+		m := b[off : off+uffd.MsgSize]
+		if m[uffd.MsgEvent] != uffd.EventPagefault {
 			continue // no other events were asked for
 		}
-		gpa, ok := u.g.gpaOf(binary.LittleEndian.Uint64(m[uffdMsgAddress:]) &^ (PageSize - 1))
+		gpa, ok := u.g.gpaOf(binary.LittleEndian.Uint64(m[uffd.MsgAddress:]) &^ (PageSize - 1))
 		if ok {
 			dst = append(dst, gpa)
 		}
@@ -242,8 +203,8 @@ func (u *Userfault) hvaOf(gpa, n uint64) (uint64, error) {
 // are: each page is installed once.
 func (u *Userfault) Install(gpa uint64, data []byte) error {
 	return u.fill("install", gpa, uint64(len(data)), func(hva, done uint64) (uint64, error) {
-		c := uffdioCopyArg{Dst: hva + done, Src: uint64(uintptr(unsafe.Pointer(&data[done]))), Len: uint64(len(data)) - done}
-		err := u.ioctl(uffdioCopy, unsafe.Pointer(&c))
+		c := uffd.CopyArg{Dst: hva + done, Src: uint64(uintptr(unsafe.Pointer(&data[done]))), Len: uint64(len(data)) - done}
+		err := u.ioctl(uffd.IocCopy, unsafe.Pointer(&c))
 		return uint64(max(c.Copy, 0)), err
 	})
 }
@@ -251,8 +212,8 @@ func (u *Userfault) Install(gpa uint64, data []byte) error {
 // Zero installs zero pages at [gpa, gpa+n), like Install.
 func (u *Userfault) Zero(gpa, n uint64) error {
 	return u.fill("zero", gpa, n, func(hva, done uint64) (uint64, error) {
-		z := uffdioZeropageArg{Range: uffdioRange{hva + done, n - done}}
-		err := u.ioctl(uffdioZeropage, unsafe.Pointer(&z))
+		z := uffd.ZeropageArg{Range: uffd.Range{Start: hva + done, Len: n - done}}
+		err := u.ioctl(uffd.IocZeropage, unsafe.Pointer(&z))
 		return uint64(max(z.Zeropage, 0)), err
 	})
 }
@@ -288,8 +249,8 @@ func (u *Userfault) Wake(gpa uint64) error {
 	if err != nil {
 		return err
 	}
-	r := uffdioRange{hva, PageSize}
-	if err := u.ioctl(uffdioWake, unsafe.Pointer(&r)); err != nil {
+	r := uffd.Range{Start: hva, Len: PageSize}
+	if err := u.ioctl(uffd.IocWake, unsafe.Pointer(&r)); err != nil {
 		return fmt.Errorf("userfault: wake %#x: %w", gpa, err)
 	}
 	return nil
@@ -301,8 +262,8 @@ func (u *Userfault) Close() error {
 	u.g.uf.CompareAndSwap(u, nil)
 	var first error
 	for _, r := range u.g.regions {
-		rg := uffdioRange{uint64(uintptr(unsafe.Pointer(&r.Data[0]))), r.Size}
-		if err := u.ioctl(uffdioUnregister, unsafe.Pointer(&rg)); err != nil && first == nil {
+		rg := uffd.Range{Start: uint64(uintptr(unsafe.Pointer(&r.Data[0]))), Len: r.Size}
+		if err := u.ioctl(uffd.IocUnregister, unsafe.Pointer(&rg)); err != nil && first == nil {
 			first = fmt.Errorf("userfaultfd: unregister guest RAM at %#x: %w", r.GPA, err)
 		}
 	}

@@ -3,50 +3,11 @@ package memory
 import (
 	"bytes"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"github.com/kubevmm/kubevmm/vmm/memory/internal/uffdabi"
 )
-
-func TestUserfaultABIMatchesKernelHeaders(t *testing.T) {
-	assert.Equal(t, map[string]uintptr{
-		"uffd_msg":        uffdMsgSize,
-		"uffdio_api":      unsafe.Sizeof(uffdioAPIArg{}),
-		"uffdio_range":    unsafe.Sizeof(uffdioRange{}),
-		"uffdio_register": unsafe.Sizeof(uffdioRegisterArg{}),
-		"uffdio_copy":     unsafe.Sizeof(uffdioCopyArg{}),
-		"uffdio_zeropage": unsafe.Sizeof(uffdioZeropageArg{}),
-	}, uffdabi.Sizes)
-	var c uffdioCopyArg
-	var z uffdioZeropageArg
-	var r uffdioRegisterArg
-	assert.Equal(t, map[string]uintptr{
-		"uffd_msg.event":                 uffdMsgEvent,
-		"uffd_msg.arg.pagefault.address": uffdMsgAddress,
-		"uffdio_copy.copy":               unsafe.Offsetof(c.Copy),
-		"uffdio_zeropage.zeropage":       unsafe.Offsetof(z.Zeropage),
-		"uffdio_register.ioctls":         unsafe.Offsetof(r.Ioctls),
-	}, uffdabi.Offsets)
-	assert.Equal(t, map[string]uint64{
-		"UFFD_API":                     uffdAPI,
-		"UFFDIO_API":                   uffdioAPI,
-		"UFFDIO_REGISTER":              uffdioRegister,
-		"UFFDIO_UNREGISTER":            uffdioUnregister,
-		"UFFDIO_WAKE":                  uffdioWake,
-		"UFFDIO_COPY":                  uffdioCopy,
-		"UFFDIO_ZEROPAGE":              uffdioZeropage,
-		"USERFAULTFD_IOC_NEW":          userfaultfdIocNew,
-		"UFFDIO_REGISTER_MODE_MISSING": uffdRegisterModeMissing,
-		"UFFD_FEATURE_MISSING_SHMEM":   uffdFeatureMissingShm,
-		"UFFD_EVENT_PAGEFAULT":         uffdEventPagefault,
-		"_UFFDIO_COPY":                 3,
-		"_UFFDIO_ZEROPAGE":             4,
-	}, uffdabi.Constants)
-}
 
 // nextFault waits for the next reported fault.
 func nextFault(t *testing.T, u *Userfault) uint64 {

@@ -24,6 +24,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubevmm/kubevmm/vmm/internal/uffd"
 )
 
 // Range is an address range [Start, End) of this process.
@@ -275,17 +277,6 @@ func DropText() error {
 	return nil
 }
 
-// userfaultfd ABI (<linux/userfaultfd.h>), as in vmm/memory, which checks
-// the layouts against the header.
-const (
-	uffdAPI            = 0xaa
-	uffdioAPI          = 0xc018aa3f // _IOWR(0xaa, 0x3f, struct uffdio_api)
-	uffdioRegister     = 0xc020aa00 // _IOWR(0xaa, 0x00, struct uffdio_register)
-	uffdUserModeOnly   = 1          // UFFD_USER_MODE_ONLY: needs no privilege
-	uffdFeatureWPAsync = 1 << 15    // UFFD_FEATURE_WP_ASYNC, Linux 6.7
-	uffdRegisterModeWP = 1 << 1     // UFFDIO_REGISTER_MODE_WP
-)
-
 // wpFD is the userfaultfd that holds the binary's mappings: closing it
 // would unregister them, so it stays open for the process's life.
 var wpFD struct {
@@ -307,21 +298,19 @@ func noFaultAround(start, n uintptr) error {
 	wpFD.Lock()
 	defer wpFD.Unlock()
 	if !wpFD.opened {
-		fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffdUserModeOnly, 0, 0)
+		fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffd.UserModeOnly, 0, 0)
 		if errno != 0 {
 			return fmt.Errorf("userfaultfd: %w", errno)
 		}
-		api := struct{ API, Features, Ioctls uint64 }{API: uffdAPI, Features: uffdFeatureWPAsync}
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+		api := uffd.APIArg{API: uffd.API, Features: uffd.FeatureWPAsync}
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, uffd.IocAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
 			_ = unix.Close(int(fd)) // a kernel object: nothing to lose
 			return fmt.Errorf("userfaultfd: UFFDIO_API with asynchronous write protection (Linux 6.7): %w", errno)
 		}
 		wpFD.fd, wpFD.opened = int(fd), true
 	}
-	reg := struct {
-		Start, Len, Mode, Ioctls uint64
-	}{Start: uint64(start), Len: uint64(n), Mode: uffdRegisterModeWP}
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(wpFD.fd), uffdioRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
+	reg := uffd.RegisterArg{Range: uffd.Range{Start: uint64(start), Len: uint64(n)}, Mode: uffd.RegisterWP}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(wpFD.fd), uffd.IocRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
 		return fmt.Errorf("userfaultfd: register %#x-%#x for write protection: %w", start, start+n, errno)
 	}
 	return nil

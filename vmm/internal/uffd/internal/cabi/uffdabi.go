@@ -1,7 +1,7 @@
-// Package uffdabi reads struct sizes, field offsets and ioctl numbers from
-// the kernel's own <linux/userfaultfd.h> through cgo. Only the memory
+// Package cabi reads struct sizes, field offsets and ioctl numbers from
+// the kernel's own <linux/userfaultfd.h> through cgo. Only the uffd
 // package's tests import it, so the VMM binary itself stays free of cgo.
-package uffdabi
+package cabi
 
 /*
 #include <stddef.h>
@@ -24,7 +24,7 @@ static unsigned long ioc_new(void)        { return USERFAULTFD_IOC_NEW; }
 */
 import "C"
 
-// Sizes of the structs the memory package mirrors, by C name.
+// Sizes of the structs the uffd package mirrors, by C name.
 var Sizes = map[string]uintptr{
 	"uffd_msg":        C.sizeof_struct_uffd_msg,
 	"uffdio_api":      C.sizeof_struct_uffdio_api,
@@ -34,7 +34,7 @@ var Sizes = map[string]uintptr{
 	"uffdio_zeropage": C.sizeof_struct_uffdio_zeropage,
 }
 
-// Offsets of the fields the memory package reads or writes.
+// Offsets of the fields the VMM reads or writes.
 var Offsets = map[string]uintptr{
 	"uffd_msg.event":                 uintptr(C.off_msg_event()),
 	"uffd_msg.arg.pagefault.address": uintptr(C.off_msg_address()),
@@ -43,7 +43,8 @@ var Offsets = map[string]uintptr{
 	"uffdio_register.ioctls":         uintptr(C.off_register_ioctls()),
 }
 
-// Constants the memory package uses.
+// Constants the VMM uses. UFFD_FEATURE_WP_ASYNC (Linux 6.7) is not among
+// them: Debian 12's headers (6.1) predate it.
 var Constants = map[string]uint64{
 	"UFFD_API":                     C.UFFD_API,
 	"UFFDIO_API":                   uint64(C.ioc_api()),
@@ -54,6 +55,8 @@ var Constants = map[string]uint64{
 	"UFFDIO_ZEROPAGE":              uint64(C.ioc_zeropage()),
 	"USERFAULTFD_IOC_NEW":          uint64(C.ioc_new()),
 	"UFFDIO_REGISTER_MODE_MISSING": C.UFFDIO_REGISTER_MODE_MISSING,
+	"UFFDIO_REGISTER_MODE_WP":      C.UFFDIO_REGISTER_MODE_WP,
+	"UFFD_USER_MODE_ONLY":          C.UFFD_USER_MODE_ONLY,
 	"UFFD_FEATURE_MISSING_SHMEM":   C.UFFD_FEATURE_MISSING_SHMEM,
 	"UFFD_EVENT_PAGEFAULT":         C.UFFD_EVENT_PAGEFAULT,
 	"_UFFDIO_COPY":                 C._UFFDIO_COPY,
