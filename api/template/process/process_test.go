@@ -42,11 +42,11 @@ func TestProcessSubstitution(t *testing.T) {
 		{"whole string", `{"x":"${A}"}`, nil, map[string]any{"x": "alpha"}},
 		{"within a string, twice", `{"x":"pre-${A}-${A}-post"}`, nil, map[string]any{"x": "pre-alpha-alpha-post"}},
 		{"unknown reference stays", `{"x":"${NOPE}-${A}"}`, nil, map[string]any{"x": "${NOPE}-alpha"}},
-		{"${{}} number", `{"x":"${{N}}"}`, nil, map[string]any{"x": float64(3)}},
-		{"${{}} object", `{"x":"${{OBJ}}"}`, nil, map[string]any{"x": map[string]any{"k": []any{float64(1), true}}}},
+		{"${{}} number", `{"x":"${{N}}"}`, nil, map[string]any{"x": int64(3)}},
+		{"${{}} object", `{"x":"${{OBJ}}"}`, nil, map[string]any{"x": map[string]any{"k": []any{int64(1), true}}}},
 		{"${{}} not JSON is a string", `{"x":"${{WORD}}"}`, nil, map[string]any{"x": "plain words"}},
 		{"${{}} only as the whole string", `{"x":"a${{N}}"}`, nil, map[string]any{"x": "a${{N}}"}},
-		{"${{}} in a list", `{"x":["${{N}}","${A}"]}`, nil, map[string]any{"x": []any{float64(3), "alpha"}}},
+		{"${{}} in a list", `{"x":["${{N}}","${A}"]}`, nil, map[string]any{"x": []any{int64(3), "alpha"}}},
 		{"map keys", `{"${A}":"v"}`, nil, map[string]any{"alpha": "v"}},
 		{"empty value", `{"x":"[${EMPTY}]"}`, nil, map[string]any{"x": "[]"}},
 		{"given value wins", `{"x":"${A}"}`, map[string]string{"A": "given"}, map[string]any{"x": "given"}},
@@ -153,7 +153,7 @@ func TestProcessRefusesBadObjects(t *testing.T) {
 		{"kind from an empty parameter", `{"apiVersion":"v1","kind":"${E}"}`, "apiVersion and kind are required"},
 		{"metadata not an object", `{"apiVersion":"v1","kind":"ConfigMap","metadata":"x"}`, "metadata is a string"},
 		{"labels not an object", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"labels":[1]}}`, "metadata.labels is a []interface {}"},
-		{"a label not a string", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"labels":{"a":1}}}`, "metadata.labels.a is a float64"},
+		{"a label not a string", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"labels":{"a":1}}}`, "metadata.labels.a is a int64"},
 		{"keys collide", `{"apiVersion":"v1","kind":"ConfigMap","data":{"${E}x":"1","x":"2"}}`, `key "x" appears twice`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
