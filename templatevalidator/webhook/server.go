@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -90,8 +91,17 @@ func (s *Server) certificate() (*tls.Certificate, error) {
 
 // ListenAndServe serves Handler over HTTPS on addr until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves Handler over HTTPS on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			// Read per handshake: a rotated Secret's files take effect
@@ -108,8 +118,8 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 		// applies the webhook's failure policy to them.
 		_ = srv.Shutdown(sctx)
 	}()
-	s.Log.Info("serving", "addr", addr, "certDir", s.CertDir)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	s.Log.Info("serving", "addr", ln.Addr().String(), "certDir", s.CertDir)
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
