@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,6 +248,26 @@ func TestWebhookEnvtest(t *testing.T) {
 		v.Spec.Template.Spec.Domain.Memory.Guest = ptr.To(resource.MustParse("1Gi"))
 		s := refusal(t, k8s.Update(ctx, v))
 		assert.Contains(t, s.Message, memRefusal)
+	})
+
+	t.Run("an edit leaving the template spec as it was is not refused by rules tightened since", func(t *testing.T) {
+		tmpl := &unstructured.Unstructured{}
+		tmpl.SetGroupVersionKind(template("", "").GroupVersionKind())
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "templates", Name: "fedora-server-small"}, tmpl))
+		min4Gi := strings.Replace(minMemory, "2147483648", "4294967296", 1)
+		require.NoError(t, unstructured.SetNestedSlice(tmpl.Object, template("", "["+min4Gi+","+virtioWarn+"]").Object["objects"].([]any), "objects"))
+		require.NoError(t, k8s.Update(ctx, tmpl))
+
+		v := &v1.VirtualMachine{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "sata"}, v))
+		v.Labels["tier"] = "gold"
+		warn.take()
+		require.NoError(t, k8s.Update(ctx, v), "a label is no concern of the rules")
+		assert.Empty(t, warn.take(), "nor warned about again")
+
+		v.Spec.Template.Spec.Domain.Memory.Guest = ptr.To(resource.MustParse("3Gi"))
+		s := refusal(t, k8s.Update(ctx, v))
+		assert.Contains(t, s.Message, "value 3221225472 is lower than minimum [4294967296]", "an edit of the template spec meets the rules as they are")
 	})
 
 	t.Run("skip-validations admits", func(t *testing.T) {
