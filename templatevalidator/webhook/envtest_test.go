@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
 	"github.com/kubevmm/kubevmm/api/template/process"
@@ -268,6 +269,22 @@ func TestWebhookEnvtest(t *testing.T) {
 		v.Spec.Template.Spec.Domain.Memory.Guest = ptr.To(resource.MustParse("3Gi"))
 		s := refusal(t, k8s.Update(ctx, v))
 		assert.Contains(t, s.Message, "value 3221225472 is lower than minimum [4294967296]", "an edit of the template spec meets the rules as they are")
+	})
+
+	t.Run("a VM sized by an instance type is checked with the type's memory", func(t *testing.T) {
+		for name, mem := range map[string]string{"small-1g": "1Gi", "big-4g": "4Gi"} {
+			require.NoError(t, k8s.Create(ctx, &v1beta1.VirtualMachineClusterInstancetype{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: v1beta1.VirtualMachineInstancetypeSpec{CPU: v1beta1.CPUInstancetype{Guest: 1}, Memory: v1beta1.MemoryInstancetype{Guest: resource.MustParse(mem)}}}))
+		}
+		sized := func(name, it string) *v1.VirtualMachine {
+			v := vm(name, "1Gi", v1.DiskBusVirtio, nil, map[string]string{tv.AnnotationValidations: "[" + minMemory + "]"})
+			v.Spec.Template.Spec.Domain.Memory = nil
+			v.Spec.Instancetype = &v1.InstancetypeMatcher{Name: it}
+			return v
+		}
+		s := refusal(t, k8s.Create(ctx, sized("sized-small", "small-1g")))
+		assert.Contains(t, s.Message, memRefusal)
+		require.NoError(t, k8s.Create(ctx, sized("sized-big", "big-4g")))
 	})
 
 	t.Run("skip-validations admits", func(t *testing.T) {

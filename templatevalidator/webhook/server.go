@@ -39,6 +39,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/instancetype/find"
+	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
 )
 
@@ -50,12 +52,16 @@ const (
 )
 
 // ClusterRoleRules is the API access the validator needs: the template a
-// VM names (get) and, when a template is deleted, the VMs naming it (list,
-// their metadata only).
+// VM names (get), the instance type and preference it names and their
+// captured revisions (get), and, when a template is deleted, the VMs
+// naming it (list, their metadata only).
 func ClusterRoleRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines"}, Verbs: []string{"list"}},
 		{APIGroups: []string{tv.TemplateGroup}, Resources: []string{"templates"}, Verbs: []string{"get"}},
+		{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes",
+			"virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
 	}
 }
 
@@ -178,7 +184,15 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if err != nil {
 		return refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the validation rules of %s: %v", source, err))
 	}
-	res, err := tv.Evaluate(rules, vm)
+	if len(rules) == 0 {
+		return allow(nil)
+	}
+	exp, err := s.expanded(ctx, vm)
+	if err != nil {
+		s.Log.Error("reading the instance type", "vm", req.Namespace+"/"+req.Name, "err", err)
+		return refuse(http.StatusInternalServerError, err.Error())
+	}
+	res, err := tv.Evaluate(rules, exp)
 	if err != nil {
 		return refuse(http.StatusBadRequest, err.Error())
 	}
@@ -203,6 +217,32 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
 		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
 	}}
+}
+
+// expanded returns the VM with its instance type and preference applied
+// to its template, as its VMI will have them (virt-controller expands
+// with the same find and expand). A VM that names neither, or whose can't
+// be applied, is returned as written: a type that does not exist yet
+// (KubeVirt admits the VM, which waits for it), a conflicting or
+// unsupported setting (virt-api refuses the VM, saying which). Only a
+// failure to read the API is an error.
+func (s *Server) expanded(ctx context.Context, vm *v1.VirtualMachine) (*v1.VirtualMachine, error) {
+	if (vm.Spec.Instancetype == nil && vm.Spec.Preference == nil) || vm.Spec.Template == nil {
+		return vm, nil
+	}
+	e, err := find.ForVM(ctx, s.Client, vm)
+	if err != nil {
+		var status apierrors.APIStatus
+		if errors.As(err, &status) && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return vm, nil
+	}
+	out := vm.DeepCopy()
+	if errs := e.Apply(&out.Spec.Template.Spec, &out.Spec.Template.ObjectMeta); len(errs) > 0 {
+		return vm, nil
+	}
+	return out, nil
 }
 
 // sameForRules reports whether an update leaves what the rules see as it
