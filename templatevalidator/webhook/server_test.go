@@ -25,24 +25,28 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
 )
 
-// unreachable is an API server that can't be reached: the error paths
-// of the reads (the envtest covers the rest against a real one).
-type unreachable struct{}
+// failing is an API server whose every read fails with err: the error
+// paths of the reads (the envtest covers the rest against a real one).
+type failing struct{ err error }
 
-func (unreachable) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
-	return errors.New("connection refused")
+func (f failing) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return f.err
 }
 
-func (unreachable) List(context.Context, client.ObjectList, ...client.ListOption) error {
-	return errors.New("connection refused")
+func (f failing) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return f.err
 }
+
+var unreachable = failing{errors.New("connection refused")}
 
 func post(t *testing.T, h http.Handler, path string, body []byte) *httptest.ResponseRecorder {
 	t.Helper()
@@ -52,7 +56,7 @@ func post(t *testing.T, h http.Handler, path string, body []byte) *httptest.Resp
 }
 
 func TestAdmissionErrors(t *testing.T) {
-	s := &Server{Client: unreachable{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Client: unreachable, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	const violating = `{"metadata": {"name": "v", "annotations": {"vm.kubevirt.io/validations": "[{\"name\": \"m\", \"rule\": \"integer\", \"path\": \"jsonpath::.spec.domain.memory.guest\", \"message\": \"more\", \"min\": 2147483648}]"}},
 		"spec": {"template": {"spec": {"domain": {"memory": {"guest": "1Gi"}, "devices": {}}}}}}`
@@ -109,6 +113,15 @@ func TestAdmissionErrors(t *testing.T) {
 			assert.Equal(t, http.StatusBadRequest, post(t, h, PathVirtualMachine, []byte(body)).Code, body)
 		}
 	})
+	t.Run("a cluster without the Template kind has no template rules", func(t *testing.T) {
+		s := &Server{Client: failing{&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: tv.TemplateGroup, Kind: tv.TemplateKind}}}, Log: s.Log}
+		obj := `{"metadata": {"labels": {"vm.kubevirt.io/template": "t", "vm.kubevirt.io/template.namespace": "templates"}}}`
+		body, err := json.Marshal(admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(obj)}}})
+		require.NoError(t, err)
+		var out admissionv1.AdmissionReview
+		require.NoError(t, json.Unmarshal(post(t, s.Handler(), PathVirtualMachine, body).Body.Bytes(), &out))
+		assert.True(t, out.Response.Allowed)
+	})
 	t.Run("skip-validations skips the template read", func(t *testing.T) {
 		obj := `{"metadata": {"annotations": {"` + tv.AnnotationSkipValidations + `": "true"}, "labels": {"vm.kubevirt.io/template": "t", "vm.kubevirt.io/template.namespace": "templates"}}}`
 		body, err := json.Marshal(admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(obj)}}})
@@ -140,7 +153,7 @@ func writeCert(t *testing.T, dir string, serial int64) {
 // kubelet updates a mounted Secret.
 func TestCertificateRotation(t *testing.T) {
 	dir := t.TempDir()
-	s := &Server{Client: unreachable{}, CertDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Client: unreachable, CertDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
