@@ -9,6 +9,7 @@
 //	POST /virtualmachine-validate  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE
 //	POST /template-validate        AdmissionReview v1, template.openshift.io/v1 templates DELETE
 //	GET  /readyz                   200 once the serving certificate loads
+//	GET  /metrics                  Prometheus
 //
 // and the API access ClusterRoleRules grants.
 package webhook
@@ -28,6 +29,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionv1 "k8s.io/api/admission/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -71,11 +75,21 @@ type Server struct {
 	Client  client.Reader
 	CertDir string // tls.crt and tls.key
 	Log     *slog.Logger
+
+	rejected prometheus.Counter // set up by Handler
 }
 
-// Handler serves the paths of the contract.
+// Handler serves the paths of the contract, and GET /metrics: the Go
+// runtime's and the process's metrics and upstream's
+// kubevirt_ssp_template_validator_rejected_total (VMs refused for their
+// rules), on the same port.
 func (s *Server) Handler() http.Handler {
+	s.rejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kubevirt_ssp_template_validator_rejected_total", Help: "The total number of VMs refused for their template's rules"})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.rejected, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST "+PathVirtualMachine, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitVM) })
 	mux.HandleFunc("POST "+PathTemplate, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitTemplate) })
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
@@ -213,6 +227,7 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 		msgs[i] = f.Path + ": " + f.String()
 	}
 	s.Log.Info("refused", "vm", req.Namespace+"/"+req.Name, "rules", source, "violations", msgs)
+	s.rejected.Inc()
 	return &admissionv1.AdmissionResponse{Allowed: false, Warnings: warnings, Result: &metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
 		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},

@@ -108,6 +108,13 @@ func TestAdmissionErrors(t *testing.T) {
 		})
 	}
 
+	t.Run("the refusal is counted", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Contains(t, rec.Body.String(), "\nkubevirt_ssp_template_validator_rejected_total 1\n", "one VM was refused for its rules")
+		assert.Contains(t, rec.Body.String(), "go_goroutines")
+	})
 	t.Run("not an AdmissionReview", func(t *testing.T) {
 		for _, body := range []string{"nope", "{}"} {
 			assert.Equal(t, http.StatusBadRequest, post(t, h, PathVirtualMachine, []byte(body)).Code, body)
