@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -101,12 +100,7 @@ func RefreshToken(n Node) (bool, error) {
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
+	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}

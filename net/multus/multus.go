@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -99,12 +100,9 @@ func (p *Plugin) clusterNetwork() (*libcni.NetworkConfigList, error) {
 	var l *libcni.NetworkConfigList
 	var err error
 	if filepath.IsAbs(cn) {
-		l, err = libcni.NetworkConfFromFile(cn)
-		if err != nil && strings.HasSuffix(cn, ".conf") {
-			var c *libcni.PluginConfig
-			if c, err = libcni.ConfFromFile(cn); err == nil {
-				l, err = libcni.ConfListFromConf(c)
-			}
+		var b []byte
+		if b, err = os.ReadFile(cn); err == nil {
+			l, err = confList(b, "")
 		}
 	} else {
 		l, err = libcni.LoadNetworkConf(p.Conf.ConfDir, cn)
@@ -242,27 +240,28 @@ func (p *Plugin) nadConfig(ctx context.Context, sel *nadv1.NetworkSelectionEleme
 	return list, nil
 }
 
-// confList parses a conf or a conflist, naming it name when it has none.
+// confList parses a conf or a conflist, naming it name when it has none
+// (a single plugin's conf becomes the conflist of that plugin).
 func confList(b []byte, name string) (*libcni.NetworkConfigList, error) {
 	raw := map[string]any{}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("config is not a JSON object: %w", err)
 	}
-	if _, ok := raw["name"]; !ok {
+	if _, ok := raw["name"]; !ok && name != "" {
 		raw["name"] = name
-		var err error
-		if b, err = json.Marshal(raw); err != nil {
-			return nil, err
+	}
+	if _, ok := raw["plugins"]; !ok {
+		list := map[string]any{"name": raw["name"], "plugins": []any{raw}}
+		if v, ok := raw["cniVersion"]; ok {
+			list["cniVersion"] = v
 		}
+		raw = list
 	}
-	if _, ok := raw["plugins"]; ok {
-		return libcni.NetworkConfFromBytes(b)
-	}
-	c, err := libcni.ConfFromBytes(b)
+	b, err := json.Marshal(raw)
 	if err != nil {
 		return nil, err
 	}
-	return libcni.ConfListFromConf(c)
+	return libcni.NetworkConfFromBytes(b)
 }
 
 // networkStatus is a delegate's entry in network-status: its interface in
