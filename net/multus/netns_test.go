@@ -103,7 +103,7 @@ func setup(t *testing.T) *env {
 // buildPlugins runs the script that builds the node's CNI plugins.
 func buildPlugins(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("../../hack/cluster/cni-plugins.sh").Output()
+	out, err := exec.Command(filepath.Join("..", "..", "hack", "cluster", "cni-plugins.sh")).Output()
 	require.NoError(t, err, "hack/cluster/cni-plugins.sh")
 	return strings.TrimSpace(string(out))
 }
