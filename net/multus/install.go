@@ -35,10 +35,21 @@ type Node struct {
 // Install puts the meta-plugin on the node: the binary self (the running
 // installer's own executable) as BinDir/kubevmm-multus, the kubeconfig,
 // token and CA under StateDir, then ConfDir/00-multus.conflist, last, so
-// the runtime switches to the meta-plugin only once all it needs is there.
+// the runtime switches to the meta-plugin only once all it needs is there,
+// and only if ConfDir holds a usable ClusterNetwork to delegate to.
 // Every file is replaced whole (written aside, renamed), so a CNI call
 // running meanwhile reads the old file or the new one.
 func Install(n Node, self string) error {
+	// The node would lose its pod network to a meta-plugin without one:
+	// refuse before anything changes.
+	cn := filepath.Join(n.ConfDir, n.ClusterNetwork)
+	b, err := os.ReadFile(cn)
+	if err != nil {
+		return fmt.Errorf("the cluster network: %w", err)
+	}
+	if _, err := confList(b, ""); err != nil {
+		return fmt.Errorf("the cluster network %s: %w", cn, err)
+	}
 	if err := copyFile(self, filepath.Join(n.BinDir, PluginType), 0o755); err != nil {
 		return fmt.Errorf("installing the plugin binary: %w", err)
 	}
@@ -58,7 +69,7 @@ func Install(n Node, self string) error {
 	kc.AuthInfos["multus"] = &clientcmdapi.AuthInfo{TokenFile: filepath.Join(n.StateDir, "token")}
 	kc.Contexts["multus"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "multus"}
 	kc.CurrentContext = "multus"
-	b, err := clientcmd.Write(*kc)
+	b, err = clientcmd.Write(*kc)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,15 @@ func TestInstall(t *testing.T) {
 	self := filepath.Join(dir, "self")
 	require.NoError(t, os.WriteFile(self, []byte("binary"), 0o700))
 
+	err := multus.Install(n, self)
+	require.ErrorContains(t, err, "the cluster network", "no pod network to delegate to")
+	require.NoError(t, os.WriteFile(filepath.Join(n.ConfDir, "10-bridge.conflist"), []byte(`{"cniVersion":"1.0.0","name":"x","plugins":[`), 0o644))
+	require.ErrorContains(t, multus.Install(n, self), "the cluster network", "an unreadable one")
+	ents, err := os.ReadDir(n.ConfDir)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "nothing written: the node keeps its network")
+	require.NoError(t, os.WriteFile(filepath.Join(n.ConfDir, "10-bridge.conflist"), []byte(`{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"bridge"}]}`), 0o644))
+
 	require.NoError(t, multus.Install(n, self))
 	b, err := os.ReadFile(filepath.Join(n.BinDir, multus.PluginType))
 	require.NoError(t, err)

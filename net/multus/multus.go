@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
@@ -126,12 +127,13 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, err
 		return nil, err
 	}
 	dels := []delegate{{list: cluster, rt: p.runtimeConf(args, pa, args.IfName), status: cluster.Name}}
+	podFound := false
 	if p.Kube != nil && pa.name != "" {
-		sec, err := p.secondaries(ctx, args, pa)
+		sec, found, err := p.secondaries(ctx, args, pa)
 		if err != nil {
 			return nil, err
 		}
-		dels = append(dels, sec...)
+		dels, podFound = append(dels, sec...), found
 	}
 	var done []delegate
 	status := make([]nadv1.NetworkStatus, 0, len(dels))
@@ -164,7 +166,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, err
 	if err := p.defaultRoute(args.Netns, dels); err != nil {
 		return fail(err)
 	}
-	if p.Kube != nil && pa.name != "" {
+	if podFound {
 		if err := p.Kube.SetNetworkStatus(ctx, pa.namespace, pa.name, status); err != nil {
 			return fail(fmt.Errorf("writing pod %s/%s's %s: %w", pa.namespace, pa.name, nadv1.NetworkStatusAnnotation, err))
 		}
@@ -175,28 +177,34 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, err
 // secondaries reads the pod's networks annotation and resolves each
 // network before anything is attached: a missing NetworkAttachmentDefinition
 // fails the ADD (the kubelet's event names it) with nothing to undo.
-func (p *Plugin) secondaries(ctx context.Context, args *skel.CmdArgs, pa podArgs) ([]delegate, error) {
+func (p *Plugin) secondaries(ctx context.Context, args *skel.CmdArgs, pa podArgs) (dels []delegate, podFound bool, err error) {
 	pod, err := p.Kube.GetPod(ctx, pa.namespace, pa.name)
-	if err != nil {
-		return nil, fmt.Errorf("reading pod %s/%s: %w", pa.namespace, pa.name, err)
+	if apierrors.IsNotFound(err) {
+		// A static pod before its mirror exists (or a pod already
+		// deleted): nothing can have asked for more than the pod network.
+		return nil, false, nil
 	}
-	if pa.uid != "" && string(pod.UID) != pa.uid {
-		return nil, fmt.Errorf("pod %s/%s is UID %s, not the sandbox's %s (deleted and created again)", pa.namespace, pa.name, pod.UID, pa.uid)
+	if err != nil {
+		return nil, false, fmt.Errorf("reading pod %s/%s: %w", pa.namespace, pa.name, err)
+	}
+	// A mirror pod's UID is not its static pod's.
+	if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; !mirror && pa.uid != "" && string(pod.UID) != pa.uid {
+		return nil, false, fmt.Errorf("pod %s/%s is UID %s, not the sandbox's %s (deleted and created again)", pa.namespace, pa.name, pod.UID, pa.uid)
 	}
 	sels, err := nadv1.ParseNetworks(pod.Annotations[nadv1.NetworksAnnotation], pa.namespace)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s/%s: %w", pa.namespace, pa.name, err)
+		return nil, false, fmt.Errorf("pod %s/%s: %w", pa.namespace, pa.name, err)
 	}
 	out := make([]delegate, 0, len(sels))
 	for i := range sels {
 		sel := &sels[i]
 		id := sel.Namespace + "/" + sel.Name
 		if sel.InterfaceRequest == args.IfName {
-			return nil, fmt.Errorf("network %s: interface %s is the pod network's", id, sel.InterfaceRequest)
+			return nil, false, fmt.Errorf("network %s: interface %s is the pod network's", id, sel.InterfaceRequest)
 		}
 		list, err := p.nadConfig(ctx, sel)
 		if err != nil {
-			return nil, fmt.Errorf("network %s (interface %s): %w", id, sel.InterfaceRequest, err)
+			return nil, false, fmt.Errorf("network %s (interface %s): %w", id, sel.InterfaceRequest, err)
 		}
 		rt := p.runtimeConf(args, pa, sel.InterfaceRequest)
 		rt.CapabilityArgs = map[string]any{}
@@ -208,7 +216,7 @@ func (p *Plugin) secondaries(ctx context.Context, args *skel.CmdArgs, pa podArgs
 		}
 		out = append(out, delegate{list: list, rt: rt, status: id, sel: sel})
 	}
-	return out, nil
+	return out, true, nil
 }
 
 // nadConfig is the delegate configuration a NetworkAttachmentDefinition
@@ -350,11 +358,9 @@ func cachedDelegate(args *skel.CmdArgs, a *libcni.NetworkAttachment, cacheDir st
 	if err != nil {
 		return nil, nil, fmt.Errorf("cached config of network %q (interface %s): %w", a.Network, a.IfName, err)
 	}
-	netns := args.Netns
-	if netns == "" {
-		netns = a.NetNS
-	}
-	return list, &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: netns, IfName: a.IfName,
+	// The runtime's netns, empty when it is gone (plugins then only free
+	// what they hold on the host), never the cached path.
+	return list, &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: args.Netns, IfName: a.IfName,
 		Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs, CacheDir: cacheDir}, nil
 }
 

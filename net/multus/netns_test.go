@@ -218,6 +218,18 @@ func TestSecondaryNetworkInNetns(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, leases, "the pod network's address is free again")
 	require.NoError(t, e.cni.DelNetworkList(ctx, e.list, rt), "DEL twice is fine")
+
+	// A sandbox whose pod the API does not hold (a static pod before its
+	// mirror) gets the pod network.
+	_, rt, ns = e.pod(t, "static", "br")
+	rt.Args[2][1], rt.ContainerID = "not-in-the-api", "sandbox-static-2"
+	_, err = e.cni.AddNetworkList(ctx, e.list, rt)
+	require.NoError(t, err)
+	ls = links(t, ns)
+	assert.Contains(t, ls, "eth0")
+	assert.NotContains(t, ls, "net1")
+	require.NoError(t, e.cni.DelNetworkList(ctx, e.list, rt))
+	assert.NotContains(t, links(t, ns), "eth0")
 }
 
 // TestAddRefused: what ADD refuses, it refuses before anything is
