@@ -173,7 +173,7 @@ func addrs(t *testing.T, ns *link.Netns, ifname string) []string {
 // runtime calls the meta-plugin (ADD), the pod gets eth0 from the pod
 // network and net1 from a bridge NetworkAttachmentDefinition with the
 // MAC and address it asked for, its network-status says so; CHECK
-// passes; with the pod and the NetworkAttachmentDefinition deleted, DEL
+// passes, VERSION answers; with the pod and the NetworkAttachmentDefinition deleted, DEL
 // still removes both interfaces and frees the pod network's address.
 func TestSecondaryNetworkInNetns(t *testing.T) {
 	e := setup(t)
@@ -206,6 +206,9 @@ func TestSecondaryNetworkInNetns(t *testing.T) {
 	assert.Equal(t, nadv1.NetworkStatus{Name: "default/br", Interface: "net1", IPs: []string{"198.18.1.10"}, Mac: "02:12:00:00:00:01"}, status[1])
 
 	require.NoError(t, e.cni.CheckNetworkList(ctx, e.list, rt))
+	vi, err := e.cni.GetVersionInfo(ctx, multus.PluginType)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0"}, vi.SupportedVersions())
 
 	// Cleanup must not depend on the cluster: both objects are gone.
 	require.NoError(t, e.c.Delete(ctx, pod))
