@@ -172,7 +172,8 @@ func addrs(t *testing.T, ns *link.Netns, ifname string) []string {
 // TestSecondaryNetworkInNetns is a pod's whole life on a node: the
 // runtime calls the meta-plugin (ADD), the pod gets eth0 from the pod
 // network and net1 from a bridge NetworkAttachmentDefinition with the
-// MAC and address it asked for, its network-status says so; CHECK
+// MAC and address it asked for and the default route through it, its
+// network-status says so; CHECK
 // passes, VERSION answers; with the pod and the NetworkAttachmentDefinition deleted, DEL
 // still removes both interfaces and frees the pod network's address.
 func TestSecondaryNetworkInNetns(t *testing.T) {
@@ -181,7 +182,7 @@ func TestSecondaryNetworkInNetns(t *testing.T) {
 	e.nad(t, "br", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"br-net","plugins":[
 		{"type":"bridge","bridge":%q,"ipam":{"type":"static"},"capabilities":{"ips":true}},
 		{"type":"tuning","capabilities":{"mac":true}}]}`, e.nadBridge))
-	pod, rt, ns := e.pod(t, "vm", `[{"name":"br","mac":"02:12:00:00:00:01","ips":["198.18.1.10/24"]}]`)
+	pod, rt, ns := e.pod(t, "vm", `[{"name":"br","mac":"02:12:00:00:00:01","ips":["198.18.1.10/24"],"default-route":["198.18.1.1"]}]`)
 
 	r, err := e.cni.AddNetworkList(ctx, e.list, rt)
 	require.NoError(t, err)
@@ -196,6 +197,14 @@ func TestSecondaryNetworkInNetns(t *testing.T) {
 	assert.Equal(t, "02:12:00:00:00:01", ls["net1"].Attrs().HardwareAddr.String())
 	assert.Equal(t, []string{"198.18.1.10/24"}, addrs(t, ns, "net1"))
 	assert.Equal(t, []string{res.IPs[0].Address.String()}, addrs(t, ns, "eth0"))
+	h, err := ns.Handle()
+	require.NoError(t, err)
+	defer h.Close()
+	routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{}, netlink.RT_FILTER_DST)
+	require.NoError(t, err)
+	require.Len(t, routes, 1, "one default route: %v", routes)
+	assert.Equal(t, ls["net1"].Attrs().Index, routes[0].LinkIndex)
+	assert.Equal(t, "198.18.1.1", routes[0].Gw.String())
 
 	require.NoError(t, e.c.Get(ctx, client.ObjectKeyFromObject(pod), pod))
 	var status []nadv1.NetworkStatus
@@ -203,7 +212,8 @@ func TestSecondaryNetworkInNetns(t *testing.T) {
 	require.Len(t, status, 2)
 	assert.Equal(t, nadv1.NetworkStatus{Name: "podnet", Interface: "eth0", IPs: []string{res.IPs[0].Address.IP.String()},
 		Mac: ls["eth0"].Attrs().HardwareAddr.String(), Default: true}, status[0])
-	assert.Equal(t, nadv1.NetworkStatus{Name: "default/br", Interface: "net1", IPs: []string{"198.18.1.10"}, Mac: "02:12:00:00:00:01"}, status[1])
+	assert.Equal(t, nadv1.NetworkStatus{Name: "default/br", Interface: "net1", IPs: []string{"198.18.1.10"}, Mac: "02:12:00:00:00:01",
+		Gateway: []string{"198.18.1.1"}}, status[1])
 
 	require.NoError(t, e.cni.CheckNetworkList(ctx, e.list, rt))
 	vi, err := e.cni.GetVersionInfo(ctx, multus.PluginType)
