@@ -7,6 +7,7 @@
 //	virtctl [-n NS] reset|softreboot VMI
 //	virtctl [-n NS] console VMI      (Ctrl+] ends it)
 //	virtctl [-n NS] create vm|instancetype|preference [flags]   (prints YAML; see create.go)
+//	virtctl [-n NS] process TEMPLATE|-f FILE [-p NAME=VALUE]... [-o json|yaml]   (process.go)
 //	virtctl [-n NS] guestosinfo|userlist|fslist VMI
 //	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
 //	virtctl [-n NS] ssh|scp [flags] ...  (ssh.go)
@@ -58,6 +59,9 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
   create vm|instancetype|preference [flags]
                     print a manifest (virtctl create vm --instancetype u1.small
                     --preference linux --volume-containerdisk src:IMAGE | kubectl apply -f -)
+  process TEMPLATE [-p NAME=VALUE]... [-o json|yaml], process -f FILE [...]
+                    print a template's objects, parameters substituted, as a List
+                    (virtctl process fedora-server-small -p NAME=vm1 | kubectl apply -f -)
   guestosinfo VMI   what the guest agent reports (OS, agent, users, filesystems)
   userlist VMI      the users logged in to the guest (guest agent)
   fslist VMI        the guest's filesystems (guest agent)
@@ -121,6 +125,10 @@ func run(args []string, stdin *os.File, stdout io.Writer) (int, error) {
 	if cmd == "create" {
 		// Prints a manifest: no cluster needed.
 		return create(rest_, ns, stdout)
+	}
+	if cmd == "process" {
+		// Reads the template from the cluster, or a file with no cluster.
+		return processTemplate(rest_, ns, kubeconfig, stdin, stdout)
 	}
 
 	c, err := newAPIClient(ns, kubeconfig)

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
 )
@@ -138,8 +139,9 @@ func processObject(t *templatev1.Template, values, labels map[string]string, raw
 			return nil, fmt.Errorf("encoding: %w", err)
 		}
 	}
+	// Integers decode as int64, as unstructured objects hold them.
 	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
+	if err := utiljson.Unmarshal(raw, &obj); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if obj == nil {
@@ -229,7 +231,7 @@ func walk(values map[string]string, v any) (any, error) {
 		if m := jsonRef.FindStringSubmatch(v); m != nil {
 			if val, ok := values[m[1]]; ok {
 				var j any
-				if err := json.Unmarshal([]byte(val), &j); err != nil {
+				if err := utiljson.Unmarshal([]byte(val), &j); err != nil {
 					return val, nil // not JSON: a string, as oc does
 				}
 				return j, nil
