@@ -52,11 +52,11 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "deploying", obs: ready, action: Deploy, phase: sspv1beta3.PhaseDeploying,
 			conds: map[sspv1beta3.ConditionType]string{
-				sspv1beta3.ConditionAvailable: "False/Available: Deployment kubevirt/virt-template-validator: not every replica is available",
+				sspv1beta3.ConditionAvailable:   "False/Available: Deployment kubevirt/virt-template-validator: not every replica is available",
 				sspv1beta3.ConditionProgressing: "True/Progressing", sspv1beta3.ConditionDegraded: "False/Degraded"}},
 		{name: "deployed", obs: with(ready, func(o *Observed) { o.ValidatorReady = true }), action: Deploy, phase: sspv1beta3.PhaseDeployed,
 			conds: map[sspv1beta3.ConditionType]string{
-				sspv1beta3.ConditionAvailable: "True/Available: all SSP resources are available",
+				sspv1beta3.ConditionAvailable:   "True/Available: all SSP resources are available",
 				sspv1beta3.ConditionProgressing: "False/Progressing", sspv1beta3.ConditionDegraded: "False/Degraded"}},
 		{name: "a second SSP", obs: Observed{Other: "kubevirt/first"}, action: Nothing, phase: "",
 			conds: map[sspv1beta3.ConditionType]string{
