@@ -30,6 +30,8 @@ var rules = []struct {
 	{"handler", []string{"operator"}, "the operator deploys virt-handler, not the other way round"},
 	{"virtapi", []string{"operator"}, "the operator deploys virt-api, not the other way round"},
 	{"storage", []string{"api", "controller", "handler", "virtapi", "launcher", "operator", "vmm"}, "storage drivers serve any pod through the kubelet: nothing of KubeVirt or the VMM in them"},
+	{"templatevalidator", []string{"controller", "handler", "operator", "vmm"}, "virt-template-validator is an admission webhook: no controller, node agent, operator or VMM in it"},
+	{"cmd/virt-template-validator", []string{"controller", "handler", "operator", "vmm"}, "virt-template-validator's binary holds only the webhook"},
 }
 
 // under reports whether the import path is the folder dir of this module

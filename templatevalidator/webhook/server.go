@@ -1,0 +1,263 @@
+// Package webhook is virt-template-validator's admission server: the
+// template rules (package templatevalidator) on VirtualMachine creates and
+// updates, and template deletions refused while VMs are validated by them.
+//
+// Its contract with the deployment (SSP operator): HTTPS on one port,
+// serving certificate tls.crt/tls.key in a directory read at each TLS
+// handshake (a rotated Secret takes effect without a restart),
+//
+//	POST /virtualmachine-validate  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE
+//	POST /template-validate        AdmissionReview v1, template.openshift.io/v1 templates DELETE
+//	GET  /readyz                   200 once the serving certificate loads
+//
+// and the API access ClusterRoleRules grants.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	tv "github.com/kubevmm/kubevmm/templatevalidator"
+)
+
+// The paths served.
+const (
+	PathVirtualMachine = "/virtualmachine-validate"
+	PathTemplate       = "/template-validate"
+	PathReady          = "/readyz"
+)
+
+// ClusterRoleRules is the API access the validator needs: the template a
+// VM names (get) and, when a template is deleted, the VMs naming it (list,
+// their metadata only).
+func ClusterRoleRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines"}, Verbs: []string{"list"}},
+		{APIGroups: []string{tv.TemplateGroup}, Resources: []string{"templates"}, Verbs: []string{"get"}},
+	}
+}
+
+// Server answers the admission reviews. It reads the API live, not from
+// a cache: a VM applied right after its template must find it.
+type Server struct {
+	Client  client.Reader
+	CertDir string // tls.crt and tls.key
+	Log     *slog.Logger
+}
+
+// Handler serves the paths of the contract.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathVirtualMachine, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitVM) })
+	mux.HandleFunc("POST "+PathTemplate, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitTemplate) })
+	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := s.certificate(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	return mux
+}
+
+func (s *Server) certificate() (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	return &c, nil
+}
+
+// ListenAndServe serves Handler over HTTPS on addr until ctx ends.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	srv := &http.Server{
+		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Read per handshake: a rotated Secret's files take effect
+			// without a restart (the API server keeps its connections,
+			// so handshakes are few).
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.certificate() },
+		},
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// Past the grace time open reviews are cut; the API server
+		// applies the webhook's failure policy to them.
+		_ = srv.Shutdown(sctx)
+	}()
+	s.Log.Info("serving", "addr", addr, "certDir", s.CertDir)
+	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+type admitFunc func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+func (s *Server) admission(w http.ResponseWriter, r *http.Request, admit admitFunc) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &ar); err != nil || ar.Request == nil {
+		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	resp := admit(r.Context(), ar.Request)
+	resp.UID = ar.Request.UID
+	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
+	w.Header().Set("Content-Type", "application/json")
+	// An API server gone mid-body retries the review or fails it itself.
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return allow(nil)
+	}
+	vm := &v1.VirtualMachine{}
+	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
+		return refuse(http.StatusBadRequest, "cannot decode the VirtualMachine: "+err.Error())
+	}
+	// A VM being deleted is updated to take its finalizers off: never
+	// stand in the way of that.
+	if vm.DeletionTimestamp != nil {
+		return allow(nil)
+	}
+	if _, skip := vm.Annotations[tv.AnnotationSkipValidations]; skip {
+		return allow(nil)
+	}
+	raw, source, err := s.rules(ctx, vm)
+	if err != nil {
+		s.Log.Error("reading the rules", "vm", req.Namespace+"/"+req.Name, "err", err)
+		return refuse(http.StatusInternalServerError, err.Error())
+	}
+	rules, err := tv.ParseRules(raw)
+	if err != nil {
+		return refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the validation rules of %s: %v", source, err))
+	}
+	res, err := tv.Evaluate(rules, vm)
+	if err != nil {
+		return refuse(http.StatusBadRequest, err.Error())
+	}
+	warnings := make([]string, len(res.Warnings))
+	for i, f := range res.Warnings {
+		warnings[i] = f.Path + ": " + f.String()
+	}
+	if len(res.Violations) == 0 {
+		if len(warnings) > 0 {
+			s.Log.Info("admitted with warnings", "vm", req.Namespace+"/"+req.Name, "rules", source, "warnings", warnings)
+		}
+		return allow(warnings)
+	}
+	causes := make([]metav1.StatusCause, len(res.Violations))
+	msgs := make([]string, len(res.Violations))
+	for i, f := range res.Violations {
+		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: f.Path, Message: f.String()}
+		msgs[i] = f.Path + ": " + f.String()
+	}
+	s.Log.Info("refused", "vm", req.Namespace+"/"+req.Name, "rules", source, "violations", msgs)
+	return &admissionv1.AdmissionResponse{Allowed: false, Warnings: warnings, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
+		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
+	}}
+}
+
+// rules returns a VM's rules as JSON and where they come from: its own
+// annotation, else the template its labels name. A template that does not
+// exist, or a cluster without templates, gives none (upstream: such a VM
+// has no parent template to validate it).
+func (s *Server) rules(ctx context.Context, vm *v1.VirtualMachine) (raw, source string, err error) {
+	if raw := vm.Annotations[tv.AnnotationValidations]; raw != "" {
+		return raw, "annotation " + tv.AnnotationValidations, nil
+	}
+	ref, ok := tv.TemplateRef(vm.Labels)
+	if !ok {
+		return "", "", nil
+	}
+	t := &unstructured.Unstructured{}
+	t.SetGroupVersionKind(schema.GroupVersionKind{Group: tv.TemplateGroup, Version: tv.TemplateVersion, Kind: tv.TemplateKind})
+	if err := s.Client.Get(ctx, ref, t); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return "", "", nil
+		}
+		return "", "", fmt.Errorf("reading template %s: %w", ref, err)
+	}
+	return tv.TemplateRules(t), "template " + ref.String(), nil
+}
+
+// admitTemplate refuses to delete a template while VMs it was processed
+// into are validated: VMs whose labels name it, not being deleted nor
+// skipping validation, that carry rules of their own or get the
+// template's.
+func (s *Server) admitTemplate(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Delete {
+		return allow(nil)
+	}
+	t := &unstructured.Unstructured{}
+	if err := json.Unmarshal(req.OldObject.Raw, &t.Object); err != nil {
+		return refuse(http.StatusBadRequest, "cannot decode the Template: "+err.Error())
+	}
+	vms := &metav1.PartialObjectMetadataList{}
+	vms.SetGroupVersionKind(v1.GroupVersion.WithKind("VirtualMachineList"))
+	if err := s.Client.List(ctx, vms, client.MatchingLabels{tv.LabelTemplate: req.Name, tv.LabelTemplateNamespace: req.Namespace}); err != nil {
+		s.Log.Error("listing the template's VMs", "template", req.Namespace+"/"+req.Name, "err", err)
+		return refuse(http.StatusInternalServerError, "listing the VMs of the template: "+err.Error())
+	}
+	hasRules := tv.TemplateRules(t) != ""
+	var using []string
+	for _, vm := range vms.Items {
+		_, skip := vm.Annotations[tv.AnnotationSkipValidations]
+		if vm.DeletionTimestamp != nil || skip {
+			continue
+		}
+		if hasRules || vm.Annotations[tv.AnnotationValidations] != "" {
+			using = append(using, vm.Namespace+"/"+vm.Name)
+		}
+	}
+	if len(using) == 0 {
+		return allow(nil)
+	}
+	slices.Sort(using)
+	s.Log.Info("refused deleting a template", "template", req.Namespace+"/"+req.Name, "vms", using)
+	return refuse(http.StatusForbidden, "Template cannot be deleted, because the following VMs are referencing it for validation: "+strings.Join(using, ", "))
+}
+
+func allow(warnings []string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
+}
+
+func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
+	reason := map[int32]metav1.StatusReason{
+		http.StatusBadRequest: metav1.StatusReasonBadRequest, http.StatusForbidden: metav1.StatusReasonForbidden,
+		http.StatusUnprocessableEntity: metav1.StatusReasonInvalid, http.StatusInternalServerError: metav1.StatusReasonInternalError,
+	}[code]
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
+	}}
+}
