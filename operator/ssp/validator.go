@@ -16,6 +16,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
 )
 
 // virt-template-validator's objects, upstream's names.
@@ -31,18 +32,7 @@ const (
 	CABundleKey     = "ca.crt"
 	// ValidatorPort is where the validator serves HTTPS.
 	ValidatorPort = 8443
-	// The validator's webhook paths.
-	VMValidatePath       = "/virtualmachine-validate"
-	TemplateValidatePath = "/template-validate"
 )
-
-// validatorRules are what virt-template-validator reads: the VMs that
-// reference a template being deleted, and the templates of a VM being
-// admitted.
-var validatorRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{templatev1.GroupName}, Resources: []string{"templates"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines"}, Verbs: []string{"get", "list", "watch"}},
-}
 
 func tm(apiVersion, kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
@@ -71,7 +61,7 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: corev1.PodAffinityTerm{
 				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelHostname}}}}}
 	}
-	readyz := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
+	readyz := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: webhook.PathReady,
 		Port: intstr.FromInt32(ValidatorPort), Scheme: corev1.URISchemeHTTPS}}, PeriodSeconds: 2}
 	const certDir = "/etc/webhook/certs"
 	ctr := corev1.Container{Name: "webhook", Image: o.ImageRegistry + "/" + ValidatorName + ":" + o.ImageTag, ImagePullPolicy: o.PullPolicy,
@@ -120,18 +110,18 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 	webhooks := &admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatorName},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{
-			hook("virtualmachine-admission.ssp.kubevirt.io", VMValidatePath,
+			hook("virtualmachine-admission.ssp.kubevirt.io", webhook.PathVirtualMachine,
 				rule(v1.GroupName, "v1", "virtualmachines", admissionregistrationv1.Create, admissionregistrationv1.Update), nil),
 			// Only the common templates' deletion is checked (upstream's
 			// selector): the validator refuses it while VMs use them.
-			hook("template-admission.ssp.kubevirt.io", TemplateValidatePath,
+			hook("template-admission.ssp.kubevirt.io", webhook.PathTemplate,
 				rule(templatev1.GroupName, "v1", "templates", admissionregistrationv1.Delete),
 				&metav1.LabelSelector{MatchLabels: map[string]string{TemplateTypeLabel: TemplateTypeBase}}),
 		}}
 	return []client.Object{
 		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorServiceAccount, Namespace: ns}},
 		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRole},
-			Rules: validatorRules},
+			Rules: webhook.ClusterRoleRules()},
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRoleBinding},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ValidatorClusterRole},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: ValidatorServiceAccount, Namespace: ns}}},
