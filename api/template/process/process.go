@@ -49,7 +49,7 @@ var (
 // the caller's values (`-p NAME=VALUE`); naming a parameter t does not have
 // is an error, as is a required parameter left empty. t is not modified.
 func Process(t *templatev1.Template, params map[string]string) ([]unstructured.Unstructured, error) {
-	values, err := Values(t, params)
+	values, err := paramValues(t, params)
 	if err != nil {
 		return nil, err
 	}
@@ -72,10 +72,10 @@ func Process(t *templatev1.Template, params map[string]string) ([]unstructured.U
 	return out, nil
 }
 
-// Values returns each parameter's value after processing: the caller's,
+// paramValues returns each parameter's value after processing: the caller's,
 // else the template's, else generated. It is where every parameter error
 // comes from, naming the parameter.
-func Values(t *templatev1.Template, params map[string]string) (map[string]string, error) {
+func paramValues(t *templatev1.Template, params map[string]string) (map[string]string, error) {
 	values := make(map[string]string, len(t.Parameters))
 	for i, p := range t.Parameters {
 		if !paramName.MatchString(p.Name) {
