@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,9 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
+	"github.com/kubevmm/kubevmm/api/template/process"
+	"github.com/kubevmm/kubevmm/operator/ssp/templates"
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
 	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -41,21 +45,6 @@ const (
 	memRefusal = ".spec.domain.memory.guest: This VM requires more memory.: value 1073741824 is lower than minimum [2147483648]"
 	busWarning = `.spec.domain.devices.disks[*].disk.bus: virtio disk bus type has better performance: value "sata" is not one of [virtio]`
 )
-
-// templateCRD is template.openshift.io/v1 Template with its content kept
-// as given: what the validator reads of it is unstructured.
-func templateCRD() *apiextensionsv1.CustomResourceDefinition {
-	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "templates.template.openshift.io"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: tv.TemplateGroup, Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "templates", Singular: "template", Kind: tv.TemplateKind, ListKind: "TemplateList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: tv.TemplateVersion, Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
-}
 
 // webhooks are the validator's webhook configuration as SSP deploys it;
 // envtest points them at the local server.
@@ -107,9 +96,11 @@ func (w *warnings) take() []string {
 // admin client and the warnings it got.
 func start(t *testing.T) (client.Client, *warnings) {
 	var env *envtest.Environment
+	crd, err := templatecrds.CRD()
+	require.NoError(t, err)
 	cfg, _ := apiserver.Start(t, func(e *envtest.Environment) {
 		env = e
-		e.CRDs = append(e.CRDs, templateCRD())
+		e.CRDs = append(e.CRDs, crd)
 		e.WebhookInstallOptions.ValidatingWebhooks = []*admissionregistrationv1.ValidatingWebhookConfiguration{webhooks()}
 	})
 	ctx := t.Context()
@@ -142,7 +133,7 @@ func start(t *testing.T) (client.Client, *warnings) {
 		assert.NoError(t, <-done)
 	})
 	waitReady(t, "https://"+addr+webhook.PathReady, wo.LocalServingCAData, done)
-	for _, ns := range []string{"vms", "templates"} {
+	for _, ns := range []string{"vms", "templates", "common"} {
 		require.NoError(t, admin.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}))
 	}
@@ -259,6 +250,26 @@ func TestWebhookEnvtest(t *testing.T) {
 		assert.Contains(t, s.Message, memRefusal)
 	})
 
+	t.Run("an edit leaving the template spec as it was is not refused by rules tightened since", func(t *testing.T) {
+		tmpl := &unstructured.Unstructured{}
+		tmpl.SetGroupVersionKind(template("", "").GroupVersionKind())
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "templates", Name: "fedora-server-small"}, tmpl))
+		min4Gi := strings.Replace(minMemory, "2147483648", "4294967296", 1)
+		require.NoError(t, unstructured.SetNestedSlice(tmpl.Object, template("", "["+min4Gi+","+virtioWarn+"]").Object["objects"].([]any), "objects"))
+		require.NoError(t, k8s.Update(ctx, tmpl))
+
+		v := &v1.VirtualMachine{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "sata"}, v))
+		v.Labels["tier"] = "gold"
+		warn.take()
+		require.NoError(t, k8s.Update(ctx, v), "a label is no concern of the rules")
+		assert.Empty(t, warn.take(), "nor warned about again")
+
+		v.Spec.Template.Spec.Domain.Memory.Guest = ptr.To(resource.MustParse("3Gi"))
+		s := refusal(t, k8s.Update(ctx, v))
+		assert.Contains(t, s.Message, "value 3221225472 is lower than minimum [4294967296]", "an edit of the template spec meets the rules as they are")
+	})
+
 	t.Run("skip-validations admits", func(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, vm("skipped", "1Gi", v1.DiskBusVirtio, from("fedora-server-small"), map[string]string{tv.AnnotationSkipValidations: ""})))
 	})
@@ -271,6 +282,32 @@ func TestWebhookEnvtest(t *testing.T) {
 		bad := map[string]string{tv.AnnotationValidations: `[{"name": "r", "rule": "integer", "path": ".spec.domain.memory.guest", "message": "m"}]`}
 		s := refusal(t, k8s.Create(ctx, vm("bad", "2Gi", v1.DiskBusVirtio, nil, bad)))
 		assert.Contains(t, s.Message, `the validation rules of annotation vm.kubevirt.io/validations: rule 0 ("r"): path: ".spec.domain.memory.guest" does not start with "jsonpath::"`)
+	})
+
+	t.Run("a VM processed from the common Fedora template below its memory rule is refused", func(t *testing.T) {
+		common, err := templates.Common("common")
+		require.NoError(t, err)
+		var fedora *unstructured.Unstructured
+		for _, tp := range common {
+			if tp.Name != "fedora-server-small" {
+				continue
+			}
+			raw, err := json.Marshal(tp)
+			require.NoError(t, err)
+			fedora = &unstructured.Unstructured{}
+			require.NoError(t, json.Unmarshal(raw, &fedora.Object))
+			objs, err := process.Process(tp, map[string]string{"NAME": "fedora-small-memory"})
+			require.NoError(t, err)
+			require.Len(t, objs, 1)
+			vm := &objs[0]
+			vm.SetNamespace("vms")
+			require.NoError(t, unstructured.SetNestedField(vm.Object, "512Mi", "spec", "template", "spec", "domain", "memory", "guest"))
+			require.NoError(t, k8s.Create(ctx, fedora))
+			s := refusal(t, k8s.Create(ctx, vm))
+			assert.Contains(t, s.Message, ".spec.domain.memory.guest: This VM requires more memory.: value 536870912 is lower than minimum")
+		}
+		require.NotNil(t, fedora, "fedora-server-small is a common template")
+		require.NoError(t, k8s.Delete(ctx, fedora), "no VM holds it")
 	})
 
 	t.Run("a template validating VMs can't be deleted", func(t *testing.T) {

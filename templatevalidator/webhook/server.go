@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -29,6 +30,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,8 +92,17 @@ func (s *Server) certificate() (*tls.Certificate, error) {
 
 // ListenAndServe serves Handler over HTTPS on addr until ctx ends.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves Handler over HTTPS on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			// Read per handshake: a rotated Secret's files take effect
@@ -108,8 +119,8 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 		// applies the webhook's failure policy to them.
 		_ = srv.Shutdown(sctx)
 	}()
-	s.Log.Info("serving", "addr", addr, "certDir", s.CertDir)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	s.Log.Info("serving", "addr", ln.Addr().String(), "certDir", s.CertDir)
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -152,6 +163,12 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if _, skip := vm.Annotations[tv.AnnotationSkipValidations]; skip {
 		return allow(nil)
 	}
+	if req.Operation == admissionv1.Update {
+		old := &v1.VirtualMachine{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && sameForRules(old, vm) {
+			return allow(nil)
+		}
+	}
 	raw, source, err := s.rules(ctx, vm)
 	if err != nil {
 		s.Log.Error("reading the rules", "vm", req.Namespace+"/"+req.Name, "err", err)
@@ -186,6 +203,26 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
 		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
 	}}
+}
+
+// sameForRules reports whether an update leaves what the rules see as it
+// was: the template spec and what selects the rules. Such an update (a
+// finalizer, a label, a start changing the run strategy) is not refused
+// for rules that changed since the VM was admitted, nor warned again.
+func sameForRules(old, vm *v1.VirtualMachine) bool {
+	for _, k := range []string{tv.AnnotationValidations, tv.AnnotationSkipValidations} {
+		o, oldHas := old.Annotations[k]
+		n, has := vm.Annotations[k]
+		if o != n || oldHas != has {
+			return false
+		}
+	}
+	for _, k := range []string{tv.LabelTemplate, tv.LabelTemplateNamespace} {
+		if old.Labels[k] != vm.Labels[k] {
+			return false
+		}
+	}
+	return equality.Semantic.DeepEqual(old.Spec.Template, vm.Spec.Template)
 }
 
 // rules returns a VM's rules as JSON and where they come from: its own
