@@ -54,6 +54,9 @@ pass "make cluster-sync ($(since "$t") s)"
 [ "$("$K" -n kubevirt get kubevirt kubevirt -o 'jsonpath={.status.phase}')" = Deployed ] \
   || fail "the KubeVirt CR is not Deployed"
 pass "virt-operator deployed kubevmm from the KubeVirt CR (phase Deployed)"
+[ "$("$K" -n kubevirt get ssp ssp-kubevirt-hyperconverged -o 'jsonpath={.status.phase}')" = Deployed ] \
+  || fail "the SSP CR is not Deployed"
+pass "the SSP operator deployed the common instance types, templates and virt-template-validator (phase Deployed)"
 [ "$("$K" get node "$NODE_NAME" -o 'jsonpath={.status.allocatable.devices\.kubevirt\.io/kvm}')" = 1k ] \
   || fail "the node does not offer devices.kubevirt.io/kvm"
 pass "virt-handler offers devices.kubevirt.io/kvm and /tun and labels the node schedulable"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 )
 
 // expandSpec is the VM as the expand-spec subresource returns it: its
@@ -33,8 +34,8 @@ func TestInstancetypes(t *testing.T) {
 	td := filepath.Join(repo, "test/e2e/testdata")
 	t.Cleanup(func() {
 		_, _ = run(t, "kubectl.sh", "delete", "virtualmachineclusterinstancetype", "cluster-csmall", "--ignore-not-found")
-		// The common set as sync.sh installs it (u1.small is edited below).
-		_, _ = run(t, "kubectl.sh", "apply", "-f", filepath.Join(repo, "hack/cluster/instancetypes/common.yaml"))
+		// The SSP operator again reverts u1.small, edited below.
+		_, _ = run(t, "kubectl.sh", "-n", "kubevirt", "annotate", "ssp", sspName, sspv1beta3.OperatorPausedAnnotation+"-")
 	})
 
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(td, "kubevirt-instancetypes.yaml"))
@@ -103,7 +104,11 @@ func TestInstancetypes(t *testing.T) {
 	}
 	kubectl(t, "-n", ns, "get", "controllerrevision", rev)
 
-	// Editing the type: the running VMI and the VM's revision stay.
+	// Editing the type: the running VMI and the VM's revision stay. The
+	// SSP operator would revert the edit of its u1.small: paused first,
+	// until the cleanup.
+	kubectl(t, "-n", "kubevirt", "annotate", "ssp", sspName, sspv1beta3.OperatorPausedAnnotation+"=true")
+	kubectl(t, "-n", "kubevirt", "wait", "ssp/"+sspName, "--for=jsonpath={.status.paused}=true", "--timeout=60s")
 	kubectl(t, "patch", "virtualmachineclusterinstancetype", "u1.small", "--type=merge", "-p", `{"spec":{"memory":{"guest":"3Gi"}}}`)
 	if got := jsonpath(t, "vmi/"+name, "{.spec.domain.memory.guest}"); got != "2Gi" {
 		t.Errorf("running VMI's memory %s after the type was edited, want 2Gi", got)

@@ -1,8 +1,6 @@
 package expand_test
 
 import (
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/expand"
@@ -195,34 +192,4 @@ func TestUnsupported(t *testing.T) {
 	assert.Equal(t, "spec.machine.preferredMachineType", errs[0].Field)
 	pref.Machine.PreferredMachineType = "q35"
 	assert.Empty(t, expand.UnsupportedPreference(field.NewPath("spec"), pref))
-}
-
-// TestCommonSet: the dev cluster's common instance types and preferences
-// decode strictly and use nothing kubevmm does not honour.
-func TestCommonSet(t *testing.T) {
-	b, err := os.ReadFile("../../../hack/cluster/instancetypes/common.yaml")
-	require.NoError(t, err)
-	kinds := map[string]int{}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		tm := metav1.TypeMeta{}
-		require.NoError(t, yaml.Unmarshal([]byte(doc), &tm))
-		if tm.Kind == "" {
-			continue // the leading comment
-		}
-		kinds[tm.Kind]++
-		switch tm.Kind {
-		case v1beta1.KindClusterInstancetype:
-			it := &v1beta1.VirtualMachineClusterInstancetype{}
-			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), it))
-			assert.Empty(t, expand.UnsupportedInstancetype(field.NewPath("spec"), &it.Spec), it.Name)
-			assert.Equal(t, uint32(1), it.Spec.CPU.Guest, it.Name)
-		case v1beta1.KindClusterPreference:
-			p := &v1beta1.VirtualMachineClusterPreference{}
-			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), p))
-			assert.Empty(t, expand.UnsupportedPreference(field.NewPath("spec"), &p.Spec), p.Name)
-		default:
-			t.Errorf("unexpected kind %s", tm.Kind)
-		}
-	}
-	assert.Equal(t, map[string]int{v1beta1.KindClusterInstancetype: 4, v1beta1.KindClusterPreference: 3}, kinds)
 }

@@ -2,7 +2,9 @@
 // into a cluster, as one YAML stream for `kubectl apply --server-side`.
 // With -operator (what `make cluster-sync` deploys): the namespace, the
 // certificates' Secrets and virt-operator (the KubeVirt CRD, its RBAC and
-// Deployment), which deploys the rest from a KubeVirt CR. Without:
+// Deployment), which deploys the rest from a KubeVirt CR, and the SSP
+// operator (operator/ssp: the SSP and TektonTasks CRDs, its RBAC and
+// Deployment, and virt-template-validator's certificate). Without:
 // namespace kubevirt, then the objects of operator/virt/install (service
 // accounts and RBAC, TLS secrets, the cluster configuration, the
 // virt-controller and virt-api Deployments, the virt-handler DaemonSet,
@@ -102,6 +104,11 @@ func run(o opts) error {
 	if o.operator {
 		objs, err = install.Operator(c)
 		objs = append(install.Secrets(o.namespace, certs), objs...)
+		if err == nil {
+			var sspObjs []client.Object
+			sspObjs, err = sspOperator(ca, o)
+			objs = append(objs, sspObjs...)
+		}
 	} else {
 		objs, err = install.Objects(c)
 	}

@@ -1,0 +1,201 @@
+package ssp
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
+	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
+)
+
+var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
+
+func cond(st sspv1beta3.SSPStatus, t sspv1beta3.ConditionType) string {
+	if c := sspv1beta3.FindCondition(st.Conditions, t); c != nil {
+		return string(c.Status) + "/" + c.Reason + ": " + c.Message
+	}
+	return "none"
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func TestDecide(t *testing.T) {
+	now := metav1.Now()
+	ready := Observed{Active: true, NamespaceExists: true, CABundle: []byte("ca")}
+	with := func(o Observed, f func(*Observed)) Observed { f(&o); return o }
+	tests := []struct {
+		name    string
+		spec    sspv1beta3.SSPSpec
+		ann     map[string]string
+		deleted bool
+		obs     Observed
+		action  Action
+		phase   sspv1beta3.Phase
+		paused  bool
+		// condition type -> prefix of "Status/Reason: message"
+		conds map[sspv1beta3.ConditionType]string
+	}{
+		{name: "deploying", obs: ready, action: Deploy, phase: sspv1beta3.PhaseDeploying,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionAvailable:   "False/Available: Deployment kubevirt/virt-template-validator: not every replica is available",
+				sspv1beta3.ConditionProgressing: "True/Progressing", sspv1beta3.ConditionDegraded: "False/Degraded"}},
+		{name: "deployed", obs: with(ready, func(o *Observed) { o.ValidatorReady = true }), action: Deploy, phase: sspv1beta3.PhaseDeployed,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionAvailable:   "True/Available: all SSP resources are available",
+				sspv1beta3.ConditionProgressing: "False/Progressing", sspv1beta3.ConditionDegraded: "False/Degraded"}},
+		{name: "a second SSP", obs: Observed{Other: "kubevirt/first"}, action: Nothing, phase: "",
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded:  "True/Degraded: there is one SSP per cluster and kubevirt/first is the cluster's: this one is ignored",
+				sspv1beta3.ConditionAvailable: "False/Available"}},
+		{name: "paused", ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "true"}, obs: ready, action: Nothing, paused: true},
+		{name: "not paused by another value", ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "no"}, obs: ready, action: Deploy,
+			phase: sspv1beta3.PhaseDeploying},
+		{name: "a field kubevmm does not declare", obs: with(ready, func(o *Observed) { o.UnknownFields = []string{"cluster", "tlsSecurityProfile"} }),
+			action: Nothing, phase: sspv1beta3.PhaseDeploying,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded:  "True/Degraded: not supported by kubevmm: spec.cluster, spec.tlsSecurityProfile",
+				sspv1beta3.ConditionAvailable: "False/Available", sspv1beta3.ConditionProgressing: "False/Progressing"}},
+		{name: "dataImportCronTemplates", spec: sspv1beta3.SSPSpec{CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "openshift",
+			DataImportCronTemplates: []runtime.RawExtension{{Raw: []byte(`{"metadata":{"name":"fedora-image-cron"}}`)}}}},
+			obs: ready, action: Nothing, phase: sspv1beta3.PhaseDeploying,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded: "True/Degraded: spec.commonTemplates.dataImportCronTemplates: 1 DataImportCronTemplates, not supported by kubevmm yet"}},
+		{name: "no templates namespace", obs: with(ready, func(o *Observed) { o.NamespaceExists = false }), action: Nothing, phase: sspv1beta3.PhaseDeploying,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded: `True/Degraded: spec.commonTemplates.namespace: namespace "openshift" does not exist`}},
+		{name: "no CA", obs: with(ready, func(o *Observed) { o.CABundle = nil }), action: Nothing, phase: sspv1beta3.PhaseDeploying,
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded: "True/Degraded: no ca.crt in Secret kubevirt/virt-template-validator-certs"}},
+		{name: "deleting", deleted: true, obs: Observed{Remaining: 3}, action: Cleanup, phase: sspv1beta3.PhaseDeleting,
+			conds: map[sspv1beta3.ConditionType]string{sspv1beta3.ConditionProgressing: "True/Progressing: deleting 3 deployed objects"}},
+		{name: "deleting while paused", deleted: true, ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "true"}, obs: Observed{Remaining: 3},
+			action: Cleanup, phase: sspv1beta3.PhaseDeleting},
+		{name: "deleted", deleted: true, action: Finalize, phase: sspv1beta3.PhaseDeleted,
+			conds: map[sspv1beta3.ConditionType]string{sspv1beta3.ConditionAvailable: "False/Available: everything deployed was removed"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", Generation: 3, Annotations: tc.ann}, Spec: tc.spec}
+			if s.Spec.CommonTemplates.Namespace == "" {
+				s.Spec.CommonTemplates.Namespace = "openshift"
+			}
+			if tc.deleted {
+				s.DeletionTimestamp = &now
+			}
+			o := tc.obs
+			o.SSP = s
+			d := Decide(o, opts, now)
+			assert.Equal(t, tc.action, d.Action)
+			assert.Equal(t, tc.phase, d.Status.Phase)
+			assert.Equal(t, tc.paused, d.Status.Paused)
+			for ct, want := range tc.conds {
+				got := cond(d.Status, ct)
+				assert.True(t, strings.HasPrefix(got, want), "%s: got %q, want %q...", ct, got, want)
+			}
+			if tc.paused {
+				assert.Empty(t, d.Status.Conditions, "paused: the conditions are left as they were")
+			}
+			assert.Equal(t, d.Action == Deploy, len(d.Objects) > 0, "objects only to deploy")
+			assert.Empty(t, s.Status.Conditions, "the SSP read is not modified")
+		})
+	}
+}
+
+// What a deploy applies: the Template CRD first, the common set and
+// templates, the validator as the spec says; everything labelled and
+// annotated with the SSP, what is in its namespace owned by it.
+func TestDecideObjects(t *testing.T) {
+	s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", UID: "uid-1"}, Spec: sspv1beta3.SSPSpec{
+		CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "templates"},
+		TemplateValidator: &sspv1beta3.TemplateValidator{Replicas: ptr.To(int32(3)), Placement: &sspv1beta3.NodePlacement{
+			NodeSelector: map[string]string{"node-role": "infra"}, Tolerations: []corev1.Toleration{{Key: "infra", Operator: corev1.TolerationOpExists}}}},
+	}}
+	d := Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CABundle: []byte("the-ca")}, opts, metav1.Now())
+	require.Equal(t, Deploy, d.Action)
+	assert.Equal(t, "CustomResourceDefinition", d.Objects[0].GetKind())
+	assert.Equal(t, "templates.template.openshift.io", d.Objects[0].GetName())
+	for _, o := range d.Objects {
+		assert.Equal(t, ManagedBy, o.GetLabels()[ManagedByLabel], "%s %s", o.GetKind(), o.GetName())
+		assert.Equal(t, "kubevirt/ssp", o.GetAnnotations()[AnnotationPrimaryResource], "%s %s", o.GetKind(), o.GetName())
+		owners := o.GetOwnerReferences()
+		if o.GetNamespace() == "kubevirt" {
+			require.Len(t, owners, 1, "%s %s", o.GetKind(), o.GetName())
+			assert.Equal(t, "uid-1", string(owners[0].UID))
+		} else {
+			assert.Empty(t, owners, "%s %s", o.GetKind(), o.GetName())
+		}
+	}
+	assert.NotNil(t, find(d.Objects, "VirtualMachineClusterInstancetype", "u1.small"))
+	assert.NotNil(t, find(d.Objects, "VirtualMachineClusterPreference", "fedora"))
+	tmpl := find(d.Objects, "Template", "fedora-server-small")
+	require.NotNil(t, tmpl)
+	assert.Equal(t, "templates", tmpl.GetNamespace())
+
+	dep := find(d.Objects, "Deployment", ValidatorName)
+	require.NotNil(t, dep)
+	var back struct {
+		Spec struct {
+			Replicas int32 `json:"replicas"`
+			Template struct {
+				Spec corev1.PodSpec `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(dep.Object, &back))
+	assert.Equal(t, int32(3), back.Spec.Replicas)
+	pod := back.Spec.Template.Spec
+	assert.Equal(t, map[string]string{"node-role": "infra"}, pod.NodeSelector)
+	assert.Len(t, pod.Tolerations, 1)
+	require.Len(t, pod.Containers, 1)
+	assert.Equal(t, "reg.example/kubevmm/virt-template-validator:v1", pod.Containers[0].Image)
+	assert.Equal(t, []string{"--port=8443", "--cert-dir=/etc/webhook/certs"}, pod.Containers[0].Args)
+
+	wh := find(d.Objects, "ValidatingWebhookConfiguration", ValidatorName)
+	require.NotNil(t, wh)
+	hooks, _, _ := unstructured.NestedSlice(wh.Object, "webhooks")
+	require.Len(t, hooks, 2)
+	for _, h := range hooks {
+		h := h.(map[string]any)
+		assert.Equal(t, "Fail", h["failurePolicy"])
+		ca, _, _ := unstructured.NestedString(h, "clientConfig", "caBundle")
+		assert.Equal(t, "dGhlLWNh", ca, "the CA from the Secret")
+		svc, _, _ := unstructured.NestedString(h, "clientConfig", "service", "namespace")
+		assert.Equal(t, "kubevirt", svc)
+	}
+
+	// The default: two replicas.
+	s.Spec.TemplateValidator = nil
+	d = Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CABundle: []byte("the-ca")}, opts, metav1.Now())
+	r, _, _ := unstructured.NestedInt64(find(d.Objects, "Deployment", ValidatorName).Object, "spec", "replicas")
+	assert.Equal(t, int64(2), r)
+}
+
+func TestDecideTektonTasks(t *testing.T) {
+	now := metav1.Now()
+	tt := &tektonv1alpha1.TektonTasks{ObjectMeta: metav1.ObjectMeta{Name: "tto", Generation: 2}}
+	st := DecideTektonTasks(tt, now)
+	assert.Equal(t, int64(2), st.ObservedGeneration)
+	require.Len(t, st.Conditions, 1)
+	c := st.Conditions[0]
+	assert.Equal(t, tektonv1alpha1.ConditionDeprecated, c.Type)
+	assert.Equal(t, corev1.ConditionTrue, c.Status)
+	assert.Equal(t, "Deprecated", c.Reason)
+	// Deciding again changes nothing: no write.
+	tt.Status = st
+	assert.Equal(t, st, DecideTektonTasks(tt, metav1.NewTime(now.Add(1e9))))
+}

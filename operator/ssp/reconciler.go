@@ -1,0 +1,354 @@
+// Package ssp is the SSP operator: it reconciles the SSP CR
+// (ssp.kubevirt.io/v1beta3) into the Template CRD
+// (template.openshift.io/v1), the common cluster instance types and
+// preferences (operator/ssp/instancetypes), the common templates
+// (operator/ssp/templates) in spec.commonTemplates.namespace, and
+// virt-template-validator (its RBAC, Deployment, Service and webhooks) in
+// the SSP's namespace. It also answers TektonTasks CRs (the deprecated
+// tekton-tasks-operator's) as a documented no-op (TektonTasksReconciler).
+//
+// One level-triggered reconciler: read (the SSP, the others, the stored
+// spec, the templates' namespace, the validator's CA and Deployment),
+// decide (Decide, a pure function), write (server-side apply under field
+// manager ssp-operator with forced ownership, so an edit of a deployed
+// field is reverted; then the status). Everything deployed carries the
+// label app.kubernetes.io/managed-by=ssp-operator and the
+// operator-sdk/primary-resource annotations naming the SSP; what is in the
+// SSP's namespace is also owned by it (the garbage collector removes it
+// with the SSP). Watches on the label bring every change back here.
+//
+// States of the SSP (status.phase):
+//
+//	""        -> Deploying   finalizer added, objects applied
+//	Deploying -> Deployed    the validator's replicas are available
+//	Deployed  -> Deploying   a replica is no longer available, or the spec changed
+//	any       -> Deleting    deletionTimestamp set: the webhooks, the
+//	                         validator's cluster RBAC, the common templates,
+//	                         instance types and preferences are deleted, kind
+//	                         by kind (the Template CRD stays: users' templates
+//	                         live in it)
+//	Deleting  -> Deleted     nothing deployed is left: finalizer removed
+//
+// A spec that sets a field kubevmm does not implement, a non-empty
+// dataImportCronTemplates, a missing templates namespace or a missing
+// validator CA leave the phase and make the SSP Degraded, naming the
+// cause; nothing is applied until it is fixed. A second SSP (not the
+// oldest) is Degraded and ignored. The annotation kubevirt.io/operator.paused
+// ("true") stops reconciling (status.paused) until removed.
+package ssp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
+	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
+	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+)
+
+// FieldManager is the SSP operator's server-side apply field manager.
+const FieldManager = "ssp-operator"
+
+// cleanupOrder lists the kinds deployed outside the SSP's namespace in
+// the order a deletion removes them: the webhooks first (the template
+// webhook would refuse deleting templates VMs use), the Template CRD never.
+var cleanupOrder = []schema.GroupVersionKind{
+	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
+	templatev1.GroupVersion.WithKind(templatev1.Kind),
+	v1beta1.GroupVersion.WithKind(v1beta1.KindClusterInstancetype),
+	v1beta1.GroupVersion.WithKind(v1beta1.KindClusterPreference),
+}
+
+// watched are the built-in kinds the operator deploys: a change of one of
+// them (by its label) reconciles the SSPs.
+var watched = []schema.GroupVersionKind{
+	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"},
+	{Version: "v1", Kind: "Service"},
+	{Version: "v1", Kind: "ServiceAccount"},
+	cleanupOrder[0], cleanupOrder[1], cleanupOrder[2],
+}
+
+// watchedLater are the kinds of CRDs: the operator installs the Template
+// CRD itself and virt-operator the instance types', so they are watched
+// once a deploy found them served (a watch of a kind not served would
+// stop the operator from starting).
+var watchedLater = cleanupOrder[3:]
+
+var managed = client.MatchingLabels{ManagedByLabel: ManagedBy}
+
+// Reconciler reconciles SSP CRs.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads uncached: what the operator deploys is watched by
+	// its metadata only.
+	APIReader client.Reader
+	Options   Options
+
+	// Set by SetupWithManager: what watches watchedLater.
+	ctrl        controller.Controller
+	cache       cache.Cache
+	enqueue     handler.EventHandler
+	pred        predicate.Predicate
+	watchingAll bool
+}
+
+// Reconcile is one pass: read, decide, write.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	s := &sspv1beta3.SSP{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, s); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	o, err := r.observe(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d := Decide(o, r.Options, metav1.Now())
+	if d.Status.Phase != s.Status.Phase || d.Status.Paused != s.Status.Paused {
+		log.Info("state", "from", s.Status.Phase, "to", d.Status.Phase, "paused", d.Status.Paused)
+	}
+	var requeue time.Duration
+	switch d.Action {
+	case Deploy:
+		if !controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
+			orig := s.DeepCopy()
+			controllerutil.AddFinalizer(s, sspv1beta3.Finalizer)
+			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+			}
+		}
+		for _, u := range d.Objects {
+			err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
+			if apimeta.IsNoMatchError(err) {
+				// The Template CRD applied just before is not served yet,
+				// or virt-operator has not installed the instance types'.
+				log.Info("waiting for the API to be served", "kind", u.GetKind())
+				requeue = 2 * time.Second
+				break
+			}
+			if err != nil {
+				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
+		if requeue == 0 && !r.watchingAll {
+			for _, gvk := range watchedLater {
+				if err := r.ctrl.Watch(source.Kind[client.Object](r.cache, metadataOf(gvk), r.enqueue, r.pred)); err != nil {
+					return reconcile.Result{}, fmt.Errorf("watching %s: %w", gvk.Kind, err)
+				}
+			}
+			r.watchingAll = true
+		}
+	case Cleanup:
+		if err := r.cleanup(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
+		requeue = time.Second
+	}
+	if !equality.Semantic.DeepEqual(s.Status, d.Status) {
+		orig := s.DeepCopy()
+		s.Status = d.Status
+		if err := r.Client.Status().Patch(ctx, s, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
+		}
+	}
+	if d.Action == Finalize && controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
+		orig := s.DeepCopy()
+		controllerutil.RemoveFinalizer(s, sspv1beta3.Finalizer)
+		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		log.Info("removed")
+	}
+	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// observe reads what Decide needs.
+func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, error) {
+	o := Observed{SSP: s}
+	if s.DeletionTimestamp != nil {
+		n, err := r.remaining(ctx, s)
+		o.Remaining = n
+		return o, err
+	}
+	all := &sspv1beta3.SSPList{}
+	if err := r.APIReader.List(ctx, all); err != nil {
+		return o, fmt.Errorf("listing SSPs: %w", err)
+	}
+	// The oldest is the cluster's (the name breaks a tie): one created
+	// second finds the first deployed.
+	sort.Slice(all.Items, func(i, j int) bool {
+		a, b := all.Items[i], all.Items[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	})
+	o.Active = len(all.Items) > 0 && all.Items[0].UID == s.UID
+	if !o.Active {
+		if len(all.Items) > 0 {
+			o.Other = all.Items[0].Namespace + "/" + all.Items[0].Name
+		}
+		return o, nil
+	}
+	// The CRD keeps fields kubevmm does not declare (the typed read drops
+	// them): read the stored spec as it is, to refuse them by name.
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(sspv1beta3.GroupVersion.WithKind("SSP"))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), raw); err != nil {
+		return o, fmt.Errorf("reading SSP %s as stored: %w", s.Name, err)
+	}
+	spec, err := json.Marshal(raw.Object["spec"])
+	if err != nil {
+		return o, fmt.Errorf("SSP %s: %w", s.Name, err)
+	}
+	if o.UnknownFields, err = v1.UnknownFields(spec, s.Spec); err != nil {
+		return o, fmt.Errorf("SSP %s: %w", s.Name, err)
+	}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: s.Spec.CommonTemplates.Namespace}, &corev1.Namespace{}); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading namespace %s: %w", s.Spec.CommonTemplates.Namespace, err)
+	default:
+		o.NamespaceExists = true
+	}
+	sec := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ValidatorSecret}, sec); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading the validator's CA: %w", err)
+	default:
+		o.CABundle = sec.Data[CABundleKey]
+	}
+	d := &appsv1.Deployment{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ValidatorName}, d); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading the validator's Deployment: %w", err)
+	default:
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		st := d.Status
+		o.ValidatorReady = st.ObservedGeneration >= d.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want
+	}
+	return o, nil
+}
+
+// owned lists the objects of kind gvk deployed for s (by the label, then
+// the primary-resource annotation); none when the kind is not served.
+func (r *Reconciler) owned(ctx context.Context, s *sspv1beta3.SSP, gvk schema.GroupVersionKind) ([]unstructured.Unstructured, error) {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := r.APIReader.List(ctx, l, managed); err != nil {
+		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+	}
+	var out []unstructured.Unstructured
+	for _, u := range l.Items {
+		if u.GetAnnotations()[AnnotationPrimaryResource] == s.Namespace+"/"+s.Name {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// remaining counts what was deployed for s outside its namespace.
+func (r *Reconciler) remaining(ctx context.Context, s *sspv1beta3.SSP) (int, error) {
+	n := 0
+	for _, gvk := range cleanupOrder {
+		l, err := r.owned(ctx, s, gvk)
+		if err != nil {
+			return 0, err
+		}
+		n += len(l)
+	}
+	return n, nil
+}
+
+// cleanup deletes the first kind in cleanupOrder that has objects left;
+// the next pass goes on once they are gone.
+func (r *Reconciler) cleanup(ctx context.Context, s *sspv1beta3.SSP) error {
+	for _, gvk := range cleanupOrder {
+		l, err := r.owned(ctx, s, gvk)
+		if err != nil {
+			return err
+		}
+		if len(l) == 0 {
+			continue
+		}
+		for i := range l {
+			if err := r.Client.Delete(ctx, &l[i]); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %s %s: %w", gvk.Kind, l[i].GetName(), err)
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler: SSPs, and the deployed
+// objects' metadata by label, each change mapped to every SSP.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	sel, err := predicate.LabelSelectorPredicate(metav1.LabelSelector{MatchLabels: managed})
+	if err != nil {
+		return err
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		l := &sspv1beta3.SSPList{}
+		if err := mgr.GetClient().List(ctx, l); err != nil {
+			logf.FromContext(ctx).Error(err, "listing SSPs")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(l.Items))
+		for _, s := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
+		}
+		return out
+	})
+	// Every SSP on any SSP's change: when the cluster's is deleted, the
+	// next one takes over. The templates' namespace and the validator's
+	// Secret are not watched: a missing one is retried (see Reconcile).
+	b := ctrl.NewControllerManagedBy(mgr).Named("ssp").Watches(&sspv1beta3.SSP{}, all)
+	for _, gvk := range watched {
+		b = b.WatchesMetadata(metadataOf(gvk), all, builder.WithPredicates(sel))
+	}
+	r.cache, r.enqueue, r.pred = mgr.GetCache(), all, sel
+	r.ctrl, err = b.Build(r)
+	return err
+}
+
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m
+}
