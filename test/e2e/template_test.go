@@ -10,56 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/kubevmm/kubevmm/operator/ssp/templates"
 )
 
-// installCommonTemplates installs the Template CRD and the common templates
-// in their namespace, and removes them after the test, unless the CRD is
-// already there (the SSP operator deploys both once the dev cluster runs
-// it).
-func installCommonTemplates(t *testing.T) {
-	t.Helper()
-	const crd = "templates.template.openshift.io"
-	if _, err := run(t, "kubectl.sh", "get", "crd", crd); err == nil {
-		return
-	}
-	kubectl(t, "apply", "-f", filepath.Join(repo, "api/template/crds/template.openshift.io_templates.yaml"))
-	kubectl(t, "wait", "crd/"+crd, "--for=condition=Established", "--timeout=60s")
-	all, err := templates.Common(templates.Namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := []string{"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + templates.Namespace + "\n"}
-	for _, tp := range all {
-		tp.APIVersion, tp.Kind = "template.openshift.io/v1", "Template"
-		b, err := yaml.Marshal(tp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, string(b))
-	}
-	apply := exec.Command(filepath.Join(repo, "hack/kubectl.sh"), "apply", "-f", "-")
-	apply.Stdin = strings.NewReader(strings.Join(docs, "---\n"))
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("applying the common templates: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		// The CRD's templates go with it.
-		_, _ = run(t, "kubectl.sh", "delete", "crd", crd, "--ignore-not-found")
-		_, _ = run(t, "kubectl.sh", "delete", "namespace", templates.Namespace, "--ignore-not-found", "--wait=false")
-	})
-}
-
 // TestTemplates: `virtctl process TEMPLATE | kubectl apply -f -` makes a
-// VM from a common template, carrying the template's labels and its
+// VM from a common template (deployed by the SSP operator), carrying the template's labels and its
 // validation rules, sized as its flavor says; the VM is Halted (no guest
 // is booted).
 func TestTemplates(t *testing.T) {
 	freshNamespace(t)
-	installCommonTemplates(t)
-
 	processApply := func(args string) string {
 		t.Helper()
 		cmd := exec.Command("bash", "-c", `set -o pipefail; "$1" -n `+templates.Namespace+` process `+args+` | "$2" -n "$3" apply -f - -o name`,
