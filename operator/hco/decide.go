@@ -210,7 +210,7 @@ func Decide(o Observed, now metav1.Time) Decision {
 		if cur.GetAnnotations()[SpecHashAnnotation] == u.GetAnnotations()[SpecHashAnnotation] {
 			d.Reverted = append(d.Reverted, strings.ToLower(op.GVK.Kind+"/"+u.GetName()))
 		}
-		if !jsonSubset(have, want) {
+		if !jsonKeysSubset(have, want) {
 			spread := u.DeepCopy()
 			spread.Object["spec"] = jsonOverlay(cur.Object["spec"], u.Object["spec"])
 			d.Spread = append(d.Spread, spread)
@@ -402,6 +402,13 @@ func desired(hc *hcov1.HyperConverged, op Operand) (*unstructured.Unstructured, 
 	}
 	sum := sha256.Sum256(b)
 	u.SetAnnotations(map[string]string{SpecHashAnnotation: hex.EncodeToString(sum[:8])})
+	// Numbers as the API server's objects have them (int64).
+	if b, err = u.MarshalJSON(); err == nil {
+		err = u.UnmarshalJSON(b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op.GVK.Kind, op.Name, err)
+	}
 	return u, nil
 }
 
@@ -539,21 +546,21 @@ func decode(b []byte) any {
 
 func jsonEqual(a, b []byte) bool { return reflect.DeepEqual(decode(a), decode(b)) }
 
-// jsonSubset: every field of a is in b with the same value (lists
-// compare whole).
-func jsonSubset(a, b []byte) bool { return subset(decode(a), decode(b)) }
+// jsonKeysSubset: every field of a is in b (values aside: lists and
+// scalars the HCO sets are put back by the apply itself).
+func jsonKeysSubset(a, b []byte) bool { return keysSubset(decode(a), decode(b)) }
 
-func subset(a, b any) bool {
+func keysSubset(a, b any) bool {
 	am, ok := a.(map[string]any)
 	if !ok {
-		return reflect.DeepEqual(a, b)
+		return true
 	}
 	bm, ok := b.(map[string]any)
 	if !ok {
 		return false
 	}
 	for k, v := range am {
-		if w, ok := bm[k]; !ok || !subset(v, w) {
+		if w, ok := bm[k]; !ok || !keysSubset(v, w) {
 			return false
 		}
 	}
