@@ -47,7 +47,9 @@ func byKind(objs []*unstructured.Unstructured) map[string]*unstructured.Unstruct
 // withConditions is u as its operator reports it.
 func withConditions(u *unstructured.Unstructured, avail, progressing, degraded string) *unstructured.Unstructured {
 	u = u.DeepCopy()
-	c := func(t, s string) any { return map[string]any{"type": t, "status": s, "message": u.GetKind() + " says " + t + "=" + s} }
+	c := func(t, s string) any {
+		return map[string]any{"type": t, "status": s, "message": u.GetKind() + " says " + t + "=" + s}
+	}
 	u.Object["status"] = map[string]any{"conditions": []any{c("Available", avail), c("Progressing", progressing), c("Degraded", degraded)}}
 	return u
 }
@@ -193,7 +195,9 @@ func TestDecideRefuses(t *testing.T) {
 		unknown     []string
 		reason, msg string
 	}{
-		"bad patch": {edit: func(h *hcov1.HyperConverged) { h.Annotations = map[string]string{"ssp.kubevirt.io/jsonpatch": `[{"op":"add"`} },
+		"bad patch": {edit: func(h *hcov1.HyperConverged) {
+			h.Annotations = map[string]string{"ssp.kubevirt.io/jsonpatch": `[{"op":"add"`}
+		},
 			reason: ReasonInvalidAnnotation, msg: "annotation ssp.kubevirt.io/jsonpatch: not a JSON patch"},
 		"patch that does not apply": {edit: func(h *hcov1.HyperConverged) {
 			h.Annotations = map[string]string{"kubevirt.kubevirt.io/jsonpatch": `[{"op":"replace","path":"/spec/nothing/here","value":1}]`}
@@ -213,7 +217,9 @@ func TestDecideRefuses(t *testing.T) {
 		"multicast MAC range": {edit: func(h *hcov1.HyperConverged) {
 			h.Spec.Networking = &hcov1.NetworkingConfig{KubeMacPoolConfiguration: &hcov1.KubeMacPoolConfig{RangeStart: ptr.To("03:00:00:00:00:00"), RangeEnd: ptr.To("03:00:00:00:00:ff")}}
 		}, reason: ReasonUnsupportedFields, msg: "is not a unicast range"},
-		"bad bandwidth": {edit: func(h *hcov1.HyperConverged) { h.Spec.Virtualization.LiveMigrationConfig.BandwidthPerMigration = ptr.To("fast") },
+		"bad bandwidth": {edit: func(h *hcov1.HyperConverged) {
+			h.Spec.Virtualization.LiveMigrationConfig.BandwidthPerMigration = ptr.To("fast")
+		},
 			reason: ReasonUnsupportedFields, msg: `bandwidthPerMigration "fast"`},
 	} {
 		t.Run(name, func(t *testing.T) {
