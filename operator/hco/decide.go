@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
@@ -121,10 +122,11 @@ type Decision struct {
 	Action Action
 	// Objects are the operands to apply, or to delete.
 	Objects []*unstructured.Unstructured
-	// Spread are operands with fields someone else added: applied first
-	// as they are with the HCO's fields on top (taking them over), so
-	// that applying Objects then drops them.
-	Spread []*unstructured.Unstructured
+	// Replace are operands with spec fields someone else added, as read
+	// with the spec the HCO wants: updated (not applied) before the apply,
+	// since an apply cannot drop a field another manager set to the
+	// same value.
+	Replace []*unstructured.Unstructured
 	// Reverted names the operands ("kind/name") edited out of band that
 	// this apply puts back.
 	Reverted []string
@@ -211,9 +213,9 @@ func Decide(o Observed, now metav1.Time) Decision {
 			d.Reverted = append(d.Reverted, strings.ToLower(op.GVK.Kind+"/"+u.GetName()))
 		}
 		if !jsonKeysSubset(have, want) {
-			spread := u.DeepCopy()
-			spread.Object["spec"] = jsonOverlay(cur.Object["spec"], u.Object["spec"])
-			d.Spread = append(d.Spread, spread)
+			rep := cur.DeepCopy()
+			rep.Object["spec"] = runtime.DeepCopyJSONValue(u.Object["spec"])
+			d.Replace = append(d.Replace, rep)
 		}
 	}
 	set(hcov1.ConditionReconcileComplete, metav1.ConditionTrue, ReasonCompleted, "Reconcile completed successfully")
@@ -565,21 +567,4 @@ func keysSubset(a, b any) bool {
 		}
 	}
 	return true
-}
-
-// jsonOverlay is base with top's fields over it, maps merged.
-func jsonOverlay(base, top any) any {
-	bm, ok1 := base.(map[string]any)
-	tm, ok2 := top.(map[string]any)
-	if !ok1 || !ok2 {
-		return top
-	}
-	out := make(map[string]any, len(bm)+len(tm))
-	for k, v := range bm {
-		out[k] = v
-	}
-	for k, v := range tm {
-		out[k] = jsonOverlay(bm[k], v)
-	}
-	return out
 }

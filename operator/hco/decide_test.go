@@ -118,7 +118,7 @@ func TestDecideOnlyInstalledOperands(t *testing.T) {
 	assert.Equal(t, "True/ReconcileCompleted", cond(d.Status, hcov1.ConditionUpgradeable))
 	assert.Equal(t, "healthy", d.Status.SystemHealthStatus)
 	assert.Empty(t, d.Reverted)
-	assert.Empty(t, d.Spread)
+	assert.Empty(t, d.Replace)
 }
 
 func TestDecideAggregatesWorstOperand(t *testing.T) {
@@ -153,18 +153,18 @@ func TestDecideDrift(t *testing.T) {
 	o.Current = map[string]*unstructured.Unstructured{"KubeVirt": edited}
 	d := Decide(o, now)
 	assert.Equal(t, []string{"kubevirt/kubevirt-kubevirt-hyperconverged"}, d.Reverted)
-	assert.Empty(t, d.Spread, "the HCO owns the field: the apply puts it back")
+	assert.Empty(t, d.Replace, "the HCO owns the field: the apply puts it back")
 
 	added := applied.DeepCopy()
 	require.NoError(t, unstructured.SetNestedStringSlice(added.Object, []string{"X"}, "spec", "configuration", "developerConfiguration", "featureGates"))
 	o.Current = map[string]*unstructured.Unstructured{"KubeVirt": added}
 	d = Decide(o, now)
 	assert.Equal(t, []string{"kubevirt/kubevirt-kubevirt-hyperconverged"}, d.Reverted)
-	require.Len(t, d.Spread, 1)
-	gates, _, _ := unstructured.NestedStringSlice(d.Spread[0].Object, "spec", "configuration", "developerConfiguration", "featureGates")
-	assert.Equal(t, []string{"X"}, gates, "applied first to take the field over")
-	p, _, _ := unstructured.NestedInt64(d.Spread[0].Object, "spec", "configuration", "migrations", "parallelMigrationsPerCluster")
-	assert.Equal(t, int64(5), p, "with the HCO's fields on top")
+	require.Len(t, d.Replace, 1)
+	_, found, _ := unstructured.NestedFieldNoCopy(d.Replace[0].Object, "spec", "configuration", "developerConfiguration")
+	assert.False(t, found, "the spec replaced")
+	p, _, _ := unstructured.NestedInt64(d.Replace[0].Object, "spec", "configuration", "migrations", "parallelMigrationsPerCluster")
+	assert.Equal(t, int64(5), p)
 
 	// The HCO CR changed: the operand follows, nothing was out of band.
 	o.Current = map[string]*unstructured.Unstructured{"KubeVirt": applied}

@@ -10,8 +10,8 @@
 // write (server-side apply under field manager hco-operator with forced
 // ownership; then the status). An operand edited by someone else is put
 // back: a field the HCO sets at once by the apply, a field someone added
-// by first applying the operand as it is (taking the field over) and
-// then without it; each such revert counts in
+// by an update of the whole spec first (an apply cannot drop a field
+// another manager set to the same value); each such revert counts in
 // kubevirt_hco_out_of_band_modifications_total. The operands' changes
 // reach the reconciler through watches started once their CRDs exist.
 //
@@ -123,7 +123,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 			}
 		}
-		for _, u := range append(d.Spread, d.Objects...) {
+		for _, u := range d.Replace {
+			if err := r.Client.Update(ctx, u, client.FieldOwner(FieldManager)); err != nil {
+				return reconcile.Result{}, fmt.Errorf("replacing the spec of %s %s: %w", u.GetKind(), u.GetName(), err)
+			}
+		}
+		for _, u := range d.Objects {
 			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 			}
