@@ -183,6 +183,24 @@ func Decide(o Observed, now metav1.Time) Decision {
 	if f := append(slices.Clone(o.UnknownFields), Unsupported(&hc.Spec)...); len(f) > 0 {
 		return failed(ReasonUnsupportedFields, "not supported by kubevmm: spec."+strings.Join(f, ", spec."))
 	}
+	d, err := applyDecision(o, &st)
+	if err != nil {
+		reason := ReasonUnsupportedFields
+		if errors.As(err, new(annotationError)) {
+			reason = ReasonInvalidAnnotation
+		}
+		return failed(reason, err.Error())
+	}
+	set(hcov1.ConditionReconcileComplete, metav1.ConditionTrue, ReasonCompleted, "Reconcile completed successfully")
+	aggregate(o, &st, set)
+	d.Status = st
+	return d
+}
+
+// applyDecision is the operands to apply (those whose CRDs exist), their
+// relatedObjects in st, and what of them drifted.
+func applyDecision(o Observed, st *hcov1.HyperConvergedStatus) (Decision, error) {
+	hc := o.HCO
 	d := Decision{Action: Apply}
 	st.RelatedObjects = nil
 	for _, op := range Operands {
@@ -191,11 +209,7 @@ func Decide(o Observed, now metav1.Time) Decision {
 		}
 		u, err := desired(hc, op)
 		if err != nil {
-			reason := ReasonUnsupportedFields
-			if errors.As(err, new(annotationError)) {
-				reason = ReasonInvalidAnnotation
-			}
-			return failed(reason, err.Error())
+			return d, err
 		}
 		d.Objects = append(d.Objects, u)
 		st.RelatedObjects = append(st.RelatedObjects, corev1.ObjectReference{APIVersion: op.GVK.GroupVersion().String(), Kind: op.GVK.Kind,
@@ -218,10 +232,7 @@ func Decide(o Observed, now metav1.Time) Decision {
 			d.Replace = append(d.Replace, rep)
 		}
 	}
-	set(hcov1.ConditionReconcileComplete, metav1.ConditionTrue, ReasonCompleted, "Reconcile completed successfully")
-	aggregate(o, &st, set)
-	d.Status = st
-	return d
+	return d, nil
 }
 
 // aggregate sets Available, Progressing, Degraded and Upgradeable from the
@@ -341,7 +352,7 @@ func Unsupported(s *hcov1.HyperConvergedSpec) []string {
 	if ptr.Deref(v.LiveMigrationConfig.AllowWorkloadDisruption, false) {
 		out = append(out, "virtualization.liveMigrationConfig.allowWorkloadDisruption")
 	}
-	if w := v.WorkloadUpdateStrategy; w != nil && (!(len(w.WorkloadUpdateMethods) == 0 || slices.Equal(w.WorkloadUpdateMethods, []string{"LiveMigrate"})) ||
+	if w := v.WorkloadUpdateStrategy; w != nil && ((len(w.WorkloadUpdateMethods) != 0 && !slices.Equal(w.WorkloadUpdateMethods, []string{"LiveMigrate"})) ||
 		ptr.Deref(w.BatchEvictionSize, 10) != 10 || (w.BatchEvictionInterval != nil && w.BatchEvictionInterval.Duration.String() != "1m0s")) {
 		out = append(out, "virtualization.workloadUpdateStrategy (launchers are not updated yet: only the default)")
 	}

@@ -238,7 +238,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	assert.Contains(t, err.Error(), "not supported by kubevmm: spec.virtualization.evictionStrategy")
 	b1v := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "hco.kubevirt.io/v1beta1", "kind": "HyperConverged",
 		"metadata": map[string]any{"name": hcov1.Name, "namespace": ns, "resourceVersion": get().ResourceVersion},
-		"spec": map[string]any{"certConfig": map[string]any{"ca": map[string]any{"duration": "1h", "renewBefore": "2h"}}}}}
+		"spec":     map[string]any{"certConfig": map[string]any{"ca": map[string]any{"duration": "1h", "renewBefore": "2h"}}}}}
 	err = k8s.Update(ctx, b1v)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "spec.certConfig.ca.renewBefore", "named as written, in v1beta1")
