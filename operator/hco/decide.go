@@ -218,6 +218,10 @@ func applyDecision(o Observed, st *hcov1.HyperConvergedStatus) (Decision, error)
 		if cur == nil {
 			continue
 		}
+		// Applied only onto what was read: an edit since then fails the
+		// apply (a conflict), and the next pass sees, reverts and counts
+		// it, rather than this one reverting it unseen.
+		u.SetResourceVersion(cur.GetResourceVersion())
 		want, _ := json.Marshal(u.Object["spec"])
 		have, _ := json.Marshal(cur.Object["spec"])
 		if jsonEqual(want, have) {

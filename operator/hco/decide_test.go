@@ -149,9 +149,11 @@ func TestDecideDrift(t *testing.T) {
 	applied := Decide(o, now).Objects[0]
 
 	edited := applied.DeepCopy()
+	edited.SetResourceVersion("7")
 	require.NoError(t, unstructured.SetNestedField(edited.Object, int64(9), "spec", "configuration", "migrations", "parallelMigrationsPerCluster"))
 	o.Current = map[string]*unstructured.Unstructured{"KubeVirt": edited}
 	d := Decide(o, now)
+	assert.Equal(t, "7", d.Objects[0].GetResourceVersion(), "applied onto what was read only")
 	assert.Equal(t, []string{"kubevirt/kubevirt-kubevirt-hyperconverged"}, d.Reverted)
 	assert.Empty(t, d.Replace, "the HCO owns the field: the apply puts it back")
 

@@ -277,7 +277,18 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(vm), &kvv1.VirtualMachine{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+	// virt-operator's finalizer on the KubeVirt CR: the HCO waits for it.
+	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json",
+		[]byte(`{"metadata":{"finalizers":["kubevirt.io/foregroundDeleteKubeVirt"]}}`))))
 	require.NoError(t, k8s.Delete(ctx, get()))
+	waitFor(t, "the KubeVirt CR deleting, the HCO waiting", func() (bool, string) {
+		require.NoError(t, k8s.Get(ctx, kvKey, kv))
+		c := apimeta.FindStatusCondition(get().Status.Conditions, hcov1.ConditionProgressing)
+		return kv.GetDeletionTimestamp() != nil && c != nil && c.Reason == hco.ReasonDeleting &&
+			c.Message == "waiting for the operators to remove KubeVirt kubevirt-kubevirt-hyperconverged", fmt.Sprint(hc.Status.Conditions)
+	})
+	assert.Contains(t, hc.Finalizers, hco.Finalizer)
+	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))))
 	// Nothing it made is left, and the CR is gone.
 	waitFor(t, "everything removed", func() (bool, string) {
 		e1 := k8s.Get(ctx, kvKey, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt"}})

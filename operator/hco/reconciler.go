@@ -123,14 +123,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 			}
 		}
+		replaced := map[string]string{}
 		for _, u := range d.Replace {
 			if err := r.Client.Update(ctx, u, client.FieldOwner(FieldManager)); err != nil {
-				return reconcile.Result{}, fmt.Errorf("replacing the spec of %s %s: %w", u.GetKind(), u.GetName(), err)
+				return requeueOnConflict(fmt.Errorf("replacing the spec of %s %s: %w", u.GetKind(), u.GetName(), err))
 			}
+			replaced[u.GetKind()] = u.GetResourceVersion()
 		}
 		for _, u := range d.Objects {
+			if rv, ok := replaced[u.GetKind()]; ok {
+				u.SetResourceVersion(rv)
+			}
 			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+				return requeueOnConflict(fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err))
 			}
 		}
 		for _, c := range d.Reverted {
@@ -166,6 +171,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("uninstalled")
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
+}
+
+// requeueOnConflict: an operand changed since it was read; the next pass
+// reads it again (and counts the change if it was out of band).
+func requeueOnConflict(err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return reconcile.Result{}, err
 }
 
 // observe reads what Decide needs.
