@@ -42,8 +42,9 @@ pass "a pod runs (apply -> Ready $(since "$t") s, pod IP $ip)"
   | grep -q 'BEGIN CERTIFICATE' || fail "no requestheader CA in extension-apiserver-authentication"
 pass "aggregation layer configured (requestheader CA published)"
 
-# cluster-sync builds and deploys kubevmm (namespace kubevirt): virt-operator
-# and a KubeVirt CR, from which the operator deploys the CRDs,
+# cluster-sync builds and deploys kubevmm (namespace kubevirt): virt-operator,
+# the HCO and a HyperConverged CR, from which the HCO makes the KubeVirt CR
+# and virt-operator deploys the CRDs,
 # virt-controller, virt-api (webhooks, APIService) and virt-handler (device
 # plugins, the node's schedulable label). A VirtualMachine whose
 # containerDisk cannot be pulled (no registry here) becomes a VMI and a
@@ -51,9 +52,9 @@ pass "aggregation layer configured (requestheader CA published)"
 t=$(now)
 make -C "$REPO_DIR" --no-print-directory cluster-sync
 pass "make cluster-sync ($(since "$t") s)"
-[ "$("$K" -n kubevirt get kubevirt kubevirt -o 'jsonpath={.status.phase}')" = Deployed ] \
+[ "$("$K" -n kubevirt get kubevirt kubevirt-kubevirt-hyperconverged -o 'jsonpath={.status.phase}')" = Deployed ] \
   || fail "the KubeVirt CR is not Deployed"
-pass "virt-operator deployed kubevmm from the KubeVirt CR (phase Deployed)"
+pass "virt-operator deployed kubevmm from the KubeVirt CR the HCO made (phase Deployed)"
 [ "$("$K" -n kubevirt get ssp ssp-kubevirt-hyperconverged -o 'jsonpath={.status.phase}')" = Deployed ] \
   || fail "the SSP CR is not Deployed"
 pass "the SSP operator deployed the common instance types, templates and virt-template-validator (phase Deployed)"

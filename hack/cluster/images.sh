@@ -35,6 +35,14 @@ for name in "$@"; do
     while read -r f; do extra+=(-file "$f"); done < <("$HACK_DIR/cluster/qemu-files.sh")
     [ ${#extra[@]} -gt 0 ] || die "images.sh: no QEMU files for the launcher image"
   fi
+  # The HCO image is also the cli-download server's: it carries the
+  # virtctl build it serves (/amd64/linux/virtctl.tar.gz).
+  if [ "$name" = hco-operator ]; then
+    mkdir -p "$out/cli"
+    GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o "$out/cli/virtctl" ./cmd/virtctl
+    tar -C "$out/cli" -czf "$out/virtctl.tar.gz" virtctl
+    extra+=(-file "/srv/cli-download/amd64/linux/virtctl.tar.gz=$out/virtctl.tar.gz:0644")
+  fi
   "$out/bin/image-tool" -o "$out/$name.tar" -t "$tag" -user "$user" \
     -entrypoint "/usr/bin/$name" -file "/usr/bin/$name=$out/bin/$name:0755" "${extra[@]}" \
     -label org.opencontainers.image.source=https://github.com/kubevmm/kubevmm >/dev/null

@@ -620,18 +620,19 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 }
 
 // allowPostCopy sets migrations.allowPostCopy and bandwidthPerMigration in
-// the cluster configuration (the KubeVirt CR's spec.configuration, which
+// the cluster configuration (the HyperConverged CR's liveMigrationConfig,
+// which the HCO passes on to the KubeVirt CR's spec.configuration, which
 // virt-operator renders into the ConfigMap kubevmm-config) until the test
 // ends, and returns once virt-controller's copy of the file has them: it
 // reads the file again for each migration.
 func allowPostCopy(t *testing.T, bandwidth string) {
 	t.Helper()
 	migrations := func(m map[string]any) {
-		p, err := json.Marshal(map[string]any{"spec": map[string]any{"configuration": map[string]any{"migrations": m}}})
+		p, err := json.Marshal(map[string]any{"spec": map[string]any{"virtualization": map[string]any{"liveMigrationConfig": m}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		kubectl(t, "-n", "kubevirt", "patch", "kubevirt", "kubevirt", "--type=merge", "-p", string(p))
+		kubectl(t, "-n", "kubevirt", "patch", "hco", "kubevirt-hyperconverged", "--type=merge", "-p", string(p))
 	}
 	migrations(map[string]any{"allowPostCopy": true, "bandwidthPerMigration": bandwidth})
 	t.Cleanup(func() { migrations(map[string]any{"allowPostCopy": nil, "bandwidthPerMigration": nil}) })

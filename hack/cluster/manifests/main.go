@@ -2,9 +2,12 @@
 // into a cluster, as one YAML stream for `kubectl apply --server-side`.
 // With -operator (what `make cluster-sync` deploys): the namespace, the
 // certificates' Secrets and virt-operator (the KubeVirt CRD, its RBAC and
-// Deployment), which deploys the rest from a KubeVirt CR, and the SSP
+// Deployment), which deploys the rest from a KubeVirt CR, the SSP
 // operator (operator/ssp: the SSP and TektonTasks CRDs, its RBAC and
-// Deployment, and virt-template-validator's certificate). Without:
+// Deployment, and virt-template-validator's certificate) and the HCO
+// operator (the HyperConverged CRD, its RBAC, Deployment, webhook and
+// cli-download), which makes the KubeVirt and SSP CRs from a HyperConverged
+// CR. Without:
 // namespace kubevirt, then the objects of operator/virt/install (service
 // accounts and RBAC, TLS secrets, the cluster configuration, the
 // virt-controller and virt-api Deployments, the virt-handler DaemonSet,
@@ -38,11 +41,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
+	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
@@ -109,6 +114,11 @@ func run(o opts) error {
 			sspObjs, err = sspOperator(ca, o)
 			objs = append(objs, sspObjs...)
 		}
+		if err == nil {
+			var h []client.Object
+			h, err = hcoObjects(ca, o)
+			objs = append(objs, h...)
+		}
 	} else {
 		objs, err = install.Objects(c)
 	}
@@ -136,6 +146,26 @@ func run(o opts) error {
 		fmt.Printf("---\n%s", b)
 	}
 	return nil
+}
+
+// hcoObjects are the HCO operator's (operator/hco/install) with its
+// webhook's serving certificate, beside virt-operator: the HyperConverged
+// CR makes the KubeVirt CR.
+func hcoObjects(ca *authority, o opts) ([]client.Object, error) {
+	svc := hcoinstall.WebhookService + "." + o.namespace + ".svc"
+	cert, err := ca.leaf(o.pki, "hco-webhook", svc, []string{svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := hcoinstall.Objects(hcoinstall.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
+		CABundle: ca.certPEM, ManagedBy: "kubevmm"})
+	if err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: hcoinstall.WebhookSecret, Namespace: o.namespace}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: cert.Cert, corev1.TLSPrivateKeyKey: cert.Key}}
+	return append([]client.Object{secret}, objs...), nil
 }
 
 func anys[T any](s []T) []any {

@@ -1,0 +1,214 @@
+package hco
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
+	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/api/hco/v1beta1"
+)
+
+// The hco-webhook's paths.
+const (
+	ValidatePath = "/validate-hco-kubevirt-io-hyperconverged"
+	ConvertPath  = "/convert"
+)
+
+// Upstream's certificate lifetimes, for what certConfig leaves out.
+var (
+	defaultCADuration        = 48 * time.Hour
+	defaultCARenewBefore     = 24 * time.Hour
+	defaultServerDuration    = 24 * time.Hour
+	defaultServerRenewBefore = 12 * time.Hour
+)
+
+// ValidateCertConfig checks the ordering of the certificates' lifetimes:
+// each renewBefore at most its duration, the CA's duration at least the
+// serving certificates'. path is where c is in the spec as written
+// ("spec.security.certConfig" in v1, "spec.certConfig" in v1beta1).
+func ValidateCertConfig(c hcov1.CertConfig, path string) error {
+	d := func(v *metav1.Duration, def time.Duration) time.Duration {
+		if v == nil {
+			return def
+		}
+		return v.Duration
+	}
+	caD, caR := d(c.CA.Duration, defaultCADuration), d(c.CA.RenewBefore, defaultCARenewBefore)
+	srvD, srvR := d(c.Server.Duration, defaultServerDuration), d(c.Server.RenewBefore, defaultServerRenewBefore)
+	for _, v := range []struct {
+		field string
+		d     time.Duration
+	}{{"ca.duration", caD}, {"ca.renewBefore", caR}, {"server.duration", srvD}, {"server.renewBefore", srvR}} {
+		if v.d <= 0 {
+			return fmt.Errorf("%s.%s: %s is not a positive duration", path, v.field, v.d)
+		}
+	}
+	switch {
+	case caR > caD:
+		return fmt.Errorf("%s.ca.renewBefore: %s is greater than ca.duration %s", path, caR, caD)
+	case srvR > srvD:
+		return fmt.Errorf("%s.server.renewBefore: %s is greater than server.duration %s", path, srvR, srvD)
+	case srvD > caD:
+		return fmt.Errorf("%s.server.duration: %s is greater than ca.duration %s", path, srvD, caD)
+	}
+	return nil
+}
+
+// DecodeHCO reads a HyperConverged in either version, as v1, with the
+// fields of its spec (as written, in its version) kubevmm does not declare.
+func DecodeHCO(raw []byte) (hc *hcov1.HyperConverged, unknown []string, certPath string, err error) {
+	var doc struct {
+		APIVersion string          `json:"apiVersion"`
+		Spec       json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, nil, "", fmt.Errorf("decoding the HyperConverged: %w", err)
+	}
+	if len(doc.Spec) == 0 {
+		doc.Spec = []byte("{}")
+	}
+	switch doc.APIVersion {
+	case v1beta1.GroupVersion.String():
+		b := &v1beta1.HyperConverged{}
+		if err := json.Unmarshal(raw, b); err != nil {
+			return nil, nil, "", fmt.Errorf("decoding the HyperConverged: %w", err)
+		}
+		unknown, err = kvv1.UnknownFields(doc.Spec, b.Spec)
+		return v1beta1.ToV1(b), unknown, "spec.certConfig", err
+	default:
+		hc = &hcov1.HyperConverged{}
+		if err := json.Unmarshal(raw, hc); err != nil {
+			return nil, nil, "", fmt.Errorf("decoding the HyperConverged: %w", err)
+		}
+		unknown, err = kvv1.UnknownFields(doc.Spec, hc.Spec)
+		return hc, unknown, "spec.security.certConfig", err
+	}
+}
+
+// Validator is the hco-webhook's admission of HyperConverged CRs.
+type Validator struct {
+	// Reader lists the workloads (a delete under
+	// BlockUninstallIfWorkloadsExist).
+	Reader client.Reader
+	// Namespace is the one an HCO CR may be created in.
+	Namespace string
+}
+
+// Handle admits creates and updates of a CR kubevmm can honour, and a
+// delete unless its uninstall strategy blocks it.
+func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation == admissionv1.Delete {
+		return v.admitDelete(ctx, req)
+	}
+	hc, unknown, certPath, err := DecodeHCO(req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if req.Operation == admissionv1.Create && (hc.Name != hcov1.Name || hc.Namespace != v.Namespace) {
+		return admission.Denied(fmt.Sprintf("a HyperConverged must be named %s in namespace %s, not %s in %s",
+			hcov1.Name, v.Namespace, hc.Name, hc.Namespace))
+	}
+	if hc.DeletionTimestamp != nil {
+		return admission.Allowed("being deleted") // its finalizer is removed by an update
+	}
+	if len(unknown) > 0 {
+		return admission.Denied(fmt.Sprintf("not supported by kubevmm: spec.%s", strings.Join(unknown, ", spec.")))
+	}
+	if err := ValidateCertConfig(hc.Spec.Security.CertConfig, certPath); err != nil {
+		return admission.Denied(err.Error())
+	}
+	if err := Validate(hc); err != nil {
+		return admission.Denied(err.Error())
+	}
+	return admission.Allowed("")
+}
+
+func (v *Validator) admitDelete(ctx context.Context, req admission.Request) admission.Response {
+	if len(req.OldObject.Raw) == 0 {
+		return admission.Allowed("")
+	}
+	hc, _, _, err := DecodeHCO(req.OldObject.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if uninstallStrategy(&hc.Spec) != hcov1.BlockUninstallIfWorkloadsExist {
+		return admission.Allowed("")
+	}
+	vms, vmis, err := countWorkloads(ctx, v.Reader)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if vms+vmis > 0 {
+		return admission.Denied(fmt.Sprintf("uninstallStrategy BlockUninstallIfWorkloadsExist: %d VirtualMachines and %d VirtualMachineInstances exist; delete them first",
+			vms, vmis))
+	}
+	return admission.Allowed("")
+}
+
+// countWorkloads counts the cluster's VMs and VMIs; none when their CRDs
+// are not installed.
+func countWorkloads(ctx context.Context, r client.Reader) (vms, vmis int, err error) {
+	var n [2]int
+	for i, l := range []client.ObjectList{&kvv1.VirtualMachineList{}, &kvv1.VirtualMachineInstanceList{}} {
+		if err := r.List(ctx, l); err != nil {
+			if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return 0, 0, fmt.Errorf("listing workloads: %w", err)
+		}
+		n[i] = apimeta.LenList(l)
+	}
+	return n[0], n[1], nil
+}
+
+// ConversionHandler serves the CRD's ConversionReviews with
+// v1beta1.Convert.
+func ConversionHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		review := &apiextensionsv1.ConversionReview{}
+		if err := json.Unmarshal(body, review); err != nil || review.Request == nil {
+			http.Error(w, fmt.Sprintf("not a ConversionReview: %v", err), http.StatusBadRequest)
+			return
+		}
+		review.Response = convertReview(review.Request)
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+	})
+}
+
+// convertReview converts every object of req, or fails the whole review
+// naming the object that does not convert.
+func convertReview(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.ConversionResponse {
+	resp := &apiextensionsv1.ConversionResponse{UID: req.UID, Result: metav1.Status{Status: metav1.StatusSuccess}}
+	for i, obj := range req.Objects {
+		out, err := v1beta1.Convert(obj.Raw, req.DesiredAPIVersion)
+		if err != nil {
+			resp.ConvertedObjects = nil
+			resp.Result = metav1.Status{Status: metav1.StatusFailure, Message: fmt.Sprintf("object %d: %v", i, err)}
+			return resp
+		}
+		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: out})
+	}
+	return resp
+}
