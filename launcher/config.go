@@ -194,17 +194,11 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		}
 		c.Disks = append(c.Disks, dc)
 	}
-	masq := -1 // the guest's eth<masq> is the masquerade NIC
-	for _, n := range spec.PodNICs(s) {
-		mac, err := n.MACFor(string(vmi.UID))
-		if err != nil {
-			return VMConfig{}, err
-		}
-		if n.Binding == spec.BindingMasquerade {
-			masq = len(c.NICs)
-		}
-		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
+	nics, masq, err := nicConfigs(vmi)
+	if err != nil {
+		return VMConfig{}, err
 	}
+	c.NICs = nics
 	// Without kernelBoot this is what a disk boot on our VMM appends to
 	// the entry's options (QEMU's firmware boot has no command line).
 	if c.Cmdline == "" {
@@ -218,6 +212,24 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
 	}
 	return c, nil
+}
+
+// nicConfigs are the VMI's NICs (spec.PodNICs) and the index of the
+// masquerade one among them (-1: none).
+func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
+	var out []NICConfig
+	masq := -1
+	for _, n := range spec.PodNICs(&vmi.Spec) {
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return nil, 0, err
+		}
+		if n.Binding == spec.BindingMasquerade {
+			masq = len(out)
+		}
+		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
+	}
+	return out, masq, nil
 }
 
 // cloudInitDisk is the path of the disk rendered for a cloud-init volume.

@@ -12,6 +12,7 @@ import (
 	"hash/fnv"
 	"net"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -302,17 +303,21 @@ func PodNICs(s *v1.VirtualMachineInstanceSpec) []PodNIC {
 }
 
 // MultusInterfaceName is the name of the pod interface Multus creates for
-// the secondary network network: as KubeVirt names it (its hashed
-// scheme), the first 11 hex digits of the SHA-256 of the network's name,
-// so that "k6t-" and a "-nic" suffix still fit the kernel's 15 bytes.
+// the secondary network network, as KubeVirt names it (its hashed scheme):
+// "pod" and the first 11 hex digits of the SHA-256 of the network's name.
 func MultusInterfaceName(network string) string {
 	h := sha256.Sum256([]byte(network))
-	return hex.EncodeToString(h[:])[:11]
+	return multusPrefix + hex.EncodeToString(h[:])[:11]
 }
 
-// BridgeName is the in-pod bridge of a bridge-bound NIC on podInterface
-// (KubeVirt's name).
-func BridgeName(podInterface string) string { return "k6t-" + podInterface }
+const multusPrefix = "pod"
+
+// BridgeName is the in-pod bridge of a bridge-bound NIC on podInterface:
+// "k6t-" and the interface name without MultusInterfaceName's prefix, as
+// KubeVirt names it, which fits the kernel's 15 bytes.
+func BridgeName(podInterface string) string {
+	return "k6t-" + strings.TrimPrefix(podInterface, multusPrefix)
+}
 
 // MACFor is the NIC's MAC address: its macAddress, else one derived from the
 // VMI UID and the interface name, stable across launcher restarts and
