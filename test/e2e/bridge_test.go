@@ -24,7 +24,8 @@ import (
 // ports [80]: its echo server on 80 answers through the pod IP, while 22,
 // where it listens too, is the pod's own (refused). The launcher pod asks
 // Multus for br1 and for bridge-marker's resource, and status.interfaces
-// reports both of bra's NICs.
+// reports both of bra's NICs. Then bra migrates: its MAC stays, and brb's
+// pings over br1 reach it in its new pod.
 func TestBridgeNetworks(t *testing.T) {
 	freshNamespace(t)
 	node := kubectl(t, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}")
@@ -76,4 +77,25 @@ func TestBridgeNetworks(t *testing.T) {
 		c.Close()
 	}
 	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "port 22 is not forwarded (the pod refuses it): %v", err)
+
+	source := pod
+	virtctl(t, "migrate", "bra")
+	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	require.NotEmpty(t, mig)
+	require.NotContains(t, mig, " ", "one migration")
+	t0 = time.Now()
+	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+	t.Logf("MEASURED migration of bra: %v", time.Since(t0).Round(time.Millisecond))
+	// Until the source pod goes, the node's bridge still sends bra's
+	// frames to the source's port (its forwarding entry); its removal
+	// flushes the entry.
+	wait(t, "pod/"+source, "delete", 3*time.Minute)
+	target := kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=bra", "-o", "jsonpath={.items[0].metadata.name}")
+	require.NotEqual(t, source, target)
+	assert.Equal(t, "02:00:00:00:b1:0a", jsonpath(t, "vmi/bra", "{.status.interfaces[1].mac}"), "the MAC is kept")
+	out = consoleRunThenIn(t, ns, "brb", "ping -c 3 192.168.51.10; echo AFTER-MIG-$((40+2))", "AFTER-MIG-42", nil, "", 3*time.Minute)
+	// The console replays its history (the first pings) first.
+	summary = pingSummary(out[strings.LastIndex(out, "echo AFTER-MIG-$((40+2))"):])
+	t.Logf("brb -> migrated bra over br1: %s", summary)
+	assert.Contains(t, summary, "3 packets transmitted, 3 packets received")
 }
