@@ -17,6 +17,11 @@ PKI_DIR=$CLUSTER_DIR/pki
 LOG_DIR=$CLUSTER_DIR/logs
 KUBECONFIG_ADMIN=$PKI_DIR/admin.kubeconfig
 CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
+# The CNI plugins (hack/cluster/cni-plugins.sh builds them) and, beside
+# them, the kubevmm-multus meta-plugin its DaemonSet installs.
+CNI_DIR=$KUBEVMM_CACHE/cni
+CNI_BIN=$CNI_DIR/bin
+CNI_PLUGINS_VERSION=v1.9.1
 
 # v1.35.x and not 1.36: 1.36 drops containerd 1.x, and Debian 12 ships 1.6.
 # v1.35.4 is what the module proxy serves (later patches are filtered out).
@@ -56,7 +61,7 @@ render() {
   sed -e "s|@CLUSTER_DIR@|$CLUSTER_DIR|g" -e "s|@NODE_IP@|$NODE_IP|g" -e "s|@NODE_CIDR@|$NODE_CIDR|g" \
       -e "s|@POD_BRIDGE@|$POD_BRIDGE|g" -e "s|@POD_CIDR@|$POD_CIDR|g" -e "s|@POD_GATEWAY@|$POD_GATEWAY|g" \
       -e "s|@SERVICE_CIDR@|$SERVICE_CIDR|g" -e "s|@PKI_DIR@|$PKI_DIR|g" \
-      -e "s|@CONTAINERD_SOCK@|$CONTAINERD_SOCK|g" "$CONF_DIR/$1" > "$2"
+      -e "s|@CONTAINERD_SOCK@|$CONTAINERD_SOCK|g" -e "s|@CNI_BIN@|$CNI_BIN|g" "$CONF_DIR/$1" > "$2"
 }
 
 # alive reports whether the process recorded in $CLUSTER_DIR/<name>.pid runs

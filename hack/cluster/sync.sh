@@ -15,7 +15,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner; do
+for c in virt-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -26,7 +26,7 @@ manifests=$CLUSTER_DIR/kubevmm-operator.yaml
 # (The kubelet's device-plugin directory is /var/lib/kubelet/device-plugins
 # whatever its --root-dir: the path is a constant of the device-plugin API.)
 (cd "$REPO_DIR" && go run ./hack/cluster/manifests -operator -namespace "$ns" -pki "$CLUSTER_DIR/kubevmm-pki" -kubelet-root "$CLUSTER_DIR/kubelet" \
-  -hostpath-pool "$CLUSTER_DIR/hpvolumes") > "$manifests"
+  -hostpath-pool "$CLUSTER_DIR/hpvolumes" -cni-bin-dir "$CNI_BIN" -cni-conf-dir "$CLUSTER_DIR/cni/net.d") > "$manifests"
 # Server-side apply: the CRDs are too large for the last-applied annotation.
 kubectl_admin apply --server-side --force-conflicts -f "$manifests" >/dev/null
 kubectl_admin wait --for=condition=Established crd/kubevirts.kubevirt.io --timeout=60s >/dev/null
@@ -78,6 +78,16 @@ csi_registered() {
 }
 for _ in $(seq 1 300); do csi_registered && break; sleep 0.2; done
 csi_registered || die "sync.sh: the kubelet on $NODE_NAME did not register the CSI driver kubevirt.io.hostpath-provisioner"
+# The network add-ons: kubevmm-multus is the node's CNI entry once its
+# installer wrote 00-multus.conflist (the node is this machine).
+kubectl_admin wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout=60s >/dev/null
+for ds in kubevmm-multus bridge-marker; do
+  kubectl_admin -n cluster-network-addons rollout restart "daemonset/$ds" >/dev/null
+  kubectl_admin -n cluster-network-addons rollout status "daemonset/$ds" --timeout=180s >/dev/null || {
+    kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: daemonset/$ds did not become ready"; }
+done
+for _ in $(seq 1 300); do [ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] && break; sleep 0.2; done
+[ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] || die "sync.sh: kubevmm-multus did not install 00-multus.conflist"
 kubectl_admin wait --for=condition=Available apiservice/v1.subresources.kubevirt.io --timeout=120s >/dev/null
 # Launcher pods can be scheduled once virt-handler labelled the node and the
 # kubelet reports the device plugins' resources.

@@ -19,6 +19,8 @@ phase "packages present"
 phase "kubernetes $KUBE_VERSION binaries present"
 "$HACK_DIR/cluster/pki.sh"
 phase "PKI present"
+"$HACK_DIR/cluster/cni-plugins.sh" >/dev/null
+phase "CNI plugins present"
 
 mkdir -p "$LOG_DIR" "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/kubelet" "$CLUSTER_DIR/conf"
 P=$PKI_DIR B=$K8S_BIN

@@ -9,7 +9,8 @@
 // the virt-api Service, the admission webhooks and the
 // subresources.kubevirt.io APIService). The CRDs are applied from
 // api/crds beside it. Both ways it ends with the hostpath provisioner
-// (operator/hostpath/install), whose own operator is later work.
+// (operator/hostpath/install) and the network add-ons
+// (operator/network/install), whose own operators are later work.
 //
 // Certificates: a CA and the leaf certificates (virt-api's serving
 // certificate, virt-handler's and virt-api's for their mutual TLS) are
@@ -41,6 +42,7 @@ import (
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
+	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 
@@ -49,6 +51,7 @@ type opts struct {
 	kubeletRoot, featureGates, hostpathPool     string
 	pull                                        corev1.PullPolicy
 	operator                                    bool
+	cniBinDir, cniConfDir, clusterNetwork       string
 }
 
 func main() {
@@ -61,6 +64,9 @@ func main() {
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes (its pods and seccomp directories are below)")
 	flag.StringVar(&o.hostpathPool, "hostpath-pool", "/var/hpvolumes", "the directory of the hostpath provisioner's storage pool \"local\" on the nodes")
+	flag.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the container runtime's CNI plugin directory on the nodes")
+	flag.StringVar(&o.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "the container runtime's CNI configuration directory on the nodes")
+	flag.StringVar(&o.clusterNetwork, "cluster-network", "10-bridge.conflist", "the pod network's conf file in -cni-conf-dir, which kubevmm-multus delegates to")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
@@ -106,6 +112,15 @@ func run(o opts) error {
 	// CR's) is later work.
 	objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
 		PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, PoolPath: o.hostpathPool})...)
+	// The network add-ons (NetworkAttachmentDefinitions, kubevmm-multus,
+	// bridge-marker): their NetworkAddonsConfig operator is later work.
+	netObjs, err := networkinstall.Objects(networkinstall.Config{MultusImage: o.imagePrefix + "/kubevmm-multus:" + o.tag,
+		BridgeMarkerImage: o.imagePrefix + "/bridge-marker:" + o.tag, PullPolicy: o.pull,
+		CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	if err != nil {
+		return err
+	}
+	objs = append(objs, netObjs...)
 	for _, obj := range append([]any{install.Namespace(o.namespace)}, anys(objs)...) {
 		b, err := yaml.Marshal(obj)
 		if err != nil {
