@@ -10,18 +10,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // Secondary networks: a launcher pod asks Multus for the VMI's multus
-// networks through spec.NetworksAnnotation, as KubeVirt's virt-controller
+// networks through the networks annotation, as KubeVirt's virt-controller
 // writes it, and requests the device-plugin resource each network's
-// NetworkAttachmentDefinition names (spec.NADResourceNameAnnotation),
+// NetworkAttachmentDefinition names (its resourceName annotation),
 // so that the scheduler places it on a node that has that network
 // (bridge-marker's bridge.network.kubevirt.io/<bridge>). NADs are read
 // unstructured and uncached: only VMIs with multus networks need them, and
@@ -29,18 +29,13 @@ import (
 
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get
 
-// networkSelection is one element of spec.NetworksAnnotation.
-type networkSelection struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	// Interface is the pod interface's name (spec.MultusInterfaceName),
-	// where virt-handler finds the network.
-	Interface string `json:"interface"`
-	// MAC, the interface's macAddress, asks the CNI plugin for it, as
-	// KubeVirt does; the handler gives the pod interface another one
-	// before it bridges the two.
-	MAC string `json:"mac,omitempty"`
-}
+// networkSelection is one element of the networks annotation: the NAD,
+// its namespace always written, the pod interface's name
+// (spec.MultusInterfaceName), where virt-handler finds the network, and
+// the interface's macAddress, which asks the CNI plugin for it, as
+// KubeVirt does (the handler gives the pod interface another MAC before
+// it bridges the two).
+type networkSelection = nadv1.NetworkSelectionElement
 
 // multusNetworks are the VMI's secondary networks in spec order, their
 // NAD's namespace defaulted to the VMI's.
@@ -55,7 +50,7 @@ func multusNetworks(vmi *v1.VirtualMachineInstance) []networkSelection {
 			continue
 		}
 		ns, name := nadName(vmi.Namespace, n.Multus.NetworkName)
-		out = append(out, networkSelection{Name: name, Namespace: ns, Interface: spec.MultusInterfaceName(n.Name), MAC: macs[n.Name]})
+		out = append(out, networkSelection{Name: name, Namespace: ns, InterfaceRequest: spec.MultusInterfaceName(n.Name), MacRequest: macs[n.Name]})
 	}
 	return out
 }
@@ -69,12 +64,13 @@ func nadName(namespace, networkName string) (string, string) {
 }
 
 // nadResources reads the NAD of each network and returns the resource
-// each names (none: not in the map). A missing NAD is an error naming it.
-func nadResources(ctx context.Context, c client.Reader, nets []networkSelection) (map[networkSelection]string, error) {
-	out := map[networkSelection]string{}
+// each names, by pod interface (none: not in the map). A missing NAD is
+// an error naming it.
+func nadResources(ctx context.Context, c client.Reader, nets []networkSelection) (map[string]string, error) {
+	out := map[string]string{}
 	for _, n := range nets {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(schema.GroupVersionKind{Group: spec.NADGroup, Version: spec.NADVersion, Kind: spec.NADKind})
+		u.SetGroupVersionKind(nadv1.GroupVersion.WithKind("NetworkAttachmentDefinition"))
 		err := c.Get(ctx, types.NamespacedName{Namespace: n.Namespace, Name: n.Name}, u)
 		switch {
 		case apierrors.IsNotFound(err):
@@ -82,8 +78,8 @@ func nadResources(ctx context.Context, c client.Reader, nets []networkSelection)
 		case err != nil:
 			return nil, fmt.Errorf("reading network attachment definition %s/%s: %w", n.Namespace, n.Name, err)
 		}
-		if r := u.GetAnnotations()[spec.NADResourceNameAnnotation]; r != "" {
-			out[n] = r
+		if r := u.GetAnnotations()[nadv1.ResourceNameAnnotation]; r != "" {
+			out[n.InterfaceRequest] = r
 		}
 	}
 	return out, nil
@@ -93,7 +89,7 @@ func nadResources(ctx context.Context, c client.Reader, nets []networkSelection)
 // to a rendered launcher pod (none without multus networks): one of a
 // resource per network that names it, in requests and limits alike, as
 // extended resources must be.
-func withNetworks(pod *corev1.Pod, nets []networkSelection, resources map[networkSelection]string) error {
+func withNetworks(pod *corev1.Pod, nets []networkSelection, resources map[string]string) error {
 	if len(nets) == 0 {
 		return nil
 	}
@@ -101,10 +97,10 @@ func withNetworks(pod *corev1.Pod, nets []networkSelection, resources map[networ
 	if err != nil {
 		return fmt.Errorf("encoding the networks annotation: %w", err)
 	}
-	pod.Annotations[spec.NetworksAnnotation] = string(b)
+	pod.Annotations[nadv1.NetworksAnnotation] = string(b)
 	c := &pod.Spec.Containers[0]
 	for _, n := range nets {
-		name, ok := resources[n]
+		name, ok := resources[n.InterfaceRequest]
 		if !ok {
 			continue
 		}

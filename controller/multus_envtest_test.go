@@ -10,43 +10,33 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadcrd "github.com/kubevmm/kubevmm/api/nad/crd"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
-// installNADCRD installs a NetworkAttachmentDefinition CRD (its group,
-// kind and names; the schema keeps any spec), as Multus's manifests do.
+// installNADCRD installs Multus's NetworkAttachmentDefinition CRD.
 func installNADCRD(t *testing.T) {
 	t.Helper()
-	crd := &apiextv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "network-attachment-definitions.k8s.cni.cncf.io"},
-		Spec: apiextv1.CustomResourceDefinitionSpec{
-			Group: spec.NADGroup, Scope: apiextv1.NamespaceScoped,
-			Names: apiextv1.CustomResourceDefinitionNames{Plural: "network-attachment-definitions", Singular: "network-attachment-definition",
-				Kind: spec.NADKind, ListKind: spec.NADKind + "List", ShortNames: []string{"net-attach-def"}},
-			Versions: []apiextv1.CustomResourceDefinitionVersion{{Name: spec.NADVersion, Served: true, Storage: true,
-				Schema: &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
-	_, err := envtest.InstallCRDs(restConfig, envtest.CRDInstallOptions{CRDs: []*apiextv1.CustomResourceDefinition{crd}})
+	crd, err := nadcrd.NetworkAttachmentDefinition()
+	require.NoError(t, err)
+	_, err = envtest.InstallCRDs(restConfig, envtest.CRDInstallOptions{CRDs: []*apiextv1.CustomResourceDefinition{crd}})
 	require.NoError(t, err)
 }
 
 func createNAD(t *testing.T, ns, name, resourceName string) {
 	t.Helper()
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(spec.NADGroup + "/" + spec.NADVersion)
-	u.SetKind(spec.NADKind)
+	u.SetAPIVersion(nadv1.GroupName + "/" + nadv1.GroupVersion.Version)
+	u.SetKind("NetworkAttachmentDefinition")
 	u.SetNamespace(ns)
 	u.SetName(name)
 	if resourceName != "" {
-		u.SetAnnotations(map[string]string{spec.NADResourceNameAnnotation: resourceName})
+		u.SetAnnotations(map[string]string{nadv1.ResourceNameAnnotation: resourceName})
 	}
 	require.NoError(t, unstructured.SetNestedField(u.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"`+name+`"}`, "spec", "config"))
 	require.NoError(t, k8s.Create(context.Background(), u))
@@ -80,7 +70,7 @@ func TestVMIMultusNetworks(t *testing.T) {
 	pods := launcherPods(t, vmi)
 	require.Len(t, pods, 1)
 	var nets []map[string]string
-	require.NoError(t, json.Unmarshal([]byte(pods[0].Annotations[spec.NetworksAnnotation]), &nets))
+	require.NoError(t, json.Unmarshal([]byte(pods[0].Annotations[nadv1.NetworksAnnotation]), &nets))
 	assert.Equal(t, []map[string]string{{"name": "br1", "namespace": ns, "interface": spec.MultusInterfaceName("br1"), "mac": "02:00:00:00:01:01"}}, nets)
 	c := pods[0].Spec.Containers[0]
 	for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {

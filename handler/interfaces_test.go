@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
@@ -31,7 +32,7 @@ func TestStatusInterfacesSeveralNICs(t *testing.T) {
 		v1.Network{Name: "br2", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br2"}}})
 	pod1, pod2 := spec.MultusInterfaceName("br1"), spec.MultusInterfaceName("br2")
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{spec.NetworkStatusAnnotation: `[
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nadv1.NetworkStatusAnnotation: `[
 			{"name":"cbr0","interface":"eth0","ips":["10.244.0.9"],"default":true},
 			{"name":"ns/br1","interface":"` + pod1 + `","mac":"aa:bb:cc:dd:ee:01"}]`}},
 		Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}},
@@ -52,7 +53,7 @@ func TestStatusInterfacesSeveralNICs(t *testing.T) {
 	assert.Equal(t, v1.VirtualMachineInstanceNetworkInterface{Name: "br1", MAC: "02:00:00:00:0b:01", IP: "192.168.50.1", IPs: []string{"192.168.50.1"},
 		PodInterfaceName: pod1, InterfaceName: "eth1", InfoSource: "domain, guest-agent, multus-status", QueueCount: 1, LinkState: "up"}, st.Interfaces[1])
 
-	pod.Annotations[spec.NetworkStatusAnnotation] = "{not json"
+	pod.Annotations[nadv1.NetworkStatusAnnotation] = "{not json"
 	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, now)
 	assert.Equal(t, "domain", st.Interfaces[1].InfoSource)
 }

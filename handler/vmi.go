@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
@@ -439,14 +440,11 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 // annotation that does not parse reports none.
 func multusInterfaces(pod *corev1.Pod) map[string]bool {
 	out := map[string]bool{}
-	if pod == nil || pod.Annotations[spec.NetworkStatusAnnotation] == "" {
+	if pod == nil || pod.Annotations[nadv1.NetworkStatusAnnotation] == "" {
 		return out
 	}
-	var st []struct {
-		Interface string `json:"interface"`
-		Default   bool   `json:"default"`
-	}
-	if err := json.Unmarshal([]byte(pod.Annotations[spec.NetworkStatusAnnotation]), &st); err != nil {
+	var st []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnotation]), &st); err != nil {
 		return out
 	}
 	for _, s := range st {
