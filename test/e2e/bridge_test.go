@@ -54,13 +54,14 @@ func TestBridgeNetworks(t *testing.T) {
 	assert.Equal(t, "1", jsonpath(t, "pod/"+pod, `{.spec.containers[0].resources.limits.bridge\.network\.kubevirt\.io/br1}`))
 
 	t0 := time.Now()
-	out := consoleUntil(t, ns, "brb", "BR1-PING-DONE", 15*time.Minute)
+	out := consoleUntil(t, ns, "brb", "BR1-PING-42", 15*time.Minute)
 	summary := pingSummary(out[strings.LastIndex(out, "kubevmm-guest: runcmd until ping"):])
 	t.Logf("MEASURED both guests up and brb -> bra over br1 after %v: %s", time.Since(t0).Round(time.Second), summary)
 	assert.Contains(t, summary, "3 packets transmitted, 3 packets received")
 
-	// bra is up (it answered); its echo servers listen once its runcmd ran.
-	consoleUntil(t, ns, "bra", "kubevmm-guest: runcmd nc -ll -p 22", 5*time.Minute)
+	// bra is up (it answered); its echo servers listen (its runcmd saw
+	// them in /proc/net/tcp).
+	consoleUntil(t, ns, "bra", "LISTENING-42", 5*time.Minute)
 	var st v1.VirtualMachineInstanceStatus
 	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "vmi/bra", "{.status}")), &st))
 	require.Len(t, st.Interfaces, 2, "%+v", st.Interfaces)
