@@ -4,6 +4,7 @@ import (
 	"net"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -42,8 +43,13 @@ func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Networ
 		}
 		errs = append(errs, validateBinding(ip, ifc, n)...)
 		if ifc.MacAddress != "" {
-			if mac, err := net.ParseMAC(ifc.MacAddress); err != nil || len(mac) != 6 || mac[0]&1 != 0 {
+			mac, err := net.ParseMAC(ifc.MacAddress)
+			switch {
+			case err != nil || len(mac) != 6 || mac[0]&1 != 0:
 				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "not a unicast MAC address"))
+			case ifc.Masquerade != nil && mac.String() == spec.GatewayMAC:
+				// As KubeVirt refuses its in-pod bridge's MAC.
+				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "reserved for the guest's masquerade gateway"))
 			}
 		}
 		if ifc.BootOrder != nil {
@@ -130,6 +136,9 @@ func validateBinding(ip *field.Path, ifc v1.Interface, n v1.Network) field.Error
 			errs = append(errs, notSupported(pp.Child("protocol"), port.Protocol, "TCP, UDP"))
 		}
 		if port.Name != "" {
+			if msgs := validation.IsValidPortName(port.Name); len(msgs) > 0 {
+				errs = append(errs, invalid(pp.Child("name"), port.Name, "%s", strings.Join(msgs, "; ")))
+			}
 			if names[port.Name] {
 				errs = append(errs, field.Duplicate(pp.Child("name"), port.Name))
 			}

@@ -102,6 +102,10 @@ func TestValidateNetworksRefuses(t *testing.T) {
 		{"duplicate port name", func(s *v1.VirtualMachineInstanceSpec) {
 			nic(s).Ports = []v1.Port{{Name: "a", Port: 80}, {Name: "a", Port: 81}}
 		}, "domain.devices.interfaces[0].ports[1].name", field.ErrorTypeDuplicate, ""},
+		{"a port name that is no IANA service name", func(s *v1.VirtualMachineInstanceSpec) { nic(s).Ports = []v1.Port{{Name: "Web_1", Port: 80}} },
+			"domain.devices.interfaces[0].ports[0].name", field.ErrorTypeInvalid, ""},
+		{"the masquerade gateway's MAC", func(s *v1.VirtualMachineInstanceSpec) { nic(s).MacAddress = "02:00:00:6B:76:01" },
+			"domain.devices.interfaces[0].macAddress", field.ErrorTypeInvalid, "reserved"},
 		{"state absent", func(s *v1.VirtualMachineInstanceSpec) { multusNIC(s, "br1", "br1").State = "absent" },
 			"domain.devices.interfaces[1].state", field.ErrorTypeNotSupported, ""},
 		{"a bad MAC on a multus NIC", func(s *v1.VirtualMachineInstanceSpec) { multusNIC(s, "br1", "br1").MacAddress = "02:00:00" },
