@@ -418,6 +418,12 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 		r.fail(ctx, p, fmt.Sprintf("rendering the target pod: %v", err))
 		return 0, nil
 	}
+	// The target gets the source's secondary networks (and their
+	// resources), so the handler re-plumbs them before the guest runs.
+	if err := addNetworks(ctx, r.APIReader, vmi, pod); err != nil {
+		r.fail(ctx, p, fmt.Sprintf("the target pod's networks: %v", err))
+		return 0, nil
+	}
 	if err := r.Client.Create(ctx, pod); err != nil {
 		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error creating the migration target pod: %v", err)
 		return 0, fmt.Errorf("creating the target pod of migration %s/%s: %w", m.Namespace, m.Name, err)

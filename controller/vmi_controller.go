@@ -217,6 +217,12 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
 		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
 	}
+	// KubeVirt's way: no pod while a network's NAD is missing; the
+	// Synchronized condition and an event name it, and the VMI retries.
+	if err := addNetworks(ctx, r.APIReader, vmi, pod); err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
+		return nil, &syncError{reason: ReasonFailedCreate, err: err, retry: true}
+	}
 	if err := r.Client.Create(ctx, pod); err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error creating pod: %v", err)
 		return nil, &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("creating virt-launcher pod for VMI %s/%s: %w", vmi.Namespace, vmi.Name, err), retry: true}

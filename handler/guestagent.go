@@ -19,9 +19,9 @@ import (
 
 // InfoSource values of status.interfaces, as KubeVirt writes them.
 const (
-	infoSourceDomain      = "domain"
-	infoSourceGuestAgent  = "guest-agent"
-	infoSourceDomainAndGA = infoSourceDomain + ", " + infoSourceGuestAgent
+	infoSourceDomain     = "domain"
+	infoSourceGuestAgent = "guest-agent"
+	infoSourceMultus     = "multus-status"
 )
 
 // agentStatus writes what the guest agent reports into the VMI status:
@@ -78,12 +78,27 @@ func mergeInterfaces(domain []v1.VirtualMachineInstanceNetworkInterface, guest [
 			continue
 		}
 		out[i].InterfaceName = g.Name
-		out[i].InfoSource = infoSourceDomainAndGA
+		out[i].InfoSource = infoSources(true, true, strings.Contains(out[i].InfoSource, infoSourceMultus))
 		if len(out[i].IPs) == 0 && len(ips) > 0 {
 			out[i].IP, out[i].IPs = ips[0], ips
 		}
 	}
 	return out
+}
+
+// infoSources is an interface's infoSource: who reports it, in KubeVirt's
+// order, comma-joined.
+func infoSources(domain, agent, multus bool) string {
+	var s []string
+	for _, src := range []struct {
+		on   bool
+		name string
+	}{{domain, infoSourceDomain}, {agent, infoSourceGuestAgent}, {multus, infoSourceMultus}} {
+		if src.on {
+			s = append(s, src.name)
+		}
+	}
+	return strings.Join(s, ", ")
 }
 
 // errNoAgent is KubeVirt's answer for a VMI whose agent is not there.

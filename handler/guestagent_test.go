@@ -44,7 +44,7 @@ func TestStatusFromTheGuestAgent(t *testing.T) {
 	require.NotNil(t, c)
 	assert.Equal(t, corev1.ConditionTrue, c.Status)
 	assert.Equal(t, []v1.VirtualMachineInstanceNetworkInterface{
-		{Name: "default", MAC: mac, IP: "10.244.0.9", IPs: []string{"10.244.0.9"}, PodInterfaceName: "eth0", InterfaceName: "eth0", InfoSource: "domain, guest-agent", QueueCount: 1},
+		{Name: "default", MAC: mac, IP: "10.244.0.9", IPs: []string{"10.244.0.9"}, PodInterfaceName: "eth0", InterfaceName: "eth0", InfoSource: "domain, guest-agent", QueueCount: 1, LinkState: "up"},
 		{InterfaceName: "dummy0", MAC: "0a:00:00:00:00:01", IP: "192.168.7.1", IPs: []string{"192.168.7.1", "fd00::1"}, InfoSource: "guest-agent"},
 	}, st.Interfaces)
 

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -28,7 +29,10 @@ import (
 //	  postrouting: ip saddr 10.0.2.0/24 oifname eth0 masquerade
 //
 // so every port of the pod IP but one reaches the guest, and the guest
-// reaches the cluster as the pod. The exception is spec.MigrationPort,
+// reaches the cluster as the pod. An interface with ports gets one DNAT
+// rule per port instead (iifname eth0 ip daddr <pod IP> tcp dport 80
+// dnat to 10.0.2.2): only those reach the guest, the others stay the
+// pod's, where nothing listens. The exception is spec.MigrationPort,
 // where a migration target's launcher receives its guest (KubeVirt
 // reserves its migration ports the same way). The tap's MAC is always
 // spec.GatewayMAC, so that a guest migrated into another pod finds its
@@ -42,17 +46,28 @@ import (
 
 const nftTable = "kubevmm"
 
-// SetupPodNetwork prepares the masquerade network of one pod-network NIC
-// in the network namespace of process pid. It is idempotent.
-func SetupPodNetwork(pid int, nic spec.PodNIC, owner int) error {
+// SetupPodNetwork prepares the network of the VMI's NICs (spec.PodNICs)
+// in the network namespace of process pid: the masquerade NAT or the
+// in-pod bridge (bridge.go) of each, then its tap. guestMACs are the
+// NICs' MACs, in the same order. It is idempotent.
+func SetupPodNetwork(pid int, nics []spec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
 	ns, err := netns.GetFromPid(pid)
 	if err != nil {
 		return fmt.Errorf("network namespace of launcher pid %d: %w", pid, err)
 	}
 	defer ns.Close()
-	// The tap is created last: if it exists, everything before it was
-	// done by an earlier pass (the launcher may still be loading the
-	// kernel, so it still says Starting).
+	for i, nic := range nics {
+		if err := setupNIC(ns, nic, guestMACs[i], owner); err != nil {
+			return fmt.Errorf("interface %s: %w", nic.Name, err)
+		}
+	}
+	return nil
+}
+
+// setupNIC wires one NIC in ns. Its tap is created last: if it exists,
+// everything before it was done by an earlier pass (the launcher may
+// still be loading the kernel, so it still says Starting).
+func setupNIC(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
 	done := false
 	if err := inNetns(ns, func() error {
 		_, err := netlink.LinkByName(nic.Tap)
@@ -64,7 +79,16 @@ func SetupPodNetwork(pid int, nic spec.PodNIC, owner int) error {
 	if done {
 		return nil
 	}
-	if err := setupNAT(ns); err != nil {
+	if nic.Binding == spec.BindingBridge {
+		return setupBridge(ns, nic, guestMAC, owner)
+	}
+	return setupMasquerade(ns, nic, owner)
+}
+
+// setupMasquerade: the NAT rules, forwarding, and the tap as the guest's
+// gateway.
+func setupMasquerade(ns netns.NsHandle, nic spec.PodNIC, owner int) error {
+	if err := setupNAT(ns, nic.Ports); err != nil {
 		return err
 	}
 	return inNetns(ns, func() error {
@@ -188,9 +212,54 @@ func ifname(n string) []byte {
 	return b
 }
 
+// natRules are the prerouting rules' matches and verdicts for the pod
+// IP: the migration port accepted (it stays the launcher's), then
+// every other port DNAT'ed to the guest, or with ports only those (per
+// protocol, TCP when unset), as KubeVirt's masquerade does.
+func natRules(podIP net.IP, ports []v1.Port) [][]expr.Any {
+	toPod := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP.To4()},
+	}
+	port := func(proto byte, p uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, p)},
+		}
+	}
+	dnat := []expr.Any{
+		&expr.Immediate{Register: 1, Data: net.ParseIP(spec.GuestIP).To4()},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+	}
+	rules := [][]expr.Any{concat(toPod, port(unix.IPPROTO_TCP, spec.MigrationPort), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})}
+	if len(ports) == 0 {
+		return append(rules, concat(toPod, dnat))
+	}
+	for _, p := range ports {
+		proto := byte(unix.IPPROTO_TCP)
+		if p.Protocol == "UDP" {
+			proto = unix.IPPROTO_UDP
+		}
+		rules = append(rules, concat(toPod, port(proto, uint16(p.Port)), dnat))
+	}
+	return rules
+}
+
+func concat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
 // setupNAT (re)writes the kubevmm nftables table in the pod: one batch
 // that deletes the old table, if any, and adds the new one.
-func setupNAT(ns netns.NsHandle) error {
+func setupNAT(ns netns.NsHandle, ports []v1.Port) error {
 	podIP, err := podIPv4(ns)
 	if err != nil {
 		return err
@@ -213,27 +282,9 @@ func setupNAT(ns netns.NsHandle) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	guest := net.ParseIP(spec.GuestIP).To4()
-	port := binary.BigEndian.AppendUint16(nil, spec.MigrationPort)
-	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port},
-		&expr.Verdict{Kind: expr.VerdictAccept},
-	}})
-	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP},
-		&expr.Immediate{Register: 1, Data: guest},
-		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
-	}})
+	for _, r := range natRules(podIP, ports) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: r})
+	}
 	_, vmNet, _ := net.ParseCIDR(spec.DefaultVMNetworkCIDR)
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},

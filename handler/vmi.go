@@ -2,8 +2,10 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
@@ -400,22 +403,54 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 	agentStatus(st, info.GuestAgent, now)
 }
 
-// interfaces: the pod-network NICs have the pod's IP (masquerade), as
-// KubeVirt reports them without a guest agent.
+// interfaces reports every NIC as KubeVirt does without a guest agent
+// (infoSource "domain"): its name, MAC, link state and queues, the pod
+// interface it is wired to; the masquerade NIC has the pod's IPs. A
+// multus NIC whose pod interface Multus reports in the pod's
+// network-status annotation adds "multus-status"; its addresses are the
+// guest's own, which only the guest agent knows (mergeInterfaces).
 func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMachineInstanceNetworkInterface {
 	var out []v1.VirtualMachineInstanceNetworkInterface
+	attached := multusInterfaces(pod)
 	for _, n := range spec.PodNICs(&vmi.Spec) {
-		ifc := v1.VirtualMachineInstanceNetworkInterface{Name: n.Name, InfoSource: "domain", PodInterfaceName: spec.PodInterface, QueueCount: 1}
+		ifc := v1.VirtualMachineInstanceNetworkInterface{Name: n.Name, InfoSource: infoSourceDomain, PodInterfaceName: n.PodInterface,
+			QueueCount: int32(n.Queues), LinkState: "up"}
+		if n.LinkDown {
+			ifc.LinkState = "down"
+		}
 		if mac, err := n.MACFor(string(vmi.UID)); err == nil {
 			ifc.MAC = mac.String()
 		}
-		if pod != nil && pod.Status.PodIP != "" {
+		if n.Multus != "" && attached[n.PodInterface] {
+			ifc.InfoSource = infoSources(true, false, true)
+		}
+		if n.Binding == spec.BindingMasquerade && pod != nil && pod.Status.PodIP != "" {
 			ifc.IP = pod.Status.PodIP
 			for _, ip := range pod.Status.PodIPs {
 				ifc.IPs = append(ifc.IPs, ip.IP)
 			}
 		}
 		out = append(out, ifc)
+	}
+	return out
+}
+
+// multusInterfaces are the pod interfaces of secondary networks that the
+// pod's network-status annotation (written by Multus) reports. An
+// annotation that does not parse reports none.
+func multusInterfaces(pod *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	if pod == nil || pod.Annotations[nadv1.NetworkStatusAnnotation] == "" {
+		return out
+	}
+	var st []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnotation]), &st); err != nil {
+		return out
+	}
+	for _, s := range st {
+		if !s.Default && s.Interface != "" {
+			out[s.Interface] = true
+		}
 	}
 	return out
 }
@@ -463,14 +498,19 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	if len(nics) == 0 {
 		return nil
 	}
-	if len(nics) > 1 {
-		return fmt.Errorf("VMI %s/%s: only one interface can use the pod network", vmi.Namespace, vmi.Name)
+	macs := make([]net.HardwareAddr, len(nics))
+	for i, n := range nics {
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		macs[i] = mac
 	}
 	pid, err := l.pid(ctx)
 	if err != nil {
 		return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	if err := SetupPodNetwork(pid, nics[0], spec.LauncherUID(vmi.UID)); err != nil {
+	if err := SetupPodNetwork(pid, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil

@@ -110,6 +110,8 @@ type NICConfig struct {
 	Model string
 	// Queues of the multi-queue tap and the NIC's queue pairs (spec.NICQueues).
 	Queues int
+	// LinkDown: the interface's state is down.
+	LinkDown bool
 }
 
 // BuildVMConfig turns a VMI into the guest's configuration. It checks what
@@ -192,13 +194,11 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		}
 		c.Disks = append(c.Disks, dc)
 	}
-	for _, n := range spec.PodNICs(s) {
-		mac, err := n.MACFor(string(vmi.UID))
-		if err != nil {
-			return VMConfig{}, err
-		}
-		c.NICs = append(c.NICs, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues})
+	nics, masq, err := nicConfigs(vmi)
+	if err != nil {
+		return VMConfig{}, err
 	}
+	c.NICs = nics
 	// Without kernelBoot this is what a disk boot on our VMM appends to
 	// the entry's options (QEMU's firmware boot has no command line).
 	if c.Cmdline == "" {
@@ -206,11 +206,30 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	}
 	// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
 	// IP autoconfiguration takes it from ip= when built with it (we
-	// serve no DHCP yet); otherwise the parameter is ignored.
-	if len(c.NICs) > 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
-		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth0:off", spec.GuestIP, spec.GatewayIP)
+	// serve no DHCP yet); otherwise the parameter is ignored. The guest
+	// names its NICs in device order, as PodNICs orders them.
+	if masq >= 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
+		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
 	}
 	return c, nil
+}
+
+// nicConfigs are the VMI's NICs (spec.PodNICs) and the index of the
+// masquerade one among them (-1: none).
+func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
+	var out []NICConfig
+	masq := -1
+	for _, n := range spec.PodNICs(&vmi.Spec) {
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return nil, 0, err
+		}
+		if n.Binding == spec.BindingMasquerade {
+			masq = len(out)
+		}
+		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
+	}
+	return out, masq, nil
 }
 
 // cloudInitDisk is the path of the disk rendered for a cloud-init volume.
@@ -291,7 +310,7 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		if n.Model != "virtio" {
 			return machine.Config{}, fmt.Errorf("interface %s: model %s is not supported by the kubevmm VMM", n.Name, n.Model)
 		}
-		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC, Queues: n.Queues})
+		mc.NICs = append(mc.NICs, machine.NICConfig{Tap: n.Tap, MAC: n.MAC, Queues: n.Queues, LinkDown: n.LinkDown})
 	}
 	return mc, nil
 }
@@ -379,6 +398,11 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 		qc.Disks = append(qc.Disks, qd)
 	}
 	for _, n := range c.NICs {
+		if n.LinkDown {
+			// QEMU sets a link down only over QMP (set_link) once it
+			// runs, which a migration would not carry to the target.
+			return qemu.Config{}, fmt.Errorf("interface %s: state down is not supported by the QEMU backend", n.Name)
+		}
 		qn := qemu.NIC{Tap: n.Tap, MAC: n.MAC.String(), Model: qemu.NICVirtio, Queues: n.Queues}
 		if n.Model == "e1000" {
 			qn.Model = qemu.NICE1000

@@ -66,9 +66,15 @@ var implemented = map[string]string{
 	"domain.devices.disks[0].bootOrder":     "QEMU's bootindex (launcher/qemu); the kubevmm VMM boots its kernel directly",
 	"domain.devices.disks[0].serial":        "the virtio-blk (or SATA) serial, up to 20 characters",
 
-	"domain.devices.interfaces[0].name":       "the network it attaches",
-	"domain.devices.interfaces[0].masquerade": "a tap NATed behind the pod IP (handler network, spec.PodNICs)",
-	"domain.devices.interfaces[0].macAddress": "the NIC's MAC (spec.PodNIC.MACFor)",
+	"domain.devices.interfaces[0].name":              "the network it attaches",
+	"domain.devices.interfaces[0].masquerade":        "a tap NATed behind the pod IP (handler network, spec.PodNICs)",
+	"domain.devices.interfaces[0].macAddress":        "the NIC's MAC (spec.PodNIC.MACFor)",
+	"domain.devices.interfaces[0].bridge":            "on a multus network: the tap and the pod's interface on one in-pod bridge (handler bridge.go)",
+	"domain.devices.interfaces[0].state":             "down: the virtio-net link status bit clear (vnet.Config.LinkDown)",
+	"domain.devices.interfaces[0].ports[0].name":     "unique per interface, otherwise only a label",
+	"domain.devices.interfaces[0].ports[0].port":     "masquerade DNATs only the listed ports (handler network.go)",
+	"domain.devices.interfaces[0].ports[0].protocol": "TCP (default) or UDP",
+	"networks[0].multus.networkName":                 "the NetworkAttachmentDefinition in the launcher pod's networks annotation (controller multus.go)",
 
 	"networks[0].name": "the interface it attaches",
 

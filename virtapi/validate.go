@@ -3,7 +3,6 @@ package virtapi
 import (
 	"encoding/base64"
 	"fmt"
-	"net"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -521,86 +520,6 @@ func validateDisks(p *field.Path, disks []v1.Disk, volumes []v1.Volume) field.Er
 	return errs
 }
 
-func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Network) field.ErrorList {
-	var errs field.ErrorList
-	nets := map[string]bool{}
-	for _, n := range networks {
-		nets[n.Name] = true
-	}
-	podNICs := 0
-	for i, ifc := range ifcs {
-		ip := p.Index(i)
-		if !nets[ifc.Name] {
-			errs = append(errs, invalid(ip.Child("name"), ifc.Name, "no network named %q", ifc.Name))
-		}
-		switch ifc.Model {
-		case "", "virtio", "e1000":
-		default:
-			errs = append(errs, notSupported(ip.Child("model"), ifc.Model, "virtio, e1000"))
-		}
-		m := ifc.InterfaceBindingMethod
-		bindings := []struct {
-			name string
-			set  bool
-			why  string
-		}{
-			{"masquerade", m.Masquerade != nil, ""},
-			{"bridge", m.Bridge != nil, "use masquerade"},
-			{"slirp", m.Slirp != nil, ""},
-			{"sriov", m.SRIOV != nil, ""},
-			{"macvtap", m.Macvtap != nil, ""},
-			{"passt", m.Passt != nil, ""},
-			{"passtBinding", m.PasstBinding != nil, ""},
-			{"binding", ifc.Binding != nil, "network binding plugins"},
-		}
-		var set []string
-		for _, b := range bindings {
-			if !b.set {
-				continue
-			}
-			set = append(set, b.name)
-			if b.name == "masquerade" {
-				podNICs++
-			} else {
-				errs = append(errs, unsupported(ip, b.name, b.why))
-			}
-		}
-		switch {
-		case len(set) == 0:
-			errs = append(errs, required(ip.Child("masquerade"), "the interface needs a binding"))
-		case len(set) > 1:
-			errs = append(errs, invalid(ip, strings.Join(set, ", "), "only one binding per interface"))
-		}
-		if len(ifc.Ports) > 0 {
-			errs = append(errs, unsupported(ip, "ports", "every port is forwarded to the guest"))
-		}
-		if ifc.MacAddress != "" {
-			if mac, err := net.ParseMAC(ifc.MacAddress); err != nil || len(mac) != 6 || mac[0]&1 != 0 {
-				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "not a unicast MAC address"))
-			}
-		}
-		if ifc.BootOrder != nil {
-			errs = append(errs, unsupported(ip, "bootOrder", "NICs are not boot devices"))
-		}
-		if ifc.PciAddress != "" {
-			errs = append(errs, unsupported(ip, "pciAddress", "NICs are virtio-mmio devices in the kubevmm VMM"))
-		}
-		if ifc.Tag != "" {
-			errs = append(errs, unsupported(ip, "tag", ""))
-		}
-		if ifc.ACPIIndex != 0 {
-			errs = append(errs, unsupported(ip, "acpiIndex", ""))
-		}
-		if ifc.State != "" && ifc.State != "up" {
-			errs = append(errs, notSupported(ip.Child("state"), ifc.State, "up"))
-		}
-	}
-	if podNICs > 1 {
-		errs = append(errs, invalid(p, podNICs, "only one interface can use the pod network"))
-	}
-	return errs
-}
-
 // uniqueName checks that a list entry (a network, a volume) has a name no
 // earlier entry took, recording it in seen.
 func uniqueName(p *field.Path, name string, seen map[string]bool, what string) field.ErrorList {
@@ -612,31 +531,6 @@ func uniqueName(p *field.Path, name string, seen map[string]bool, what string) f
 	}
 	seen[name] = true
 	return nil
-}
-
-func validateNetworks(p *field.Path, networks []v1.Network) field.ErrorList {
-	var errs field.ErrorList
-	seen := map[string]bool{}
-	for i, n := range networks {
-		np := p.Index(i)
-		errs = append(errs, uniqueName(np.Child("name"), n.Name, seen, "network")...)
-		if n.Multus != nil {
-			errs = append(errs, unsupported(np, "multus", ""))
-		}
-		if n.Pod == nil && n.Multus == nil && n.ResourceClaim == nil {
-			errs = append(errs, required(np.Child("pod"), "the network needs a source"))
-		}
-		if pod := n.Pod; pod != nil {
-			// The masquerade NAT (handler) uses spec.DefaultVMNetworkCIDR.
-			if c := pod.VMNetworkCIDR; c != "" && c != spec.DefaultVMNetworkCIDR {
-				errs = append(errs, notSupported(np.Child("pod", "vmNetworkCIDR"), c, spec.DefaultVMNetworkCIDR+" only"))
-			}
-			if pod.VMIPv6NetworkCIDR != "" {
-				errs = append(errs, unsupported(np, "pod.vmIPv6NetworkCIDR", "the guest has no IPv6 on the pod network"))
-			}
-		}
-	}
-	return errs
 }
 
 func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {

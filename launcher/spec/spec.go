@@ -7,10 +7,12 @@ package spec
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"net"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -229,7 +231,17 @@ func GracePeriodSeconds(s *v1.VirtualMachineInstanceSpec) int64 {
 	return v1.DefaultGracePeriodSeconds
 }
 
-// PodNIC is a guest NIC on the pod network.
+// Interface bindings kubevmm implements (spec.domain.devices.interfaces[]).
+const (
+	// BindingMasquerade NATs the guest behind the pod IP (handler network.go).
+	BindingMasquerade = "masquerade"
+	// BindingBridge puts the guest's tap and the pod interface on one
+	// in-pod Linux bridge (KubeVirt's k6t-<pod interface>): the guest is
+	// on the pod interface's layer 2 network.
+	BindingBridge = "bridge"
+)
+
+// PodNIC is a guest NIC and the pod interface virt-handler wires it to.
 type PodNIC struct {
 	Index int    // position in spec.domain.devices.interfaces
 	Name  string // interface (= network) name
@@ -239,29 +251,72 @@ type PodNIC struct {
 	// Queues of the tap and queue pairs of the NIC (NICQueues): above
 	// 1, the tap is a multi-queue tap.
 	Queues int
+	// Binding is BindingMasquerade or BindingBridge.
+	Binding string
+	// PodInterface is the pod's interface the NIC is wired to:
+	// PodInterface (eth0) for the pod network, MultusInterfaceName for a
+	// multus network.
+	PodInterface string
+	// Multus is the NetworkAttachmentDefinition of a multus network, as
+	// the spec names it (<name> or <namespace>/<name>); empty for the
+	// pod network.
+	Multus string
+	// LinkDown: state: down, the guest sees the NIC's link down.
+	LinkDown bool
+	// Ports are the only ports masquerade forwards to the guest; none:
+	// every port.
+	Ports []v1.Port
 }
 
-// PodNICs are the interfaces bound to the pod network with masquerade, the
-// binding kubevmm implements; TapName numbers them in this order.
+// PodNICs are the VMI's NICs in spec order, the one on the pod network
+// (masquerade) and those on multus networks (bridge); TapName
+// numbers them in this order, which is also the order of their devices
+// in the guest, so a migration target builds the same machine. virt-api
+// refuses every other combination.
 func PodNICs(s *v1.VirtualMachineInstanceSpec) []PodNIC {
-	pod := map[string]bool{}
+	nets := map[string]v1.Network{}
 	for _, n := range s.Networks {
-		if n.Pod != nil {
-			pod[n.Name] = true
-		}
+		nets[n.Name] = n
 	}
 	var out []PodNIC
 	for i, ifc := range s.Domain.Devices.Interfaces {
-		if !pod[ifc.Name] || ifc.Masquerade == nil {
+		n, ok := nets[ifc.Name]
+		if !ok {
 			continue
 		}
-		model := ifc.Model
-		if model == "" {
-			model = "virtio"
+		nic := PodNIC{Index: i, Name: ifc.Name, Model: ifc.Model, MAC: ifc.MacAddress, LinkDown: ifc.State == "down"}
+		switch {
+		case n.Pod != nil && ifc.Masquerade != nil:
+			nic.Binding, nic.PodInterface, nic.Ports = BindingMasquerade, PodInterface, ifc.Ports
+		case n.Multus != nil && !n.Multus.Default && ifc.Bridge != nil:
+			nic.Binding, nic.PodInterface, nic.Multus = BindingBridge, MultusInterfaceName(n.Name), n.Multus.NetworkName
+		default:
+			continue
 		}
-		out = append(out, PodNIC{Index: i, Name: ifc.Name, Model: model, MAC: ifc.MacAddress, Tap: TapName(len(out)), Queues: NICQueues(s, model)})
+		if nic.Model == "" {
+			nic.Model = "virtio"
+		}
+		nic.Tap, nic.Queues = TapName(len(out)), NICQueues(s, nic.Model)
+		out = append(out, nic)
 	}
 	return out
+}
+
+// MultusInterfaceName is the name of the pod interface Multus creates for
+// the secondary network network, as KubeVirt names it (its hashed scheme):
+// "pod" and the first 11 hex digits of the SHA-256 of the network's name.
+func MultusInterfaceName(network string) string {
+	h := sha256.Sum256([]byte(network))
+	return multusPrefix + hex.EncodeToString(h[:])[:11]
+}
+
+const multusPrefix = "pod"
+
+// BridgeName is the in-pod bridge of a bridge-bound NIC on podInterface:
+// "k6t-" and the interface name without MultusInterfaceName's prefix, as
+// KubeVirt names it, which fits the kernel's 15 bytes.
+func BridgeName(podInterface string) string {
+	return "k6t-" + strings.TrimPrefix(podInterface, multusPrefix)
 }
 
 // MACFor is the NIC's MAC address: its macAddress, else one derived from the

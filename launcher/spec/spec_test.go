@@ -198,6 +198,17 @@ func TestPodNICsAndMAC(t *testing.T) {
 		{Name: "other", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}},
 		{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}},
 	}
+	s.Domain.Devices.Interfaces[1].Ports = []v1.Port{{Port: 80}}
+	// Interfaces in spec order, taps numbered in it; a multus network's
+	// pod interface is named as KubeVirt names it (sha256("other")).
+	assert.Equal(t, []PodNIC{
+		{Index: 0, Name: "other", Model: "virtio", Tap: "tap0", Queues: 1, Binding: BindingBridge, PodInterface: "podd9298a10d1b", Multus: "x"},
+		{Index: 1, Name: "default", Model: "virtio", Tap: "tap1", Queues: 1, Binding: BindingMasquerade, PodInterface: "eth0", Ports: []v1.Port{{Port: 80}}},
+	}, PodNICs(s))
+	assert.Equal(t, "k6t-d9298a10d1b", BridgeName(MultusInterfaceName("other")))
+	assert.Equal(t, "k6t-eth0", BridgeName(PodInterface))
+	// Bindings kubevmm lacks (virt-api refuses them) are no NICs.
+	s.Domain.Devices.Interfaces[0] = v1.Interface{Name: "other", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}
 	nics := PodNICs(s)
 	if len(nics) != 1 || nics[0].Index != 1 || nics[0].Tap != "tap0" || nics[0].Model != "virtio" {
 		t.Fatalf("PodNICs = %+v", nics)

@@ -46,6 +46,9 @@ type savedNIC struct {
 	Tap    string `json:"tap"`
 	MAC    string `json:"mac"`
 	Queues int    `json:"queues,omitempty"`
+	// LinkDown is kept so that a migrated or restored guest keeps
+	// seeing the link as it was.
+	LinkDown bool `json:"linkDown,omitempty"`
 }
 
 // State is a VM's complete state apart from guest RAM.
@@ -76,7 +79,7 @@ func (m *Machine) savedConfig() SavedConfig {
 		c.Disks = append(c.Disks, savedDisk{DiskConfig: d, Image: block.Identify(m.disks[i])})
 	}
 	for _, n := range m.cfg.NICs {
-		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String(), Queues: n.Queues})
+		c.NICs = append(c.NICs, savedNIC{Tap: n.Tap, MAC: n.MAC.String(), Queues: n.Queues, LinkDown: n.LinkDown})
 	}
 	return c
 }
@@ -109,7 +112,7 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("saved NIC %s: %w", n.Tap, err)
 		}
-		c.NICs = append(c.NICs, NICConfig{Tap: n.Tap, MAC: mac, Queues: n.Queues})
+		c.NICs = append(c.NICs, NICConfig{Tap: n.Tap, MAC: mac, Queues: n.Queues, LinkDown: n.LinkDown})
 	}
 	return c, nil
 }

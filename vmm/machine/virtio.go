@@ -34,6 +34,8 @@ type NICConfig struct {
 	// Queues above 1: a multi-queue tap and as many virtio-net queue
 	// pairs (VIRTIO_NET_F_MQ), one per vCPU typically.
 	Queues int
+	// LinkDown: the guest sees the NIC's link down (vnet.Config.LinkDown).
+	LinkDown bool
 }
 
 // VirtioMMIOBase is where virtio devices sit in the 32-bit MMIO hole, one
@@ -204,7 +206,7 @@ func (m *Machine) addNIC(i int, c NICConfig) error {
 	if err != nil {
 		return configErr("nic %d: %v", i, err)
 	}
-	cfg := vnet.Config{Tap: taps[0], MAC: c.MAC}
+	cfg := vnet.Config{Tap: taps[0], MAC: c.MAC, LinkDown: c.LinkDown}
 	closers := []io.Closer{taps[0]}
 	for _, t := range taps[1:] {
 		cfg.Queues = append(cfg.Queues, t)

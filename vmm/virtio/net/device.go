@@ -67,6 +67,9 @@ type Config struct {
 	// queue pair: with them the device offers VIRTIO_NET_F_MQ.
 	Queues []Tap
 	MAC    net.HardwareAddr
+	// LinkDown clears VIRTIO_NET_S_LINK_UP in the status the guest reads
+	// (a VMI interface's state: down): its driver keeps the carrier off.
+	LinkDown bool
 }
 
 // Device is a virtio-net device.
@@ -113,7 +116,9 @@ func New(cfg Config) (*Device, error) {
 		d.features |= FCtrlVQ | FMQ
 	}
 	copy(d.config[:], d.mac)
-	d.config[6] = statusLinkUp
+	if !cfg.LinkDown {
+		d.config[6] = statusLinkUp
+	}
 	binary.LittleEndian.PutUint16(d.config[8:], uint16(len(d.pairs))) // max_virtqueue_pairs
 	return d, nil
 }

@@ -1,0 +1,59 @@
+package handler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/vmm/api"
+	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
+)
+
+// status.interfaces reports every NIC in spec order: MAC, link state, pod
+// interface; the masquerade NIC with the pod's IP; a multus NIC with
+// "multus-status" when Multus reports its pod interface (a malformed
+// annotation reports none), and with the guest's addresses once the agent
+// knows them.
+func TestStatusInterfacesSeveralNICs(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	vmi := vmiWithPodNIC()
+	bridge := v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	vmi.Spec.Domain.Devices.Interfaces = append(vmi.Spec.Domain.Devices.Interfaces,
+		v1.Interface{Name: "br1", InterfaceBindingMethod: bridge, MacAddress: "02:00:00:00:0b:01"},
+		v1.Interface{Name: "br2", InterfaceBindingMethod: bridge, MacAddress: "02:00:00:00:0b:02", State: "down"})
+	vmi.Spec.Networks = append(vmi.Spec.Networks,
+		v1.Network{Name: "br1", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br1"}}},
+		v1.Network{Name: "br2", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br2"}}})
+	pod1, pod2 := spec.MultusInterfaceName("br1"), spec.MultusInterfaceName("br2")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nadv1.NetworkStatusAnnotation: `[
+			{"name":"cbr0","interface":"eth0","ips":["10.244.0.9"],"default":true},
+			{"name":"ns/br1","interface":"` + pod1 + `","mac":"aa:bb:cc:dd:ee:01"}]`}},
+		Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}},
+	}
+	st := vmi.Status.DeepCopy()
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, now)
+	mac0 := st.Interfaces[0].MAC
+	assert.Equal(t, []v1.VirtualMachineInstanceNetworkInterface{
+		{Name: "default", MAC: mac0, IP: "10.244.0.9", IPs: []string{"10.244.0.9"}, PodInterfaceName: "eth0", InfoSource: "domain", QueueCount: 1, LinkState: "up"},
+		{Name: "br1", MAC: "02:00:00:00:0b:01", PodInterfaceName: pod1, InfoSource: "domain, multus-status", QueueCount: 1, LinkState: "up"},
+		{Name: "br2", MAC: "02:00:00:00:0b:02", PodInterfaceName: pod2, InfoSource: "domain", QueueCount: 1, LinkState: "down"},
+	}, st.Interfaces)
+
+	agent := &api.GuestAgent{Connected: true, Interfaces: []ga.Interface{
+		{Name: "eth1", HardwareAddress: "02:00:00:00:0b:01", IPAddresses: []ga.IPAddress{{Type: "ipv4", Address: "192.168.50.1", Prefix: 24}}},
+	}}
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning, GuestAgent: agent}, pod, now)
+	assert.Equal(t, v1.VirtualMachineInstanceNetworkInterface{Name: "br1", MAC: "02:00:00:00:0b:01", IP: "192.168.50.1", IPs: []string{"192.168.50.1"},
+		PodInterfaceName: pod1, InterfaceName: "eth1", InfoSource: "domain, guest-agent, multus-status", QueueCount: 1, LinkState: "up"}, st.Interfaces[1])
+
+	pod.Annotations[nadv1.NetworkStatusAnnotation] = "{not json"
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, now)
+	assert.Equal(t, "domain", st.Interfaces[1].InfoSource)
+}
