@@ -227,7 +227,9 @@ type Verdict struct {
 	Due time.Time
 }
 
-func renew(format string, a ...any) Verdict { return Verdict{Renew: true, Reason: fmt.Sprintf(format, a...)} }
+func renew(format string, a ...any) Verdict {
+	return Verdict{Renew: true, Reason: fmt.Sprintf(format, a...)}
+}
 
 // lifetime: what is wrong with a certificate's dates under c, or when it
 // is next due.
