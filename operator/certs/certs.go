@@ -89,8 +89,9 @@ type Leaf struct {
 // mid-way; the cap bounds what a long history could grow to.
 const MaxBundle = 4
 
-// clockSkew backdates NotBefore: nodes' clocks differ a little.
-const clockSkew = time.Minute
+// ClockSkew backdates NotBefore: nodes' clocks differ a little. A
+// certificate was made ClockSkew after its NotBefore.
+const ClockSkew = time.Minute
 
 // NewCA makes a self-signed CA valid for c.Duration from now.
 func NewCA(commonName string, c Config, now time.Time) (KeyPair, error) {
@@ -103,7 +104,7 @@ func NewCA(commonName string, c Config, now time.Time) (KeyPair, error) {
 		return KeyPair{}, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: sn, Subject: pkix.Name{CommonName: commonName},
-		NotBefore: now.Add(-clockSkew), NotAfter: now.Add(c.Duration),
+		NotBefore: now.Add(-ClockSkew), NotAfter: now.Add(c.Duration),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	return sign(tmpl, tmpl, key, key)
 }
@@ -128,7 +129,7 @@ func NewLeaf(ca KeyPair, l Leaf, c Config, now time.Time) (KeyPair, error) {
 		notAfter = caCert.NotAfter
 	}
 	tmpl := &x509.Certificate{SerialNumber: sn, Subject: pkix.Name{CommonName: l.CommonName}, DNSNames: l.DNSNames,
-		NotBefore: now.Add(-clockSkew), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: l.Usages}
+		NotBefore: now.Add(-ClockSkew), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: l.Usages}
 	return sign(tmpl, caCert, key, caKey)
 }
 
@@ -223,6 +224,9 @@ type Verdict struct {
 	// Renew: make a new pair; Reason says why.
 	Renew  bool
 	Reason string
+	// Scheduled: renewed for its lifetime only (within renewBefore, or
+	// longer than the strategy allows); the pair is still valid now.
+	Scheduled bool
 	// Due is when the pair must be looked at again (zero when Renew).
 	Due time.Time
 }
@@ -238,11 +242,17 @@ func lifetime(cert *x509.Certificate, c Config, now time.Time) Verdict {
 	switch {
 	case now.Before(cert.NotBefore):
 		return renew("not valid before %v", cert.NotBefore.UTC())
+	case !now.Before(cert.NotAfter):
+		return renew("expired at %v", cert.NotAfter.UTC())
 	case !now.Before(due):
-		return renew("expires at %v, within renewBefore %v", cert.NotAfter.UTC(), c.RenewBefore)
+		v := renew("expires at %v, within renewBefore %v", cert.NotAfter.UTC(), c.RenewBefore)
+		v.Scheduled = true
+		return v
 	case cert.NotAfter.Sub(now) > c.Duration:
 		// The strategy was shortened: honour it now, not at the old expiry.
-		return renew("valid until %v, longer than duration %v", cert.NotAfter.UTC(), c.Duration)
+		v := renew("valid until %v, longer than duration %v", cert.NotAfter.UTC(), c.Duration)
+		v.Scheduled = true
+		return v
 	}
 	return Verdict{Due: due}
 }

@@ -123,6 +123,16 @@ func TestCheckLeaf(t *testing.T) {
 	}
 }
 
+// Scheduled tells a renewal the operator may postpone (the pair still
+// valid) from one it may not.
+func TestScheduled(t *testing.T) {
+	ca := mustCA(t, t0)
+	assert.True(t, CheckCA(ca, caCfg, t0.Add(50*time.Minute)).Scheduled, "within renewBefore")
+	assert.True(t, CheckCA(ca, Config{Duration: 30 * time.Minute, RenewBefore: time.Minute}, t0).Scheduled, "longer than the strategy allows")
+	assert.False(t, CheckCA(ca, caCfg, t0.Add(time.Hour)).Scheduled, "expired")
+	assert.False(t, CheckCA(KeyPair{}, caCfg, t0).Scheduled, "missing")
+}
+
 func TestLeafNeverOutlivesItsCA(t *testing.T) {
 	ca := mustCA(t, t0)
 	// 55 minutes in, the CA has 5 left: the leaf gets those, not 20.

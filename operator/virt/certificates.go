@@ -97,8 +97,12 @@ type certPlan struct {
 // planCertificates decides, from what is stored, which pairs to remake
 // and makes them: the CA first (a new one joins the bundle beside the
 // previous, which stays until it expires), then each leaf that is
-// missing, unusable, no longer verified by the bundle or due.
-func planCertificates(r CertsRead, st certs.Strategy, namespace string, now time.Time) (certPlan, error) {
+// missing, unusable, no longer verified by the bundle or due. A leaf that
+// is only due (still valid) waits until the CA that would sign it has
+// been published for settle: until every component's mounted bundle
+// holds it (the kubelet updates mounted Secrets within its sync period),
+// a peer would refuse a leaf it signed.
+func planCertificates(r CertsRead, st certs.Strategy, namespace string, now time.Time, settle time.Duration) (certPlan, error) {
 	p := certPlan{ca: r.CA, leaves: map[string]certs.KeyPair{}}
 	v := certs.CheckCA(r.CA, st.CA, now)
 	if v.Renew {
@@ -112,6 +116,11 @@ func planCertificates(r CertsRead, st certs.Strategy, namespace string, now time
 		v = certs.CheckCA(ca, st.CA, now)
 	}
 	p.due = v.Due
+	caCert, _, err := certs.Parse(p.ca)
+	if err != nil {
+		return p, err
+	}
+	settled := caCert.NotBefore.Add(certs.ClockSkew + settle)
 	bundle, err := certs.Bundle(p.ca.Cert, r.Bundle, now)
 	if err != nil {
 		return p, err
@@ -124,6 +133,9 @@ func planCertificates(r CertsRead, st certs.Strategy, namespace string, now time
 	for _, l := range leaves(namespace) {
 		pair := r.Leaves[l.secret]
 		v := certs.CheckLeaf(pair, l.spec, roots, st.Server, now)
+		if v.Renew && v.Scheduled && now.Before(settled) {
+			v = certs.Verdict{Due: settled}
+		}
 		if v.Renew {
 			if pair, err = certs.NewLeaf(p.ca, l.spec, st.Server, now); err != nil {
 				return p, err

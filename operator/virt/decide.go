@@ -118,7 +118,7 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 	if err != nil {
 		return failed(err.Error())
 	}
-	plan, err := planCertificates(o.Certs, strat, defaults.Namespace, now.Time)
+	plan, err := planCertificates(o.Certs, strat, defaults.Namespace, now.Time, defaults.SecretPropagation)
 	if err != nil {
 		return failed("certificates: " + err.Error())
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	PullPolicy    corev1.PullPolicy
 	PluginDir     string
 	KubeletRoot   string
+	// SecretPropagation is how long the kubelet may take to update a
+	// mounted Secret: a new CA signs leaves only once it has been
+	// published that long.
+	SecretPropagation time.Duration
 }
 
 // FieldManager is virt-operator's server-side apply field manager.
