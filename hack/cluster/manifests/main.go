@@ -1,8 +1,8 @@
 // Command manifests prints everything that deploys kubevmm's components
 // into a cluster, as one YAML stream for `kubectl apply --server-side`.
-// With -operator (what `make cluster-sync` deploys): the namespace, the
-// certificates' Secrets and virt-operator (the KubeVirt CRD, its RBAC and
-// Deployment), which deploys the rest from a KubeVirt CR, the SSP
+// With -operator (what `make cluster-sync` deploys): the namespace and
+// virt-operator (the KubeVirt CRD, its RBAC and Deployment), which deploys
+// the rest from a KubeVirt CR, its certificates included, the SSP
 // operator (operator/ssp: the SSP and TektonTasks CRDs, its RBAC and
 // Deployment, and virt-template-validator's certificate) and the HCO
 // operator (the HyperConverged CRD, its RBAC, Deployment, webhook and
@@ -17,10 +17,13 @@
 // (operator/hostpath/install) and the network add-ons
 // (operator/network/install), whose own operators are later work.
 //
-// Certificates: a CA and the leaf certificates (virt-api's serving
-// certificate, virt-handler's and virt-api's for their mutual TLS) are
-// generated on first use and kept in -pki, so repeated syncs apply the
-// same bytes. They are not rotated (see the report of issue 5).
+// Certificates: with -operator, virt-operator makes and rotates its
+// components' own (operator/certs); what remains here is a CA and the
+// leaves the other operators cannot make yet (virt-template-validator's,
+// the HCO webhook's) and, without -operator, the components' (virt-api's
+// serving certificate, virt-handler's and virt-api's for their mutual
+// TLS). They are generated on first use and kept in -pki, so repeated
+// syncs apply the same bytes, and are not rotated.
 package main
 
 import (
@@ -95,20 +98,15 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	certs, err := leaves(ca, o)
-	if err != nil {
-		return err
-	}
 	var cc controller.ClusterConfig
 	if o.featureGates != "" {
 		cc.DeveloperConfiguration.FeatureGates = strings.Split(o.featureGates, ",")
 	}
 	c := install.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
-		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, Certificates: certs, ManagedBy: "kubevmm"}
+		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, ManagedBy: "kubevmm"}
 	var objs []client.Object
 	if o.operator {
 		objs, err = install.Operator(c)
-		objs = append(install.Secrets(o.namespace, certs), objs...)
 		if err == nil {
 			var sspObjs []client.Object
 			sspObjs, err = sspOperator(ca, o)
@@ -119,7 +117,7 @@ func run(o opts) error {
 			h, err = hcoObjects(ca, o)
 			objs = append(objs, h...)
 		}
-	} else {
+	} else if c.Certificates, err = leaves(ca, o); err == nil {
 		objs, err = install.Objects(c)
 	}
 	if err != nil {
