@@ -1,8 +1,9 @@
 // Package install builds the objects that deploy the network add-ons on a
 // cluster: the NetworkAttachmentDefinition CRD, the kubevmm-multus
 // meta-plugin's node installer and bridge-marker, each a DaemonSet, and
-// their RBAC. It is what the NetworkAddonsConfig operator will reconcile
-// (later work); today hack/cluster/manifests prints them for cluster-sync.
+// their RBAC, per component. The NetworkAddonsConfig operator
+// (operator/network) deploys them; hack/cluster/manifests prints them all
+// without -operator.
 package install
 
 import (
@@ -44,23 +45,45 @@ type Config struct {
 // Objects are the network add-ons. The NetworkAttachmentDefinition CRD
 // comes first: the caller applies the objects in order.
 func Objects(c Config) ([]client.Object, error) {
+	objs, err := MultusObjects(c)
+	if err != nil {
+		return nil, err
+	}
+	objs = append([]client.Object{objs[0], NamespaceObject()}, objs[1:]...)
+	return append(objs, LinuxBridgeObjects(c)...), nil
+}
+
+// NamespaceObject is the add-ons' namespace (privileged: the DaemonSets
+// use host paths and the host's network).
+func NamespaceObject() *corev1.Namespace {
+	return &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+}
+
+// MultusObjects are the meta-plugin's: the NetworkAttachmentDefinition CRD
+// first, then its RBAC and DaemonSet (in Namespace).
+func MultusObjects(c Config) ([]client.Object, error) {
 	nadCRD, err := crd.NetworkAttachmentDefinition()
 	if err != nil {
 		return nil, err
 	}
 	nadCRD.TypeMeta = tm("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-	ns := &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
-	objs := []client.Object{nadCRD, ns}
+	objs := []client.Object{nadCRD}
 	objs = append(objs, rbac(Multus, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{nadv1.GroupName}, Resources: []string{nadv1.Resource}, Verbs: []string{"get", "list"}},
 	})...)
-	objs = append(objs, rbac(BridgeMarker, []rbacv1.PolicyRule{
+	return append(objs, multusDaemonSet(c)), nil
+}
+
+// LinuxBridgeObjects are bridge-marker's RBAC and DaemonSet (in
+// Namespace).
+func LinuxBridgeObjects(c Config) []client.Object {
+	objs := rbac(BridgeMarker, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
-	})...)
-	return append(objs, multusDaemonSet(c), bridgeMarkerDaemonSet(c)), nil
+	})
+	return append(objs, bridgeMarkerDaemonSet(c))
 }
 
 // multusDaemonSet runs `kubevmm-multus install` on every node: the binary,
