@@ -40,6 +40,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +68,16 @@ const FieldManager = "cluster-network-addons-operator"
 
 // daemonSets are the components' DaemonSets, whose readiness is read.
 var daemonSets = []string{install.Multus, install.BridgeMarker}
+
+// declared are the spec's keys kubevmm implements (their JSON names).
+var declared = func() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[networkaddonsv1.NetworkAddonsConfigSpec]()
+	for i := range t.NumField() {
+		out[strings.Split(t.Field(i).Tag.Get("json"), ",")[0]] = true
+	}
+	return out
+}()
 
 // Reconciler reconciles the NetworkAddonsConfig.
 type Reconciler struct {
@@ -140,6 +154,15 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 	if o.UnknownFields, err = v1.UnknownFields(spec, nac.Spec); err != nil {
 		return o, fmt.Errorf("NetworkAddonsConfig %s: %w", nac.Name, err)
 	}
+	// A key asks for its component even empty ("ovs: {}"), which
+	// UnknownFields does not report: every undeclared key is refused.
+	m, _ := raw.Object["spec"].(map[string]any)
+	for k, val := range m {
+		if !declared[k] && val != nil && !slices.Contains(o.UnknownFields, k) {
+			o.UnknownFields = append(o.UnknownFields, k)
+		}
+	}
+	sort.Strings(o.UnknownFields)
 	for _, name := range daemonSets {
 		ds := &appsv1.DaemonSet{}
 		switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: name}, ds); {

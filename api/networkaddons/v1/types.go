@@ -31,7 +31,7 @@ type NetworkAddonsConfigList struct {
 	Items           []NetworkAddonsConfig `json:"items"`
 }
 
-// NetworkAddonsConfigSpec: a component is deployed while its key is
+// NetworkAddonsConfigSpec says which components run: each while its key is
 // present (an empty object is enough) and removed when the key goes.
 // Upstream's other keys are kept by the API server and refused by the
 // operator, naming them.
