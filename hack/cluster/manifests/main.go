@@ -14,8 +14,11 @@
 // the virt-api Service, the admission webhooks and the
 // subresources.kubevirt.io APIService). The CRDs are applied from
 // api/crds beside it. Both ways it ends with the hostpath provisioner
-// (operator/hostpath/install) and the network add-ons
-// (operator/network/install), whose own operators are later work.
+// (operator/hostpath/install), whose own operator is later work, and the
+// network add-ons: with -operator their operator (operator/network: the
+// NetworkAddonsConfig CRD, its RBAC and Deployment), which deploys them
+// from the NetworkAddonsConfig the HCO makes; without, the add-ons
+// themselves (operator/network/install).
 //
 // Certificates: a CA and the leaf certificates (virt-api's serving
 // certificate, virt-handler's and virt-api's for their mutual TLS) are
@@ -49,6 +52,7 @@ import (
 	"github.com/kubevmm/kubevmm/handler"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/network"
 	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
@@ -130,10 +134,17 @@ func run(o opts) error {
 	objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
 		PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, PoolPath: o.hostpathPool})...)
 	// The network add-ons (NetworkAttachmentDefinitions, kubevmm-multus,
-	// bridge-marker): their NetworkAddonsConfig operator is later work.
-	netObjs, err := networkinstall.Objects(networkinstall.Config{MultusImage: o.imagePrefix + "/kubevmm-multus:" + o.tag,
-		BridgeMarkerImage: o.imagePrefix + "/bridge-marker:" + o.tag, PullPolicy: o.pull,
-		CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	// bridge-marker): with -operator their operator, which deploys them
+	// from the NetworkAddonsConfig the HCO makes; else the add-ons.
+	var netObjs []client.Object
+	if o.operator {
+		netObjs, err = network.Operator(network.OperatorConfig{ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
+			CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	} else {
+		netObjs, err = networkinstall.Objects(networkinstall.Config{MultusImage: o.imagePrefix + "/kubevmm-multus:" + o.tag,
+			BridgeMarkerImage: o.imagePrefix + "/bridge-marker:" + o.tag, PullPolicy: o.pull,
+			CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	}
 	if err != nil {
 		return err
 	}
