@@ -97,8 +97,8 @@ var ErrExhausted = errors.New("the MAC pool is exhausted: every address of its r
 type Pool struct {
 	mu      sync.Mutex
 	r       Range
-	next    MAC                        // where the next search starts
-	owners  map[MAC][]string           // sorted
+	next    MAC                         // where the next search starts
+	owners  map[MAC][]string            // sorted
 	held    map[string]map[MAC]struct{} // by owner
 	pending map[string]bool
 }
