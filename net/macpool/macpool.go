@@ -312,9 +312,8 @@ func (p *Pool) hold(owner string, m MAC) {
 		return
 	}
 	p.held[owner][m] = struct{}{}
-	o := append(p.owners[m], owner)
-	slices.Sort(o)
-	p.owners[m] = o
+	p.owners[m] = append(p.owners[m], owner)
+	slices.Sort(p.owners[m])
 }
 
 func (p *Pool) drop(owner string, m MAC) {
