@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the kubevmm component images (virt-operator, virt-controller,
 # virt-api, virt-handler, virt-launcher, hostpath-provisioner, ssp-operator,
-# virt-template-validator, hco-operator, kubevmm-multus, bridge-marker), imports them into the dev
+# virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
+# kubemacpool), imports them into the dev
 # cluster's containerd and installs kubevmm the documented way: virt-operator
 # (namespace kubevirt, the KubeVirt CRD, its RBAC and Deployment, and the
 # components' certificates, kept under $CLUSTER_DIR/kubevmm-pki; all
@@ -18,7 +19,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker ssp-operator virt-template-validator; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker kubemacpool ssp-operator virt-template-validator; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -131,6 +132,11 @@ for ds in kubevmm-multus bridge-marker; do
 done
 for _ in $(seq 1 300); do [ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] && break; sleep 0.2; done
 [ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] || die "sync.sh: kubevmm-multus did not install 00-multus.conflist"
+# kubemacpool: its webhook gives VMs their MACs, ready once its pool is
+# rebuilt from the VMs.
+kubectl_admin -n cluster-network-addons rollout restart deployment/kubemacpool-mac-controller-manager >/dev/null
+kubectl_admin -n cluster-network-addons rollout status deployment/kubemacpool-mac-controller-manager --timeout=180s >/dev/null || {
+  kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: deployment/kubemacpool-mac-controller-manager did not become ready"; }
 kubectl_admin wait --for=condition=Available apiservice/v1.subresources.kubevirt.io --timeout=120s >/dev/null
 # Launcher pods can be scheduled once virt-handler labelled the node and the
 # kubelet reports the device plugins' resources.
