@@ -55,6 +55,7 @@ func run() error {
 	}
 	o.MultusImage = registry + "/kubevmm-multus:" + o.Version
 	o.BridgeMarkerImage = registry + "/bridge-marker:" + o.Version
+	o.KubeMacPoolImage = registry + "/kubemacpool:" + o.Version
 	scheme, err := kvscheme.New()
 	if err != nil {
 		return err

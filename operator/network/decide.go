@@ -20,14 +20,21 @@ import (
 const (
 	KeyMultus      = "multus"
 	KeyLinuxBridge = "linuxBridge"
+	KeyKubeMacPool = "kubeMacPool"
 )
+
+// CAKey is the key of the CA that signed kubemacpool's serving
+// certificate in its Secret (install.KubeMacPoolSecret): the webhook's CA
+// bundle.
+const CAKey = "ca.crt"
 
 // Options are the operator's: the components' images and the nodes' CNI
 // directories (install.Config, whose PullPolicy is the default when the
 // spec sets none), and the version it reports.
 type Options struct {
 	install.Config
-	Version string
+	KubeMacPoolImage string
+	Version          string
 }
 
 // Workload is what a reconcile read of one DaemonSet or Deployment.
@@ -45,6 +52,12 @@ type Observed struct {
 	// Workloads are the components' DaemonSets and Deployments, by
 	// "Kind namespace/name".
 	Workloads map[string]Workload
+	// KubeMacPoolRange is the range in kubemacpool's ConfigMap, nil
+	// without one; RandomRange a fresh random range, for a kubeMacPool
+	// without a range and no ConfigMap yet.
+	KubeMacPoolRange, RandomRange *[2]string
+	// KubeMacPoolCA is CAKey of kubemacpool's Secret.
+	KubeMacPoolCA []byte
 }
 
 // Decision is what to apply, what to delete (the objects of components
@@ -81,9 +94,6 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	if len(o.UnknownFields) > 0 {
 		return failed("InvalidConfiguration", "not supported by kubevmm: spec."+strings.Join(o.UnknownFields, ", spec."))
 	}
-	if nac.Spec.KubeMacPool != nil {
-		return failed("InvalidConfiguration", "not supported by kubevmm yet: spec.kubeMacPool (kubemacpool is not deployed by this operator)")
-	}
 	cfg := opts.Config
 	if nac.Spec.ImagePullPolicy != "" {
 		cfg.PullPolicy = nac.Spec.ImagePullPolicy
@@ -92,9 +102,14 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	if err != nil {
 		return failed("FailedToRender", err.Error())
 	}
+	kmp, err := kubeMacPoolObjects(o, opts, cfg.PullPolicy)
+	if err != nil {
+		return failed("InvalidConfiguration", err.Error())
+	}
 	comps := []component{
 		{KeyMultus, nac.Spec.Multus != nil, multus},
 		{KeyLinuxBridge, nac.Spec.LinuxBridge != nil, install.LinuxBridgeObjects(cfg)},
+		{KeyKubeMacPool, nac.Spec.KubeMacPool != nil, kmp},
 	}
 	owner := metav1.OwnerReference{APIVersion: networkaddonsv1.GroupVersion.String(), Kind: "NetworkAddonsConfig", Name: nac.Name, UID: nac.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
@@ -117,15 +132,23 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 				return failed("FailedToRender", err.Error())
 			}
 			d.Apply = append(d.Apply, u)
-			if ds, ok := obj.(*appsv1.DaemonSet); ok {
-				key := workloadKey("DaemonSet", ds.Namespace, ds.Name)
-				if !o.Workloads[key].Ready {
-					notReady = append(notReady, key)
-				}
-				for _, ctr := range ds.Spec.Template.Spec.Containers {
-					st.Containers = append(st.Containers, networkaddonsv1.Container{Namespace: ds.Namespace, ParentKind: "DaemonSet",
-						ParentName: ds.Name, Name: ctr.Name, Image: ctr.Image})
-				}
+			var pod *corev1.PodTemplateSpec
+			switch w := obj.(type) {
+			case *appsv1.DaemonSet:
+				pod = &w.Spec.Template
+			case *appsv1.Deployment:
+				pod = &w.Spec.Template
+			default:
+				continue
+			}
+			kind := obj.GetObjectKind().GroupVersionKind().Kind
+			key := workloadKey(kind, obj.GetNamespace(), obj.GetName())
+			if !o.Workloads[key].Ready {
+				notReady = append(notReady, key)
+			}
+			for _, ctr := range pod.Spec.Containers {
+				st.Containers = append(st.Containers, networkaddonsv1.Container{Namespace: obj.GetNamespace(), ParentKind: kind,
+					ParentName: obj.GetName(), Name: ctr.Name, Image: ctr.Image})
 			}
 		}
 	}
@@ -137,6 +160,37 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	}
 	d.Status = st
 	return d
+}
+
+// kubeMacPoolObjects are kubemacpool's objects: with the spec's range, else
+// the one it runs with (its ConfigMap), else the random one the reconcile
+// picked. Without the key they are only deleted: a fixed range and CA
+// then, as only their kinds and names count.
+func kubeMacPoolObjects(o Observed, opts Options, pull corev1.PullPolicy) ([]client.Object, error) {
+	c := install.KubeMacPoolConfig{Image: opts.KubeMacPoolImage, PullPolicy: pull}
+	spec := o.Config.Spec.KubeMacPool
+	switch {
+	case spec == nil:
+		c.RangeStart, c.RangeEnd, c.CABundle = "02:00:00:00:00:00", "02:00:00:ff:ff:ff", []byte("unused")
+	case spec.RangeStart != "" || spec.RangeEnd != "":
+		c.RangeStart, c.RangeEnd = spec.RangeStart, spec.RangeEnd
+	case o.KubeMacPoolRange != nil:
+		c.RangeStart, c.RangeEnd = o.KubeMacPoolRange[0], o.KubeMacPoolRange[1]
+	default:
+		c.RangeStart, c.RangeEnd = o.RandomRange[0], o.RandomRange[1]
+	}
+	if spec != nil {
+		c.CABundle = o.KubeMacPoolCA
+		if len(c.CABundle) == 0 {
+			return nil, fmt.Errorf("spec.kubeMacPool: no %s in Secret %s/%s: kubemacpool's serving certificate is made outside the operator for now",
+				CAKey, install.Namespace, install.KubeMacPoolSecret)
+		}
+	}
+	objs, err := install.KubeMacPoolObjects(c)
+	if err != nil {
+		return nil, fmt.Errorf("spec.%w", err)
+	}
+	return objs, nil
 }
 
 func workloadKey(kind, ns, name string) string { return kind + " " + ns + "/" + name }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -74,6 +75,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
 	r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: network.Options{Version: "envtest",
+		KubeMacPoolImage: "localhost/kubevmm/kubemacpool:envtest",
 		Config: install.Config{MultusImage: "localhost/kubevmm/kubevmm-multus:envtest", BridgeMarkerImage: "localhost/kubevmm/bridge-marker:envtest",
 			PullPolicy: corev1.PullNever, CNIBinDir: "/opt/cni/bin", CNIConfDir: "/etc/cni/net.d", ClusterNetwork: "10-bridge.conflist"}}}
 	require.NoError(t, r.SetupWithManager(mgr))
@@ -188,6 +190,48 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		waitCond(networkaddonsv1.ConditionDegraded, "True/InvalidConfiguration: not supported by kubevmm: spec.multus.delegates, spec.ovs")
 		assert.Equal(t, "False", string(networkaddonsv1.FindCondition(get().Status.Conditions, networkaddonsv1.ConditionAvailable).Status))
 		patch(`{"spec":{"ovs":null,"multus":{"delegates":null}}}`)
+		waitCond(networkaddonsv1.ConditionAvailable, "True/AsExpected")
+	})
+
+	t.Run("kubeMacPool", func(t *testing.T) {
+		patch(`{"spec":{"kubeMacPool":{}}}`)
+		waitCond(networkaddonsv1.ConditionDegraded, "True/InvalidConfiguration: spec.kubeMacPool: no ca.crt in Secret cluster-network-addons/kubemacpool-service")
+		require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: install.KubeMacPoolSecret},
+			Data: map[string][]byte{network.CAKey: []byte("not-a-real-ca")}}))
+		// (Looked for again within 10 s: the Secret is not watched.)
+		waitCond(networkaddonsv1.ConditionProgressing, "True/Deploying: not ready yet: Deployment cluster-network-addons/kubemacpool-mac-controller-manager")
+		rangeOf := func() string {
+			cm := &corev1.ConfigMap{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: "kubemacpool-mac-range-config"}, cm))
+			return cm.Data["RANGE_START"] + "-" + cm.Data["RANGE_END"]
+		}
+		first := rangeOf()
+		assert.Regexp(t, `^02:[0-9a-f]{2}:[0-9a-f]{2}:00:00:00-02:[0-9a-f]{2}:[0-9a-f]{2}:ff:ff:ff$`, first, "a random 02:XX:XX range")
+		hook := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.KubeMacPoolWebhook}, hook))
+		assert.Equal(t, []byte("not-a-real-ca"), hook.Webhooks[0].ClientConfig.CABundle)
+		dep := &appsv1.Deployment{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, dep))
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+		require.NoError(t, k8s.Status().Update(ctx, dep))
+		waitCond(networkaddonsv1.ConditionAvailable, "True/AsExpected")
+		// Another reconcile (a new generation, seen in the status).
+		patch(`{"spec":{"imagePullPolicy":"Never"}}`)
+		waitFor(t, "the new generation reconciled", func() (bool, string) {
+			cur := get()
+			return cur.Generation > 1 && cur.Status.ObservedGeneration == cur.Generation, fmt.Sprint(cur.Status.ObservedGeneration, "/", cur.Generation)
+		})
+		assert.Equal(t, first, rangeOf(), "the random range is kept")
+
+		patch(`{"spec":{"kubeMacPool":{"rangeStart":"02:aa:00:00:00:00","rangeEnd":"02:aa:00:00:ff:ff"}}}`)
+		waitFor(t, "the spec's range", func() (bool, string) { r := rangeOf(); return r == "02:aa:00:00:00:00-02:aa:00:00:ff:ff", r })
+
+		patch(`{"spec":{"kubeMacPool":null}}`)
+		waitFor(t, "kubemacpool gone", func() (bool, string) {
+			derr := k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, &appsv1.Deployment{})
+			herr := k8s.Get(ctx, client.ObjectKey{Name: install.KubeMacPoolWebhook}, &admissionregistrationv1.MutatingWebhookConfiguration{})
+			return apierrors.IsNotFound(derr) && apierrors.IsNotFound(herr), fmt.Sprintf("Deployment: %v, webhook: %v", derr, herr)
+		})
 		waitCond(networkaddonsv1.ConditionAvailable, "True/AsExpected")
 	})
 }

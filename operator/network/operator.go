@@ -46,9 +46,12 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			// What it deploys. escalate and bind: it grants the components
 			// what it need not hold itself.
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: all},
-			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: all},
-			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: all},
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: all},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: all},
+			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps"}, Verbs: all},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: all},
+			// kubemacpool's CA (its serving certificate's Secret).
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{install.KubeMacPoolSecret}, Verbs: []string{"get"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}

@@ -7,17 +7,22 @@
 //	            DaemonSet (installs the meta-plugin on every node)
 //	linuxBridge the bridge-marker DaemonSet (publishes each node's bridges
 //	            as bridge.network.kubevirt.io/<bridge> resources)
+//	kubeMacPool kubemacpool (its range ConfigMap, RBAC, Deployment, Service
+//	            and mutating webhook), with spec.kubeMacPool's range, else
+//	            the range its ConfigMap holds, else a random
+//	            02:XX:XX:00:00:00-02:XX:XX:FF:FF:FF picked once and kept
+//	            in the ConfigMap; its serving certificate is the
+//	            deployer's, Secret kubemacpool-service with the CA in ca.crt
 //
 // all in namespace cluster-network-addons, the operator's own (Operator).
-// The bridge and tuning CNI
-// plugins themselves are not installed by the operator: the node's
-// container runtime brings the standard plugins (on the dev cluster,
-// hack/cluster/cni-plugins.sh at cluster-up). kubeMacPool and upstream's
+// The bridge and tuning CNI plugins themselves are not installed by the
+// operator: the node's container runtime brings the standard plugins (on
+// the dev cluster, hack/cluster/cni-plugins.sh at cluster-up). Upstream's
 // other keys are refused by name (Degraded).
 //
 // One level-triggered reconciler: read (the NetworkAddonsConfig, its spec
-// as stored, the components' DaemonSets), decide (Decide, a pure
-// function), write (server-side apply under field manager
+// as stored, the components' DaemonSets and Deployment, kubemacpool's
+// range and CA), decide (Decide, a pure function), write (server-side apply under field manager
 // cluster-network-addons-operator with forced ownership, so an edit of a
 // deployed field is reverted; deletes of the components whose key is
 // gone; then the status). Everything applied is owned by the
@@ -27,11 +32,14 @@
 //
 // States (the conditions Available/Progressing/Degraded):
 //
-//	-> Progressing  a requested component's DaemonSet is not ready
+//	-> Progressing  a requested component's DaemonSet or Deployment is not
+//	                ready
 //	-> Available    every requested component is ready (none requested:
 //	                Available at once); observedVersion is set
-//	-> Degraded     the spec sets a field kubevmm does not implement (named);
-//	                nothing is applied or deleted until it is fixed
+//	-> Degraded     the spec sets a field kubevmm does not implement (named),
+//	                an invalid kubeMacPool range, or kubemacpool's CA is
+//	                missing (looked for again every 10 s); nothing is
+//	                applied or deleted until it is fixed
 //
 // The CRD admits no other name than "cluster".
 package network
@@ -44,7 +52,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -52,6 +62,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +71,8 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/net/kubemacpool"
+	"github.com/kubevmm/kubevmm/net/macpool"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
 
@@ -124,6 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
+	if nac.Spec.KubeMacPool != nil && len(o.KubeMacPoolCA) == 0 {
+		// kubemacpool's Secret is not watched: look again.
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	}
 	return reconcile.Result{}, nil
 }
 
@@ -176,6 +193,44 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 					st.NumberAvailable >= st.DesiredNumberScheduled}
 		}
 	}
+	dep := &appsv1.Deployment{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, dep); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading Deployment %s: %w", install.KubeMacPool, err)
+	default:
+		want := ptr.Deref(dep.Spec.Replicas, 1)
+		st := dep.Status
+		o.Workloads[workloadKey("Deployment", install.Namespace, install.KubeMacPool)] = Workload{
+			Ready: st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want}
+	}
+	if nac.Spec.KubeMacPool == nil {
+		return o, nil
+	}
+	sec := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPoolSecret}, sec); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading kubemacpool's CA: %w", err)
+	default:
+		o.KubeMacPoolCA = sec.Data[CAKey]
+	}
+	cm := &corev1.ConfigMap{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: kubemacpool.ConfigMap}, cm); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading kubemacpool's range: %w", err)
+	default:
+		o.KubeMacPoolRange = &[2]string{cm.Data[kubemacpool.KeyRangeStart], cm.Data[kubemacpool.KeyRangeEnd]}
+	}
+	if o.KubeMacPoolRange == nil {
+		// Picked once: kept in the ConfigMap from then on.
+		rg, err := macpool.RandomRange()
+		if err != nil {
+			return o, err
+		}
+		o.RandomRange = &[2]string{rg.Start.String(), rg.End.String()}
+	}
 	return o, nil
 }
 
@@ -183,8 +238,9 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 // the metadata of what it owns.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("networkaddonsconfig").For(&networkaddonsv1.NetworkAddonsConfig{})
-	for _, obj := range []client.Object{&appsv1.DaemonSet{}, &corev1.ServiceAccount{},
-		&rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
+	for _, obj := range []client.Object{&appsv1.DaemonSet{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &corev1.ConfigMap{},
+		&corev1.Service{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
+		&admissionregistrationv1.MutatingWebhookConfiguration{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
 	return b.Complete(r)
