@@ -5,8 +5,9 @@
 //
 //	multus      the NetworkAttachmentDefinition CRD and the kubevmm-multus
 //	            DaemonSet (installs the meta-plugin on every node)
-//	linuxBridge the bridge-marker DaemonSet (publishes each node's bridges
-//	            as bridge.network.kubevirt.io/<bridge> resources)
+//	linuxBridge the bridge-marker DaemonSet (installs the bridge and tuning
+//	            CNI plugins, publishes each node's bridges as
+//	            bridge.network.kubevirt.io/<bridge> resources)
 //	kubeMacPool kubemacpool (its range ConfigMap, RBAC, Deployment, Service
 //	            and mutating webhook), with spec.kubeMacPool's range, else
 //	            the range its ConfigMap holds, else a random
@@ -15,10 +16,9 @@
 //	            deployer's, Secret kubemacpool-service with the CA in ca.crt
 //
 // all in namespace cluster-network-addons, the operator's own (Operator).
-// The bridge and tuning CNI plugins themselves are not installed by the
-// operator: the node's container runtime brings the standard plugins (on
-// the dev cluster, hack/cluster/cni-plugins.sh at cluster-up). Upstream's
-// other keys are refused by name (Degraded).
+// The bridge and tuning CNI plugins come with bridge-marker: its image
+// carries them and its init container installs them on every node.
+// Upstream's other keys are refused by name (Degraded).
 //
 // One level-triggered reconciler: read (the NetworkAddonsConfig, its spec
 // as stored, the components' DaemonSets and Deployment, kubemacpool's

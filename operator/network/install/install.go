@@ -105,14 +105,25 @@ func multusDaemonSet(c Config) *appsv1.DaemonSet {
 }
 
 // bridgeMarkerDaemonSet publishes each node's bridges; host network, to
-// see the host's links.
+// see the host's links. Its init container first installs the bridge and
+// tuning CNI plugins its image carries into the node's CNI bin directory
+// (as root, the directory's owner; no capabilities), as upstream's
+// linux-bridge DaemonSet does.
 func bridgeMarkerDaemonSet(c Config) *appsv1.DaemonSet {
 	ctr := corev1.Container{Name: BridgeMarker, Image: c.BridgeMarkerImage, ImagePullPolicy: c.PullPolicy,
 		Env:       []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 		Resources: requests("10m", "16Mi"),
 		SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
-	return daemonSet(BridgeMarker, ctr, nil)
+	plugins := corev1.Container{Name: "cni-plugins", Image: c.BridgeMarkerImage, ImagePullPolicy: c.PullPolicy,
+		Args:      []string{"install-plugins", "--bin-dir=" + c.CNIBinDir},
+		Resources: requests("10m", "16Mi"),
+		SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "cni-bin", MountPath: c.CNIBinDir}}}
+	ds := daemonSet(BridgeMarker, ctr, []corev1.Volume{hostPath("cni-bin", c.CNIBinDir)})
+	ds.Spec.Template.Spec.InitContainers = []corev1.Container{plugins}
+	return ds
 }
 
 func daemonSet(name string, ctr corev1.Container, vols []corev1.Volume) *appsv1.DaemonSet {

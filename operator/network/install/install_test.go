@@ -53,6 +53,16 @@ func TestObjects(t *testing.T) {
 		assert.True(t, slices.Contains(args, want), "%s in %s", want, strings.Join(args, " "))
 	}
 	assert.ElementsMatch(t, []string{"/cache/cni/bin", "/cluster/net.d"}, []string{paths["cni-bin"], paths["cni-conf"]})
+
+	// bridge-marker's init container installs the bridge and tuning
+	// plugins into the CNI bin directory, mounted at its host path.
+	b := ds[install.BridgeMarker].Spec.Template.Spec
+	require.Len(t, b.InitContainers, 1)
+	assert.Equal(t, []string{"install-plugins", "--bin-dir=/cache/cni/bin"}, b.InitContainers[0].Args)
+	assert.Equal(t, "b:1", b.InitContainers[0].Image)
+	require.Len(t, b.Volumes, 1)
+	assert.Equal(t, "/cache/cni/bin", b.Volumes[0].HostPath.Path)
+	assert.Equal(t, "/cache/cni/bin", b.InitContainers[0].VolumeMounts[0].MountPath)
 }
 
 func TestKubeMacPoolObjects(t *testing.T) {
