@@ -72,6 +72,14 @@ spec:
       completionTimeoutPerGiB: 150
 YAML
 }
+# The common templates' namespace, upstream's default, which only
+# OpenShift has: the SSP the HCO makes is not Available without it.
+kubectl_admin apply --server-side --force-conflicts -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: openshift
+YAML
 # (The webhook's Service may route to the new pod a moment after it is ready.)
 for _ in $(seq 1 30); do hco_cr 2>/dev/null && break; sleep 1; done
 hco_cr
@@ -96,17 +104,10 @@ done
 # The SSP operator (deployed beside virt-operator by the manifests) and
 # the SSP CR the HCO made (ssp-kubevirt-hyperconverged): the common
 # instance types and preferences, the common templates in namespace
-# openshift (upstream's default, which only OpenShift has, so it is made
-# here) and virt-template-validator.
+# openshift (made with the HyperConverged CR) and virt-template-validator.
 kubectl_admin -n "$ns" rollout restart deployment/ssp-operator >/dev/null
 kubectl_admin -n "$ns" rollout status deployment/ssp-operator --timeout=180s >/dev/null || {
   kubectl_admin -n "$ns" get pods -o wide >&2; die "sync.sh: ssp-operator did not become ready"; }
-kubectl_admin apply --server-side --force-conflicts -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: openshift
-YAML
 for _ in $(seq 1 300); do kubectl_admin -n "$ns" get ssp/ssp-kubevirt-hyperconverged >/dev/null 2>&1 && break; sleep 0.2; done
 ssp_available() {
   kubectl_admin wait -n "$ns" ssp/ssp-kubevirt-hyperconverged --for=condition=Available --timeout="$1" >/dev/null || {

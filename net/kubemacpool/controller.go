@@ -3,10 +3,12 @@ package kubemacpool
 import (
 	"context"
 	"fmt"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,9 +128,9 @@ func Watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namesp
 	}); err != nil {
 		return err
 	}
-	vmInf, err := c.GetInformer(ctx, &v1.VirtualMachine{})
+	vmInf, err := vmInformer(ctx, c, s)
 	if err != nil {
-		return fmt.Errorf("watching VirtualMachines: %w", err)
+		return err
 	}
 	onVM := func(obj any) {
 		vm, ok := obj.(*v1.VirtualMachine)
@@ -178,4 +180,28 @@ func Watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namesp
 		}
 	}()
 	return nil
+}
+
+// vmInformer is the VMs' informer, once their CRD is served: kubemacpool
+// may start before KubeVirt's operator installed it.
+func vmInformer(ctx context.Context, c cache.Cache, s *Server) (cache.Informer, error) {
+	logged := false
+	for {
+		inf, err := c.GetInformer(ctx, &v1.VirtualMachine{})
+		if err == nil {
+			return inf, nil
+		}
+		if !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("watching VirtualMachines: %w", err)
+		}
+		if !logged {
+			s.Log.Info("waiting for the VirtualMachine CRD", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("watching VirtualMachines: %w", ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

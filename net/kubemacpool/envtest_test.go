@@ -17,9 +17,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -28,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/crds"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
@@ -320,4 +323,53 @@ func TestKubeMacPool(t *testing.T) {
 	four := vm("vms", "four", "")
 	require.NoError(t, c.admin.Create(ctx, four))
 	assert.Equal(t, []string{"02:00:00:00:01:00"}, macsOf(four))
+}
+
+// TestWaitsForTheVMCRD: kubemacpool started before KubeVirt's CRDs are
+// installed waits for them, not ready, and then rebuilds as usual.
+func TestWaitsForTheVMCRD(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	var vmCRD *apiextensionsv1.CustomResourceDefinition
+	for _, c := range all {
+		if c.Name == "virtualmachines.kubevirt.io" {
+			vmCRD = c
+		}
+	}
+	require.NotNil(t, vmCRD)
+	cfg, admin := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = nil })
+	ctx := t.Context()
+	require.NoError(t, admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: kubemacpool.ConfigMap, Namespace: ns},
+		Data: map[string]string{kubemacpool.KeyRangeStart: "02:00:00:00:00:00", kubemacpool.KeyRangeEnd: "02:00:00:00:00:0f"}}))
+	scheme, err := kvscheme.New()
+	require.NoError(t, err)
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	wctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	watched := make(chan error, 1)
+	go func() { watched <- kubemacpool.Watch(wctx, cfg, scheme, ns, s) }()
+
+	// Not ready while there is no VM kind: it refuses to admit.
+	resp := s.Admit(review(t, admissionv1.Create, oneNIC))
+	assert.False(t, resp.Allowed)
+	select {
+	case err := <-watched:
+		t.Fatalf("Watch returned before the CRD existed: %v", err)
+	default:
+	}
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{vmCRD}})
+	require.NoError(t, err)
+	select {
+	case err := <-watched:
+		require.NoError(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Watch did not start once the CRD was installed")
+	}
+	waitFor(t, "ready", func() error {
+		if resp := s.Admit(review(t, admissionv1.Create, oneNIC)); !resp.Allowed {
+			return errors.New(resp.Result.Message)
+		}
+		return nil
+	})
 }
