@@ -10,7 +10,8 @@
 // placementConfiguration, tlsSecurityProfile, ...) and the operator refuses
 // a NetworkAddonsConfig that sets one, naming it (Degraded), rather than
 // the setting vanishing silently. v1alpha1 is served too, with the same
-// schema (upstream's v1alpha1 and v1 types are the same), so no conversion.
+// schema: upstream's v1alpha1 and v1 share one spec and status type
+// (pkg/apis/networkaddonsoperator/shared), so no conversion.
 //
 // controller-gen: `go generate ./api/networkaddons/...`.
 //
