@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds the kubevmm component images (virt-operator, virt-controller,
 # virt-api, virt-handler, virt-launcher, hostpath-provisioner, ssp-operator,
-# virt-template-validator, hco-operator, kubevmm-multus, bridge-marker), imports them into the dev
+# virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
+# kubemacpool, cluster-network-addons-operator), imports them into the dev
 # cluster's containerd and installs kubevmm the documented way: virt-operator
 # (namespace kubevirt, the KubeVirt CRD, its RBAC and Deployment, generated
 # by hack/cluster/manifests -operator; virt-operator makes and rotates the
 # components' certificates), the SSP and HCO operators
 # beside it and a HyperConverged CR, from which the HCO makes the KubeVirt
 # and SSP CRs and their operators deploy the rest, and the hostpath
-# provisioner and the network add-ons (plain manifests until their
-# operators exist). Then waits for the CRs' Available condition and for the
+# provisioner (plain manifests until its operator exists) and the network
+# add-ons operator, which deploys the add-ons from the NetworkAddonsConfig
+# the HCO makes. Then waits for the CRs' Available condition and for the
 # node to take VMs: KubeVirt's `make cluster-sync`.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -18,7 +20,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker ssp-operator virt-template-validator; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -44,6 +46,11 @@ for w in deployment/hyperconverged-cluster-operator deployment/hyperconverged-cl
   kubectl_admin -n "$ns" rollout status "$w" --timeout=180s >/dev/null || {
     kubectl_admin -n "$ns" get pods -o wide >&2; die "sync.sh: $w did not become ready"; }
 done
+# The network add-ons operator: the HCO makes NetworkAddonsConfig/cluster
+# (its CRD is in the manifests) and is Available only with it.
+kubectl_admin -n cluster-network-addons rollout restart deployment/cluster-network-addons-operator >/dev/null
+kubectl_admin -n cluster-network-addons rollout status deployment/cluster-network-addons-operator --timeout=180s >/dev/null || {
+  kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: cluster-network-addons-operator did not become ready"; }
 # The HyperConverged CR, from which the HCO makes the KubeVirt CR
 # kubevirt-kubevirt-hyperconverged. The dev cluster has one node: without
 # the KubeVirt feature gate SameNodeLiveMigration a migration's target pod
@@ -122,16 +129,29 @@ csi_registered() {
 }
 for _ in $(seq 1 300); do csi_registered && break; sleep 0.2; done
 csi_registered || die "sync.sh: the kubelet on $NODE_NAME did not register the CSI driver kubevirt.io.hostpath-provisioner"
-# The network add-ons: kubevmm-multus is the node's CNI entry once its
-# installer wrote 00-multus.conflist (the node is this machine).
+# The network add-ons, deployed by their operator from the
+# NetworkAddonsConfig the HCO made (multus, linuxBridge, kubeMacPool):
+# running the same tag, they are restarted onto the new images. kubevmm-multus
+# is the node's CNI entry once its installer wrote 00-multus.conflist (the
+# node is this machine); kubemacpool is ready once its pool is rebuilt
+# from the VMs.
+nac_available() {
+  kubectl_admin wait networkaddonsconfig/cluster --for=condition=Available --timeout="$1" >/dev/null || {
+    kubectl_admin get networkaddonsconfig/cluster -o jsonpath='{.status}' >&2; echo >&2
+    kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: NetworkAddonsConfig cluster did not become Available"; }
+}
+for _ in $(seq 1 300); do kubectl_admin get networkaddonsconfig/cluster >/dev/null 2>&1 && break; sleep 0.2; done
+nac_available 180s
 kubectl_admin wait --for=condition=Established crd/network-attachment-definitions.k8s.cni.cncf.io --timeout=60s >/dev/null
-for ds in kubevmm-multus bridge-marker; do
-  kubectl_admin -n cluster-network-addons rollout restart "daemonset/$ds" >/dev/null
-  kubectl_admin -n cluster-network-addons rollout status "daemonset/$ds" --timeout=180s >/dev/null || {
-    kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: daemonset/$ds did not become ready"; }
+for w in daemonset/kubevmm-multus daemonset/bridge-marker deployment/kubemacpool-mac-controller-manager; do
+  kubectl_admin -n cluster-network-addons rollout restart "$w" >/dev/null
+  kubectl_admin -n cluster-network-addons rollout status "$w" --timeout=180s >/dev/null || {
+    kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: $w did not become ready"; }
 done
 for _ in $(seq 1 300); do [ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] && break; sleep 0.2; done
 [ -s "$CLUSTER_DIR/cni/net.d/00-multus.conflist" ] || die "sync.sh: kubevmm-multus did not install 00-multus.conflist"
+nac_available 120s
+kv_available 120s
 kubectl_admin wait --for=condition=Available apiservice/v1.subresources.kubevirt.io --timeout=120s >/dev/null
 # Launcher pods can be scheduled once virt-handler labelled the node and the
 # kubelet reports the device plugins' resources.
