@@ -221,6 +221,13 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 
+	asked := map[macpool.MAC]bool{}
+	for _, iface := range ifaces {
+		if m, err := macpool.ParseMAC(iface.MacAddress); err == nil {
+			asked[m] = true
+		}
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.Pool.Held(owner)
@@ -231,6 +238,11 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 		want := iface.MacAddress
 		if want == "" {
 			want = oldMACs[iface.Name]
+			// Not when another interface now asks for it: one MAC
+			// on two interfaces is what CheckInterfaces refuses.
+			if m, err := macpool.ParseMAC(want); err == nil && asked[m] {
+				want = ""
+			}
 		}
 		if want == "" {
 			m, err := s.Pool.Allocate(owner)
