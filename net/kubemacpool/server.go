@@ -192,23 +192,9 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	}
 	ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces
 	if errs := macpool.CheckInterfaces(ifaces); len(errs) > 0 {
-		causes := make([]metav1.StatusCause, len(errs))
-		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
-			msgs[i] = e.Error()
-		}
-		return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
+		return refuseInterfaces(errs)
 	}
-	oldMACs := map[string]string{}
-	if req.Operation == admissionv1.Update {
-		old := &v1.VirtualMachine{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Spec.Template != nil {
-			for _, iface := range old.Spec.Template.Spec.Domain.Devices.Interfaces {
-				oldMACs[iface.Name] = iface.MacAddress
-			}
-		}
-	}
+	oldMACs := oldInterfaceMACs(req)
 	name := req.Name
 	if name == "" {
 		name = vm.Name
@@ -277,6 +263,31 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 		}
 	}
 	return allow(patch, warnings)
+}
+
+// oldInterfaceMACs are an update's old MACs by interface name.
+func oldInterfaceMACs(req *admissionv1.AdmissionRequest) map[string]string {
+	macs := map[string]string{}
+	if req.Operation != admissionv1.Update {
+		return macs
+	}
+	old := &v1.VirtualMachine{}
+	if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Spec.Template != nil {
+		for _, iface := range old.Spec.Template.Spec.Domain.Devices.Interfaces {
+			macs[iface.Name] = iface.MacAddress
+		}
+	}
+	return macs
+}
+
+func refuseInterfaces(errs []macpool.InterfaceError) *admissionv1.AdmissionResponse {
+	causes := make([]metav1.StatusCause, len(errs))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
+		msgs[i] = e.Error()
+	}
+	return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
 }
 
 func allow(patch []patchOp, warnings []string) *admissionv1.AdmissionResponse {
