@@ -222,12 +222,12 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	for i, iface := range ifaces {
 		path := fmt.Sprintf("/spec/template/spec/domain/devices/interfaces/%d/macAddress", i)
 		want := iface.MacAddress
-		if want == "" {
-			want = oldMACs[iface.Name]
-			// Not when another interface now asks for it: one MAC
-			// on two interfaces is what CheckInterfaces refuses.
-			if m, err := macpool.ParseMAC(want); err == nil && asked[m] {
-				want = ""
+		if want == "" && oldMACs[iface.Name] != "" {
+			// Not when another interface now asks for it (one MAC on
+			// two interfaces is what CheckInterfaces refuses), nor an
+			// old MAC that is invalid (stored without kubemacpool).
+			if m, err := macpool.ParseMAC(oldMACs[iface.Name]); err == nil && !asked[m] {
+				want = oldMACs[iface.Name]
 			}
 		}
 		if want == "" {
@@ -244,7 +244,7 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 			patch = append(patch, patchOp{Op: "add", Path: path, Value: want})
 		}
 		m, err := macpool.ParseMAC(want)
-		if err != nil { // an old MAC that did not parse: nothing to hold
+		if err != nil { // checked above: cannot happen
 			continue
 		}
 		if others := s.Pool.Hold(owner, m); len(others) > 0 {

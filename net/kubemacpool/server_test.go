@@ -127,7 +127,7 @@ func TestAdmitUpdateKeepsMACs(t *testing.T) {
 	require.NoError(t, err)
 	s := &kubemacpool.Server{Pool: macpool.New(r), Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	s.SetReady()
-	old := `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a","macAddress":"02:00:00:00:00:0a"},{"name":"b","macAddress":"02:00:00:00:00:0b"}]}}}}}}`
+	old := `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a","macAddress":"02:00:00:00:00:0a"},{"name":"b","macAddress":"02:00:00:00:00:0b"},{"name":"c","macAddress":"01:00:5e:00:00:01"}]}}}}}}`
 	for _, tc := range []struct {
 		name, obj string
 		want      []map[string]string
@@ -136,6 +136,8 @@ func TestAdmitUpdateKeepsMACs(t *testing.T) {
 			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:0a"}}},
 		{name: "now another's", obj: `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a"},{"name":"b","macAddress":"02:00:00:00:00:0a"}]}}}}}}`,
 			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:00"}}},
+		{name: "old one invalid", obj: `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"c"}]}}}}}}`,
+			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:01"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := review(t, admissionv1.Update, tc.obj)
