@@ -192,23 +192,9 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	}
 	ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces
 	if errs := macpool.CheckInterfaces(ifaces); len(errs) > 0 {
-		causes := make([]metav1.StatusCause, len(errs))
-		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
-			msgs[i] = e.Error()
-		}
-		return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
+		return refuseInterfaces(errs)
 	}
-	oldMACs := map[string]string{}
-	if req.Operation == admissionv1.Update {
-		old := &v1.VirtualMachine{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Spec.Template != nil {
-			for _, iface := range old.Spec.Template.Spec.Domain.Devices.Interfaces {
-				oldMACs[iface.Name] = iface.MacAddress
-			}
-		}
-	}
+	oldMACs := oldInterfaceMACs(req)
 	name := req.Name
 	if name == "" {
 		name = vm.Name
@@ -221,6 +207,13 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 
+	asked := map[macpool.MAC]bool{}
+	for _, iface := range ifaces {
+		if m, err := macpool.ParseMAC(iface.MacAddress); err == nil {
+			asked[m] = true
+		}
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.Pool.Held(owner)
@@ -229,8 +222,13 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	for i, iface := range ifaces {
 		path := fmt.Sprintf("/spec/template/spec/domain/devices/interfaces/%d/macAddress", i)
 		want := iface.MacAddress
-		if want == "" {
-			want = oldMACs[iface.Name]
+		if want == "" && oldMACs[iface.Name] != "" {
+			// Not when another interface now asks for it (one MAC on
+			// two interfaces is what CheckInterfaces refuses), nor an
+			// old MAC that is invalid (stored without kubemacpool).
+			if m, err := macpool.ParseMAC(oldMACs[iface.Name]); err == nil && !asked[m] {
+				want = oldMACs[iface.Name]
+			}
 		}
 		if want == "" {
 			m, err := s.Pool.Allocate(owner)
@@ -246,7 +244,7 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 			patch = append(patch, patchOp{Op: "add", Path: path, Value: want})
 		}
 		m, err := macpool.ParseMAC(want)
-		if err != nil { // an old MAC that did not parse: nothing to hold
+		if err != nil { // checked above: cannot happen
 			continue
 		}
 		if others := s.Pool.Hold(owner, m); len(others) > 0 {
@@ -265,6 +263,31 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 		}
 	}
 	return allow(patch, warnings)
+}
+
+// oldInterfaceMACs are an update's old MACs by interface name.
+func oldInterfaceMACs(req *admissionv1.AdmissionRequest) map[string]string {
+	macs := map[string]string{}
+	if req.Operation != admissionv1.Update {
+		return macs
+	}
+	old := &v1.VirtualMachine{}
+	if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Spec.Template != nil {
+		for _, iface := range old.Spec.Template.Spec.Domain.Devices.Interfaces {
+			macs[iface.Name] = iface.MacAddress
+		}
+	}
+	return macs
+}
+
+func refuseInterfaces(errs []macpool.InterfaceError) *admissionv1.AdmissionResponse {
+	causes := make([]metav1.StatusCause, len(errs))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
+		msgs[i] = e.Error()
+	}
+	return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
 }
 
 func allow(patch []patchOp, warnings []string) *admissionv1.AdmissionResponse {

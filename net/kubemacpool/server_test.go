@@ -119,3 +119,34 @@ func TestAdmitRefusals(t *testing.T) {
 	assert.Len(t, patch, 2)
 	assert.Empty(t, s.Pool.Held("vms/vm"))
 }
+
+// TestAdmitUpdateKeepsMACs: an update keeps an interface's MAC when it
+// leaves it out, unless another interface now asks for it.
+func TestAdmitUpdateKeepsMACs(t *testing.T) {
+	r, _, err := macpool.ParseRange("02:00:00:00:00:00", "02:00:00:00:00:0f")
+	require.NoError(t, err)
+	s := &kubemacpool.Server{Pool: macpool.New(r), Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	s.SetReady()
+	old := `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a","macAddress":"02:00:00:00:00:0a"},{"name":"b","macAddress":"02:00:00:00:00:0b"},{"name":"c","macAddress":"01:00:5e:00:00:01"}]}}}}}}`
+	for _, tc := range []struct {
+		name, obj string
+		want      []map[string]string
+	}{
+		{name: "left out", obj: `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a"},{"name":"b","macAddress":"02:00:00:00:00:0b"}]}}}}}}`,
+			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:0a"}}},
+		{name: "now another's", obj: `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a"},{"name":"b","macAddress":"02:00:00:00:00:0a"}]}}}}}}`,
+			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:00"}}},
+		{name: "old one invalid", obj: `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"c"}]}}}}}}`,
+			want: []map[string]string{{"op": "add", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "02:00:00:00:00:01"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := review(t, admissionv1.Update, tc.obj)
+			req.OldObject = runtime.RawExtension{Raw: []byte(old)}
+			resp := s.Admit(req)
+			require.True(t, resp.Allowed, "%+v", resp.Result)
+			var patch []map[string]string
+			require.NoError(t, json.Unmarshal(resp.Patch, &patch))
+			assert.Equal(t, tc.want, patch)
+		})
+	}
+}
