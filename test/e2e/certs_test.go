@@ -119,6 +119,8 @@ func leafSerial(t *testing.T) string {
 func TestCertRotation(t *testing.T) {
 	freshNamespace(t)
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
+	// The VM's controller makes the VMI a moment after the apply.
+	wait(t, "vmi/"+vmName, "create", 2*time.Minute)
 	wait(t, "vmi/"+vmName, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	s := openConsole(t, vmName)
 	s.until("kubevmm-guest: shell on the console", 0, 15*time.Minute)
