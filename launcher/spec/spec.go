@@ -476,4 +476,3 @@ func (n PodNIC) PodBridge() bool { return n.Binding == BindingBridge && n.Multus
 // pod's own, from which virt-handler's DHCP server answers and the pod
 // (port-forward) reaches the guest, whose pod IP it no longer has.
 const PodBridgeFakeIP = "169.254.75.10"
-
