@@ -142,6 +142,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	}
 	assert.Equal(t, "10.244.0.7", env["ip"])
 	assert.Equal(t, "255.255.255.0", env["subnet"])
+	assert.Equal(t, "24", env["mask"])
 	assert.Equal(t, "10.244.0.1", env["router"])
 	assert.Equal(t, "1400", env["mtu"])
 	assert.Equal(t, "10.96.0.10", env["dns"])
