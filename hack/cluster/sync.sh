@@ -65,6 +65,9 @@ spec:
       completionTimeoutPerGiB: 150
 YAML
 }
+# The namespace of the common templates (see below) before the CR: the
+# HCO is Available only once the SSP CR it makes is, which needs it.
+kubectl_admin create namespace openshift --dry-run=client -o yaml | kubectl_admin apply --server-side -f - >/dev/null
 # (The webhook's Service may route to the new pod a moment after it is ready.)
 for _ in $(seq 1 30); do hco_cr 2>/dev/null && break; sleep 1; done
 hco_cr
