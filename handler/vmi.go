@@ -447,7 +447,9 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		if n.LinkDown {
 			ifc.LinkState = "down"
 		}
-		if mac, err := n.MACFor(string(vmi.UID)); err == nil {
+		if n.TakesPodMAC() {
+			ifc.MAC = podMAC(pod)
+		} else if mac, err := n.MACFor(string(vmi.UID)); err == nil {
 			ifc.MAC = mac.String()
 		}
 		if n.Multus != "" && attached[n.PodInterface] {
@@ -462,6 +464,25 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		out = append(out, ifc)
 	}
 	return out
+}
+
+// podMAC is the pod network interface's MAC as the pod's network-status
+// annotation reports it (its CNI's, before virt-handler gave it to the
+// guest: spec.PodNIC.TakesPodMAC); "" if it reports none.
+func podMAC(pod *corev1.Pod) string {
+	if pod == nil || pod.Annotations[nadv1.NetworkStatusAnnotation] == "" {
+		return ""
+	}
+	var st []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnotation]), &st); err != nil {
+		return ""
+	}
+	for _, s := range st {
+		if s.Default {
+			return s.Mac
+		}
+	}
+	return ""
 }
 
 // multusInterfaces are the pod interfaces of secondary networks that the
@@ -529,6 +550,9 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	}
 	macs := make([]net.HardwareAddr, len(nics))
 	for i, n := range nics {
+		if n.TakesPodMAC() {
+			continue // eth0's, read there
+		}
 		mac, err := n.MACFor(string(vmi.UID))
 		if err != nil {
 			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
@@ -556,9 +580,12 @@ func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineIns
 		if r.dhcp.running(key, l.dir.podUID) {
 			return nil
 		}
-		mac, err := n.MACFor(string(vmi.UID))
-		if err != nil {
-			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		var mac net.HardwareAddr // nil: the recorded one
+		if !n.TakesPodMAC() {
+			var err error
+			if mac, err = n.MACFor(string(vmi.UID)); err != nil {
+				return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+			}
 		}
 		pid, err := l.pid(ctx)
 		if err != nil {
