@@ -26,7 +26,8 @@ import (
 // unchanged. A VM asking for bva's MAC is admitted with a warning and
 // counted as a collision (kubemacpool's current behaviour, see README).
 // A VM whose NAD names a bridge no node has is ErrorUnschedulable, its
-// VMI's PodScheduled naming the bridge's resource. bva migrates: its MAC
+// launcher pod Pending and its VMI's PodScheduled naming the bridge's
+// resource. bva migrates: its MAC
 // stays and bvb's pings over br1 reach it in its new pod. Three guest
 // boots (bva, bvb, bvb again).
 func TestBridgeVMs(t *testing.T) {
@@ -83,7 +84,9 @@ spec:
 		wait(t, "vm/bvnone", "jsonpath={.status.printableStatus}=ErrorUnschedulable", 3*time.Minute)
 		var st v1.VirtualMachineInstanceStatus
 		require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "vmi/bvnone", "{.status}")), &st))
-		assert.Equal(t, v1.Pending, st.Phase)
+		assert.Equal(t, v1.Scheduling, st.Phase, "its pod waits for a node")
+		pod := kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=bvnone", "-o", "jsonpath={.items[*].status.phase}")
+		assert.Equal(t, "Pending", pod)
 		var c *v1.VirtualMachineInstanceCondition
 		for i := range st.Conditions {
 			if st.Conditions[i].Type == v1.VirtualMachineInstancePodScheduled {
