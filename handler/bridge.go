@@ -30,8 +30,9 @@ import (
 // A migration target's pod has its own pod interface: the same wiring on
 // the target plugs the guest, with its MAC, into the network there.
 
-// setupBridge wires one bridge-bound NIC in ns, its tap last. guestMAC
-// is ignored where the NIC TakesPodMAC: the guest's is eth0's original.
+// setupBridge wires one bridge-bound NIC in ns, its tap last. Where the
+// NIC TakesPodMAC, guestMAC (MACFor's) is only the fallback of
+// spec.PodBridgeRecord.GuestMAC: the guest's is eth0's original.
 func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
 	br := spec.BridgeName(nic.PodInterface)
 	return inNetns(ns, func() error {
@@ -45,7 +46,7 @@ func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, 
 				return err
 			}
 			if nic.TakesPodMAC() {
-				if guestMAC, err = spec.PodBridgeRecord(pn).GuestMAC(); err != nil {
+				if guestMAC, err = spec.PodBridgeRecord(pn).GuestMAC(guestMAC); err != nil {
 					return err
 				}
 			}

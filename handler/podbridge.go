@@ -273,12 +273,13 @@ func (d *dhcpServers) running(key types.NamespacedName, pod types.UID) bool {
 	return d.m[key] != nil && d.m[key].pod == pod
 }
 
-// start starts the server of VMI key for the guest MAC mac (nil: the
-// recorded one, spec.PodNIC.TakesPodMAC) in ns, the network namespace of
-// its launcher pod, with the pod's resolv.conf, unless it runs already;
-// one serving another pod of the VMI is stopped first. Until the NIC is
-// wired (its record on the bridge) there is nothing to serve yet.
-func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types.UID, ns netns.NsHandle, resolv []byte, mac net.HardwareAddr, hostname string) error {
+// start starts the server of VMI key for the guest MAC mac (MACFor's;
+// with podMAC, spec.PodNIC.TakesPodMAC, only the fallback of the recorded
+// one) in ns, the network namespace of its launcher pod, with the pod's
+// resolv.conf, unless it runs already; one serving another pod of the VMI
+// is stopped first. Until the NIC is wired (its record on the bridge)
+// there is nothing to serve yet.
+func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types.UID, ns netns.NsHandle, resolv []byte, mac net.HardwareAddr, podMAC bool, hostname string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s := d.m[key]; s != nil {
@@ -296,8 +297,8 @@ func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types
 	if err != nil {
 		return err
 	}
-	if mac == nil {
-		if mac, err = spec.PodBridgeRecord(pn).GuestMAC(); err != nil {
+	if podMAC {
+		if mac, err = spec.PodBridgeRecord(pn).GuestMAC(mac); err != nil {
 			return err
 		}
 	}

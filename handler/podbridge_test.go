@@ -72,21 +72,22 @@ func TestPodBridgeDHCP(t *testing.T) {
 	eth0, err := hp.LinkByName(spec.PodInterface)
 	require.NoError(t, err)
 	require.NoError(t, hp.LinkSetMTU(eth0, 1400))
-	guestMAC := eth0.Attrs().HardwareAddr // the CNI's, the guest's to be
+	guestMAC := eth0.Attrs().HardwareAddr                  // the CNI's, the guest's to be
+	derived := net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 7} // MACFor's: not the guest's
 	gw := net.IPv4(10, 244, 0, 1)
 	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}))
 	_, svc, _ := net.ParseCIDR("10.96.0.0/12")
 	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: svc, Gw: gw}))
 
-	require.NoError(t, setupNIC(pod, nic, nil, 107))
+	require.NoError(t, setupNIC(pod, nic, derived, 107))
 	eth0, err = hp.LinkByName(spec.PodInterface)
 	require.NoError(t, err)
 	podMAC := eth0.Attrs().HardwareAddr
 	assert.NotEqual(t, guestMAC.String(), podMAC.String(), "eth0 gave its MAC to the guest")
-	require.NoError(t, setupNIC(pod, nic, nil, 107), "a second pass changes nothing")
+	require.NoError(t, setupNIC(pod, nic, derived, 107), "a second pass changes nothing")
 	// A pass after the tap is made (a restarted handler) is idempotent
 	// even without the tap's shortcut.
-	require.NoError(t, setupBridge(pod, nic, nil, 107))
+	require.NoError(t, setupBridge(pod, nic, derived, 107))
 
 	br := spec.BridgeName(spec.PodInterface)
 	eth0, err = hp.LinkByName(spec.PodInterface)
@@ -124,10 +125,10 @@ func TestPodBridgeDHCP(t *testing.T) {
 	var d dhcpServers
 	key := types.NamespacedName{Namespace: "ns1", Name: "vm1"}
 	resolv := []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n")
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, nil, "vm1"), "the recorded MAC's server")
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "the recorded MAC's server")
 	t.Cleanup(func() { d.stop(logr.Discard(), key) })
 	require.True(t, d.running(key, "pod-1"))
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, nil, "vm1"), "a second start is a no-op")
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "a second start is a no-op")
 
 	// udhcpc runs its script with the lease in the environment.
 	dir := t.TempDir()

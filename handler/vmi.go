@@ -550,9 +550,6 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	}
 	macs := make([]net.HardwareAddr, len(nics))
 	for i, n := range nics {
-		if n.TakesPodMAC() {
-			continue // eth0's, read there
-		}
 		mac, err := n.MACFor(string(vmi.UID))
 		if err != nil {
 			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
@@ -580,12 +577,9 @@ func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineIns
 		if r.dhcp.running(key, l.dir.podUID) {
 			return nil
 		}
-		var mac net.HardwareAddr // nil: the recorded one
-		if !n.TakesPodMAC() {
-			var err error
-			if mac, err = n.MACFor(string(vmi.UID)); err != nil {
-				return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-			}
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
 		pid, err := l.pid(ctx)
 		if err != nil {
@@ -605,7 +599,7 @@ func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineIns
 		if hostname == "" {
 			hostname = vmi.Name
 		}
-		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, hostname); err != nil {
+		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, n.TakesPodMAC(), hostname); err != nil {
 			return fmt.Errorf("DHCP server of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
 	}

@@ -109,7 +109,7 @@ type NICConfig struct {
 	MAC  net.HardwareAddr
 	// PodMAC: the NIC takes the pod interface's original MAC
 	// (spec.PodNIC.TakesPodMAC), which virt-handler records when it wires
-	// the NIC: MAC is nil until readPodMACs.
+	// the NIC: MAC is MACFor's until readPodMACs.
 	PodMAC bool
 	Model  string
 	// Queues of the multi-queue tap and the NIC's queue pairs (spec.NICQueues).
@@ -224,12 +224,9 @@ func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 	var out []NICConfig
 	masq := -1
 	for _, n := range spec.PodNICs(&vmi.Spec) {
-		var mac net.HardwareAddr
-		if !n.TakesPodMAC() {
-			var err error
-			if mac, err = n.MACFor(string(vmi.UID)); err != nil {
-				return nil, 0, err
-			}
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return nil, 0, err
 		}
 		if n.Binding == spec.BindingMasquerade {
 			masq = len(out)
@@ -241,7 +238,8 @@ func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 
 // readPodMACs gives the NICs that take the pod interface's MAC the one
 // virt-handler recorded on the in-pod bridge (spec.PodBridgeRecord), as
-// sysClassNet shows it: once the taps exist, the record does.
+// sysClassNet shows it: once the taps exist, the record does. A record
+// without one (an older virt-handler's) leaves MACFor's.
 func readPodMACs(sysClassNet string, nics []NICConfig) error {
 	for i := range nics {
 		if !nics[i].PodMAC {
@@ -256,9 +254,11 @@ func readPodMACs(sysClassNet string, nics []NICConfig) error {
 		if err != nil {
 			return fmt.Errorf("interface %s: %w", nics[i].Name, err)
 		}
-		if nics[i].MAC, err = rec.GuestMAC(); err != nil {
+		mac, err := rec.GuestMAC(nics[i].MAC)
+		if err != nil {
 			return fmt.Errorf("interface %s: %w", nics[i].Name, err)
 		}
+		nics[i].MAC = mac
 	}
 	return nil
 }

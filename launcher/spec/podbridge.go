@@ -11,7 +11,9 @@ import (
 // an interface without macAddress: the guest keeps the identity the pod
 // network's CNI gave the pod (and the pod's network-status reports), and
 // the pod interface moves to another MAC. virt-handler records the
-// original in PodBridgeRecord before it changes it; MACFor does not apply.
+// original in PodBridgeRecord before it changes it. A record without it
+// was written by a virt-handler from before it was recorded, which gave
+// the guest MACFor's MAC: so does every part then, across an upgrade.
 func (n PodNIC) TakesPodMAC() bool { return n.PodBridge() && n.MAC == "" }
 
 // PodBridgeRecord is what the pod interface had before virt-handler gave
@@ -25,7 +27,7 @@ type PodBridgeRecord struct {
 	Routes []PodBridgeRoute `json:"routes,omitempty"`
 	MTU    int              `json:"mtu"`
 	// MAC is the pod interface's original MAC: the guest's where
-	// TakesPodMAC.
+	// TakesPodMAC. Empty in a record of an older virt-handler.
 	MAC string `json:"mac,omitempty"`
 }
 
@@ -44,8 +46,12 @@ func ParsePodBridgeRecord(alias string) (PodBridgeRecord, error) {
 	return r, nil
 }
 
-// GuestMAC is the recorded MAC, the guest's where TakesPodMAC.
-func (r PodBridgeRecord) GuestMAC() (net.HardwareAddr, error) {
+// GuestMAC is the guest's MAC where TakesPodMAC: the recorded one, else
+// (a record of an older virt-handler) fallback, MACFor's.
+func (r PodBridgeRecord) GuestMAC(fallback net.HardwareAddr) (net.HardwareAddr, error) {
+	if r.MAC == "" {
+		return fallback, nil
+	}
 	m, err := net.ParseMAC(r.MAC)
 	if err != nil || len(m) != 6 || m[0]&1 != 0 {
 		return nil, fmt.Errorf("the pod interface's MAC recorded on %s, %q: not a unicast MAC address", BridgeName(PodInterface), r.MAC)
