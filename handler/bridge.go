@@ -30,13 +30,26 @@ import (
 // A migration target's pod has its own pod interface: the same wiring on
 // the target plugs the guest, with its MAC, into the network there.
 
-// setupBridge wires one bridge-bound NIC in ns, its tap last.
+// setupBridge wires one bridge-bound NIC in ns, its tap last. Where the
+// NIC TakesPodMAC, guestMAC (MACFor's) is only the fallback of
+// spec.PodBridgeRecord.GuestMAC: the guest's is eth0's original.
 func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
 	br := spec.BridgeName(nic.PodInterface)
 	return inNetns(ns, func() error {
 		pod, err := netlink.LinkByName(nic.PodInterface)
 		if err != nil {
 			return fmt.Errorf("pod interface %s (the network's attachment): %w", nic.PodInterface, err)
+		}
+		if nic.PodBridge() {
+			pn, err := setupPodBridgeAddrs(pod, br)
+			if err != nil {
+				return err
+			}
+			if nic.TakesPodMAC() {
+				if guestMAC, err = spec.PodBridgeRecord(pn).GuestMAC(guestMAC); err != nil {
+					return err
+				}
+			}
 		}
 		if bytes.Equal(pod.Attrs().HardwareAddr, guestMAC) {
 			mac, err := randomMAC()
@@ -45,11 +58,6 @@ func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, 
 			}
 			if err := netlink.LinkSetHardwareAddr(pod, mac); err != nil {
 				return fmt.Errorf("moving %s off the guest's MAC: %w", nic.PodInterface, err)
-			}
-		}
-		if nic.PodBridge() {
-			if err := setupPodBridgeAddrs(pod, br); err != nil {
-				return err
 			}
 		}
 		if _, err := netlink.LinkByName(br); err != nil {

@@ -59,14 +59,30 @@ func TestStatusInterfacesSeveralNICs(t *testing.T) {
 }
 
 // A NIC bridge-bound on the pod network reports the pod's IP: the guest's
-// own, handed out by DHCP.
+// own, handed out by DHCP; and, without a macAddress, the pod
+// interface's MAC as its CNI reported it (the guest's); not known until
+// it is reported.
 func TestStatusInterfacesPodBridge(t *testing.T) {
 	vmi := vmiWithPodNIC()
 	vmi.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
-	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = ""
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nadv1.NetworkStatusAnnotation: `[
+			{"name":"cbr0","interface":"eth0","ips":["10.244.0.9"],"mac":"0a:58:0a:f4:00:09","default":true}]`}},
+		Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}},
+	}
 	st := vmi.Status.DeepCopy()
 	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, metav1.NewTime(time.Unix(1000, 0)))
 	assert.Len(t, st.Interfaces, 1)
 	assert.Equal(t, "10.244.0.9", st.Interfaces[0].IP)
 	assert.Equal(t, "eth0", st.Interfaces[0].PodInterfaceName)
+	assert.Equal(t, "0a:58:0a:f4:00:09", st.Interfaces[0].MAC)
+
+	delete(pod.Annotations, nadv1.NetworkStatusAnnotation)
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, metav1.NewTime(time.Unix(1000, 0)))
+	assert.Empty(t, st.Interfaces[0].MAC)
+
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:00:00:00:0a:01"
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, metav1.NewTime(time.Unix(1000, 0)))
+	assert.Equal(t, "02:00:00:00:0a:01", st.Interfaces[0].MAC, "a macAddress is the guest's")
 }

@@ -49,7 +49,7 @@ const nftTable = "kubevmm"
 // SetupPodNetwork prepares the network of the VMI's NICs (spec.PodNICs)
 // in the network namespace of process pid: the masquerade NAT or the
 // in-pod bridge (bridge.go) of each, then its tap. guestMACs are the
-// NICs' MACs, in the same order. It is idempotent.
+// NICs' MACs (spec.PodNIC.MACFor), in the same order. It is idempotent.
 func SetupPodNetwork(pid int, nics []spec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
 	ns, err := netns.GetFromPid(pid)
 	if err != nil {

@@ -29,10 +29,11 @@ import (
 //
 //	guest eth0 (pod IP, by DHCP) ── tap0 ── k6t-eth0 (169.254.75.10/32) ── eth0 (no IPv4) ══ node
 //
-// What eth0 had is recorded in the bridge's alias (podNet, JSON) before
-// it is removed: the record lives and dies with the pod's network
-// namespace, so a second pass, or a restarted virt-handler, reads the
-// same lease from it, though eth0 has no address any more. The bridge
+// What eth0 had, its IPv4 network and its MAC, is recorded in the
+// bridge's alias (spec.PodBridgeRecord, JSON) before it is changed: the
+// record lives and dies with the pod's network namespace, so a second
+// pass, or a restarted virt-handler, reads the same lease and MAC from
+// it, though eth0 has neither any more. The bridge
 // has the link-local spec.PodBridgeFakeIP, the DHCP server's address,
 // and a route to the pod IP: the pod reaches its guest there
 // (port-forward), and the lease's classless routes tell the guest that
@@ -48,30 +49,25 @@ import (
 // server is stopped when the VMI's pod or guest goes, and started again
 // for running VMIs by a restarted handler (dhcpServers).
 //
-// The guest's MAC is the one the launcher gives the NIC (spec.MACFor),
-// as on the other bindings: KubeVirt gives the guest the pod interface's
-// original MAC instead, which the launcher cannot know. A VMI with such a
-// NIC does not migrate (spec.ReasonInterfaceNotLiveMigratable): the guest
-// has its pod's IP. Ports are masquerade's: here every port is the guest's.
+// The guest's MAC is its macAddress, else, as KubeVirt does, eth0's
+// original MAC (spec.PodNIC.TakesPodMAC): the guest keeps the identity
+// the pod network's CNI gave the pod, and eth0 gets a random one (a
+// bridge forwards no frame to a MAC one of its ports has). The launcher
+// reads it from the record once its tap exists. A VMI with such a NIC
+// does not migrate (spec.ReasonInterfaceNotLiveMigratable): the guest has
+// its pod's IP. Ports are masquerade's: here every port is the guest's.
 
-// podNet is what the pod interface had before its addresses moved to the
-// guest: the lease.
-type podNet struct {
-	Addr   string     `json:"addr"` // CIDR
-	Routes []podRoute `json:"routes,omitempty"`
-	MTU    int        `json:"mtu"`
-}
+// podNet is what the pod interface had before it went to the guest (the
+// lease and the MAC), with the handler's methods.
+type podNet spec.PodBridgeRecord
 
-type podRoute struct {
-	Dst string `json:"dst"`          // CIDR
-	Gw  string `json:"gw,omitempty"` // empty: on link
-}
+type podRoute = spec.PodBridgeRoute
 
 // aliasMax is the kernel's limit on an interface alias (IFALIASZ - 1).
 const aliasMax = 255
 
-// readPodNet reads eth0's first IPv4 address and its IPv4 routes that go
-// through a gateway or are not the address's own prefix route.
+// readPodNet reads eth0's MAC, its first IPv4 address and its IPv4 routes
+// that go through a gateway or are not the address's own prefix route.
 func readPodNet(pod netlink.Link) (podNet, error) {
 	addrs, err := netlink.AddrList(pod, netlink.FAMILY_V4)
 	if err != nil {
@@ -80,7 +76,7 @@ func readPodNet(pod netlink.Link) (podNet, error) {
 	if len(addrs) == 0 {
 		return podNet{}, fmt.Errorf("pod interface %s has no IPv4 address for the guest", spec.PodInterface)
 	}
-	pn := podNet{Addr: addrs[0].IPNet.String(), MTU: pod.Attrs().MTU}
+	pn := podNet{Addr: addrs[0].IPNet.String(), MTU: pod.Attrs().MTU, MAC: pod.Attrs().HardwareAddr.String()}
 	routes, err := netlink.RouteList(pod, netlink.FAMILY_V4)
 	if err != nil {
 		return podNet{}, fmt.Errorf("routes of %s: %w", spec.PodInterface, err)
@@ -156,69 +152,72 @@ func parseResolvConf(b []byte) (dns []net.IP, search []string) {
 }
 
 // setupPodBridgeAddrs runs in the pod's namespace, before eth0 joins the
-// bridge br (created here if missing): it records eth0's network in br's
-// alias (or reads the record of an earlier pass), moves it off eth0, and
-// gives br the fake IP and the route to the guest's.
-func setupPodBridgeAddrs(pod netlink.Link, br string) error {
+// bridge br (created here if missing): it records eth0's network and MAC
+// in br's alias (or reads the record of an earlier pass), moves the
+// network off eth0, and gives br the fake IP and the route to the
+// guest's. It returns the record.
+func setupPodBridgeAddrs(pod netlink.Link, br string) (podNet, error) {
 	b, err := netlink.LinkByName(br)
 	if err != nil {
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: br, MTU: pod.Attrs().MTU}}); err != nil {
-			return fmt.Errorf("creating bridge %s: %w", br, err)
+			return podNet{}, fmt.Errorf("creating bridge %s: %w", br, err)
 		}
 		if b, err = netlink.LinkByName(br); err != nil {
-			return fmt.Errorf("bridge %s: %w", br, err)
+			return podNet{}, fmt.Errorf("bridge %s: %w", br, err)
 		}
 	}
 	var pn podNet
 	if a := b.Attrs().Alias; a != "" {
-		if err := json.Unmarshal([]byte(a), &pn); err != nil {
-			return fmt.Errorf("the pod network recorded on %s: %w", br, err)
+		rec, err := spec.ParsePodBridgeRecord(a)
+		if err != nil {
+			return podNet{}, err
 		}
+		pn = podNet(rec)
 	} else {
 		if pn, err = readPodNet(pod); err != nil {
-			return err
+			return podNet{}, err
 		}
 		rec, _ := json.Marshal(pn)
 		if len(rec) > aliasMax {
-			return fmt.Errorf("the pod network of %s (%d routes) does not fit the %d bytes it is recorded in", spec.PodInterface, len(pn.Routes), aliasMax)
+			return podNet{}, fmt.Errorf("the pod network of %s (%d routes) does not fit the %d bytes it is recorded in", spec.PodInterface, len(pn.Routes), aliasMax)
 		}
 		if err := netlink.LinkSetAlias(b, string(rec)); err != nil {
-			return fmt.Errorf("recording the pod network on %s: %w", br, err)
+			return podNet{}, fmt.Errorf("recording the pod network on %s: %w", br, err)
 		}
 	}
 	// Now that it is recorded, eth0 gives up its IPv4 (its routes go with
 	// its prefix; those that stay are deleted).
 	addrs, err := netlink.AddrList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
 	}
 	for _, a := range addrs {
 		if err := netlink.AddrDel(pod, &a); err != nil {
-			return fmt.Errorf("removing %s from %s: %w", a.IPNet, spec.PodInterface, err)
+			return podNet{}, fmt.Errorf("removing %s from %s: %w", a.IPNet, spec.PodInterface, err)
 		}
 	}
 	routes, err := netlink.RouteList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return fmt.Errorf("routes of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("routes of %s: %w", spec.PodInterface, err)
 	}
 	for _, r := range routes {
 		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("removing route %s from %s: %w", r, spec.PodInterface, err)
+			return podNet{}, fmt.Errorf("removing route %s from %s: %w", r, spec.PodInterface, err)
 		}
 	}
 	fake, _ := netlink.ParseAddr(spec.PodBridgeFakeIP + "/32")
 	if err := netlink.AddrReplace(b, fake); err != nil {
-		return fmt.Errorf("address of %s: %w", br, err)
+		return podNet{}, fmt.Errorf("address of %s: %w", br, err)
 	}
 	if err := netlink.LinkSetUp(b); err != nil {
-		return fmt.Errorf("setting %s up: %w", br, err)
+		return podNet{}, fmt.Errorf("setting %s up: %w", br, err)
 	}
 	ip, _, _ := net.ParseCIDR(pn.Addr)
 	if err := netlink.RouteReplace(&netlink.Route{LinkIndex: b.Attrs().Index, Scope: netlink.SCOPE_LINK,
 		Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Src: fake.IP}); err != nil {
-		return fmt.Errorf("route to the guest's %s on %s: %w", ip, br, err)
+		return podNet{}, fmt.Errorf("route to the guest's %s on %s: %w", ip, br, err)
 	}
-	return nil
+	return pn, nil
 }
 
 // podBridgeGuestIP is the guest's address, the pod IP recorded on the
@@ -247,10 +246,11 @@ func recordedPodNet(ns netns.NsHandle) (pn podNet, ok bool, err error) {
 	if err != nil || b.Attrs().Alias == "" {
 		return pn, false, nil
 	}
-	if err := json.Unmarshal([]byte(b.Attrs().Alias), &pn); err != nil {
-		return pn, false, fmt.Errorf("the pod network recorded on %s: %w", b.Attrs().Name, err)
+	rec, err := spec.ParsePodBridgeRecord(b.Attrs().Alias)
+	if err != nil {
+		return pn, false, err
 	}
-	return pn, true, nil
+	return podNet(rec), true, nil
 }
 
 // dhcpServers are the DHCP servers of the VMIs on this node with a NIC
@@ -273,12 +273,13 @@ func (d *dhcpServers) running(key types.NamespacedName, pod types.UID) bool {
 	return d.m[key] != nil && d.m[key].pod == pod
 }
 
-// start starts the server of VMI key for the guest MAC mac in ns, the
-// network namespace of its launcher pod, with the pod's resolv.conf,
-// unless it runs already; one serving another pod of the VMI is stopped
-// first. Until the NIC is wired (its record on the bridge) there is
-// nothing to serve yet.
-func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types.UID, ns netns.NsHandle, resolv []byte, mac net.HardwareAddr, hostname string) error {
+// start starts the server of VMI key for the guest MAC mac (MACFor's;
+// with podMAC, spec.PodNIC.TakesPodMAC, only the fallback of the recorded
+// one) in ns, the network namespace of its launcher pod, with the pod's
+// resolv.conf, unless it runs already; one serving another pod of the VMI
+// is stopped first. Until the NIC is wired (its record on the bridge)
+// there is nothing to serve yet.
+func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types.UID, ns netns.NsHandle, resolv []byte, mac net.HardwareAddr, podMAC bool, hostname string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s := d.m[key]; s != nil {
@@ -295,6 +296,11 @@ func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types
 	l, err := pn.lease(resolv, hostname)
 	if err != nil {
 		return err
+	}
+	if podMAC {
+		if mac, err = spec.PodBridgeRecord(pn).GuestMAC(mac); err != nil {
+			return err
+		}
 	}
 	var conn net.PacketConn
 	if err := inNetns(ns, func() error {

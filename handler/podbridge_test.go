@@ -49,9 +49,10 @@ func TestPodNetLease(t *testing.T) {
 
 // Bridge binding on the pod network, in real namespaces: a pod with eth0
 // (10.244.0.7/24, a default route and one more) on a veth to the node.
-// The wiring moves the pod's address off eth0 (twice: the second pass
-// changes nothing), and a real DHCP client (busybox udhcpc) on the
-// guest's side of the in-pod bridge, with the guest's MAC, gets the pod's
+// The wiring moves the pod's address off eth0 and gives eth0 another MAC,
+// its original being the guest's (twice: the second pass changes
+// nothing), and a real DHCP client (busybox udhcpc) on the guest's side
+// of the in-pod bridge, with eth0's original MAC, gets the pod's
 // address, router, routes, MTU and DNS from the server virt-handler runs;
 // another MAC gets nothing. The pod then reaches the guest at its pod IP,
 // as port-forward does, and the node reaches it too.
@@ -60,9 +61,9 @@ func TestPodBridgeDHCP(t *testing.T) {
 	podNs, pod := testNetns(t, "pod")
 	nodeNs, node := testNetns(t, "node")
 	guestNs, guest := testNetns(t, "guest")
-	guestMAC := net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 7}
 	nic := spec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: spec.BindingBridge, PodInterface: spec.PodInterface}
 	require.True(t, nic.PodBridge())
+	require.True(t, nic.TakesPodMAC(), "no macAddress: the guest takes eth0's")
 
 	veth(t, podNs, spec.PodInterface, "10.244.0.7/24", node, "vethpod", "10.244.0.1/24", nodeNs)
 	hp, err := podNs.Handle()
@@ -71,20 +72,31 @@ func TestPodBridgeDHCP(t *testing.T) {
 	eth0, err := hp.LinkByName(spec.PodInterface)
 	require.NoError(t, err)
 	require.NoError(t, hp.LinkSetMTU(eth0, 1400))
+	guestMAC := eth0.Attrs().HardwareAddr                  // the CNI's, the guest's to be
+	derived := net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 7} // MACFor's: not the guest's
 	gw := net.IPv4(10, 244, 0, 1)
 	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}))
 	_, svc, _ := net.ParseCIDR("10.96.0.0/12")
 	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: svc, Gw: gw}))
 
-	require.NoError(t, setupNIC(pod, nic, guestMAC, 107))
-	require.NoError(t, setupNIC(pod, nic, guestMAC, 107), "a second pass changes nothing")
+	require.NoError(t, setupNIC(pod, nic, derived, 107))
+	eth0, err = hp.LinkByName(spec.PodInterface)
+	require.NoError(t, err)
+	podMAC := eth0.Attrs().HardwareAddr
+	assert.NotEqual(t, guestMAC.String(), podMAC.String(), "eth0 gave its MAC to the guest")
+	require.NoError(t, setupNIC(pod, nic, derived, 107), "a second pass changes nothing")
 	// A pass after the tap is made (a restarted handler) is idempotent
 	// even without the tap's shortcut.
-	require.NoError(t, setupBridge(pod, nic, guestMAC, 107))
+	require.NoError(t, setupBridge(pod, nic, derived, 107))
 
 	br := spec.BridgeName(spec.PodInterface)
 	eth0, err = hp.LinkByName(spec.PodInterface)
 	require.NoError(t, err)
+	assert.Equal(t, podMAC.String(), eth0.Attrs().HardwareAddr.String(), "eth0 keeps its new MAC")
+	pn, ok, err := recordedPodNet(pod)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, guestMAC.String(), pn.MAC, "eth0's original MAC is recorded")
 	addrs, err := hp.AddrList(eth0, netlink.FAMILY_V4)
 	require.NoError(t, err)
 	assert.Empty(t, addrs, "the pod's address left eth0")
@@ -113,10 +125,10 @@ func TestPodBridgeDHCP(t *testing.T) {
 	var d dhcpServers
 	key := types.NamespacedName{Namespace: "ns1", Name: "vm1"}
 	resolv := []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n")
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, guestMAC, "vm1"))
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "the recorded MAC's server")
 	t.Cleanup(func() { d.stop(logr.Discard(), key) })
 	require.True(t, d.running(key, "pod-1"))
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, guestMAC, "vm1"), "a second start is a no-op")
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "a second start is a no-op")
 
 	// udhcpc runs its script with the lease in the environment.
 	dir := t.TempDir()

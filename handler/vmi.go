@@ -447,7 +447,9 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		if n.LinkDown {
 			ifc.LinkState = "down"
 		}
-		if mac, err := n.MACFor(string(vmi.UID)); err == nil {
+		if n.TakesPodMAC() {
+			ifc.MAC = podMAC(pod)
+		} else if mac, err := n.MACFor(string(vmi.UID)); err == nil {
 			ifc.MAC = mac.String()
 		}
 		if n.Multus != "" && attached[n.PodInterface] {
@@ -462,6 +464,25 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		out = append(out, ifc)
 	}
 	return out
+}
+
+// podMAC is the pod network interface's MAC as the pod's network-status
+// annotation reports it (its CNI's, before virt-handler gave it to the
+// guest: spec.PodNIC.TakesPodMAC); "" if it reports none.
+func podMAC(pod *corev1.Pod) string {
+	if pod == nil || pod.Annotations[nadv1.NetworkStatusAnnotation] == "" {
+		return ""
+	}
+	var st []nadv1.NetworkStatus
+	if err := json.Unmarshal([]byte(pod.Annotations[nadv1.NetworkStatusAnnotation]), &st); err != nil {
+		return ""
+	}
+	for _, s := range st {
+		if s.Default {
+			return s.Mac
+		}
+	}
+	return ""
 }
 
 // multusInterfaces are the pod interfaces of secondary networks that the
@@ -578,7 +599,7 @@ func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineIns
 		if hostname == "" {
 			hostname = vmi.Name
 		}
-		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, hostname); err != nil {
+		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, n.TakesPodMAC(), hostname); err != nil {
 			return fmt.Errorf("DHCP server of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
 	}

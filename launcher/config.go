@@ -104,10 +104,14 @@ type DiskConfig struct {
 
 // NICConfig is one guest NIC on a tap that virt-handler prepares.
 type NICConfig struct {
-	Name  string
-	Tap   string
-	MAC   net.HardwareAddr
-	Model string
+	Name string
+	Tap  string
+	MAC  net.HardwareAddr
+	// PodMAC: the NIC takes the pod interface's original MAC
+	// (spec.PodNIC.TakesPodMAC), which virt-handler records when it wires
+	// the NIC: MAC is MACFor's until readPodMACs.
+	PodMAC bool
+	Model  string
 	// Queues of the multi-queue tap and the NIC's queue pairs (spec.NICQueues).
 	Queues int
 	// LinkDown: the interface's state is down.
@@ -227,9 +231,36 @@ func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 		if n.Binding == spec.BindingMasquerade {
 			masq = len(out)
 		}
-		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
+		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, PodMAC: n.TakesPodMAC(), Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
 	}
 	return out, masq, nil
+}
+
+// readPodMACs gives the NICs that take the pod interface's MAC the one
+// virt-handler recorded on the in-pod bridge (spec.PodBridgeRecord), as
+// sysClassNet shows it: once the taps exist, the record does. A record
+// without one (an older virt-handler's) leaves MACFor's.
+func readPodMACs(sysClassNet string, nics []NICConfig) error {
+	for i := range nics {
+		if !nics[i].PodMAC {
+			continue
+		}
+		path := filepath.Join(sysClassNet, spec.BridgeName(spec.PodInterface), "ifalias")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("interface %s: the pod interface's MAC: %w", nics[i].Name, err)
+		}
+		rec, err := spec.ParsePodBridgeRecord(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", nics[i].Name, err)
+		}
+		mac, err := rec.GuestMAC(nics[i].MAC)
+		if err != nil {
+			return fmt.Errorf("interface %s: %w", nics[i].Name, err)
+		}
+		nics[i].MAC = mac
+	}
+	return nil
 }
 
 // cloudInitDisk is the path of the disk rendered for a cloud-init volume.

@@ -124,7 +124,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer srv.Close()
 
 	// The taps are virt-handler's to create, in this pod's network
-	// namespace; until they exist there is nothing to attach the NICs to.
+	// namespace; until they exist there is nothing to attach the NICs to
+	// (and a NIC that takes the pod interface's MAC does not know it).
 	if err := waitForTaps(ctx, o.Paths.SysClassNet, cfg.NICs, logf); err != nil {
 		if ctx.Err() != nil {
 			logf("stopped before the guest started")
@@ -373,6 +374,8 @@ func writeExit(dir string, info api.Info, logf func(string, ...any)) {
 // in the pod can use cheaply; the wait is a few seconds at most.
 const tapPollInterval = 100 * time.Millisecond
 
+// waitForTaps waits for the NICs' taps, then gives the NICs that take the
+// pod interface's MAC the one virt-handler recorded (readPodMACs).
 func waitForTaps(ctx context.Context, sysClassNet string, nics []NICConfig, logf func(string, ...any)) error {
 	for i, n := range nics {
 		path := filepath.Join(sysClassNet, n.Tap)
@@ -394,7 +397,7 @@ func waitForTaps(ctx context.Context, sysClassNet string, nics []NICConfig, logf
 			}
 		}
 	}
-	return nil
+	return readPodMACs(sysClassNet, nics)
 }
 
 // lineLog passes guest output to w (the container log). Writes never fail,

@@ -61,3 +61,44 @@ func TestBuildVMConfigSeveralNICs(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, c.Cmdline, "ip=")
 }
+
+// A NIC bridge-bound on the pod network without macAddress takes the pod
+// interface's original MAC, which virt-handler records on the in-pod
+// bridge when it wires the NIC: the launcher reads it there, once the tap
+// exists. A missing or broken record is a clear error, not a guessed MAC;
+// a record without a MAC (an older virt-handler's, which gave the guest
+// the derived MAC) leaves the derived one.
+func TestPodBridgeNICTakesPodMAC(t *testing.T) {
+	p := testPaths(t)
+	vmi := testVMI()
+	vmi.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = ""
+	c, err := BuildVMConfig(vmi, p)
+	require.NoError(t, err)
+	require.Len(t, c.NICs, 1)
+	assert.True(t, c.NICs[0].PodMAC)
+	derived := c.NICs[0].MAC
+	require.NotNil(t, derived)
+
+	alias := filepath.Join(p.SysClassNet, spec.BridgeName(spec.PodInterface), "ifalias")
+	assert.ErrorContains(t, readPodMACs(p.SysClassNet, c.NICs), "interface default: the pod interface's MAC")
+	require.NoError(t, os.MkdirAll(filepath.Dir(alias), 0o755))
+	for _, bad := range []string{"{not json\n", `{"addr":"10.244.0.7/24","mtu":1500,"mac":"03:00:00:00:00:01"}` + "\n", `{"mac":"junk"}`} {
+		require.NoError(t, os.WriteFile(alias, []byte(bad), 0o644))
+		assert.ErrorContains(t, readPodMACs(p.SysClassNet, c.NICs), "interface default: ", bad)
+	}
+	require.NoError(t, os.WriteFile(alias, []byte(`{"addr":"10.244.0.7/24","mtu":1500}`+"\n"), 0o644))
+	require.NoError(t, readPodMACs(p.SysClassNet, c.NICs))
+	assert.Equal(t, derived, c.NICs[0].MAC, "an older handler's record: the derived MAC")
+	require.NoError(t, os.WriteFile(alias, []byte(`{"addr":"10.244.0.7/24","mtu":1500,"mac":"0a:58:0a:f4:00:07"}`+"\n"), 0o644))
+	require.NoError(t, readPodMACs(p.SysClassNet, c.NICs))
+	assert.Equal(t, "0a:58:0a:f4:00:07", c.NICs[0].MAC.String())
+
+	// With a macAddress, that is the guest's: nothing to read.
+	vmi.Spec.Domain.Devices.Interfaces[0].MacAddress = "02:00:00:00:0a:01"
+	c, err = BuildVMConfig(vmi, p)
+	require.NoError(t, err)
+	assert.False(t, c.NICs[0].PodMAC)
+	require.NoError(t, readPodMACs(t.TempDir(), c.NICs))
+	assert.Equal(t, "02:00:00:00:0a:01", c.NICs[0].MAC.String())
+}

@@ -323,7 +323,8 @@ func BridgeName(podInterface string) string {
 
 // MACFor is the NIC's MAC address: its macAddress, else one derived from the
 // VMI UID and the interface name, stable across launcher restarts and
-// locally administered (02:6b:76 = "kv").
+// locally administered (02:6b:76 = "kv"). A NIC that TakesPodMAC has it
+// only where the pod interface's is not recorded (PodBridgeRecord.GuestMAC).
 func (n PodNIC) MACFor(vmiUID string) (net.HardwareAddr, error) {
 	if n.MAC != "" {
 		m, err := net.ParseMAC(n.MAC)

@@ -28,19 +28,7 @@ import (
 // pings over br1 reach it in its new pod.
 func TestBridgeNetworks(t *testing.T) {
 	freshNamespace(t)
-	node := kubectl(t, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}")
-	if l, err := netlink.LinkByName("br1"); err == nil {
-		require.NoError(t, netlink.LinkDel(l), "a br1 left behind")
-	}
-	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br1"}}
-	require.NoError(t, netlink.LinkAdd(br))
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName("br1"); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
-	require.NoError(t, netlink.LinkSetUp(br))
-	kubectl(t, "wait", "node/"+node, `--for=jsonpath={.status.allocatable.bridge\.network\.kubevirt\.io/br1}=1k`, "--timeout=120s")
+	nodeBridge(t, "br1")
 
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-bridge.yaml"))
 	for _, vmi := range []string{"bra", "brb"} {
@@ -99,4 +87,23 @@ func TestBridgeNetworks(t *testing.T) {
 	summary = pingSummary(out[strings.LastIndex(out, "echo AFTER-MIG-$((40+2))"):])
 	t.Logf("brb -> migrated bra over br1: %s", summary)
 	assert.Contains(t, summary, "3 packets transmitted, 3 packets received")
+}
+
+// nodeBridge makes the Linux bridge name on the node (this host), gone
+// after the test, and waits for bridge-marker to publish it.
+func nodeBridge(t *testing.T, name string) {
+	t.Helper()
+	node := kubectl(t, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}")
+	if l, err := netlink.LinkByName(name); err == nil {
+		require.NoError(t, netlink.LinkDel(l), "a %s left behind", name)
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+	require.NoError(t, netlink.LinkAdd(br))
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(name); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+	require.NoError(t, netlink.LinkSetUp(br))
+	kubectl(t, "wait", "node/"+node, `--for=jsonpath={.status.allocatable.bridge\.network\.kubevirt\.io/`+name+`}=1k`, "--timeout=120s")
 }

@@ -50,6 +50,36 @@ spec:
 	return f
 }
 
+// kmpRange is kubemacpool's MAC range, from its ConfigMap.
+func kmpRange(t *testing.T) macpool.Range {
+	t.Helper()
+	start := kubectl(t, "-n", kmpNamespace, "get", "configmap/kubemacpool-mac-range-config", "-o", "jsonpath={.data.RANGE_START}")
+	end := kubectl(t, "-n", kmpNamespace, "get", "configmap/kubemacpool-mac-range-config", "-o", "jsonpath={.data.RANGE_END}")
+	r, ok, err := macpool.ParseRange(start, end)
+	require.NoError(t, err)
+	require.True(t, ok, "kubemacpool has a range")
+	return r
+}
+
+// kmpCreate creates what file holds just after kubemacpool restarted and
+// returns kubectl's output. The API server reaches the new pod once its
+// endpoint propagated, a moment after the pod was seen ready: until then
+// a review fails to be sent (and nothing is created).
+func kmpCreate(t *testing.T, file string) string {
+	t.Helper()
+	var out string
+	var err error
+	for range 30 {
+		out, err = run(t, "kubectl.sh", "create", "-f", file)
+		if err == nil || !strings.Contains(out, "failed calling webhook") {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	require.NoError(t, err, out)
+	return out
+}
+
 // vmMACs are the VM's interfaces' MACs, in order.
 func vmMACs(t *testing.T, namespace, name string) []string {
 	t.Helper()
@@ -75,18 +105,14 @@ spec:
   config: '{"cniVersion":"1.0.0","name":"br1","plugins":[{"type":"bridge","bridge":"br1"}]}'
 `), 0o644))
 	kubectl(t, "-n", ns, "apply", "-f", nad)
-	start := kubectl(t, "-n", kmpNamespace, "get", "configmap/kubemacpool-mac-range-config", "-o", "jsonpath={.data.RANGE_START}")
-	end := kubectl(t, "-n", kmpNamespace, "get", "configmap/kubemacpool-mac-range-config", "-o", "jsonpath={.data.RANGE_END}")
-	r, ok, err := macpool.ParseRange(start, end)
-	require.NoError(t, err)
-	require.True(t, ok)
+	r := kmpRange(t)
 	inRange := func(vm string, macs []string) {
 		t.Helper()
 		require.Len(t, macs, 2, "%s: a MAC on each interface", vm)
 		for _, s := range macs {
 			m, err := macpool.ParseMAC(s)
 			require.NoError(t, err)
-			assert.True(t, m >= r.Start && m <= r.End, "%s: %s in %s-%s", vm, s, start, end)
+			assert.True(t, m >= r.Start && m <= r.End, "%s: %s in %s-%s", vm, s, r.Start, r.End)
 		}
 	}
 
@@ -118,18 +144,7 @@ spec:
 	for _, vm := range []string{"kmp-a", "kmp-b"} {
 		assert.Equal(t, macs[vm], vmMACs(t, ns, vm), "%s after kubemacpool's restart", vm)
 	}
-	// The API server reaches the new pod once its endpoint propagated, a
-	// moment after the rollout saw it ready: until then a review fails
-	// to be sent (and nothing is created).
-	var out string
-	for range 30 {
-		out, err = run(t, "kubectl.sh", "create", "-f", kmpVM(t, ns, "kmp-c", ""))
-		if err == nil || !strings.Contains(out, "failed calling webhook") {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	require.NoError(t, err, out)
+	kmpCreate(t, kmpVM(t, ns, "kmp-c", ""))
 	c := vmMACs(t, ns, "kmp-c")
 	inRange("kmp-c", c)
 	distinct("kmp-c", c)
@@ -137,7 +152,7 @@ spec:
 	// A MAC already in use: admitted, with a warning naming the VM that
 	// has it, and counted as a collision until one of them goes.
 	taken := macs["kmp-a"][1]
-	out = kubectl(t, "create", "-f", kmpVM(t, ns, "kmp-copy", taken))
+	out := kubectl(t, "create", "-f", kmpVM(t, ns, "kmp-copy", taken))
 	assert.Contains(t, out, "MAC "+taken+" is already in use by "+ns+"/kmp-a")
 	assert.Equal(t, taken, vmMACs(t, ns, "kmp-copy")[1])
 	collision := fmt.Sprintf(`kmp_mac_collisions{mac=%q} 2`, taken)
@@ -153,7 +168,7 @@ spec:
 	assert.NotContains(t, metrics, collision, "the deleted VM's MAC is freed")
 
 	// An invalid MAC is refused, naming the field.
-	out, err = run(t, "kubectl.sh", "create", "-f", kmpVM(t, ns, "kmp-bad", "02:00:00:00:00"))
+	out, err := run(t, "kubectl.sh", "create", "-f", kmpVM(t, ns, "kmp-bad", "02:00:00:00:00"))
 	require.Error(t, err, out)
 	assert.Contains(t, out, "spec.template.spec.domain.devices.interfaces[1].macAddress")
 	assert.Contains(t, out, `"02:00:00:00:00" is not a MAC address`)

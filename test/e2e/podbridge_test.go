@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -22,7 +23,9 @@ import (
 // the pod), and its echo server answers on the pod IP from another pod
 // (virt-api's), from the node, and through `virtctl port-forward`
 // (virt-handler dials the guest from the pod, now that the pod has no IP
-// of its own). status.interfaces reports the pod IP; LiveMigratable is
+// of its own). The guest has the MAC the pod network's CNI gave the pod's
+// eth0 (its network-status), as KubeVirt's guest does, and eth0 another;
+// status.interfaces reports the pod IP and that MAC; LiveMigratable is
 // False naming the interface, and a migration fails at once.
 func TestPodBridgeBinding(t *testing.T) {
 	freshNamespace(t)
@@ -46,11 +49,27 @@ func TestPodBridgeBinding(t *testing.T) {
 	assert.Contains(t, lease, "routes=", "the lease has classless routes")
 	assert.Contains(t, lease, spec.PodBridgeFakeIP+"/32 0.0.0.0", "and the bridge's address on link")
 
+	var netStatus []nadv1.NetworkStatus
+	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "pod/"+pod, `{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}`)), &netStatus))
+	require.NotEmpty(t, netStatus)
+	require.True(t, netStatus[0].Default, "%+v", netStatus)
+	cniMAC := netStatus[0].Mac
+	require.NotEmpty(t, cniMAC, "the CNI reported eth0's MAC: %+v", netStatus)
+	gm := regexp.MustCompile(`GUEST-MAC=([0-9a-f:]{17})`).FindStringSubmatch(out)
+	require.NotNil(t, gm, "the guest printed its MAC:\n%s", out)
+	assert.Equal(t, cniMAC, gm[1], "the guest has eth0's original MAC")
+	pids := podProcesses(jsonpath(t, "pod/"+pod, "{.metadata.uid}"), "virt-launcher")
+	require.NotEmpty(t, pids, "the launcher's processes")
+	eth0, err := netlinkIn(t, pids[0]).LinkByName("eth0")
+	require.NoError(t, err)
+	assert.NotEqual(t, cniMAC, eth0.Attrs().HardwareAddr.String(), "the pod's eth0 has another MAC now")
+
 	var st v1.VirtualMachineInstanceStatus
 	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "vmi/podbr", "{.status}")), &st))
 	require.Len(t, st.Interfaces, 1, "%+v", st.Interfaces)
 	assert.Equal(t, podIP, st.Interfaces[0].IP)
 	assert.Equal(t, "eth0", st.Interfaces[0].PodInterfaceName)
+	assert.Equal(t, cniMAC, st.Interfaces[0].MAC)
 	var migratable *v1.VirtualMachineInstanceCondition
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == v1.VirtualMachineInstanceIsMigratable {
@@ -65,7 +84,7 @@ func TestPodBridgeBinding(t *testing.T) {
 	// Another pod reaches the guest at the pod IP: from virt-api's.
 	apiPod := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-api", "-o", "jsonpath={.items[*].metadata.uid}"))
 	require.NotEmpty(t, apiPod)
-	pids := podProcesses(apiPod[0], "virt-api")
+	pids = podProcesses(apiPod[0], "virt-api")
 	require.NotEmpty(t, pids, "a virt-api process")
 	c, err := dialFromNetns(pids[0], net.JoinHostPort(podIP, "1234"))
 	require.NoError(t, err, "virt-api's pod reaches the guest's echo server at the pod IP")
