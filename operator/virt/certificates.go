@@ -2,7 +2,6 @@ package virt
 
 import (
 	"crypto/x509"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,29 +58,9 @@ func leaves(namespace string) []leaf {
 	}
 }
 
-// strategy is the CR's certificateRotateStrategy with KubeVirt's
-// defaults, validated; an error names the field.
+// strategy is the CR's certificateRotateStrategy (certs.FromKubeVirt).
 func strategy(s v1.KubeVirtCertificateRotateStrategy) (certs.Strategy, error) {
-	var sc v1.KubeVirtSelfSignConfiguration
-	if s.SelfSigned != nil {
-		sc = *s.SelfSigned
-	}
-	config := func(c *v1.CertConfig, duration time.Duration) certs.Config {
-		out := certs.Config{Duration: duration}
-		if c != nil && c.Duration != nil {
-			out.Duration = c.Duration.Duration
-		}
-		out.RenewBefore = certs.DefaultRenewBefore(out.Duration)
-		if c != nil && c.RenewBefore != nil {
-			out.RenewBefore = c.RenewBefore.Duration
-		}
-		return out
-	}
-	st := certs.Strategy{CA: config(sc.CA, certs.DefaultCADuration), Server: config(sc.Server, certs.DefaultServerDuration)}
-	if err := st.Validate(); err != nil {
-		return st, fmt.Errorf("spec.certificateRotateStrategy.selfSigned.%w", err)
-	}
-	return st, nil
+	return certs.FromKubeVirt(s)
 }
 
 // certPlan is what the certificates become.
