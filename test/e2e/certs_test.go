@@ -142,8 +142,9 @@ func rotateServing(t *testing.T, duration string, during func()) {
 	before := serials(t)
 	hcoKubectl(t, "patch", hcoName, "--type=merge", "-p", `{"spec":{"security":{"certConfig":{"server":{"duration":"`+duration+`","renewBefore":"2m"}}}}}`)
 	// Bounded only to turn a hang into a failure (the HCO looks at its
-	// webhook's every 30 s).
-	deadline := time.Now().Add(3 * time.Minute)
+	// webhook's every 30 s; an operator whose CA is younger than its
+	// secret propagation, 2 minutes, waits for it).
+	deadline := time.Now().Add(6 * time.Minute)
 	for i := range servingCerts {
 		for secretSerial(t, servingCerts[i][0], servingCerts[i][1]) == before[i] {
 			if time.Now().After(deadline) {
