@@ -16,6 +16,7 @@ import (
 
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network"
 )
 
@@ -38,6 +39,7 @@ func run() error {
 	flag.StringVar(&o.ClusterNetwork, "cluster-network", "10-bridge.conflist", "the pod network's conf file in --cni-conf-dir, which kubevmm-multus delegates to")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (default: $POD_NAMESPACE)")
+	flag.DurationVar(&o.CertSettle, "secret-propagation", certs.DefaultSettle, "how long a new CA of kubemacpool's is published before a valid certificate is replaced by one it signs (the kubelet's sync period and cache)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

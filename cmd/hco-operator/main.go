@@ -1,12 +1,14 @@
 // Command hco-operator is the HyperConverged operator (operator/hco): it
 // reconciles the HyperConverged CR into the operand CRs and, with
-// --webhook-cert-dir, serves the hco-webhook (validation of the CR and
-// its v1/v1beta1 conversion) in the same process. With
+// --webhook, serves the hco-webhook (validation of the CR and its
+// v1/v1beta1 conversion) in the same process, with a serving certificate
+// it makes and rotates itself (hco.WebhookCerts). With
 // --serve-cli-downloads DIR it is instead the cli-download server: the
 // files under DIR (amd64/linux/virtctl.tar.gz) over plain HTTP.
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +25,9 @@ import (
 
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/hco"
+	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 )
 
 func main() {
@@ -35,12 +39,15 @@ func main() {
 
 func run() error {
 	namespace := os.Getenv("POD_NAMESPACE")
-	var version, certDir, metricsAddr, probeAddr, downloads, listen string
+	var version, metricsAddr, probeAddr, downloads, listen string
 	var port int
-	var leaderElect bool
+	var leaderElect, serveWebhook bool
+	var settle time.Duration
 	flag.StringVar(&namespace, "namespace", namespace, "namespace of the HyperConverged CR and its namespaced operands (default: $POD_NAMESPACE)")
 	flag.StringVar(&version, "version", "devel", "the operator's version, reported in the CR's status.versions")
-	flag.StringVar(&certDir, "webhook-cert-dir", "", "directory with tls.crt and tls.key: serve the hco-webhook (validation, conversion) with them")
+	flag.BoolVar(&serveWebhook, "webhook", false, "serve the hco-webhook (validation, conversion) with a certificate the operator makes, rotates by the CR's certConfig and publishes as the caBundle of "+
+		hcoinstall.WebhookConfig+" and of the CRD's conversion webhook (Secrets "+hcoinstall.WebhookSecret+", "+hcoinstall.WebhookCASecret+")")
+	flag.DurationVar(&settle, "secret-propagation", certs.DefaultSettle, "how long a new CA of the webhook's is published before a valid certificate is replaced by one it signs")
 	flag.IntVar(&port, "webhook-port", 4343, "port of the hco-webhook")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (kubevirt_hco_out_of_band_modifications_total); 0 disables")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
@@ -82,8 +89,11 @@ func run() error {
 		LeaderElectionID:        "hyperconverged-cluster-operator.hco.kubevirt.io",
 		LeaderElectionNamespace: namespace,
 	}
-	if certDir != "" {
-		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: port, CertDir: certDir})
+	var wc *hco.WebhookCerts
+	if serveWebhook {
+		wc = &hco.WebhookCerts{Namespace: namespace, Service: hcoinstall.WebhookService, Secret: hcoinstall.WebhookSecret, CASecret: hcoinstall.WebhookCASecret,
+			WebhookConfig: hcoinstall.WebhookConfig, CRD: hcoinstall.CRDName, Settle: settle, Poll: 30 * time.Second}
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: port, TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = wc.GetCertificate }}})
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
@@ -94,11 +104,10 @@ func run() error {
 		return fmt.Errorf("setting up the HyperConverged reconciler: %w", err)
 	}
 	ready := healthz.Ping
-	if certDir != "" {
-		ws := mgr.GetWebhookServer()
-		ws.Register(hco.ValidatePath, &admission.Webhook{Handler: &hco.Validator{Reader: mgr.GetAPIReader(), Namespace: namespace}})
-		ws.Register(hco.ConvertPath, hco.ConversionHandler())
-		ready = ws.StartedChecker()
+	if wc != nil {
+		if ready, err = addWebhook(mgr, wc, namespace); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
@@ -106,9 +115,22 @@ func run() error {
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	ctrl.Log.Info("starting hco-operator", "namespace", namespace, "version", version, "webhook", certDir != "")
+	ctrl.Log.Info("starting hco-operator", "namespace", namespace, "version", version, "webhook", serveWebhook)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// addWebhook adds the hco-webhook's handlers and the making of its
+// certificate to mgr; the readiness check is the webhook's.
+func addWebhook(mgr ctrl.Manager, wc *hco.WebhookCerts, namespace string) (healthz.Checker, error) {
+	wc.Client, wc.Reader = mgr.GetClient(), mgr.GetAPIReader()
+	if err := mgr.Add(wc); err != nil {
+		return nil, fmt.Errorf("adding the webhook's certificates: %w", err)
+	}
+	ws := mgr.GetWebhookServer()
+	ws.Register(hco.ValidatePath, &admission.Webhook{Handler: &hco.Validator{Reader: mgr.GetAPIReader(), Namespace: namespace}})
+	ws.Register(hco.ConvertPath, hco.ConversionHandler())
+	return ws.StartedChecker(), nil
 }

@@ -18,6 +18,7 @@ import (
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/ssp"
 )
 
@@ -37,6 +38,7 @@ func run() error {
 	flag.StringVar(&pull, "image-pull-policy", string(corev1.PullIfNotPresent), "virt-template-validator's pull policy (Always, IfNotPresent, Never)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (default: $POD_NAMESPACE)")
+	flag.DurationVar(&o.CertSettle, "secret-propagation", certs.DefaultSettle, "how long a new CA of the validator's is published before a valid certificate is replaced by one it signs (the kubelet's sync period and cache)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

@@ -520,7 +520,7 @@ func kubeVirtSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 
 // networkSpec: multus and the Linux bridge plugin, kubemacpool with the
 // CR's range (both ends or neither: the NetworkAddonsConfig then picks a
-// random one).
+// random one), selfSignConfiguration from certConfig.
 func networkSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 	pool := map[string]any{}
 	if s.Networking != nil && s.Networking.KubeMacPoolConfiguration != nil {
@@ -545,7 +545,12 @@ func networkSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 			pool["rangeStart"], pool["rangeEnd"] = *c.RangeStart, *c.RangeEnd
 		}
 	}
-	return map[string]any{"multus": map[string]any{}, "linuxBridge": map[string]any{}, "kubeMacPool": pool}, nil
+	// certConfig, with upstream HCO's defaults, as upstream passes it on:
+	// durations are rotate intervals, renewBefores overlap intervals.
+	cs := certStrategy(s.Security.CertConfig)
+	selfSign := map[string]any{"caRotateInterval": cs.CA.Duration.String(), "caOverlapInterval": cs.CA.RenewBefore.String(),
+		"certRotateInterval": cs.Server.Duration.String(), "certOverlapInterval": cs.Server.RenewBefore.String()}
+	return map[string]any{"multus": map[string]any{}, "linuxBridge": map[string]any{}, "kubeMacPool": pool, "selfSignConfiguration": selfSign}, nil
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -90,6 +90,11 @@ func TestDecideOperandsFromSpec(t *testing.T) {
 	assert.Equal(t, map[string]string{"rangeStart": "02:00:00:00:00:00", "rangeEnd": "02:00:00:00:ff:ff"}, pool)
 	_, ok, _ := unstructured.NestedMap(nac.Object, "spec", "multus")
 	assert.True(t, ok)
+	// certConfig as upstream passes it to CNAO: rotate and overlap
+	// intervals.
+	selfSign, _, _ := unstructured.NestedStringMap(nac.Object, "spec", "selfSignConfiguration")
+	assert.Equal(t, map[string]string{"caRotateInterval": "48h0m0s", "caOverlapInterval": "24h0m0s",
+		"certRotateInterval": "10h0m0s", "certOverlapInterval": "1h0m0s"}, selfSign)
 
 	ssp := objs["SSP"]
 	ns, _, _ := unstructured.NestedString(ssp.Object, "spec", "commonTemplates", "namespace")

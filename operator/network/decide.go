@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
 
@@ -23,9 +25,9 @@ const (
 	KeyKubeMacPool = "kubeMacPool"
 )
 
-// CAKey is the key of the CA that signed kubemacpool's serving
-// certificate in its Secret (install.KubeMacPoolSecret): the webhook's CA
-// bundle.
+// CAKey is the key of the CA bundle in kubemacpool's Secret
+// (install.KubeMacPoolSecret): the CAs that signed its serving
+// certificate and the previous ones, the webhook's caBundle.
 const CAKey = "ca.crt"
 
 // Options are the operator's: the components' images and the nodes' CNI
@@ -35,6 +37,9 @@ type Options struct {
 	install.Config
 	KubeMacPoolImage string
 	Version          string
+	// CertSettle is how long a new CA is published before kubemacpool's
+	// valid certificate is replaced by one it signs (certs.MakePlan).
+	CertSettle time.Duration
 }
 
 // Workload is what a reconcile read of one DaemonSet or Deployment.
@@ -56,8 +61,9 @@ type Observed struct {
 	// without one; RandomRange a fresh random range, for a kubeMacPool
 	// without a range and no ConfigMap yet.
 	KubeMacPoolRange, RandomRange *[2]string
-	// KubeMacPoolCA is CAKey of kubemacpool's Secret.
-	KubeMacPoolCA []byte
+	// KubeMacPoolCerts is what kubemacpool's CA and certificate Secrets
+	// hold.
+	KubeMacPoolCerts certs.Stored
 }
 
 // Decision is what to apply, what to delete (the objects of components
@@ -66,6 +72,10 @@ type Decision struct {
 	Apply  []*unstructured.Unstructured
 	Delete []client.Object
 	Status networkaddonsv1.NetworkAddonsConfigStatus
+	// CertsDue is when kubemacpool's certificates are next due;
+	// Renewed says which Apply renews, and why.
+	CertsDue time.Time
+	Renewed  []string
 }
 
 // component is one spec key's objects.
@@ -102,7 +112,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	if err != nil {
 		return failed("FailedToRender", err.Error())
 	}
-	kmp, err := kubeMacPoolObjects(o, opts, cfg.PullPolicy)
+	kmp, plan, err := kubeMacPoolObjects(o, opts, cfg.PullPolicy, now)
 	if err != nil {
 		return failed("InvalidConfiguration", err.Error())
 	}
@@ -113,7 +123,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	}
 	owner := metav1.OwnerReference{APIVersion: networkaddonsv1.GroupVersion.String(), Kind: "NetworkAddonsConfig", Name: nac.Name, UID: nac.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
-	var d Decision
+	d := Decision{CertsDue: plan.Due, Renewed: plan.Renewed}
 	var notReady []string
 	st.Containers = nil
 	for _, c := range comps {
@@ -162,11 +172,13 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	return d
 }
 
-// kubeMacPoolObjects are kubemacpool's objects: with the spec's range, else
-// the one it runs with (its ConfigMap), else the random one the reconcile
-// picked. Without the key they are only deleted: a fixed range and CA
-// then, as only their kinds and names count.
-func kubeMacPoolObjects(o Observed, opts Options, pull corev1.PullPolicy) ([]client.Object, error) {
+// kubeMacPoolObjects are kubemacpool's objects, its certificates' Secrets
+// first (the operator's: made and rotated by the spec's
+// selfSignConfiguration): with the spec's range, else the one it runs
+// with (its ConfigMap), else the random one the reconcile picked. Without
+// the key they are only deleted: a fixed range and CA then, as only
+// their kinds and names count.
+func kubeMacPoolObjects(o Observed, opts Options, pull corev1.PullPolicy, now metav1.Time) ([]client.Object, certs.Plan, error) {
 	c := install.KubeMacPoolConfig{Image: opts.KubeMacPoolImage, PullPolicy: pull}
 	spec := o.Config.Spec.KubeMacPool
 	switch {
@@ -179,18 +191,25 @@ func kubeMacPoolObjects(o Observed, opts Options, pull corev1.PullPolicy) ([]cli
 	default:
 		c.RangeStart, c.RangeEnd = o.RandomRange[0], o.RandomRange[1]
 	}
+	var plan certs.Plan
+	var secrets []client.Object
 	if spec != nil {
-		c.CABundle = o.KubeMacPoolCA
-		if len(c.CABundle) == 0 {
-			return nil, fmt.Errorf("spec.kubeMacPool: no %s in Secret %s/%s: kubemacpool's serving certificate is made outside the operator for now",
-				CAKey, install.Namespace, install.KubeMacPoolSecret)
+		st, err := selfSignStrategy(o.Config.Spec.SelfSignConfiguration)
+		if err != nil {
+			return nil, plan, err
 		}
+		if plan, err = kubeMacPoolCerts(o, st, now, opts.CertSettle); err != nil {
+			return nil, plan, fmt.Errorf("kubemacpool's certificate: %w", err)
+		}
+		c.CABundle, secrets = plan.Bundle, kubeMacPoolSecrets(plan)
+	} else {
+		secrets = kubeMacPoolSecrets(plan)
 	}
 	objs, err := install.KubeMacPoolObjects(c)
 	if err != nil {
-		return nil, fmt.Errorf("spec.%w", err)
+		return nil, plan, fmt.Errorf("spec.%w", err)
 	}
-	return objs, nil
+	return append(secrets, objs...), plan, nil
 }
 
 func workloadKey(kind, ns, name string) string { return kind + " " + ns + "/" + name }

@@ -1,6 +1,7 @@
 package network_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -195,10 +197,6 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 
 	t.Run("kubeMacPool", func(t *testing.T) {
 		patch(`{"spec":{"kubeMacPool":{}}}`)
-		waitCond(networkaddonsv1.ConditionDegraded, "True/InvalidConfiguration: spec.kubeMacPool: no ca.crt in Secret cluster-network-addons/kubemacpool-service")
-		require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: install.KubeMacPoolSecret},
-			Data: map[string][]byte{network.CAKey: []byte("not-a-real-ca")}}))
-		// (Looked for again within 10 s: the Secret is not watched.)
 		waitCond(networkaddonsv1.ConditionProgressing, "True/Deploying: not ready yet: Deployment cluster-network-addons/kubemacpool-mac-controller-manager")
 		rangeOf := func() string {
 			cm := &corev1.ConfigMap{}
@@ -209,7 +207,14 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		assert.Regexp(t, `^02:[0-9a-f]{2}:[0-9a-f]{2}:00:00:00-02:[0-9a-f]{2}:[0-9a-f]{2}:ff:ff:ff$`, first, "a random 02:XX:XX range")
 		hook := &admissionregistrationv1.MutatingWebhookConfiguration{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.KubeMacPoolWebhook}, hook))
-		assert.Equal(t, []byte("not-a-real-ca"), hook.Webhooks[0].ClientConfig.CABundle)
+		leafOf := func() *corev1.Secret {
+			sec := &corev1.Secret{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPoolSecret}, sec))
+			return sec
+		}
+		leaf := leafOf()
+		require.NotEmpty(t, leaf.Data[network.CAKey], "the operator made kubemacpool's certificate")
+		assert.Equal(t, leaf.Data[network.CAKey], hook.Webhooks[0].ClientConfig.CABundle, "the webhook trusts its bundle")
 		dep := &appsv1.Deployment{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, dep))
 		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
@@ -222,6 +227,24 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 			return cur.Generation > 1 && cur.Status.ObservedGeneration == cur.Generation, fmt.Sprint(cur.Status.ObservedGeneration, "/", cur.Generation)
 		})
 		assert.Equal(t, first, rangeOf(), "the random range is kept")
+		assert.Equal(t, leaf.Data["tls.crt"], leafOf().Data["tls.crt"], "a valid certificate is kept")
+
+		// Shorter lifetimes (as the HCO passes its certConfig on): the
+		// certificate is remade at once, the webhook following the
+		// bundle, which keeps the previous CA.
+		patch(`{"spec":{"selfSignConfiguration":{"caRotateInterval":"10m","caOverlapInterval":"5m","certRotateInterval":"5m","certOverlapInterval":"2m"}}}`)
+		waitFor(t, "kubemacpool's certificate remade for 5 minutes", func() (bool, string) {
+			cur := leafOf()
+			cert, _, err := certs.Parse(certs.KeyPair{Cert: cur.Data["tls.crt"], Key: cur.Data["tls.key"]})
+			require.NoError(t, err)
+			roots, err := certs.ParseBundle(cur.Data[network.CAKey])
+			require.NoError(t, err)
+			h := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.KubeMacPoolWebhook}, h))
+			left := time.Until(cert.NotAfter)
+			return left <= 5*time.Minute && len(roots) == 2 && bytes.Equal(h.Webhooks[0].ClientConfig.CABundle, cur.Data[network.CAKey]),
+				fmt.Sprintf("valid %v more, %d CAs", left.Round(time.Second), len(roots))
+		})
 
 		patch(`{"spec":{"kubeMacPool":{"rangeStart":"02:aa:00:00:00:00","rangeEnd":"02:aa:00:00:ff:ff"}}}`)
 		waitFor(t, "the spec's range", func() (bool, string) { r := rangeOf(); return r == "02:aa:00:00:00:00-02:aa:00:00:ff:ff", r })

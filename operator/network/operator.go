@@ -50,8 +50,8 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps"}, Verbs: all},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: all},
-			// kubemacpool's CA (its serving certificate's Secret).
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{install.KubeMacPoolSecret}, Verbs: []string{"get"}},
+			// kubemacpool's CA and serving certificate, which it makes.
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}

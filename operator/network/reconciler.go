@@ -12,8 +12,10 @@
 //	            and mutating webhook), with spec.kubeMacPool's range, else
 //	            the range its ConfigMap holds, else a random
 //	            02:XX:XX:00:00:00-02:XX:XX:FF:FF:FF picked once and kept
-//	            in the ConfigMap; its serving certificate is the
-//	            deployer's, Secret kubemacpool-service with the CA in ca.crt
+//	            in the ConfigMap; its serving certificate (Secret
+//	            kubemacpool-service, the CA bundle in ca.crt) and CA
+//	            (kubemacpool-ca) are the operator's, made and rotated
+//	            (operator/certs) by spec.selfSignConfiguration
 //
 // all in namespace cluster-network-addons, the operator's own (Operator).
 // The bridge and tuning CNI plugins come with bridge-marker: its image
@@ -22,7 +24,7 @@
 //
 // One level-triggered reconciler: read (the NetworkAddonsConfig, its spec
 // as stored, the components' DaemonSets and Deployment, kubemacpool's
-// range and CA), decide (Decide, a pure function), write (server-side apply under field manager
+// range and certificates), decide (Decide, a pure function), write (server-side apply under field manager
 // cluster-network-addons-operator with forced ownership, so an edit of a
 // deployed field is reverted; deletes of the components whose key is
 // gone; then the status). Everything applied is owned by the
@@ -37,9 +39,11 @@
 //	-> Available    every requested component is ready (none requested:
 //	                Available at once); observedVersion is set
 //	-> Degraded     the spec sets a field kubevmm does not implement (named),
-//	                an invalid kubeMacPool range, or kubemacpool's CA is
-//	                missing (looked for again every 10 s); nothing is
-//	                applied or deleted until it is fixed
+//	                an invalid kubeMacPool range or selfSignConfiguration;
+//	                nothing is applied or deleted until it is fixed
+//
+// The operator requeues itself for the next certificate due and logs
+// each renewal.
 //
 // The CRD admits no other name than "cluster".
 package network
@@ -137,9 +141,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
-	if nac.Spec.KubeMacPool != nil && len(o.KubeMacPoolCA) == 0 {
-		// kubemacpool's Secret is not watched: look again.
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	for _, why := range d.Renewed {
+		log.Info("certificate renewed", "secret", why)
+	}
+	if !d.CertsDue.IsZero() {
+		// Nothing else wakes the operator when a certificate comes due.
+		return reconcile.Result{RequeueAfter: max(time.Until(d.CertsDue), time.Second)}, nil
 	}
 	return reconcile.Result{}, nil
 }
@@ -207,14 +214,18 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 	if nac.Spec.KubeMacPool == nil {
 		return o, nil
 	}
-	sec := &corev1.Secret{}
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPoolSecret}, sec); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return o, fmt.Errorf("reading kubemacpool's CA: %w", err)
-	default:
-		o.KubeMacPoolCA = sec.Data[CAKey]
+	var data [2]map[string][]byte
+	for i, name := range []string{KubeMacPoolCASecret, install.KubeMacPoolSecret} {
+		sec := &corev1.Secret{}
+		switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: name}, sec); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return o, fmt.Errorf("reading Secret %s: %w", name, err)
+		default:
+			data[i] = sec.Data
+		}
 	}
+	o.KubeMacPoolCerts = storedKubeMacPoolCerts(data[0], data[1])
 	cm := &corev1.ConfigMap{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: kubemacpool.ConfigMap}, cm); {
 	case apierrors.IsNotFound(err):

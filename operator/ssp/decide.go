@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/ssp/instancetypes"
 	"github.com/kubevmm/kubevmm/operator/ssp/templates"
 )
@@ -45,6 +47,10 @@ type Options struct {
 	ImageRegistry string
 	ImageTag      string
 	PullPolicy    corev1.PullPolicy
+	// CertSettle is how long a new CA is published before the
+	// validator's valid certificate is replaced by one it signs
+	// (certs.MakePlan).
+	CertSettle time.Duration
 }
 
 // Action is what a reconcile does after deciding.
@@ -74,9 +80,13 @@ type Observed struct {
 	UnknownFields []string
 	// NamespaceExists: spec.commonTemplates.namespace exists.
 	NamespaceExists bool
-	// CABundle is the CA of the validator's certificate (from its
-	// Secret); nil when the Secret or its key is missing.
-	CABundle []byte
+	// Certs is what the validator's CA and certificate Secrets hold;
+	// CertStrategy the cluster's KubeVirt certificateRotateStrategy
+	// (KubeVirt's defaults without one), CertStrategyErr why it cannot
+	// be used.
+	Certs           certs.Stored
+	CertStrategy    certs.Strategy
+	CertStrategyErr error
 	// ValidatorReady: the validator's Deployment runs its current spec
 	// with every replica available.
 	ValidatorReady bool
@@ -90,6 +100,10 @@ type Decision struct {
 	Action  Action
 	Objects []*unstructured.Unstructured
 	Status  sspv1beta3.SSPStatus
+	// CertsDue is when a certificate is next due (Deploy); Renewed says
+	// which Objects renews, and why.
+	CertsDue time.Time
+	Renewed  []string
 }
 
 // Decide is the operator's logic, a pure function of what was read (now
@@ -147,11 +161,14 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	if !o.NamespaceExists {
 		return failed(fmt.Sprintf("spec.commonTemplates.namespace: namespace %q does not exist", s.Spec.CommonTemplates.Namespace))
 	}
-	if o.CABundle == nil {
-		return failed(fmt.Sprintf("no %s in Secret %s/%s: the validator's certificate is made outside the operator for now",
-			CABundleKey, s.Namespace, ValidatorSecret))
+	if o.CertStrategyErr != nil {
+		return failed(o.CertStrategyErr.Error())
 	}
-	objs, err := desired(s, opts, o.CABundle)
+	plan, err := validatorCerts(o, s.Namespace, now, opts.CertSettle)
+	if err != nil {
+		return failed("the validator's certificate: " + err.Error())
+	}
+	objs, err := desired(s, opts, plan)
 	if err != nil {
 		return failed(err.Error())
 	}
@@ -164,7 +181,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 		conds(corev1.ConditionFalse, corev1.ConditionTrue, corev1.ConditionFalse,
 			fmt.Sprintf("Deployment %s/%s: not every replica is available", s.Namespace, ValidatorName))
 	}
-	return Decision{Action: Deploy, Objects: objs, Status: st}
+	return Decision{Action: Deploy, Objects: objs, Status: st, CertsDue: plan.Due, Renewed: plan.Renewed}
 }
 
 // paused: the SSP carries the paused annotation, true (upstream reads it
@@ -177,7 +194,7 @@ func paused(s *sspv1beta3.SSP) bool {
 // Template CRD, the instance types and preferences, the common templates,
 // then the validator. Each is labelled and annotated with the SSP; those
 // in the SSP's namespace are owned by it too.
-func desired(s *sspv1beta3.SSP, opts Options, ca []byte) ([]*unstructured.Unstructured, error) {
+func desired(s *sspv1beta3.SSP, opts Options, cp certs.Plan) ([]*unstructured.Unstructured, error) {
 	crd, err := templatecrds.CRD()
 	if err != nil {
 		return nil, err
@@ -195,7 +212,9 @@ func desired(s *sspv1beta3.SSP, opts Options, ca []byte) ([]*unstructured.Unstru
 	for _, t := range tmpls {
 		all = append(all, t)
 	}
-	all = append(all, validator(s, opts, ca)...)
+	// The Secrets before the webhooks that trust their bundle.
+	all = append(all, certSecrets(cp, s.Namespace)...)
+	all = append(all, validator(s, opts, cp.Bundle)...)
 	owner := metav1.OwnerReference{APIVersion: sspv1beta3.GroupVersion.String(), Kind: "SSP", Name: s.Name, UID: s.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	out := make([]*unstructured.Unstructured, 0, len(all))

@@ -1,8 +1,12 @@
 package ssp
 
 import (
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,11 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
+
+// defaultStrategy is KubeVirt's, what a cluster without a KubeVirt CR
+// gets.
+var defaultStrategy, _ = certs.FromKubeVirt(kvv1.KubeVirtCertificateRotateStrategy{})
 
 func cond(st sspv1beta3.SSPStatus, t sspv1beta3.ConditionType) string {
 	if c := sspv1beta3.FindCondition(st.Conditions, t); c != nil {
@@ -36,7 +46,7 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 
 func TestDecide(t *testing.T) {
 	now := metav1.Now()
-	ready := Observed{Active: true, NamespaceExists: true, CABundle: []byte("ca")}
+	ready := Observed{Active: true, NamespaceExists: true, CertStrategy: defaultStrategy}
 	with := func(o Observed, f func(*Observed)) Observed { f(&o); return o }
 	tests := []struct {
 		name    string
@@ -78,9 +88,11 @@ func TestDecide(t *testing.T) {
 		{name: "no templates namespace", obs: with(ready, func(o *Observed) { o.NamespaceExists = false }), action: Nothing, phase: sspv1beta3.PhaseDeploying,
 			conds: map[sspv1beta3.ConditionType]string{
 				sspv1beta3.ConditionDegraded: `True/Degraded: spec.commonTemplates.namespace: namespace "openshift" does not exist`}},
-		{name: "no CA", obs: with(ready, func(o *Observed) { o.CABundle = nil }), action: Nothing, phase: sspv1beta3.PhaseDeploying,
+		{name: "a KubeVirt strategy that cannot be used", obs: with(ready, func(o *Observed) {
+			o.CertStrategyErr = errors.New("KubeVirt kubevirt/kv: spec.certificateRotateStrategy.selfSigned.server.duration 1m0s: at least 5m0s")
+		}), action: Nothing, phase: sspv1beta3.PhaseDeploying,
 			conds: map[sspv1beta3.ConditionType]string{
-				sspv1beta3.ConditionDegraded: "True/Degraded: no ca.crt in Secret kubevirt/virt-template-validator-certs"}},
+				sspv1beta3.ConditionDegraded: "True/Degraded: KubeVirt kubevirt/kv: spec.certificateRotateStrategy.selfSigned.server.duration"}},
 		{name: "deleting", deleted: true, obs: Observed{Remaining: 3}, action: Cleanup, phase: sspv1beta3.PhaseDeleting,
 			conds: map[sspv1beta3.ConditionType]string{sspv1beta3.ConditionProgressing: "True/Progressing: deleting 3 deployed objects"}},
 		{name: "deleting while paused", deleted: true, ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "true"}, obs: Observed{Remaining: 3},
@@ -125,7 +137,7 @@ func TestDecideObjects(t *testing.T) {
 		TemplateValidator: &sspv1beta3.TemplateValidator{Replicas: ptr.To(int32(3)), Placement: &sspv1beta3.NodePlacement{
 			NodeSelector: map[string]string{"node-role": "infra"}, Tolerations: []corev1.Toleration{{Key: "infra", Operator: corev1.TolerationOpExists}}}},
 	}}
-	d := Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CABundle: []byte("the-ca")}, opts, metav1.Now())
+	d := Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CertStrategy: defaultStrategy}, opts, metav1.Now())
 	require.Equal(t, Deploy, d.Action)
 	assert.Equal(t, "CustomResourceDefinition", d.Objects[0].GetKind())
 	assert.Equal(t, "templates.template.openshift.io", d.Objects[0].GetName())
@@ -169,20 +181,81 @@ func TestDecideObjects(t *testing.T) {
 	require.NotNil(t, wh)
 	hooks, _, _ := unstructured.NestedSlice(wh.Object, "webhooks")
 	require.Len(t, hooks, 2)
+	leaf := find(d.Objects, "Secret", ValidatorSecret)
+	require.NotNil(t, leaf)
+	bundle, _, _ := unstructured.NestedString(leaf.Object, "data", CABundleKey)
+	require.NotEmpty(t, bundle)
 	for _, h := range hooks {
 		h := h.(map[string]any)
 		assert.Equal(t, "Fail", h["failurePolicy"])
 		ca, _, _ := unstructured.NestedString(h, "clientConfig", "caBundle")
-		assert.Equal(t, "dGhlLWNh", ca, "the CA from the Secret")
+		assert.Equal(t, bundle, ca, "the bundle of the validator's Secret")
 		svc, _, _ := unstructured.NestedString(h, "clientConfig", "service", "namespace")
 		assert.Equal(t, "kubevirt", svc)
 	}
 
 	// The default: two replicas.
 	s.Spec.TemplateValidator = nil
-	d = Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CABundle: []byte("the-ca")}, opts, metav1.Now())
+	d = Decide(Observed{SSP: s, Active: true, NamespaceExists: true, CertStrategy: defaultStrategy}, opts, metav1.Now())
 	r, _, _ := unstructured.NestedInt64(find(d.Objects, "Deployment", ValidatorName).Object, "spec", "replicas")
 	assert.Equal(t, int64(2), r)
+}
+
+// secretData is a Secret object's data, decoded.
+func secretData(t *testing.T, u *unstructured.Unstructured) map[string][]byte {
+	t.Helper()
+	require.NotNil(t, u)
+	m, _, _ := unstructured.NestedStringMap(u.Object, "data")
+	out := map[string][]byte{}
+	for k, v := range m {
+		b, err := base64.StdEncoding.DecodeString(v)
+		require.NoError(t, err)
+		out[k] = b
+	}
+	return out
+}
+
+// The validator's certificate is the operator's: made on the first
+// deploy (a CA, and a serving certificate for the Service it verifies),
+// kept while valid, remade at once when the KubeVirt strategy is
+// shortened below what it has left, the CA staying in the bundle.
+func TestDecideValidatorCertificates(t *testing.T) {
+	s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", UID: "uid-1"},
+		Spec: sspv1beta3.SSPSpec{CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "templates"}}}
+	now := metav1.Now()
+	o := Observed{SSP: s, Active: true, NamespaceExists: true, CertStrategy: defaultStrategy}
+	d := Decide(o, opts, now)
+	require.Equal(t, Deploy, d.Action)
+	assert.Len(t, d.Renewed, 2, "the CA and the leaf made")
+	assert.WithinDuration(t, now.Add(24*time.Hour-24*time.Hour/5), d.CertsDue, time.Minute, "the leaf is due a fifth before it expires")
+	ca, leaf := secretData(t, find(d.Objects, "Secret", ValidatorCASecret)), secretData(t, find(d.Objects, "Secret", ValidatorSecret))
+	roots, err := certs.ParseBundle(leaf[CABundleKey])
+	require.NoError(t, err)
+	require.Len(t, roots, 1)
+	pool := x509.NewCertPool()
+	pool.AddCert(roots[0])
+	cert, _, err := certs.Parse(certs.KeyPair{Cert: leaf["tls.crt"], Key: leaf["tls.key"]})
+	require.NoError(t, err)
+	_, err = cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "virt-template-validator.kubevirt.svc"})
+	require.NoError(t, err, "the validator's certificate verifies for its Service")
+
+	// Stored: nothing renewed.
+	o.Certs = storedCerts(ca, leaf)
+	d = Decide(o, opts, now)
+	assert.Empty(t, d.Renewed)
+	assert.Equal(t, leaf["tls.crt"], secretData(t, find(d.Objects, "Secret", ValidatorSecret))["tls.crt"])
+
+	// Shorter lifetimes: the CA and the leaf, valid longer than they now
+	// may be, are remade at once; the previous CA stays in the bundle.
+	o.CertStrategy = certs.Strategy{CA: certs.Config{Duration: 10 * time.Minute, RenewBefore: 5 * time.Minute},
+		Server: certs.Config{Duration: 5 * time.Minute, RenewBefore: 2 * time.Minute}}
+	d = Decide(o, opts, now)
+	require.Len(t, d.Renewed, 2, "the CA and the leaf, both longer than the strategy allows: %v", d.Renewed)
+	leaf2 := secretData(t, find(d.Objects, "Secret", ValidatorSecret))
+	assert.NotEqual(t, leaf["tls.crt"], leaf2["tls.crt"])
+	roots, err = certs.ParseBundle(leaf2[CABundleKey])
+	require.NoError(t, err)
+	assert.Len(t, roots, 2, "the previous CA stays in the bundle")
 }
 
 func TestDecideTektonTasks(t *testing.T) {

@@ -1,6 +1,7 @@
 package ssp_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -25,11 +26,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspcrds "github.com/kubevmm/kubevmm/api/ssp/crds"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/ssp"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
@@ -81,8 +84,6 @@ func TestSSPEnvtest(t *testing.T) {
 	for _, n := range []string{ns, "other"} {
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
-	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ssp.ValidatorSecret},
-		Data: map[string][]byte{ssp.CABundleKey: []byte("not-a-real-ca"), "tls.crt": nil, "tls.key": nil}}))
 
 	ops, err := ssp.Operator(ssp.OperatorConfig{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever, ManagedBy: "test"})
 	require.NoError(t, err)
@@ -168,7 +169,34 @@ func TestSSPEnvtest(t *testing.T) {
 	}
 	wh := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: ssp.ValidatorName}, wh))
-	assert.Equal(t, []byte("not-a-real-ca"), wh.Webhooks[0].ClientConfig.CABundle)
+	leaf := &corev1.Secret{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorSecret}, leaf))
+	require.NotEmpty(t, leaf.Data[ssp.CABundleKey], "the operator made the validator's certificate")
+	assert.Equal(t, leaf.Data[ssp.CABundleKey], wh.Webhooks[0].ClientConfig.CABundle, "the webhooks trust its bundle")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorCASecret}, &corev1.Secret{}))
+
+	// The KubeVirt CR's strategy sets the lifetimes: shortened, the
+	// validator's certificate is remade at once and the webhooks follow
+	// the bundle, which keeps the previous CA.
+	kv := &kvv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt"}, Spec: kvv1.KubeVirtSpec{
+		CertificateRotateStrategy: kvv1.KubeVirtCertificateRotateStrategy{SelfSigned: &kvv1.KubeVirtSelfSignConfiguration{
+			CA:     &kvv1.CertConfig{Duration: &metav1.Duration{Duration: 10 * time.Minute}},
+			Server: &kvv1.CertConfig{Duration: &metav1.Duration{Duration: 5 * time.Minute}}}}}}
+	require.NoError(t, k8s.Create(ctx, kv))
+	waitFor(t, "the validator's certificate remade for 5 minutes, the webhooks trusting both CAs", func() (bool, string) {
+		now := &corev1.Secret{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorSecret}, now))
+		cert, _, err := certs.Parse(certs.KeyPair{Cert: now.Data["tls.crt"], Key: now.Data["tls.key"]})
+		require.NoError(t, err)
+		roots, err := certs.ParseBundle(now.Data[ssp.CABundleKey])
+		require.NoError(t, err)
+		cur := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: ssp.ValidatorName}, cur))
+		left := time.Until(cert.NotAfter)
+		return left <= 5*time.Minute && len(roots) == 2 && bytes.Equal(cur.Webhooks[0].ClientConfig.CABundle, now.Data[ssp.CABundleKey]),
+			fmt.Sprintf("leaf valid %v more, %d CAs in the bundle", left.Round(time.Second), len(roots))
+	})
+	require.NoError(t, k8s.Delete(ctx, kv))
 
 	// The validator becomes available (played by the test): Deployed.
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2}

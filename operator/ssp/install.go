@@ -57,8 +57,12 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: all},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services"}, Verbs: all},
-			// The validator's CA, the templates' namespace.
-			{APIGroups: []string{""}, Resources: []string{"secrets", "namespaces"}, Verbs: read},
+			// The validator's CA and serving certificate, which it makes;
+			// the templates' namespace; the KubeVirt CR, whose
+			// certificateRotateStrategy the certificates follow.
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: read},
+			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"kubevirts"}, Verbs: read},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}

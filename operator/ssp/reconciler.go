@@ -8,7 +8,9 @@
 // tekton-tasks-operator's) as a documented no-op (TektonTasksReconciler).
 //
 // One level-triggered reconciler: read (the SSP, the others, the stored
-// spec, the templates' namespace, the validator's CA and Deployment),
+// spec, the templates' namespace, the validator's CA and certificate
+// Secrets, the KubeVirt CR's certificateRotateStrategy, the validator's
+// Deployment),
 // decide (Decide, a pure function), write (server-side apply under field
 // manager ssp-operator with forced ownership, so an edit of a deployed
 // field is reverted; then the status). Everything deployed carries the
@@ -29,10 +31,15 @@
 //	                         live in it)
 //	Deleting  -> Deleted     nothing deployed is left: finalizer removed
 //
+// The validator's serving certificate and its CA are the operator's
+// (certificates.go: made, rotated and published as the webhooks'
+// caBundle by certs.MakePlan, with the KubeVirt CR's lifetimes); the
+// operator requeues itself for the next one due and logs each renewal.
+//
 // A spec that sets a field kubevmm does not implement, a non-empty
-// dataImportCronTemplates, a missing templates namespace or a missing
-// validator CA leave the phase and make the SSP Degraded, naming the
-// cause; nothing is applied until it is fixed. A second SSP (not the
+// dataImportCronTemplates, a missing templates namespace or a KubeVirt
+// certificateRotateStrategy that cannot be used leave the phase and make
+// the SSP Degraded, naming the cause; nothing is applied until it is fixed. A second SSP (not the
 // oldest) is Degraded and ignored. The annotation kubevirt.io/operator.paused
 // ("true") stops reconciling (status.paused) until removed.
 package ssp
@@ -68,6 +75,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // FieldManager is the SSP operator's server-side apply field manager.
@@ -137,6 +145,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	switch d.Action {
 	case Deploy:
+		for _, why := range d.Renewed {
+			log.Info("certificate renewed", "secret", why)
+		}
 		if !controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
 			orig := s.DeepCopy()
 			controllerutil.AddFinalizer(s, sspv1beta3.Finalizer)
@@ -185,6 +196,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
 		log.Info("removed")
+	}
+	if d.Action == Deploy && !d.CertsDue.IsZero() && requeue == 0 {
+		// Nothing else wakes the operator when a certificate comes due.
+		requeue = max(time.Until(d.CertsDue), time.Second)
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
@@ -238,13 +253,20 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 	default:
 		o.NamespaceExists = true
 	}
-	sec := &corev1.Secret{}
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ValidatorSecret}, sec); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return o, fmt.Errorf("reading the validator's CA: %w", err)
-	default:
-		o.CABundle = sec.Data[CABundleKey]
+	var data [2]map[string][]byte
+	for i, name := range []string{ValidatorCASecret, ValidatorSecret} {
+		sec := &corev1.Secret{}
+		switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, sec); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return o, fmt.Errorf("reading Secret %s: %w", name, err)
+		default:
+			data[i] = sec.Data
+		}
+	}
+	o.Certs = storedCerts(data[0], data[1])
+	if o.CertStrategy, o.CertStrategyErr, err = r.certStrategy(ctx); err != nil {
+		return o, err
 	}
 	d := &appsv1.Deployment{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ValidatorName}, d); {
@@ -260,6 +282,28 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 		o.ValidatorReady = st.ObservedGeneration >= d.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want
 	}
 	return o, nil
+}
+
+// certStrategy is the lifetimes the validator's certificates get: the
+// cluster's KubeVirt CR's certificateRotateStrategy (the oldest CR's, as
+// virt-operator deploys only that one), KubeVirt's defaults without one.
+// bad is a strategy that cannot be used, naming the CR and field.
+func (r *Reconciler) certStrategy(ctx context.Context) (st certs.Strategy, bad, err error) {
+	l := &v1.KubeVirtList{}
+	if err := r.APIReader.List(ctx, l); err != nil && !apimeta.IsNoMatchError(err) && !apierrors.IsNotFound(err) {
+		return st, nil, fmt.Errorf("listing KubeVirts: %w", err)
+	}
+	var strat v1.KubeVirtCertificateRotateStrategy
+	name := ""
+	if len(l.Items) > 0 {
+		sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].CreationTimestamp.Before(&l.Items[j].CreationTimestamp) })
+		strat, name = l.Items[0].Spec.CertificateRotateStrategy, l.Items[0].Namespace+"/"+l.Items[0].Name
+	}
+	st, bad = certs.FromKubeVirt(strat)
+	if bad != nil {
+		bad = fmt.Errorf("the validator's certificate lifetimes come from KubeVirt %s: %w", name, bad)
+	}
+	return st, bad, nil
 }
 
 // owned lists the objects of kind gvk deployed for s (by the label, then
@@ -342,6 +386,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, gvk := range watched {
 		b = b.WatchesMetadata(metadataOf(gvk), all, builder.WithPredicates(sel))
 	}
+	// The KubeVirt CR's certificateRotateStrategy sets the validator's
+	// certificates' lifetimes (its CRD is installed with virt-operator's).
+	b = b.WatchesMetadata(metadataOf(v1.GroupVersion.WithKind("KubeVirt")), all, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	r.cache, r.enqueue, r.pred = mgr.GetCache(), all, sel
 	r.ctrl, err = b.Build(r)
 	return err

@@ -2,7 +2,6 @@ package virt
 
 import (
 	"crypto/x509"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -59,29 +58,9 @@ func leaves(namespace string) []leaf {
 	}
 }
 
-// strategy is the CR's certificateRotateStrategy with KubeVirt's
-// defaults, validated; an error names the field.
+// strategy is the CR's certificateRotateStrategy (certs.FromKubeVirt).
 func strategy(s v1.KubeVirtCertificateRotateStrategy) (certs.Strategy, error) {
-	var sc v1.KubeVirtSelfSignConfiguration
-	if s.SelfSigned != nil {
-		sc = *s.SelfSigned
-	}
-	config := func(c *v1.CertConfig, duration time.Duration) certs.Config {
-		out := certs.Config{Duration: duration}
-		if c != nil && c.Duration != nil {
-			out.Duration = c.Duration.Duration
-		}
-		out.RenewBefore = certs.DefaultRenewBefore(out.Duration)
-		if c != nil && c.RenewBefore != nil {
-			out.RenewBefore = c.RenewBefore.Duration
-		}
-		return out
-	}
-	st := certs.Strategy{CA: config(sc.CA, certs.DefaultCADuration), Server: config(sc.Server, certs.DefaultServerDuration)}
-	if err := st.Validate(); err != nil {
-		return st, fmt.Errorf("spec.certificateRotateStrategy.selfSigned.%w", err)
-	}
-	return st, nil
+	return certs.FromKubeVirt(s)
 }
 
 // certPlan is what the certificates become.
@@ -94,59 +73,15 @@ type certPlan struct {
 	renewed []string
 }
 
-// planCertificates decides, from what is stored, which pairs to remake
-// and makes them: the CA first (a new one joins the bundle beside the
-// previous, which stays until it expires), then each leaf that is
-// missing, unusable, no longer verified by the bundle or due. A leaf that
-// is only due (still valid) waits until the CA that would sign it has
-// been published for settle: until every component's mounted bundle
-// holds it (the kubelet updates mounted Secrets within its sync period),
-// a peer would refuse a leaf it signed.
+// planCertificates is certs.MakePlan for virt-operator's CA and the
+// components' leaves.
 func planCertificates(r CertsRead, st certs.Strategy, namespace string, now time.Time, settle time.Duration) (certPlan, error) {
-	p := certPlan{ca: r.CA, leaves: map[string]certs.KeyPair{}}
-	v := certs.CheckCA(r.CA, st.CA, now)
-	if v.Renew {
-		ca, err := certs.NewCA("kubevirt.io@"+now.UTC().Format(time.RFC3339), st.CA, now)
-		if err != nil {
-			return p, err
-		}
-		p.ca = ca
-		p.renewed = append(p.renewed, CASecret+": "+v.Reason)
-		// The next check of a new CA is when it is due.
-		v = certs.CheckCA(ca, st.CA, now)
-	}
-	p.due = v.Due
-	caCert, _, err := certs.Parse(p.ca)
-	if err != nil {
-		return p, err
-	}
-	settled := caCert.NotBefore.Add(certs.ClockSkew + settle)
-	bundle, err := certs.Bundle(p.ca.Cert, r.Bundle, now)
-	if err != nil {
-		return p, err
-	}
-	p.bundle = bundle
-	roots, err := certs.ParseBundle(bundle)
-	if err != nil {
-		return p, err
-	}
+	var named []certs.Named
 	for _, l := range leaves(namespace) {
-		pair := r.Leaves[l.secret]
-		v := certs.CheckLeaf(pair, l.spec, roots, st.Server, now)
-		if v.Renew && v.Scheduled && now.Before(settled) {
-			v = certs.Verdict{Due: settled}
-		}
-		if v.Renew {
-			if pair, err = certs.NewLeaf(p.ca, l.spec, st.Server, now); err != nil {
-				return p, err
-			}
-			p.renewed = append(p.renewed, l.secret+": "+v.Reason)
-			v = certs.CheckLeaf(pair, l.spec, roots, st.Server, now)
-		}
-		p.leaves[l.secret] = pair
-		p.due = certs.Earliest(p.due, v.Due)
+		named = append(named, certs.Named{Secret: l.secret, Leaf: l.spec})
 	}
-	return p, nil
+	p, err := certs.MakePlan(certs.Stored{CA: r.CA, Bundle: r.Bundle, Leaves: r.Leaves}, st, "kubevirt.io", CASecret, named, now, settle)
+	return certPlan{ca: p.CA, bundle: p.Bundle, leaves: p.Leaves, due: p.Due, renewed: p.Renewed}, err
 }
 
 // objects are the CA Secret and the bundle ConfigMap, and the components'

@@ -620,12 +620,22 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 }
 
 // allowPostCopy sets migrations.allowPostCopy and bandwidthPerMigration in
-// the cluster configuration (the HyperConverged CR's liveMigrationConfig,
-// which the HCO passes on to the KubeVirt CR's spec.configuration, which
-// virt-operator renders into the ConfigMap kubevmm-config) until the test
-// ends, and returns once virt-controller's copy of the file has them: it
-// reads the file again for each migration.
+// the cluster configuration until the test ends (liveMigrationConfig).
 func allowPostCopy(t *testing.T, bandwidth string) {
+	t.Helper()
+	liveMigrationConfig(t, map[string]any{"allowPostCopy": true, "bandwidthPerMigration": bandwidth}, func(m v1.MigrationConfiguration) bool {
+		return m.AllowPostCopy != nil && *m.AllowPostCopy && m.BandwidthPerMigration != nil && m.BandwidthPerMigration.Cmp(resource.MustParse(bandwidth)) == 0
+	})
+}
+
+// liveMigrationConfig sets the HyperConverged CR's liveMigrationConfig
+// fields of m (which the HCO passes on to the KubeVirt CR's
+// spec.configuration, which virt-operator renders into the ConfigMap
+// kubevmm-config) until the test ends (then back to what they were), and
+// returns once applied says
+// virt-controller's copy of the file has them: it reads the file again
+// for each migration.
+func liveMigrationConfig(t *testing.T, m map[string]any, applied func(v1.MigrationConfiguration) bool) {
 	t.Helper()
 	migrations := func(m map[string]any) {
 		p, err := json.Marshal(map[string]any{"spec": map[string]any{"virtualization": map[string]any{"liveMigrationConfig": m}}})
@@ -634,8 +644,19 @@ func allowPostCopy(t *testing.T, bandwidth string) {
 		}
 		kubectl(t, "-n", "kubevirt", "patch", "hco", "kubevirt-hyperconverged", "--type=merge", "-p", string(p))
 	}
-	migrations(map[string]any{"allowPostCopy": true, "bandwidthPerMigration": bandwidth})
-	t.Cleanup(func() { migrations(map[string]any{"allowPostCopy": nil, "bandwidthPerMigration": nil}) })
+	// Put back as it was (sync.sh sets some), absent fields removed.
+	prev := map[string]any{}
+	if b := kubectl(t, "-n", "kubevirt", "get", "hco", "kubevirt-hyperconverged", "-o", "jsonpath={.spec.virtualization.liveMigrationConfig}"); b != "" {
+		if err := json.Unmarshal([]byte(b), &prev); err != nil {
+			t.Fatalf("liveMigrationConfig %q: %v", b, err)
+		}
+	}
+	reset := map[string]any{}
+	for k := range m {
+		reset[k] = prev[k]
+	}
+	migrations(m)
+	t.Cleanup(func() { migrations(reset) })
 	var want []byte
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		got := kubectl(t, "-n", "kubevirt", "get", "configmap", "kubevmm-config", "-o", `jsonpath={.data.config\.yaml}`)
@@ -643,8 +664,7 @@ func allowPostCopy(t *testing.T, bandwidth string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cc.Migrations.AllowPostCopy != nil && *cc.Migrations.AllowPostCopy && cc.Migrations.BandwidthPerMigration != nil &&
-			cc.Migrations.BandwidthPerMigration.Cmp(resource.MustParse(bandwidth)) == 0 {
+		if applied(cc.Migrations) {
 			// virt-operator writes the file as this marshals it.
 			if want, err = yaml.Marshal(cc); err != nil {
 				t.Fatal(err)
@@ -652,7 +672,7 @@ func allowPostCopy(t *testing.T, bandwidth string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("virt-operator did not render allowPostCopy and bandwidthPerMigration %s into kubevmm-config:\n%s", bandwidth, got)
+			t.Fatalf("virt-operator did not render liveMigrationConfig %v into kubevmm-config:\n%s", m, got)
 		}
 	}
 	// The kubelet updates a ConfigMap volume on its periodic sync of the

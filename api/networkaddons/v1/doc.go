@@ -4,9 +4,9 @@
 //
 // Field names and JSON tags are upstream's
 // (kubevirt/cluster-network-addons-operator). Only what kubevmm honours is
-// declared: multus, linuxBridge, kubeMacPool and imagePullPolicy. The CRD
-// keeps any other field (ovs, macvtap, multusDynamicNetworks,
-// kubeSecondaryDNS, kubevirtIpamController, selfSignConfiguration,
+// declared: multus, linuxBridge, kubeMacPool, selfSignConfiguration and
+// imagePullPolicy. The CRD keeps any other field (ovs, macvtap,
+// multusDynamicNetworks, kubeSecondaryDNS, kubevirtIpamController,
 // placementConfiguration, tlsSecurityProfile, ...) and the operator refuses
 // a NetworkAddonsConfig that sets one, naming it (Degraded), rather than
 // the setting vanishing silently. v1alpha1 is served too, with the same

@@ -50,6 +50,11 @@ type NetworkAddonsConfigSpec struct {
 	// addresses from its range.
 	// +optional
 	KubeMacPool *KubeMacPool `json:"kubeMacPool,omitempty"`
+	// SelfSignConfiguration is the lifetimes of the certificates the
+	// operator makes for the components (kubemacpool's webhook): Go
+	// durations; the HCO fills it from its certConfig.
+	// +optional
+	SelfSignConfiguration *SelfSignConfiguration `json:"selfSignConfiguration,omitempty"`
 	// ImagePullPolicy of the components' containers; default IfNotPresent.
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	// +optional
@@ -73,6 +78,22 @@ type KubeMacPool struct {
 	RangeStart string `json:"rangeStart,omitempty"`
 	// +optional
 	RangeEnd string `json:"rangeEnd,omitempty"`
+}
+
+// SelfSignConfiguration is upstream's: each a Go duration ("168h"), unset
+// ones upstream's defaults. A rotate interval is how long a new CA or
+// certificate is valid, an overlap interval how long before its expiry
+// the next one is made (both then valid and trusted).
+// +kubebuilder:pruning:PreserveUnknownFields
+type SelfSignConfiguration struct {
+	// +optional
+	CARotateInterval string `json:"caRotateInterval,omitempty"`
+	// +optional
+	CAOverlapInterval string `json:"caOverlapInterval,omitempty"`
+	// +optional
+	CertRotateInterval string `json:"certRotateInterval,omitempty"`
+	// +optional
+	CertOverlapInterval string `json:"certOverlapInterval,omitempty"`
 }
 
 // NetworkAddonsConfigStatus is what the operator observed (upstream's).

@@ -18,16 +18,16 @@
 // network add-ons: with -operator their operator (operator/network: the
 // NetworkAddonsConfig CRD, its RBAC and Deployment), which deploys them
 // from the NetworkAddonsConfig the HCO makes; without, the add-ons
-// themselves (operator/network/install, kubemacpool included). Both ways
-// kubemacpool's serving certificate is made here.
+// themselves (operator/network/install, kubemacpool included).
 //
-// Certificates: with -operator, virt-operator makes and rotates its
-// components' own (operator/certs); what remains here is a CA and the
-// leaves the other operators cannot make yet (virt-template-validator's,
-// the HCO webhook's) and, without -operator, the components' (virt-api's
-// serving certificate, virt-handler's and virt-api's for their mutual
-// TLS). They are generated on first use and kept in -pki, so repeated
-// syncs apply the same bytes, and are not rotated.
+// Certificates: with -operator, none: each operator makes and rotates
+// its components' own (operator/certs: virt-operator KubeVirt's, the SSP
+// operator virt-template-validator's, the network operator kubemacpool's,
+// the HCO operator its webhook's). Without -operator, a CA and the
+// components' (virt-api's serving certificate, virt-handler's and
+// virt-api's for their mutual TLS, kubemacpool's), generated on first use
+// and kept in -pki, so repeated syncs apply the same bytes, and not
+// rotated.
 package main
 
 import (
@@ -58,6 +58,7 @@ import (
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/network"
 	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
+	"github.com/kubevmm/kubevmm/operator/ssp"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 
@@ -117,12 +118,12 @@ func run(o opts) error {
 		objs, err = install.Operator(c)
 		if err == nil {
 			var sspObjs []client.Object
-			sspObjs, err = sspOperator(ca, o)
+			sspObjs, err = ssp.Operator(ssp.OperatorConfig{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull, ManagedBy: "kubevmm"})
 			objs = append(objs, sspObjs...)
 		}
 		if err == nil {
 			var h []client.Object
-			h, err = hcoObjects(ca, o)
+			h, err = hcoObjects(o)
 			objs = append(objs, h...)
 		}
 	} else if c.Certificates, err = leaves(ca, o); err == nil {
@@ -151,11 +152,13 @@ func run(o opts) error {
 		return err
 	}
 	objs = append(objs, netObjs...)
-	kmpObjs, err := kubeMacPoolObjects(ca, o)
-	if err != nil {
-		return err
+	if !o.operator {
+		kmpObjs, err := kubeMacPoolObjects(ca, o)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, kmpObjs...)
 	}
-	objs = append(objs, kmpObjs...)
 	for _, obj := range append([]any{install.Namespace(o.namespace)}, anys(objs)...) {
 		b, err := yaml.Marshal(obj)
 		if err != nil {
@@ -166,30 +169,18 @@ func run(o opts) error {
 	return nil
 }
 
-// hcoObjects are the HCO operator's (operator/hco/install) with its
-// webhook's serving certificate, beside virt-operator: the HyperConverged
-// CR makes the KubeVirt CR.
-func hcoObjects(ca *authority, o opts) ([]client.Object, error) {
-	svc := hcoinstall.WebhookService + "." + o.namespace + ".svc"
-	cert, err := ca.leaf(o.pki, "hco-webhook", svc, []string{svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return nil, err
-	}
-	objs, err := hcoinstall.Objects(hcoinstall.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
-		CABundle: ca.certPEM, ManagedBy: "kubevmm"})
-	if err != nil {
-		return nil, err
-	}
-	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Name: hcoinstall.WebhookSecret, Namespace: o.namespace}, Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{corev1.TLSCertKey: cert.Cert, corev1.TLSPrivateKeyKey: cert.Key}}
-	return append([]client.Object{secret}, objs...), nil
+// hcoObjects are the HCO operator's (operator/hco/install), beside
+// virt-operator: the HyperConverged CR makes the KubeVirt CR. It makes
+// its webhook's certificate itself.
+func hcoObjects(o opts) ([]client.Object, error) {
+	return hcoinstall.Objects(hcoinstall.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
+		ManagedBy: "kubevmm"})
 }
 
-// kubeMacPoolObjects are kubemacpool's serving certificate (with its CA,
-// ca.crt, from which the NetworkAddonsConfig operator takes the webhook's
-// CA bundle) and, without the operator, kubemacpool's objects
-// (operator/network/install).
+// kubeMacPoolObjects are, without the operator (which makes and rotates
+// kubemacpool's certificate itself), kubemacpool's objects
+// (operator/network/install) and its serving certificate (with its CA,
+// ca.crt).
 func kubeMacPoolObjects(ca *authority, o opts) ([]client.Object, error) {
 	svc := networkinstall.KubeMacPoolService + "." + networkinstall.Namespace + ".svc"
 	cert, err := ca.leaf(o.pki, "kubemacpool", svc, []string{svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
@@ -199,9 +190,6 @@ func kubeMacPoolObjects(ca *authority, o opts) ([]client.Object, error) {
 	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: networkinstall.KubeMacPoolSecret, Namespace: networkinstall.Namespace}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: cert.Cert, corev1.TLSPrivateKeyKey: cert.Key, network.CAKey: ca.certPEM}}
-	if o.operator {
-		return []client.Object{secret}, nil
-	}
 	objs, err := networkinstall.KubeMacPoolObjects(networkinstall.KubeMacPoolConfig{Image: o.imagePrefix + "/kubemacpool:" + o.tag,
 		PullPolicy: o.pull, RangeStart: o.kmpRangeStart, RangeEnd: o.kmpRangeEnd, CABundle: ca.certPEM})
 	if err != nil {

@@ -3,8 +3,10 @@
 // and RBAC, its Deployment (the operator and the hco-webhook in one
 // process), the webhook's Service and ValidatingWebhookConfiguration, and
 // the cli-download Deployment and Service serving virtctl. The
-// webhook's serving certificate is made outside (hack/cluster/manifests)
-// and comes in Secret WebhookSecret.
+// webhook's serving certificate is the operator's own (hco.WebhookCerts:
+// Secrets WebhookSecret and WebhookCASecret), as is the caBundle of the
+// webhook configuration and of the CRD's conversion webhook, which these
+// objects leave out.
 package install
 
 import (
@@ -31,11 +33,12 @@ const (
 	WebhookService    = "hyperconverged-cluster-webhook-service"
 	WebhookPort       = 4343
 	WebhookSecret     = "hyperconverged-cluster-webhook-service-cert"
+	WebhookCASecret   = "hyperconverged-cluster-webhook-ca"
+	CRDName           = "hyperconvergeds." + hcov1.GroupName
 	WebhookConfig     = "validate-hco.kubevirt.io"
 	CLIDownloadName   = "hyperconverged-cluster-cli-download"
 	CLIDownloadPort   = 8080
 	CLIDownloadDir    = "/srv/cli-download"
-	webhookCertDir    = "/etc/hco-webhook"
 	metricsPort       = 8080
 	healthPort        = 8081
 	managedByLabel    = "app.kubernetes.io/managed-by"
@@ -49,8 +52,6 @@ type Config struct {
 	ImageRegistry string
 	ImageTag      string
 	PullPolicy    corev1.PullPolicy
-	// CABundle signed the webhook's serving certificate.
-	CABundle []byte
 	// ManagedBy labels everything (who deployed it).
 	ManagedBy string
 }
@@ -61,7 +62,7 @@ func tm(apiVersion, kind string) metav1.TypeMeta {
 
 // Objects is everything that deploys the HCO operator, CRD first.
 func Objects(c Config) ([]client.Object, error) {
-	hcoCRD, err := crd.CRD(&crd.WebhookConversion{Namespace: c.Namespace, Name: WebhookService, Port: WebhookPort, CABundle: c.CABundle})
+	hcoCRD, err := crd.CRD(&crd.WebhookConversion{Namespace: c.Namespace, Name: WebhookService, Port: WebhookPort})
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +80,13 @@ func Objects(c Config) ([]client.Object, error) {
 			{APIGroups: []string{"ssp.kubevirt.io"}, Resources: []string{"ssps"}, Verbs: rw},
 			// Whether an operand's operator is installed.
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: ro},
+			// The webhook's certificate, which it makes, and the CA
+			// bundle it puts in its webhook configuration and CRD.
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: rw},
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
+				ResourceNames: []string{WebhookConfig}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"},
+				ResourceNames: []string{CRDName}, Verbs: []string{"patch"}},
 			// The webhook refuses an uninstall while workloads exist.
 			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: ro},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
@@ -86,16 +94,14 @@ func Objects(c Config) ([]client.Object, error) {
 		}}
 	labels := map[string]string{"name": OperatorName}
 	ctr := corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + operatorImageName + ":" + c.ImageTag, ImagePullPolicy: c.PullPolicy,
-		Args: []string{"--version=" + c.ImageTag, "--webhook-cert-dir=" + webhookCertDir, "--webhook-port=" + strconv.Itoa(WebhookPort),
+		Args: []string{"--version=" + c.ImageTag, "--webhook", "--webhook-port=" + strconv.Itoa(WebhookPort),
 			"--metrics-bind-address=:" + strconv.Itoa(metricsPort), "--health-probe-bind-address=:" + strconv.Itoa(healthPort)},
-		Env:          []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
-		Ports:        []corev1.ContainerPort{{Name: "webhook", ContainerPort: WebhookPort}, {Name: "metrics", ContainerPort: metricsPort}},
-		VolumeMounts: []corev1.VolumeMount{{Name: "webhook-certs", MountPath: webhookCertDir, ReadOnly: true}},
-		Resources:    requests("10m", "48Mi"), SecurityContext: nonRoot(),
+		Env:       []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
+		Ports:     []corev1.ContainerPort{{Name: "webhook", ContainerPort: WebhookPort}, {Name: "metrics", ContainerPort: metricsPort}},
+		Resources: requests("10m", "48Mi"), SecurityContext: nonRoot(),
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(healthPort)}},
 			PeriodSeconds: 2}}
-	operator := deployment(meta(OperatorName), labels, OperatorName, ctr,
-		[]corev1.Volume{{Name: "webhook-certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: WebhookSecret}}}})
+	operator := deployment(meta(OperatorName), labels, OperatorName, ctr, nil)
 	dlLabels := map[string]string{"name": CLIDownloadName}
 	dl := corev1.Container{Name: "server", Image: c.ImageRegistry + "/" + operatorImageName + ":" + c.ImageTag, ImagePullPolicy: c.PullPolicy,
 		Args:  []string{"--serve-cli-downloads=" + CLIDownloadDir, "--listen=:" + strconv.Itoa(CLIDownloadPort)},
@@ -116,7 +122,7 @@ func Objects(c Config) ([]client.Object, error) {
 			ObjectMeta: metav1.ObjectMeta{Name: WebhookConfig},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 				Name: WebhookConfig,
-				ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: c.CABundle,
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{
 					Service: &admissionregistrationv1.ServiceReference{Namespace: c.Namespace, Name: WebhookService, Path: &path, Port: ptr.To[int32](WebhookPort)}},
 				// Both versions as sent: a v1beta1 object converted to v1
 				// first would lose the fields the webhook must refuse.
