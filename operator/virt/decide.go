@@ -100,6 +100,17 @@ func holdVirtAPI(c map[string]Component, tag, registry string) bool {
 	return !c[install.VirtControllerName].atVersion(tag, registry) || !c[install.VirtHandlerName].atVersion(tag, registry)
 }
 
+// stage is where the installation stands towards tag and registry:
+// whether virt-api waits (holdVirtAPI), and whether all three components
+// run that version.
+func stage(o Observed, tag, registry string) (hold, current bool) {
+	current = o.Ready
+	for _, n := range []string{install.VirtAPIName, install.VirtControllerName, install.VirtHandlerName} {
+		current = current && o.Components[n].atVersion(tag, registry)
+	}
+	return holdVirtAPI(o.Components, tag, registry), current
+}
+
 // Decision is what to do and the status to write.
 type Decision struct {
 	Action  Action
@@ -160,15 +171,11 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 	if f := workloadUpdateFields(kv.Spec.WorkloadUpdateStrategy); f != "" {
 		return failed(f)
 	}
-	hold := holdVirtAPI(o.Components, tag, registry)
+	hold, current := stage(o, tag, registry)
 	if hold {
 		objs = slices.DeleteFunc(objs, func(u *unstructured.Unstructured) bool {
 			return u.GetKind() == "Deployment" && u.GetName() == install.VirtAPIName
 		})
-	}
-	current := o.Ready
-	for _, n := range []string{install.VirtAPIName, install.VirtControllerName, install.VirtHandlerName} {
-		current = current && o.Components[n].atVersion(tag, registry)
 	}
 	// An update: a version was deployed and available, another is the
 	// target. The installation stays available while it rolls.
