@@ -145,7 +145,7 @@ func TestUpgrade(t *testing.T) {
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
 	wait(t, "vmi/"+vmName, "create", 2*time.Minute)
 	wait(t, "vmi/"+vmName, "jsonpath={.status.phase}=Running", 5*time.Minute)
-	console(t, vmName, 15*time.Minute)
+	consoleUntil(t, ns, vmName, "kubevmm-guest: shell on the console", 15*time.Minute)
 	consoleRun(t, "echo up-$((6*7)) > /tmp/upgrade-marker && echo MARK-$((1+2))", "MARK-3", 2*time.Minute)
 	boot := bootID(t)
 	t.Logf("guest boot ID on %s: %s", from, boot)
