@@ -258,7 +258,7 @@ func TestUpgrade(t *testing.T) {
 		t.Errorf("KubeVirt CR states (Available, Progressing reason, outdated VMIs) never showed UpdateInProgress (%v) and one outdated VMI (%v):\n%s",
 			updating, counted, strings.Join(states, "\n"))
 	}
-	t.Logf("virt-operator on the upgrade:\n%s", grepLines(kubectl(t, "-n", "kubevirt", "logs", "deployment/virt-operator"), `"progressing"`))
+	t.Logf("virt-operator on the upgrade:\n%s", grepLines(kubectl(t, "-n", "kubevirt", "logs", "deployment/virt-operator"), "progressing"))
 	kubectl(t, "-n", ns, "delete", "vm", vmName, "--wait=true", "--timeout=180s")
 }
 
