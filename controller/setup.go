@@ -3,7 +3,8 @@
 // VirtualMachineInstances per run strategy; the VMI reconciler gives each
 // VMI one virt-launcher pod and tracks it until virt-handler takes over;
 // the migration reconciler carries out live migrations (target pod,
-// handoff to the handlers, limits).
+// handoff to the handlers, limits); the workload updater moves VMIs onto a
+// new launcher image after an update.
 //
 // All of them are level-triggered: each pass reads the object and what it
 // owns, acts, and writes status derived only from what it observed. Writes
@@ -23,7 +24,11 @@ package controller
 import (
 	"fmt"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
 
 // Options configure virt-controller.
@@ -65,6 +70,24 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := mig.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the migration controller: %w", err)
+	}
+	// The workload updater follows the KubeVirt CR, whose CRD comes with
+	// virt-operator: a plain install (no operator) has none to follow.
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1.GroupName, Kind: "KubeVirt"}, v1.GroupVersion.Version); err != nil {
+		if !apimeta.IsNoMatchError(err) {
+			return fmt.Errorf("looking up the KubeVirt kind: %w", err)
+		}
+		mgr.GetLogger().Info("no KubeVirt CRD: running without the workload updater")
+		return nil
+	}
+	wu := &WorkloadUpdater{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("workload-update-controller"),
+		Launcher:  opts.Launcher,
+	}
+	if err := wu.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the workload updater: %w", err)
 	}
 	return nil
 }

@@ -70,6 +70,8 @@ func run() error {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "virt-operator.kubevirt.io",
 		LeaderElectionNamespace: o.Namespace,
+		// The replaced pod of a rollout hands over at once.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -357,9 +357,18 @@ func Unsupported(s *hcov1.HyperConvergedSpec) []string {
 	if ptr.Deref(v.LiveMigrationConfig.AllowWorkloadDisruption, false) {
 		out = append(out, "virtualization.liveMigrationConfig.allowWorkloadDisruption")
 	}
-	if w := v.WorkloadUpdateStrategy; w != nil && ((len(w.WorkloadUpdateMethods) != 0 && !slices.Equal(w.WorkloadUpdateMethods, []string{"LiveMigrate"})) ||
-		ptr.Deref(w.BatchEvictionSize, 10) != 10 || (w.BatchEvictionInterval != nil && w.BatchEvictionInterval.Duration.String() != "1m0s")) {
-		out = append(out, "virtualization.workloadUpdateStrategy (launchers are not updated yet: only the default)")
+	if w := v.WorkloadUpdateStrategy; w != nil {
+		for i, m := range w.WorkloadUpdateMethods {
+			if m != string(kvv1.WorkloadUpdateMethodLiveMigrate) && m != string(kvv1.WorkloadUpdateMethodEvict) {
+				out = append(out, fmt.Sprintf("virtualization.workloadUpdateStrategy.workloadUpdateMethods[%d] %q (LiveMigrate or Evict)", i, m))
+			}
+		}
+		if w.BatchEvictionSize != nil && *w.BatchEvictionSize < 1 {
+			out = append(out, "virtualization.workloadUpdateStrategy.batchEvictionSize (at least 1)")
+		}
+		if w.BatchEvictionInterval != nil && w.BatchEvictionInterval.Duration <= 0 {
+			out = append(out, "virtualization.workloadUpdateStrategy.batchEvictionInterval (positive)")
+		}
 	}
 	if m := v.VirtualMachineOptions; m != nil && (ptr.Deref(m.DisableFreePageReporting, false) || ptr.Deref(m.DisableSerialConsoleLog, false)) {
 		out = append(out, "virtualization.virtualMachineOptions")
@@ -488,8 +497,8 @@ func uninstallStrategy(s *hcov1.HyperConvergedSpec) hcov1.UninstallStrategy {
 
 // kubeVirtSpec: liveMigrationConfig (upstream's defaults) becomes
 // configuration.migrations, security.certConfig
-// certificateRotateStrategy.selfSigned; the uninstall strategy is passed
-// on.
+// certificateRotateStrategy.selfSigned; the uninstall strategy and the
+// workload update strategy (upstream HCO's defaults) are passed on.
 func kubeVirtSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 	lm := s.Virtualization.LiveMigrationConfig
 	m := kvv1.MigrationConfiguration{
@@ -514,8 +523,30 @@ func kubeVirtSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 	}
 	kv := kvv1.KubeVirtSpec{UninstallStrategy: kvv1.KubeVirtUninstallStrategy(uninstallStrategy(s)),
 		Configuration:             kvv1.KubeVirtConfiguration{Migrations: &m},
-		CertificateRotateStrategy: kvv1.KubeVirtCertificateRotateStrategy{SelfSigned: &kvv1.KubeVirtSelfSignConfiguration{CA: cert(cs.CA), Server: cert(cs.Server)}}}
+		CertificateRotateStrategy: kvv1.KubeVirtCertificateRotateStrategy{SelfSigned: &kvv1.KubeVirtSelfSignConfiguration{CA: cert(cs.CA), Server: cert(cs.Server)}},
+		WorkloadUpdateStrategy:    workloadUpdateStrategy(s.Virtualization.WorkloadUpdateStrategy)}
 	return toMap(kv)
+}
+
+// workloadUpdateStrategy is w with upstream HCO's defaults: LiveMigrate,
+// batches of 10 per minute. Methods set to an empty list stay empty: no
+// automatic workload updates.
+func workloadUpdateStrategy(w *hcov1.WorkloadUpdateStrategy) kvv1.KubeVirtWorkloadUpdateStrategy {
+	if w == nil {
+		w = &hcov1.WorkloadUpdateStrategy{}
+	}
+	out := kvv1.KubeVirtWorkloadUpdateStrategy{
+		WorkloadUpdateMethods: []kvv1.WorkloadUpdateMethod{kvv1.WorkloadUpdateMethodLiveMigrate},
+		BatchEvictionSize:     ptr.To(ptr.Deref(w.BatchEvictionSize, kvv1.DefaultBatchEvictionSize)),
+		BatchEvictionInterval: ptr.To(ptr.Deref(w.BatchEvictionInterval, kvv1.DefaultBatchEvictionInterval)),
+	}
+	if w.WorkloadUpdateMethods != nil {
+		out.WorkloadUpdateMethods = make([]kvv1.WorkloadUpdateMethod, 0, len(w.WorkloadUpdateMethods))
+		for _, m := range w.WorkloadUpdateMethods {
+			out.WorkloadUpdateMethods = append(out.WorkloadUpdateMethods, kvv1.WorkloadUpdateMethod(m))
+		}
+	}
+	return out
 }
 
 // networkSpec: multus and the Linux bridge plugin, kubemacpool with the

@@ -54,6 +54,32 @@ func withConditions(u *unstructured.Unstructured, avail, progressing, degraded s
 	return u
 }
 
+// TestDecideWorkloadUpdateStrategy: the HCO's workloadUpdateStrategy
+// reaches the KubeVirt CR with upstream HCO's defaults; an empty list of
+// methods stays empty (no automatic updates).
+func TestDecideWorkloadUpdateStrategy(t *testing.T) {
+	for name, tc := range map[string]struct {
+		in   *hcov1.WorkloadUpdateStrategy
+		want map[string]any
+	}{
+		"defaults": {want: map[string]any{"workloadUpdateMethods": []any{"LiveMigrate"}, "batchEvictionSize": int64(10), "batchEvictionInterval": "1m0s"}},
+		"set": {in: &hcov1.WorkloadUpdateStrategy{WorkloadUpdateMethods: []string{"LiveMigrate", "Evict"}, BatchEvictionSize: ptr.To(3),
+			BatchEvictionInterval: &metav1.Duration{Duration: 30 * time.Second}},
+			want: map[string]any{"workloadUpdateMethods": []any{"LiveMigrate", "Evict"}, "batchEvictionSize": int64(3), "batchEvictionInterval": "30s"}},
+		"no methods": {in: &hcov1.WorkloadUpdateStrategy{WorkloadUpdateMethods: []string{}},
+			want: map[string]any{"batchEvictionSize": int64(10), "batchEvictionInterval": "1m0s"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hc := newHCO()
+			hc.Spec.Virtualization.WorkloadUpdateStrategy = tc.in
+			d := Decide(Observed{HCO: hc, Namespace: "kubevirt", CRDs: allCRDs()}, now)
+			require.Equal(t, Apply, d.Action)
+			got, _, _ := unstructured.NestedMap(byKind(d.Objects)["KubeVirt"].Object, "spec", "workloadUpdateStrategy")
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
 func TestDecideOperandsFromSpec(t *testing.T) {
 	hc := newHCO()
 	hc.Spec.Virtualization.LiveMigrationConfig.ParallelMigrationsPerCluster = ptr.To[uint32](3)
@@ -229,6 +255,9 @@ func TestDecideRefuses(t *testing.T) {
 		"multicast MAC range": {edit: func(h *hcov1.HyperConverged) {
 			h.Spec.Networking = &hcov1.NetworkingConfig{KubeMacPoolConfiguration: &hcov1.KubeMacPoolConfig{RangeStart: ptr.To("03:00:00:00:00:00"), RangeEnd: ptr.To("03:00:00:00:00:ff")}}
 		}, reason: ReasonUnsupportedFields, msg: "is not a unicast range"},
+		"unknown workload update method": {edit: func(h *hcov1.HyperConverged) {
+			h.Spec.Virtualization.WorkloadUpdateStrategy = &hcov1.WorkloadUpdateStrategy{WorkloadUpdateMethods: []string{"Shutdown"}}
+		}, reason: ReasonUnsupportedFields, msg: `spec.virtualization.workloadUpdateStrategy.workloadUpdateMethods[0] "Shutdown"`},
 		"bad bandwidth": {edit: func(h *hcov1.HyperConverged) {
 			h.Spec.Virtualization.LiveMigrationConfig.BandwidthPerMigration = ptr.To("fast")
 		},

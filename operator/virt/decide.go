@@ -59,6 +59,9 @@ type Observed struct {
 	// Ready: virt-api, virt-controller and virt-handler run the current
 	// spec and are available.
 	Ready bool
+	// Components are virt-api, virt-controller and virt-handler as read,
+	// by name; one not deployed is missing.
+	Components map[string]Component
 	// Remaining counts the objects virt-operator deployed that still
 	// exist (read during uninstall only).
 	Remaining int
@@ -67,6 +70,45 @@ type Observed struct {
 	// UnknownFields are the spec's fields kubevmm does not declare (see
 	// v1.UnknownFields), as stored.
 	UnknownFields []string
+}
+
+// Component is one of virt-api, virt-controller and virt-handler as read.
+type Component struct {
+	// Version and Registry are its install-strategy annotations: what it
+	// was last applied for.
+	Version, Registry string
+	// RolledOut: it runs its current spec and is available everywhere.
+	RolledOut bool
+}
+
+// atVersion: c was applied for tag and registry and has rolled out.
+func (c Component) atVersion(tag, registry string) bool {
+	return c.Version == tag && c.Registry == registry && c.RolledOut
+}
+
+// holdVirtAPI says whether virt-api must keep its deployed version for
+// now: on an update (virt-api is deployed, for another version), as in
+// KubeVirt's install strategy, virt-controller and virt-handler roll
+// first, and virt-api only once both run the new version; a new virt-api
+// must not admit objects the old controllers do not know. A first install
+// deploys everything at once.
+func holdVirtAPI(c map[string]Component, tag, registry string) bool {
+	api, ok := c[install.VirtAPIName]
+	if !ok || (api.Version == tag && api.Registry == registry) {
+		return false
+	}
+	return !c[install.VirtControllerName].atVersion(tag, registry) || !c[install.VirtHandlerName].atVersion(tag, registry)
+}
+
+// stage is where the installation stands towards tag and registry:
+// whether virt-api waits (holdVirtAPI), and whether all three components
+// run that version.
+func stage(o Observed, tag, registry string) (hold, current bool) {
+	current = o.Ready
+	for _, n := range []string{install.VirtAPIName, install.VirtControllerName, install.VirtHandlerName} {
+		current = current && o.Components[n].atVersion(tag, registry)
+	}
+	return holdVirtAPI(o.Components, tag, registry), current
 }
 
 // Decision is what to do and the status to write.
@@ -126,19 +168,58 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 	if err != nil {
 		return failed(err.Error())
 	}
+	if f := workloadUpdateFields(kv.Spec.WorkloadUpdateStrategy); f != "" {
+		return failed(f)
+	}
+	hold, current := stage(o, tag, registry)
+	if hold {
+		objs = slices.DeleteFunc(objs, func(u *unstructured.Unstructured) bool {
+			return u.GetKind() == "Deployment" && u.GetName() == install.VirtAPIName
+		})
+	}
+	// An update: a version was deployed and available, another is the
+	// target. The installation stays available while it rolls.
+	updating := st.ObservedKubeVirtVersion != "" && (st.ObservedKubeVirtVersion != tag || st.ObservedKubeVirtRegistry != registry)
 	set(v1.KubeVirtConditionCreated, corev1.ConditionTrue, v1.KubeVirtReasonAllResourcesCreated, "all resources were created")
-	if o.Ready {
+	switch {
+	case current:
 		st.Phase = v1.KubeVirtPhaseDeployed
 		st.ObservedKubeVirtVersion, st.ObservedKubeVirtRegistry = tag, registry
 		set(v1.KubeVirtConditionAvailable, corev1.ConditionTrue, v1.KubeVirtReasonAllComponentsReady, "all components are ready")
 		set(v1.KubeVirtConditionProgressing, corev1.ConditionFalse, v1.KubeVirtReasonAllComponentsReady, "all components are ready")
-	} else {
+	case updating:
+		st.Phase = v1.KubeVirtPhaseDeploying
+		step := "virt-api"
+		if hold {
+			step = "virt-controller and virt-handler (virt-api after them)"
+		}
+		msg := fmt.Sprintf("updating from %s/%s to %s/%s: rolling %s", st.ObservedKubeVirtRegistry, st.ObservedKubeVirtVersion, registry, tag, step)
+		set(v1.KubeVirtConditionAvailable, corev1.ConditionTrue, v1.KubeVirtReasonAllComponentsReady, "the components of "+st.ObservedKubeVirtVersion+" serve while "+tag+" rolls out")
+		set(v1.KubeVirtConditionProgressing, corev1.ConditionTrue, v1.KubeVirtReasonUpdateInProgress, msg)
+	default:
 		st.Phase = v1.KubeVirtPhaseDeploying
 		set(v1.KubeVirtConditionAvailable, corev1.ConditionFalse, v1.KubeVirtReasonDeploymentInProgress, "deploying version "+tag)
 		set(v1.KubeVirtConditionProgressing, corev1.ConditionTrue, v1.KubeVirtReasonDeploymentInProgress, "deploying version "+tag)
 	}
 	set(v1.KubeVirtConditionDegraded, corev1.ConditionFalse, v1.KubeVirtReasonAllComponentsReady, "")
 	return Decision{Action: Deploy, Objects: objs, Status: st, CertsDue: plan.due, Renewed: plan.renewed}
+}
+
+// workloadUpdateFields names what spec.workloadUpdateStrategy holds that
+// virt-controller cannot follow ("" when nothing).
+func workloadUpdateFields(w v1.KubeVirtWorkloadUpdateStrategy) string {
+	for i, m := range w.WorkloadUpdateMethods {
+		if m != v1.WorkloadUpdateMethodLiveMigrate && m != v1.WorkloadUpdateMethodEvict {
+			return fmt.Sprintf("spec.workloadUpdateStrategy.workloadUpdateMethods[%d] %q: must be LiveMigrate or Evict", i, m)
+		}
+	}
+	if w.BatchEvictionSize != nil && *w.BatchEvictionSize < 1 {
+		return fmt.Sprintf("spec.workloadUpdateStrategy.batchEvictionSize %d: must be at least 1", *w.BatchEvictionSize)
+	}
+	if w.BatchEvictionInterval != nil && w.BatchEvictionInterval.Duration <= 0 {
+		return fmt.Sprintf("spec.workloadUpdateStrategy.batchEvictionInterval %s: must be positive", w.BatchEvictionInterval.Duration)
+	}
+	return ""
 }
 
 // decideDelete: set writes the conditions into st.

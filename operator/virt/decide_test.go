@@ -38,6 +38,72 @@ func cond(st v1.KubeVirtStatus, t v1.KubeVirtConditionType) string {
 	return "none"
 }
 
+// at is the three components, applied for version tag of the defaults'
+// registry, each rolled out or not (api, controller, handler).
+func at(tag string, api, ctl, handler bool) map[string]Component {
+	c := func(r bool) Component { return Component{Version: tag, Registry: defaults.ImageRegistry, RolledOut: r} }
+	return map[string]Component{install.VirtAPIName: c(api), install.VirtControllerName: c(ctl), install.VirtHandlerName: c(handler)}
+}
+
+// TestDecideUpdate: from v0 (deployed, observed) to v1 (the defaults'
+// tag): virt-controller and virt-handler roll first with virt-api held on
+// v0, then virt-api; the installation stays Available throughout.
+func TestDecideUpdate(t *testing.T) {
+	now := metav1.Now()
+	mixed := func(ctl, handler Component) map[string]Component {
+		return map[string]Component{install.VirtAPIName: {Version: "v0", Registry: defaults.ImageRegistry, RolledOut: true},
+			install.VirtControllerName: ctl, install.VirtHandlerName: handler}
+	}
+	v0 := Component{Version: "v0", Registry: defaults.ImageRegistry, RolledOut: true}
+	v1Rolling := Component{Version: "v1", Registry: defaults.ImageRegistry}
+	v1Done := Component{Version: "v1", Registry: defaults.ImageRegistry, RolledOut: true}
+	tests := []struct {
+		name       string
+		components map[string]Component
+		ready      bool
+		apiApplied bool
+		phase      v1.KubeVirtPhase
+		observed   string
+		// Progressing, as "Status/Reason: message" prefix
+		progressing string
+	}{
+		{name: "the update starts: virt-api held", components: at("v0", true, true, true), ready: true,
+			phase: v1.KubeVirtPhaseDeploying, observed: "v0",
+			progressing: "True/UpdateInProgress: updating from reg.example/kubevmm/v0 to reg.example/kubevmm/v1: rolling virt-controller and virt-handler"},
+		{name: "virt-controller rolled, virt-handler rolling", components: mixed(v1Done, v1Rolling),
+			phase: v1.KubeVirtPhaseDeploying, observed: "v0", progressing: "True/UpdateInProgress: updating from reg.example/kubevmm/v0 to reg.example/kubevmm/v1: rolling virt-controller"},
+		{name: "virt-handler rolled, virt-controller on v0", components: mixed(v0, v1Done), ready: true,
+			phase: v1.KubeVirtPhaseDeploying, observed: "v0", progressing: "True/UpdateInProgress"},
+		{name: "both rolled: virt-api's turn", components: mixed(v1Done, v1Done), ready: true, apiApplied: true,
+			phase: v1.KubeVirtPhaseDeploying, observed: "v0", progressing: "True/UpdateInProgress: updating from reg.example/kubevmm/v0 to reg.example/kubevmm/v1: rolling virt-api"},
+		{name: "virt-api rolling", components: at("v1", false, true, true), apiApplied: true,
+			phase: v1.KubeVirtPhaseDeploying, observed: "v0", progressing: "True/UpdateInProgress: updating from reg.example/kubevmm/v0 to reg.example/kubevmm/v1: rolling virt-api"},
+		{name: "updated", components: at("v1", true, true, true), ready: true, apiApplied: true,
+			phase: v1.KubeVirtPhaseDeployed, observed: "v1", progressing: "False/AllComponentsReady"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "kv", Namespace: "kubevirt", Generation: 3},
+				Status: v1.KubeVirtStatus{Phase: v1.KubeVirtPhaseDeployed, ObservedKubeVirtVersion: "v0", ObservedKubeVirtRegistry: defaults.ImageRegistry}}
+			d := Decide(Observed{KubeVirt: kv, Active: true, Ready: tc.ready, Components: tc.components}, defaults, now)
+			require.Equal(t, Deploy, d.Action)
+			assert.Equal(t, tc.apiApplied, find(d.Objects, "Deployment", install.VirtAPIName) != nil, "virt-api applied")
+			require.NotNil(t, find(d.Objects, "Deployment", install.VirtControllerName), "virt-controller always applied")
+			require.NotNil(t, find(d.Objects, "DaemonSet", install.VirtHandlerName), "virt-handler always applied")
+			assert.Equal(t, tc.phase, d.Status.Phase)
+			assert.Equal(t, tc.observed, d.Status.ObservedKubeVirtVersion)
+			assert.Equal(t, "v1", d.Status.TargetKubeVirtVersion)
+			assert.True(t, strings.HasPrefix(cond(d.Status, v1.KubeVirtConditionAvailable), "True/AllComponentsReady"), "Available stays True: %s", cond(d.Status, v1.KubeVirtConditionAvailable))
+			got := cond(d.Status, v1.KubeVirtConditionProgressing)
+			assert.True(t, strings.HasPrefix(got, tc.progressing), "Progressing: got %q, want %q...", got, tc.progressing)
+		})
+	}
+	// A first install deploys virt-api with the rest at once.
+	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "kv", Namespace: "kubevirt"}}
+	d := Decide(Observed{KubeVirt: kv, Active: true}, defaults, now)
+	assert.NotNil(t, find(d.Objects, "Deployment", install.VirtAPIName), "a first install applies virt-api")
+}
+
 func TestDecide(t *testing.T) {
 	now := metav1.Now()
 	deleted := &now
@@ -57,7 +123,7 @@ func TestDecide(t *testing.T) {
 			conds: map[v1.KubeVirtConditionType]string{
 				v1.KubeVirtConditionAvailable: "False/DeploymentInProgress", v1.KubeVirtConditionProgressing: "True/DeploymentInProgress",
 				v1.KubeVirtConditionCreated: "True/AllResourcesCreated", v1.KubeVirtConditionDegraded: "False/"}},
-		{name: "deployed", obs: Observed{Active: true, Ready: true}, action: Deploy, phase: v1.KubeVirtPhaseDeployed,
+		{name: "deployed", obs: Observed{Active: true, Ready: true, Components: at("v1", true, true, true)}, action: Deploy, phase: v1.KubeVirtPhaseDeployed,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionAvailable: "True/AllComponentsReady", v1.KubeVirtConditionProgressing: "False/"}},
 		{name: "renewBefore not less than duration", spec: v1.KubeVirtSpec{CertificateRotateStrategy: v1.KubeVirtCertificateRotateStrategy{SelfSigned: &v1.KubeVirtSelfSignConfiguration{
 			Server: &v1.CertConfig{Duration: &metav1.Duration{Duration: time.Hour}, RenewBefore: &metav1.Duration{Duration: time.Hour}}}}},
@@ -67,9 +133,15 @@ func TestDecide(t *testing.T) {
 			CA: &v1.CertConfig{Duration: &metav1.Duration{Duration: 12 * time.Hour}}}}},
 			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.certificateRotateStrategy.selfSigned.ca.duration 12h0m0s: must be at least server.duration (24h0m0s)"}},
-		{name: "an unmodeled field", spec: v1.KubeVirtSpec{WorkloadUpdateStrategy: &v1.Unmodeled{Raw: []byte(`{"workloadUpdateMethods":["LiveMigrate"]}`)}},
+		{name: "an unmodeled field", spec: v1.KubeVirtSpec{Infra: &v1.Unmodeled{Raw: []byte(`{"replicas":3}`)}},
 			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
-			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: not supported by kubevmm: spec.workloadUpdateStrategy"}},
+			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: not supported by kubevmm: spec.infra"}},
+		{name: "an unknown workload update method", spec: v1.KubeVirtSpec{WorkloadUpdateStrategy: v1.KubeVirtWorkloadUpdateStrategy{WorkloadUpdateMethods: []v1.WorkloadUpdateMethod{"LiveMigrate", "Shutdown"}}},
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: `True/DeploymentFailed: spec.workloadUpdateStrategy.workloadUpdateMethods[1] "Shutdown"`}},
+		{name: "a batch of none", spec: v1.KubeVirtSpec{WorkloadUpdateStrategy: v1.KubeVirtWorkloadUpdateStrategy{BatchEvictionSize: ptr.To(0)}},
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.workloadUpdateStrategy.batchEvictionSize 0"}},
 		{name: "a field kubevmm does not declare", obs: Observed{Active: true, UnknownFields: []string{"configuration.evictionStrategy"}},
 			action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: not supported by kubevmm: spec.configuration.evictionStrategy"}},

@@ -339,6 +339,78 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Delete(ctx, second))
 	})
 
+	// An update to another tag: virt-controller and virt-handler roll
+	// first, virt-api waits for both to have rolled out (the test plays
+	// the rollouts), the CR stays Available while Progressing says so.
+	t.Run("update", func(t *testing.T) {
+		image := func(kind, name string) string {
+			if kind == "DaemonSet" {
+				d := &appsv1.DaemonSet{}
+				require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d))
+				return d.Spec.Template.Spec.Containers[0].Image
+			}
+			d := &appsv1.Deployment{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d))
+			return d.Spec.Template.Spec.Containers[0].Image
+		}
+		rollOut := func(name string) {
+			if name == "virt-handler" {
+				ds := &appsv1.DaemonSet{}
+				require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ds))
+				ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
+				require.NoError(t, k8s.Status().Update(ctx, ds))
+				return
+			}
+			d := &appsv1.Deployment{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d))
+			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+			require.NoError(t, k8s.Status().Update(ctx, d))
+		}
+		for _, n := range []string{"virt-api", "virt-controller", "virt-handler"} {
+			rollOut(n)
+		}
+		waitFor(t, "Deployed on envtest", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			return kv.Status.Phase == v1.KubeVirtPhaseDeployed, fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
+		})
+
+		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"imageTag":"envtest2"}}`))))
+		waitFor(t, "virt-controller and virt-handler on envtest2", func() (bool, string) {
+			c, h := image("Deployment", "virt-controller"), image("DaemonSet", "virt-handler")
+			return strings.HasSuffix(c, ":envtest2") && strings.HasSuffix(h, ":envtest2"), c + " " + h
+		})
+		kv = getKV("kubevirt", ns)
+		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits")
+		assert.Equal(t, "envtest2", kv.Status.TargetKubeVirtVersion)
+		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
+		assert.True(t, strings.HasPrefix(condition(kv, v1.KubeVirtConditionAvailable), "True/"), condition(kv, v1.KubeVirtConditionAvailable))
+		assert.True(t, strings.HasPrefix(condition(kv, v1.KubeVirtConditionProgressing), "True/UpdateInProgress"), condition(kv, v1.KubeVirtConditionProgressing))
+
+		// One of the two rolled out is not enough.
+		rollOut("virt-controller")
+		waitFor(t, "the virt-controller rollout seen", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			return strings.HasPrefix(condition(kv, v1.KubeVirtConditionProgressing), "True/UpdateInProgress"), condition(kv, v1.KubeVirtConditionProgressing)
+		})
+		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits for virt-handler")
+
+		rollOut("virt-handler")
+		waitFor(t, "virt-api on envtest2", func() (bool, string) {
+			a := image("Deployment", "virt-api")
+			return a == "localhost/kubevmm/virt-api:envtest2", a
+		})
+		kv = getKV("kubevirt", ns)
+		assert.True(t, strings.HasSuffix(condition(kv, v1.KubeVirtConditionProgressing), "rolling virt-api"), condition(kv, v1.KubeVirtConditionProgressing))
+		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
+
+		rollOut("virt-api")
+		waitFor(t, "Deployed on envtest2", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			return kv.Status.Phase == v1.KubeVirtPhaseDeployed && kv.Status.ObservedKubeVirtVersion == "envtest2", fmt.Sprintf("%q %q %v", kv.Status.Phase, kv.Status.ObservedKubeVirtVersion, kv.Status.Conditions)
+		})
+		assert.True(t, strings.HasPrefix(condition(kv, v1.KubeVirtConditionProgressing), "False/AllComponentsReady"), condition(kv, v1.KubeVirtConditionProgressing))
+	})
+
 	t.Run("uninstall", func(t *testing.T) {
 		kv = getKV("kubevirt", ns)
 		require.NoError(t, k8s.Delete(ctx, kv))

@@ -18,6 +18,14 @@
 //	""        -> Deploying   finalizer added, objects applied
 //	Deploying -> Deployed    virt-api, virt-controller, virt-handler available
 //	Deployed  -> Deploying   a component is no longer available, or the spec changed
+//	Deployed  -> Deploying   an update (imageTag or imageRegistry changed, the
+//	                         default's included): Available stays True,
+//	                         Progressing=True reason UpdateInProgress;
+//	                         virt-controller and virt-handler roll first,
+//	                         virt-api (kept on its version meanwhile) once
+//	                         both run the new one (holdVirtAPI)
+//	Deploying -> Deployed    all three run the target version: observed
+//	                         version = target version
 //	any       -> Deleting    deletionTimestamp set: VMs and VMIs deleted
 //	                         (RemoveWorkloads) or waited for
 //	                         (BlockUninstallIfWorkloadsExist, condition
@@ -122,6 +130,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if d.Status.Phase != kv.Status.Phase {
 		log.Info("phase", "from", kv.Status.Phase, "to", d.Status.Phase)
 	}
+	if p := progressing(d.Status); p != progressing(kv.Status) && p != "" {
+		log.Info("progressing", "message", p)
+	}
 	var requeue time.Duration
 	switch d.Action {
 	case Deploy:
@@ -179,6 +190,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
 
+// progressing is the Progressing condition's message while it is True.
+func progressing(st v1.KubeVirtStatus) string {
+	for _, c := range st.Conditions {
+		if c.Type == v1.KubeVirtConditionProgressing && c.Status == corev1.ConditionTrue {
+			return c.Message
+		}
+	}
+	return ""
+}
+
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, error) {
 	o := Observed{KubeVirt: kv}
@@ -227,8 +248,7 @@ func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, er
 	if o.Certs, err = r.readCerts(ctx); err != nil {
 		return o, err
 	}
-	ready, err := r.ready(ctx)
-	o.Ready = ready
+	o.Components, o.Ready, err = r.components(ctx)
 	return o, err
 }
 
@@ -261,31 +281,47 @@ func (r *Reconciler) readCerts(ctx context.Context) (CertsRead, error) {
 	return c, nil
 }
 
-// ready: the Deployments and the DaemonSet run their current spec and are
-// available on every node they should run on.
-func (r *Reconciler) ready(ctx context.Context) (bool, error) {
+// components reads virt-api, virt-controller (Deployments) and
+// virt-handler (DaemonSet): the version they were applied for and whether
+// they run their current spec, available on every node they should run
+// on. Ready: all three are.
+func (r *Reconciler) components(ctx context.Context) (map[string]Component, bool, error) {
 	ns := r.Options.Namespace
+	out := map[string]Component{}
+	ready := true
 	for _, name := range []string{install.VirtAPIName, install.VirtControllerName} {
 		d := &appsv1.Deployment{}
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-			return false, client.IgnoreNotFound(err)
+			if apierrors.IsNotFound(err) {
+				ready = false
+				continue
+			}
+			return nil, false, fmt.Errorf("reading Deployment %s: %w", name, err)
 		}
 		want := int32(1)
 		if d.Spec.Replicas != nil {
 			want = *d.Spec.Replicas
 		}
 		s := d.Status
-		if s.ObservedGeneration < d.Generation || s.UpdatedReplicas < want || s.AvailableReplicas < want {
-			return false, nil
-		}
+		c := Component{Version: d.Annotations[AnnotationVersion], Registry: d.Annotations[AnnotationRegistry],
+			RolledOut: s.ObservedGeneration >= d.Generation && s.UpdatedReplicas >= want && s.AvailableReplicas >= want &&
+				s.Replicas == s.UpdatedReplicas}
+		out[name] = c
+		ready = ready && c.RolledOut
 	}
 	ds := &appsv1.DaemonSet{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: install.VirtHandlerName}, ds); err != nil {
-		return false, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return out, false, nil
+		}
+		return nil, false, fmt.Errorf("reading DaemonSet %s: %w", install.VirtHandlerName, err)
 	}
 	s := ds.Status
-	return s.ObservedGeneration >= ds.Generation && s.DesiredNumberScheduled > 0 &&
-		s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled, nil
+	c := Component{Version: ds.Annotations[AnnotationVersion], Registry: ds.Annotations[AnnotationRegistry],
+		RolledOut: s.ObservedGeneration >= ds.Generation && s.DesiredNumberScheduled > 0 &&
+			s.UpdatedNumberScheduled == s.DesiredNumberScheduled && s.NumberAvailable == s.DesiredNumberScheduled}
+	out[install.VirtHandlerName] = c
+	return out, ready && c.RolledOut, nil
 }
 
 // workloads counts the cluster's VMs and VMIs; none when their CRDs are

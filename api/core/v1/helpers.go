@@ -40,6 +40,12 @@ const (
 	// MigrationSelectorLabel on a migration is the name of its VMI, so
 	// that the migrations of one VMI can be listed.
 	MigrationSelectorLabel = "kubevirt.io/vmi-name"
+	// OutdatedLauncherImageLabel on a VMI says its launcher pod runs
+	// another image than virt-controller's current launcher image.
+	OutdatedLauncherImageLabel = "kubevirt.io/outdatedLauncherImage"
+	// WorkloadUpdateMigrationAnnotation marks a migration made by the
+	// workload updater.
+	WorkloadUpdateMigrationAnnotation = "kubevirt.io/workloadUpdateMigration"
 
 	// VirtualMachineInstanceFinalizer keeps a VMI until its launcher pod is
 	// gone, so the guest gets its graceful shutdown.

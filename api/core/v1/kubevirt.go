@@ -1,6 +1,8 @@
 package v1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -76,14 +78,49 @@ type KubeVirtSpec struct {
 	// certificates live and when virt-operator remakes them.
 	// +optional
 	CertificateRotateStrategy KubeVirtCertificateRotateStrategy `json:"certificateRotateStrategy,omitempty"`
-	// Launchers are not yet updated to a new image.
+	// WorkloadUpdateStrategy says how running VMIs whose launcher pod runs
+	// an older virt-launcher image are moved onto the current one.
 	// +optional
-	WorkloadUpdateStrategy *Unmodeled `json:"workloadUpdateStrategy,omitempty"`
+	WorkloadUpdateStrategy KubeVirtWorkloadUpdateStrategy `json:"workloadUpdateStrategy,omitempty"`
 	// +optional
 	Infra *Unmodeled `json:"infra,omitempty"`
 	// +optional
 	Workloads *Unmodeled `json:"workloads,omitempty"`
 }
+
+// KubeVirtWorkloadUpdateStrategy is how virt-controller's workload updater
+// moves outdated VMIs (label OutdatedLauncherImageLabel) onto the current
+// launcher image, as in KubeVirt.
+// +kubebuilder:pruning:PreserveUnknownFields
+type KubeVirtWorkloadUpdateStrategy struct {
+	// WorkloadUpdateMethods: LiveMigrate migrates the VMIs that can
+	// migrate; Evict deletes the others (all of them without
+	// LiveMigrate). Empty (the default): VMIs are only marked outdated.
+	// +optional
+	// +listType=atomic
+	WorkloadUpdateMethods []WorkloadUpdateMethod `json:"workloadUpdateMethods,omitempty"`
+	// BatchEvictionSize is how many VMIs are migrated or evicted per
+	// BatchEvictionInterval; default 10.
+	// +optional
+	BatchEvictionSize *int `json:"batchEvictionSize,omitempty"`
+	// BatchEvictionInterval; default 1m.
+	// +optional
+	BatchEvictionInterval *metav1.Duration `json:"batchEvictionInterval,omitempty"`
+}
+
+// WorkloadUpdateMethod is LiveMigrate or Evict.
+type WorkloadUpdateMethod string
+
+// The workload update methods, and KubeVirt's defaults for a batch.
+const (
+	WorkloadUpdateMethodLiveMigrate WorkloadUpdateMethod = "LiveMigrate"
+	WorkloadUpdateMethodEvict       WorkloadUpdateMethod = "Evict"
+
+	DefaultBatchEvictionSize = 10
+)
+
+// DefaultBatchEvictionInterval is KubeVirt's default batchEvictionInterval.
+var DefaultBatchEvictionInterval = metav1.Duration{Duration: time.Minute}
 
 // KubeVirtUninstallStrategy is RemoveWorkloads or BlockUninstallIfWorkloadsExist.
 type KubeVirtUninstallStrategy string
@@ -224,6 +261,11 @@ type KubeVirtStatus struct {
 	// ObservedGeneration is the spec generation the status is about.
 	// +optional
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// OutdatedVirtualMachineInstanceWorkloads counts the running VMIs
+	// whose launcher runs another image than the current one (written by
+	// virt-controller's workload updater).
+	// +optional
+	OutdatedVirtualMachineInstanceWorkloads *int `json:"outdatedVirtualMachineInstanceWorkloads,omitempty"`
 }
 
 // KubeVirtPhase is where the installation is.
@@ -267,9 +309,12 @@ const (
 	KubeVirtReasonAllComponentsReady   = "AllComponentsReady"
 	KubeVirtReasonAllResourcesCreated  = "AllResourcesCreated"
 	KubeVirtReasonDeploymentInProgress = "DeploymentInProgress"
-	KubeVirtReasonDeletionInProgress   = "DeletionInProgress"
-	KubeVirtReasonDeploymentFailed     = "DeploymentFailed"
-	KubeVirtReasonExistingDeployment   = "ExistingDeployment"
+	// KubeVirtReasonUpdateInProgress: components roll to a new version
+	// (Progressing=True while Available stays True).
+	KubeVirtReasonUpdateInProgress   = "UpdateInProgress"
+	KubeVirtReasonDeletionInProgress = "DeletionInProgress"
+	KubeVirtReasonDeploymentFailed   = "DeploymentFailed"
+	KubeVirtReasonExistingDeployment = "ExistingDeployment"
 	// KubeVirtReasonWorkloadsExist: uninstall waits, under
 	// BlockUninstallIfWorkloadsExist, for the VMs and VMIs to be gone.
 	KubeVirtReasonWorkloadsExist = "WorkloadsExist"

@@ -85,8 +85,9 @@ type VirtualizationConfig struct {
 	// configuration.migrations.
 	// +optional
 	LiveMigrationConfig LiveMigrationConfigurations `json:"liveMigrationConfig,omitempty"`
-	// WorkloadUpdateStrategy: kubevmm does not update launchers to new
-	// images yet, so only the upstream default is accepted.
+	// WorkloadUpdateStrategy becomes the KubeVirt CR's, with upstream's
+	// defaults: workloadUpdateMethods [LiveMigrate] (an empty list: no
+	// automatic updates), batchEvictionSize 10, batchEvictionInterval 1m.
 	// +optional
 	WorkloadUpdateStrategy *WorkloadUpdateStrategy `json:"workloadUpdateStrategy,omitempty"`
 	// VirtualMachineOptions: only the upstream defaults (false) are
@@ -127,7 +128,7 @@ type LiveMigrationConfigurations struct {
 	AllowWorkloadDisruption *bool `json:"allowWorkloadDisruption,omitempty"`
 }
 
-// WorkloadUpdateStrategy is how launchers would be moved to new images.
+// WorkloadUpdateStrategy is how VMIs are moved onto a new launcher image.
 // +kubebuilder:pruning:PreserveUnknownFields
 type WorkloadUpdateStrategy struct {
 	// +optional

@@ -57,7 +57,10 @@ func Operator(c Config) ([]client.Object, error) {
 	pull := c.PullPolicy
 	ctr := corev1.Container{Name: OperatorName, Image: b.image(OperatorName), ImagePullPolicy: pull,
 		Args: []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(pull),
-			"--device-plugin-dir=" + c.PluginDir, "--kubelet-root=" + c.KubeletRoot, "--health-probe-bind-address=:8081"},
+			"--device-plugin-dir=" + c.PluginDir, "--kubelet-root=" + c.KubeletRoot, "--health-probe-bind-address=:8081",
+			// One operator at a time: during its own rollout (an upgrade)
+			// the old and the new pod would each apply their version.
+			"--leader-elect"},
 		Env:       []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
 		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTP, 8081)}
 	objs := []client.Object{
