@@ -30,7 +30,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 	before := objectNames(t)
 
 	hcoKubectl(t, "delete", hcoName, "--wait=true", "--timeout=600s")
-	for _, kind := range []string{"kubevirt", "ssp", "networkaddonsconfig"} {
+	for _, kind := range []string{"kubevirt", "ssp", "networkaddonsconfig", "cdi"} {
 		if out, err := run(t, "kubectl.sh", "get", kind, "-A", "-o", "name"); err == nil && strings.TrimSpace(out) != "" {
 			t.Errorf("%s left after the uninstall: %s", kind, out)
 		}
@@ -48,6 +48,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 		"kubevirt/deployment.apps/virt-api", "kubevirt/deployment.apps/virt-controller", "kubevirt/daemonset.apps/virt-handler",
 		"kubevirt/deployment.apps/virt-template-validator",
 		"cluster-network-addons/deployment.apps/kubemacpool-mac-controller-manager",
+		"cdi/deployment.apps/cdi-deployment",
 		"/mutatingwebhookconfiguration.admissionregistration.k8s.io/virt-api-mutator",
 		"/validatingwebhookconfiguration.admissionregistration.k8s.io/virt-api-validator",
 		"/validatingwebhookconfiguration.admissionregistration.k8s.io/virt-template-validator",
@@ -79,6 +80,7 @@ func TestUninstallAndReinstall(t *testing.T) {
 	kubectl(t, "wait", "crd/virtualmachines.kubevirt.io", "--for=condition=Established", "--timeout=60s")
 	hcoWait(t, "ssp/ssp-kubevirt-hyperconverged", "condition=Available", 5*time.Minute)
 	kubectl(t, "wait", "networkaddonsconfig/cluster", "--for=condition=Available", "--timeout=300s")
+	kubectl(t, "wait", "cdi/cdi-kubevirt-hyperconverged", "--for=condition=Available", "--timeout=300s")
 	noStrayAdmission(t)
 	// The reinstalled stack admits a VM (through virt-api's, kubemacpool's
 	// and the template validator's webhooks, with their new certificates).
