@@ -104,6 +104,8 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	var syncErr *syncError
 	var requeue time.Duration
+	// The claims decide the pod's volumes and LiveMigratable.
+	pvcs, pvcErr := readPVCs(ctx, r.APIReader, vmi)
 	switch {
 	case vmi.DeletionTimestamp != nil:
 		requeue, syncErr = r.deletePodsAfterGrace(ctx, vmi, pods)
@@ -115,8 +117,11 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 		if pod == nil && (vmi.Status.Phase == v1.VmPhaseUnset || vmi.Status.Phase == v1.Pending) {
-			if syncErr = r.assignVSOCKCID(ctx, vmi); syncErr == nil {
-				pod, syncErr = r.createPod(ctx, vmi)
+			if syncErr = pvcErr; syncErr == nil {
+				syncErr = r.assignVSOCKCID(ctx, vmi)
+			}
+			if syncErr == nil {
+				pod, syncErr = r.createPod(ctx, vmi, pvcs)
 			}
 		}
 		if syncErr == nil {
@@ -127,7 +132,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if syncErr == nil {
 		syncErr = imagePullError(pod)
 	}
-	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), syncErr); err != nil {
+	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), pvcs, syncErr); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -202,7 +207,7 @@ func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *cor
 	return nil
 }
 
-func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, *syncError) {
+func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) (*corev1.Pod, *syncError) {
 	// The cache said there is no pod. Ask the API server: the pod created by
 	// the previous reconcile may simply not have reached the cache yet.
 	live, err := r.launcherPods(ctx, r.APIReader, vmi)
@@ -214,6 +219,10 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 	}
 	pod, err := RenderLauncherPod(vmi, r.Launcher)
 	if err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
+		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
+	}
+	if err := addDiskVolumes(pod, vmi, pvcs); err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
 		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
 	}
@@ -291,8 +300,8 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 
 // updateStatus derives the VMI status from the pods it observed (decide)
 // and writes what changed: the node label, then the status (write).
-func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError) error {
-	st := decideVMIStatus(vmi, pod, target, syncErr, r.now())
+func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError) error {
+	st := decideVMIStatus(vmi, pod, target, pvcs, syncErr, r.now())
 	// The node label follows status.nodeName, which virt-handler moves to
 	// the target's node when a migration completes: the label is what
 	// the handlers' caches select on.
@@ -321,7 +330,7 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 // decideVMIStatus is the VMI status the controller wants, from the VMI,
 // its active launcher pod and its migration target pod (either may be nil),
 // and the sync's failure, if any. It changes nothing it is given.
-func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
+func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
 
@@ -398,7 +407,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, sy
 	}
 
 	st.Conditions = v1.SetVMICondition(st.Conditions, readyCondition(st.Phase, pod), now)
-	st.Conditions = v1.SetVMICondition(st.Conditions, liveMigratableCondition(vmi), now)
+	st.Conditions = v1.SetVMICondition(st.Conditions, liveMigratableCondition(vmi, pvcs), now)
 
 	if syncErr != nil {
 		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
@@ -413,9 +422,9 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, sy
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a
 // fact of its spec: see spec.LiveMigratable).
-func liveMigratableCondition(vmi *v1.VirtualMachineInstance) v1.VirtualMachineInstanceCondition {
+func liveMigratableCondition(vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) v1.VirtualMachineInstanceCondition {
 	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
-	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec); !ok {
+	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
 	}
 	return c

@@ -308,9 +308,9 @@ func TestLiveMigratableFollowsTheActiveBackend(t *testing.T) {
 	s.Domain.Firmware = nil
 	s.Domain.Devices.Disks = []v1.Disk{{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{ReadOnly: true}}}}
 	s.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk"}}}}
-	ok, _, msg := LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s)
+	ok, _, msg := LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
 	assert.True(t, ok, msg)
-	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s)
+	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s, nil)
 	assert.False(t, ok)
 	assert.Equal(t, ReasonBackendNotLiveMigratable, reason)
 }

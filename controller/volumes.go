@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+)
+
+// Disk volumes: a launcher pod gets each persistentVolumeClaim volume as
+// KubeVirt's does, a Filesystem claim mounted at spec.PVCDiskDir/<volume>
+// (the launcher makes disk.img in it), a Block claim as the device
+// spec.BlockDeviceDir/<volume>; emptyDisk images go in one emptyDir. The
+// claims are read uncached, and only for VMIs that have some: their mode
+// and size go to the launcher (spec.PVCInfoEnv), their access modes decide
+// LiveMigratable.
+
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+
+// ReasonFailedPVCNotFound is the Synchronized reason of a VMI whose claim
+// does not exist (KubeVirt's): it gets no pod until the claim appears.
+const ReasonFailedPVCNotFound = "FailedPvcNotFound"
+
+// emptyDiskVolume is the launcher pod's emptyDir of emptyDisk images.
+const emptyDiskVolume = "ephemeral-disks"
+
+// readPVCs reads the claim of each of the VMI's PVC volumes, by volume
+// name. A missing claim is an error naming it (ReasonFailedPVCNotFound).
+func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]spec.PVCInfo, *syncError) {
+	out := map[string]spec.PVCInfo{}
+	for _, v := range spec.PVCVolumes(&vmi.Spec) {
+		name := v.PersistentVolumeClaim.ClaimName
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := c.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: name}, pvc)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, &syncError{reason: ReasonFailedPVCNotFound, retry: true,
+				err: fmt.Errorf("PVC %s/%s of volume %s does not exist, waiting for it to appear", vmi.Namespace, name, v.Name)}
+		case err != nil:
+			return nil, &syncError{reason: ReasonFailedCreate, retry: true,
+				err: fmt.Errorf("reading PVC %s/%s of volume %s: %w", vmi.Namespace, name, v.Name, err)}
+		}
+		out[v.Name] = spec.NewPVCInfo(pvc)
+	}
+	return out, nil
+}
+
+// addDiskVolumes gives the launcher pod the VMI's PVC and emptyDisk
+// volumes (pvcs from readPVCs). A pod volume is named after its VMI
+// volume, as in KubeVirt; a name the pod already uses is refused.
+func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) error {
+	taken := map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		taken[v.Name] = true
+	}
+	c := &pod.Spec.Containers[0]
+	emptyDisk := false
+	for _, v := range vmi.Spec.Volumes {
+		switch {
+		case v.EmptyDisk != nil:
+			emptyDisk = true
+		case v.PersistentVolumeClaim != nil:
+			if taken[v.Name] {
+				return fmt.Errorf("spec.volumes[%s]: the name is taken by the launcher pod's own volume", v.Name)
+			}
+			info, ok := pvcs[v.Name]
+			if !ok {
+				return fmt.Errorf("spec.volumes[%s]: PVC %s was not read", v.Name, v.PersistentVolumeClaim.ClaimName)
+			}
+			ro := v.PersistentVolumeClaim.ReadOnly
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: info.ClaimName, ReadOnly: ro},
+			}})
+			if info.Block {
+				c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: spec.BlockDeviceDir + "/" + v.Name})
+			} else {
+				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: spec.PVCDiskDir + "/" + v.Name, ReadOnly: ro})
+			}
+		}
+	}
+	if emptyDisk {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDirVolume(emptyDiskVolume))
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: spec.EmptyDiskDir})
+	}
+	if len(pvcs) == 0 {
+		return nil
+	}
+	// The launcher's user owns nothing on the claim's filesystem: the
+	// kubelet gives the volume to its group (KubeVirt's launcher runs with
+	// fsGroup 107 the same way). A Block claim's device is the user's
+	// already (the runtime's device ownership from the security context).
+	pod.Spec.SecurityContext.FSGroup = ptr.To(*pod.Spec.SecurityContext.RunAsGroup)
+	env, err := spec.EncodePVCInfo(pvcs)
+	if err != nil {
+		return err
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: spec.PVCInfoEnv, Value: env})
+	return nil
+}
