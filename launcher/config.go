@@ -36,6 +36,14 @@ type Paths struct {
 	// SysClassNet is /sys/class/net, where the launcher waits for the taps
 	// virt-handler creates.
 	SysClassNet string
+	// PVCDiskDir holds the Filesystem PVCs' mounts, BlockDeviceDir the
+	// Block PVCs' devices, EmptyDiskDir the emptyDisk images (see
+	// spec.PVCDiskDir); PVCs is what the pod says of the claims
+	// (spec.PVCInfoEnv), by volume name.
+	PVCDiskDir     string
+	BlockDeviceDir string
+	EmptyDiskDir   string
+	PVCs           map[string]spec.PVCInfo
 }
 
 // DefaultPaths are the paths in a launcher pod.
@@ -48,6 +56,9 @@ func DefaultPaths(socketDir string) Paths {
 		SecretDir:        spec.SecretDir,
 		RunDir:           "/tmp/kubevmm",
 		SysClassNet:      "/sys/class/net",
+		PVCDiskDir:       spec.PVCDiskDir,
+		BlockDeviceDir:   spec.BlockDeviceDir,
+		EmptyDiskDir:     spec.EmptyDiskDir,
 	}
 }
 
@@ -100,6 +111,11 @@ type DiskConfig struct {
 	CDROM    bool
 	Boot     int
 	Queues   int // virtio request queues (spec.DiskQueues)
+	// Format, when set, is the image's format; otherwise it is probed.
+	// A PVC's or emptyDisk's image is raw, always: the guest writes its
+	// first bytes, and a qcow2 header it wrote must not become a qcow2
+	// image (with a backing file of its choosing) at the next start.
+	Format block.Format
 }
 
 // NICConfig is one guest NIC on a tap that virt-handler prepares.
@@ -182,7 +198,13 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		if dc.Bus == v1.DiskBusVirtio {
 			dc.Queues = spec.DiskQueues(s)
 		}
+		path, readOnly, isVolumeDisk, err := volumeDisk(p, v)
+		if err != nil {
+			return VMConfig{}, err
+		}
 		switch {
+		case isVolumeDisk:
+			dc.Path, dc.ReadOnly, dc.Format = path, dc.ReadOnly || readOnly, block.FormatRaw
 		case v.ContainerDisk != nil:
 			dc.Path = containerDiskPath(p, d.Name)
 		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
@@ -190,7 +212,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 			dc.Path = cloudInitDisk(p, d.Name)
 			dc.ReadOnly = true
 		default:
-			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk and cloud-init volumes are supported by the launcher", d.Name)
+			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim and emptyDisk volumes are supported by the launcher", d.Name)
 		}
 		c.Disks = append(c.Disks, dc)
 	}
@@ -296,7 +318,7 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		if d.Bus != v1.DiskBusVirtio || d.CDROM {
 			return machine.Config{}, fmt.Errorf("disk %s: bus %s is not supported by the kubevmm VMM", d.Name, d.Bus)
 		}
-		f, err := probeFormat(d.Path)
+		f, err := d.format()
 		if err != nil {
 			return machine.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
@@ -344,6 +366,14 @@ func readBootFiles(kernel, initrd string) (k, i []byte, err error) {
 	return k, i, nil
 }
 
+// format is the disk's Format, else its image's probed.
+func (d DiskConfig) format() (block.Format, error) {
+	if d.Format != "" {
+		return d.Format, nil
+	}
+	return probeFormat(d.Path)
+}
+
 // probeFormat reads a containerDisk's format from its header. The image
 // comes from the container image, not from the guest, so probing it before
 // the guest ever ran is safe (the reason vmm/block wants it said).
@@ -379,7 +409,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 	}
 	c.qemuGuestIntegration(&qc, time.Now())
 	for _, d := range c.Disks {
-		f, err := probeFormat(d.Path)
+		f, err := d.format()
 		if err != nil {
 			return qemu.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
