@@ -198,21 +198,8 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		if dc.Bus == v1.DiskBusVirtio {
 			dc.Queues = spec.DiskQueues(s)
 		}
-		path, readOnly, isVolumeDisk, err := volumeDisk(p, v)
-		if err != nil {
+		if err := dc.setImage(p, v); err != nil {
 			return VMConfig{}, err
-		}
-		switch {
-		case isVolumeDisk:
-			dc.Path, dc.ReadOnly, dc.Format = path, dc.ReadOnly || readOnly, block.FormatRaw
-		case v.ContainerDisk != nil:
-			dc.Path = containerDiskPath(p, d.Name)
-		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
-			// Rendered at start (prepare); the guest only reads it.
-			dc.Path = cloudInitDisk(p, d.Name)
-			dc.ReadOnly = true
-		default:
-			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim and emptyDisk volumes are supported by the launcher", d.Name)
 		}
 		c.Disks = append(c.Disks, dc)
 	}
@@ -234,6 +221,27 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
 	}
 	return c, nil
+}
+
+// setImage points the disk at its volume's image.
+func (dc *DiskConfig) setImage(p Paths, v *v1.Volume) error {
+	path, readOnly, isVolumeDisk, err := volumeDisk(p, v)
+	if err != nil {
+		return err
+	}
+	switch {
+	case isVolumeDisk:
+		dc.Path, dc.ReadOnly, dc.Format = path, dc.ReadOnly || readOnly, block.FormatRaw
+	case v.ContainerDisk != nil:
+		dc.Path = containerDiskPath(p, dc.Name)
+	case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
+		// Rendered at start (prepare); the guest only reads it.
+		dc.Path = cloudInitDisk(p, dc.Name)
+		dc.ReadOnly = true
+	default:
+		return fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim and emptyDisk volumes are supported by the launcher", dc.Name)
+	}
+	return nil
 }
 
 // nicConfigs are the VMI's NICs (spec.PodNICs) and the index of the

@@ -14,11 +14,11 @@ func validateDiskVolume(vp *field.Path, v *v1.Volume) field.ErrorList {
 	var errs field.ErrorList
 	if c := v.PersistentVolumeClaim; c != nil {
 		cp := vp.Child("persistentVolumeClaim")
-		switch {
-		case c.ClaimName == "":
+		if c.ClaimName == "" {
 			errs = append(errs, required(cp.Child("claimName"), "the PVC in the VMI's namespace"))
-		default:
-			for _, msg := range validation.IsDNS1123Subdomain(c.ClaimName) {
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(c.ClaimName) {
+			if c.ClaimName != "" {
 				errs = append(errs, invalid(cp.Child("claimName"), c.ClaimName, "%s", msg))
 			}
 		}
