@@ -87,9 +87,12 @@ func Objects(c Config) []client.Object {
 			},
 		}}
 	// No attacher (volumes are on their node) and no pod information on
-	// mount; persistent volumes only.
+	// mount; persistent volumes only. The kubelet gives a Filesystem
+	// volume to the pod's fsGroup (File: the volumes have no fsType), so
+	// a non-root virt-launcher can make its disk.img there.
 	driver := &storagev1.CSIDriver{TypeMeta: tm("storage.k8s.io/v1", "CSIDriver"), ObjectMeta: metav1.ObjectMeta{Name: hostpath.DriverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(false),
+			FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}}
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := &storagev1.StorageClass{TypeMeta: tm("storage.k8s.io/v1", "StorageClass"),
