@@ -84,6 +84,10 @@ var implemented = map[string]string{
 	"volumes[0].containerDisk.path":            "the file copied out of the image",
 	"volumes[0].containerDisk.imagePullPolicy": "the volume's init container",
 
+	"volumes[0].persistentVolumeClaim.claimName": "the launcher pod's volume, its mode and size read by virt-controller (controller/volumes.go)",
+	"volumes[0].persistentVolumeClaim.readOnly":  "a read-only mount and disk",
+	"volumes[0].emptyDisk.capacity":              "the sparse image's size (launcher/volumes.go)",
+
 	"volumes[0].cloudInitNoCloud.userData":                      "user-data on the NoCloud disk the launcher renders (launcher/cloudinit)",
 	"volumes[0].cloudInitNoCloud.userDataBase64":                "user-data, decoded",
 	"volumes[0].cloudInitNoCloud.secretRef.name":                "user-data from the Secret's userdata (or userData) key, mounted into the launcher pod (controller.cloudInitVolumes)",
