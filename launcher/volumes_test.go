@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
@@ -161,4 +162,27 @@ func TestPrepareBlockClaim(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, dev, cfg.Disks[1].Path)
 	assert.Equal(t, block.FormatRaw, cfg.Disks[1].Format)
+}
+
+// The QEMU backend gets the same disks, raw, in disk order.
+func TestVolumeDisksOnQEMU(t *testing.T) {
+	p := volumePaths(t, map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 8 << 20}})
+	img := filepath.Join(p.PVCDiskDir, "data", "disk.img")
+	// A qcow2 header the guest wrote stays data.
+	require.NoError(t, os.WriteFile(img, []byte{'Q', 'F', 'I', 0xfb}, 0o600))
+	vmi := withVolumes(pvcVolume("data", "c", false),
+		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})
+	vmi.Annotations = map[string]string{spec.BackendAnnotation: "qemu"}
+	require.NoError(t, os.WriteFile(filepath.Join(p.ContainerDiskDir, "root.img"), make([]byte, 512), 0o600))
+	cfg, err := prepareVMI(t, vmi, p)
+	require.NoError(t, err)
+	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	require.NoError(t, err)
+	require.Len(t, qc.Disks, 3)
+	for i, want := range []string{img, filepath.Join(p.EmptyDiskDir, "scratch", "disk.img")} {
+		d := qc.Disks[i+1]
+		assert.Equal(t, want, d.Path)
+		assert.Equal(t, qemu.FormatRaw, d.Format)
+		assert.False(t, d.ReadOnly)
+	}
 }
