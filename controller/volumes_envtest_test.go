@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
@@ -93,4 +94,47 @@ func TestVMIDiskVolumes(t *testing.T) {
 	assert.Equal(t, corev1.ConditionFalse, lm.Status)
 	assert.Equal(t, spec.ReasonDisksNotLiveMigratable, lm.Reason)
 	assert.Contains(t, lm.Message, "volume blk: PVC rwo-block is not shared")
+}
+
+func withClaim(claim string) func(*v1.VirtualMachineInstance) {
+	return func(vmi *v1.VirtualMachineInstance) {
+		vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+		vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, v1.Disk{Name: "data"})
+	}
+}
+
+// A VMI on a ReadWriteMany claim migrates with no copy: its target pod
+// mounts the same claim. Once the claim is single-node (its bound modes
+// say RWO), a migration fails at once, naming the volume.
+func TestMigrationOfPVCVolumes(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	createPVC(t, ns, "shared", corev1.PersistentVolumeFilesystem, corev1.ReadWriteMany)
+	runningVMI(t, ns, "rwx", withClaim("shared"))
+	m := newMigration(ns, "rwx-job", "rwx")
+	createMigration(t, m)
+	target := waitTargetPod(t, m)
+	var claims []string
+	for _, v := range target.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.Name+"="+v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	assert.Equal(t, []string{"data=shared"}, claims)
+	assert.Contains(t, target.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: spec.PVCDiskDir + "/data"})
+	require.NoError(t, k8s.Delete(context.Background(), m))
+
+	createPVC(t, ns, "local", corev1.PersistentVolumeFilesystem, corev1.ReadWriteMany)
+	runningVMI(t, ns, "rwo", withClaim("local"))
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, get(t, ns, "local", pvc))
+	pvc.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	require.NoError(t, k8s.Status().Update(context.Background(), pvc))
+	createMigration(t, newMigration(ns, "rwo-job", "rwo"))
+	waitMigration(t, ns, "rwo-job", "to fail naming the claim", func(m *v1.VirtualMachineInstanceMigration) bool {
+		return m.Status.Phase == v1.MigrationFailed
+	})
+	waitEvent(t, ns, "VirtualMachineInstanceMigration", "rwo-job", controller.ReasonMigrationFailed,
+		"Migration of VMI rwo failed: VMI rwo is not live-migratable (DisksNotLiveMigratable): volume data: PVC local is not shared, live migration requires ReadWriteMany")
 }
