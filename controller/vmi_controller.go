@@ -59,6 +59,8 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{},
 			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.VirtualMachineInstance{}, handler.OnlyControllerOwner()),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isLauncherPod))).
+		// A claim that appears (or changes) moves the VMIs using it.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisOfClaim)).
 		Complete(r)
 }
 

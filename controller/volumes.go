@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
@@ -18,11 +20,12 @@ import (
 // KubeVirt's does, a Filesystem claim mounted at spec.PVCDiskDir/<volume>
 // (the launcher makes disk.img in it), a Block claim as the device
 // spec.BlockDeviceDir/<volume>; emptyDisk images go in one emptyDir. The
-// claims are read uncached, and only for VMIs that have some: their mode
-// and size go to the launcher (spec.PVCInfoEnv), their access modes decide
-// LiveMigratable.
+// claims are read uncached (a claim made just before its VMI counts), and
+// only for VMIs that have some: their mode and size go to the launcher
+// (spec.PVCInfoEnv), their access modes decide LiveMigratable. A watch on
+// claims brings their VMIs back when one appears or changes.
 
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 
 // ReasonFailedPVCNotFound is the Synchronized reason of a VMI whose claim
 // does not exist (KubeVirt's): it gets no pod until the claim appears.
@@ -30,6 +33,27 @@ const ReasonFailedPVCNotFound = "FailedPvcNotFound"
 
 // emptyDiskVolume is the launcher pod's emptyDir of emptyDisk images.
 const emptyDiskVolume = "ephemeral-disks"
+
+// vmisOfClaim are the VMIs of the claim's namespace with a volume on it
+// (from the cache): a VMI waiting for its claim starts once it exists,
+// and LiveMigratable follows the claim's access modes.
+func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &v1.VirtualMachineInstanceList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace())); err != nil {
+		log.FromContext(ctx).Error(err, "listing the VMIs of a claim's namespace", "claim", o.GetNamespace()+"/"+o.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		for _, v := range spec.PVCVolumes(&list.Items[i].Spec) {
+			if v.PersistentVolumeClaim.ClaimName == o.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+				break
+			}
+		}
+	}
+	return out
+}
 
 // readPVCs reads the claim of each of the VMI's PVC volumes, by volume
 // name. A missing claim is an error naming it (ReasonFailedPVCNotFound).

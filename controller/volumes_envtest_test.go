@@ -106,7 +106,8 @@ func withClaim(claim string) func(*v1.VirtualMachineInstance) {
 
 // A VMI on a ReadWriteMany claim migrates with no copy: its target pod
 // mounts the same claim. Once the claim is single-node (its bound modes
-// say RWO), a migration fails at once, naming the volume.
+// say RWO), LiveMigratable turns False (the controller watches claims)
+// and a migration fails at once, both naming the volume.
 func TestMigrationOfPVCVolumes(t *testing.T) {
 	needEnv(t)
 	ns := namespace(t)
@@ -131,6 +132,10 @@ func TestMigrationOfPVCVolumes(t *testing.T) {
 	require.NoError(t, get(t, ns, "local", pvc))
 	pvc.Status.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	require.NoError(t, k8s.Status().Update(context.Background(), pvc))
+	waitVMI(t, ns, "rwo", "to be no longer live-migratable", func(n *v1.VirtualMachineInstance) bool {
+		c := n.GetCondition(v1.VirtualMachineInstanceIsMigratable)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Message == "volume data: PVC local is not shared, live migration requires ReadWriteMany"
+	})
 	createMigration(t, newMigration(ns, "rwo-job", "rwo"))
 	waitMigration(t, ns, "rwo-job", "to fail naming the claim", func(m *v1.VirtualMachineInstanceMigration) bool {
 		return m.Status.Phase == v1.MigrationFailed
