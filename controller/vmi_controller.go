@@ -106,8 +106,9 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	var syncErr *syncError
 	var requeue time.Duration
-	// The claims decide the pod's volumes and LiveMigratable.
-	pvcs, pvcErr := readPVCs(ctx, r.APIReader, vmi)
+	// The claims decide the pod's volumes and LiveMigratable. From the
+	// cache: a claim it has not seen yet comes back through the watch.
+	pvcs, pvcErr := readPVCs(ctx, r.Client, vmi)
 	switch {
 	case vmi.DeletionTimestamp != nil:
 		requeue, syncErr = r.deletePodsAfterGrace(ctx, vmi, pods)

@@ -20,10 +20,11 @@ import (
 // KubeVirt's does, a Filesystem claim mounted at spec.PVCDiskDir/<volume>
 // (the launcher makes disk.img in it), a Block claim as the device
 // spec.BlockDeviceDir/<volume>; emptyDisk images go in one emptyDir. The
-// claims are read uncached (a claim made just before its VMI counts), and
-// only for VMIs that have some: their mode and size go to the launcher
-// (spec.PVCInfoEnv), their access modes decide LiveMigratable. A watch on
-// claims brings their VMIs back when one appears or changes.
+// claims are read only for VMIs that have some (from the cache by the VMI
+// controller, which watches them: a claim that appears or changes brings
+// its VMIs back; from the API server by the migration controller): their
+// mode and size go to the launcher (spec.PVCInfoEnv), their access modes
+// decide LiveMigratable.
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 
