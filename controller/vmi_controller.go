@@ -332,7 +332,8 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 
 // decideVMIStatus is the VMI status the controller wants, from the VMI,
 // its active launcher pod and its migration target pod (either may be nil),
-// and the sync's failure, if any. It changes nothing it is given.
+// its claims (readPVCs) and the sync's failure, if any. It changes nothing
+// it is given.
 func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
@@ -424,7 +425,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 }
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a
-// fact of its spec: see spec.LiveMigratable).
+// fact of its spec and its claims: see spec.LiveMigratable).
 func liveMigratableCondition(vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) v1.VirtualMachineInstanceCondition {
 	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
 	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
