@@ -117,13 +117,14 @@ func TestCreateBlock(t *testing.T) {
 	d, pool := newDriver(t)
 	_, err := d.CreateVolume(ctx, createReq("pvc-b", 64<<20, blockCap()))
 	require.NoError(t, err)
-	f := filepath.Join(pool, "csi", "pvc-b", "disk.img")
+	f := filepath.Join(pool, "csi", "pvc-b")
 	fi, err := os.Stat(f)
 	require.NoError(t, err)
 	assert.Equal(t, int64(64<<20), fi.Size())
 	var st unix.Stat_t
 	require.NoError(t, unix.Stat(f, &st))
 	assert.Less(t, st.Blocks*512, int64(1<<20), "the file is sparse")
+	assert.True(t, fi.Mode().IsRegular(), "a block volume is a regular file")
 
 	_, err = d.CreateVolume(ctx, createReq("pvc-b", 64<<20, blockCap()))
 	require.NoError(t, err, "the same request again")
@@ -131,17 +132,16 @@ func TestCreateBlock(t *testing.T) {
 	assert.Equal(t, codes.AlreadyExists, code(err), "another size: %v", err)
 	_, err = d.CreateVolume(ctx, createReq("pvc-b", 64<<20, fsCap()))
 	assert.Equal(t, codes.AlreadyExists, code(err), "as a filesystem: %v", err)
-	// A CreateVolume that stopped before its file was complete left its
-	// scratch directory, which the next one starts afresh.
+	// A CreateVolume that stopped before its file's size was set left its
+	// scratch file, which the next one starts afresh.
 	scratch := filepath.Join(pool, "csi", ".pvc-p.tmp")
-	require.NoError(t, os.MkdirAll(scratch, 0o750))
-	require.NoError(t, os.WriteFile(filepath.Join(scratch, "disk.img"), nil, 0o600))
+	require.NoError(t, os.WriteFile(scratch, []byte("partial"), 0o600))
 	_, err = d.CreateVolume(ctx, createReq("pvc-p", 1<<20, blockCap()))
 	require.NoError(t, err)
-	fi, err = os.Stat(filepath.Join(pool, "csi", "pvc-p", "disk.img"))
+	fi, err = os.Stat(filepath.Join(pool, "csi", "pvc-p"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1<<20), fi.Size())
-	assert.NoDirExists(t, scratch)
+	assert.NoFileExists(t, scratch)
 
 	_, err = d.CreateVolume(ctx, createReq("pvc-z", 0, blockCap()))
 	assert.Equal(t, codes.InvalidArgument, code(err), "a block volume without a size: %v", err)
@@ -254,6 +254,43 @@ func TestPublishFilesystem(t *testing.T) {
 	assert.Equal(t, codes.NotFound, code(err), "%v", err)
 }
 
+// A Filesystem volume holding a VM's disk.img (the name a Block volume's
+// file once had) stays a Filesystem volume: published as a directory
+// again after its pod is gone, never taken for a Block one.
+func TestPublishFilesystemWithDiskImg(t *testing.T) {
+	needRoot(t)
+	d, pool := newDriver(t)
+	_, err := d.CreateVolume(ctx, createReq("pvc-vm", 1<<20, fsCap()))
+	require.NoError(t, err)
+	target := filepath.Join(t.TempDir(), "pod", "mount")
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target, VolumeCapability: fsCap()}
+	unpub := &csi.NodeUnpublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	for i := range 2 {
+		_, err = d.NodePublishVolume(ctx, pub)
+		require.NoError(t, err, "publish %d", i+1)
+		fi, err := os.Stat(target)
+		require.NoError(t, err)
+		assert.True(t, fi.IsDir(), "publish %d: a directory", i+1)
+		if i == 0 {
+			require.NoError(t, os.WriteFile(filepath.Join(target, "disk.img"), []byte("VM image"), 0o600))
+		}
+		b, err := os.ReadFile(filepath.Join(target, "disk.img"))
+		require.NoError(t, err)
+		assert.Equal(t, "VM image", string(b))
+		_, err = d.NodeUnpublishVolume(ctx, unpub)
+		require.NoError(t, err)
+	}
+	_, err = d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target, VolumeCapability: blockCap()})
+	assert.Equal(t, codes.InvalidArgument, code(err), "a block publish: %v", err)
+	_, err = d.CreateVolume(ctx, createReq("pvc-vm", 1<<20, fsCap()))
+	require.NoError(t, err, "created again as a filesystem")
+	r, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "pvc-vm", VolumeCapabilities: []*csi.VolumeCapability{fsCap()}})
+	require.NoError(t, err)
+	assert.NotNil(t, r.GetConfirmed(), "a filesystem volume: %s", r.GetMessage())
+	assert.FileExists(t, filepath.Join(pool, "csi", "pvc-vm", "disk.img"))
+}
+
 func countMounts(t *testing.T, path string) int {
 	t.Helper()
 	ms, err := mounts()
@@ -276,7 +313,7 @@ func TestPublishBlock(t *testing.T) {
 	const size = 8 << 20
 	_, err := d.CreateVolume(ctx, createReq("pvc-blk", size, blockCap()))
 	require.NoError(t, err)
-	file := filepath.Join(pool, "csi", "pvc-blk", "disk.img")
+	file := filepath.Join(pool, "csi", "pvc-blk")
 	// The CO makes the target's parent; the driver the target file.
 	target := filepath.Join(t.TempDir(), "publish", "pod-uid")
 	require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o750))
@@ -344,7 +381,7 @@ func TestPublishBlock(t *testing.T) {
 
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-blk"})
 	require.NoError(t, err)
-	assert.NoDirExists(t, filepath.Dir(file))
+	assert.NoFileExists(t, file)
 }
 
 func TestCapacity(t *testing.T) {

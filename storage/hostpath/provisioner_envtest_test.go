@@ -119,7 +119,7 @@ func TestProvisionerEnvtest(t *testing.T) {
 	assert.Equal(t, "node-a", volumeNode(pv))
 	q := pv.Spec.Capacity[corev1.ResourceStorage]
 	assert.Equal(t, int64(16<<20), q.Value())
-	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
+	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name))
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), fi.Size())
 
@@ -140,7 +140,7 @@ func TestProvisionerEnvtest(t *testing.T) {
 	require.NoError(t, k.Get(ctx, client.ObjectKey{Name: pv.Name}, pv))
 	q = pv.Spec.Capacity[corev1.ResourceStorage]
 	assert.Equal(t, int64(32<<20), q.Value(), "the PV's capacity")
-	fi, err = os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
+	fi, err = os.Stat(filepath.Join(pool, "csi", pv.Name))
 	require.NoError(t, err)
 	assert.Equal(t, int64(32<<20), fi.Size(), "the volume's file grew")
 
