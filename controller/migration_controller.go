@@ -189,13 +189,25 @@ func (r *MigrationReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	p := &migrationPass{m: m, st: m.Status.DeepCopy(), now: r.now()}
 	if m.Spec.VMIName != "" {
-		vmi := &v1.VirtualMachineInstance{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}, vmi)
-		switch {
-		case err == nil:
-			p.vmi = vmi
-		case !apierrors.IsNotFound(err):
-			return ctrl.Result{}, fmt.Errorf("reading VMI %s/%s: %w", m.Namespace, m.Spec.VMIName, err)
+		key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}
+		for _, rd := range []client.Reader{r.Client, r.APIReader} {
+			vmi := &v1.VirtualMachineInstance{}
+			err := rd.Get(ctx, key, vmi)
+			switch {
+			case err == nil:
+				p.vmi = vmi
+			case apierrors.IsNotFound(err):
+				p.vmi = nil
+			default:
+				return ctrl.Result{}, fmt.Errorf("reading VMI %s: %w", key, err)
+			}
+			// No VMI, or one not running, fails the migration: a verdict
+			// not taken on the cache's word, which can lag a VMI that
+			// just started (a migration created right after it would
+			// fail for nothing). The API server's answer decides.
+			if p.vmi != nil && p.vmi.IsRunning() {
+				break
+			}
 		}
 	}
 	if p.pods, err = r.targetPods(ctx, r.Client, m); err != nil {

@@ -21,8 +21,9 @@ import (
 //
 // so the guest, with its own MAC, is on the network's layer 2 as the pod
 // would be. The pod interface keeps the addresses the NAD's IPAM gave it,
-// if any; kubevmm serves no DHCP, so the guest configures its own address
-// on the network (cloud-init networkData, or by hand). A bridge never
+// if any; the guest configures its own address on the network (cloud-init
+// networkData, or by hand). On the pod network the guest gets the pod's
+// address instead (podbridge.go). A bridge never
 // forwards a frame addressed to one of its ports' own MACs: a pod
 // interface that has the guest's MAC (Multus sets the interface's
 // macAddress on it, the networks annotation's "mac") first gets another.
@@ -44,6 +45,11 @@ func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, 
 			}
 			if err := netlink.LinkSetHardwareAddr(pod, mac); err != nil {
 				return fmt.Errorf("moving %s off the guest's MAC: %w", nic.PodInterface, err)
+			}
+		}
+		if nic.PodBridge() {
+			if err := setupPodBridgeAddrs(pod, br); err != nil {
+				return err
 			}
 		}
 		if _, err := netlink.LinkByName(br); err != nil {

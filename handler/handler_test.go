@@ -125,6 +125,9 @@ func TestDecide(t *testing.T) {
 			vmi.Spec.TerminationGracePeriodSeconds = &grace
 		}
 	}
+	podBridge := func(vmi *v1.VirtualMachineInstance) {
+		vmi.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	}
 	for _, tc := range []struct {
 		name     string
 		mutate   func(*v1.VirtualMachineInstance)
@@ -162,6 +165,16 @@ func TestDecide(t *testing.T) {
 		{name: "deleted, grace period over: stop the guest", mutate: deletedAgo(61*time.Second, 60), pod: running,
 			info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{shutdown: true, stopGuest: true, requeue: startingPoll}, hasStatus: true, phase: v1.Running},
+		{name: "pod bridge, starting: network and DHCP", mutate: podBridge, pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+			want: plan{setupNetwork: true, serveDHCP: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
+		{name: "pod bridge, running: DHCP (again, after a handler restart)", mutate: podBridge, pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{serveDHCP: true, requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+		{name: "pod bridge, no answer yet: the server stays", mutate: podBridge, pod: running,
+			want: plan{requeue: startingPoll}},
+		{name: "pod bridge, the guest ended: no more DHCP", mutate: podBridge, pod: running, info: api.Info{State: api.StateStopped, Exit: "reset"}, live: true, answered: true,
+			want: plan{stopDHCP: true}, hasStatus: true, phase: v1.Succeeded},
+		{name: "pod bridge, the pod ended: no more DHCP", mutate: podBridge, pod: failed,
+			want: plan{quiet: true, stopDHCP: true}, hasStatus: true, phase: v1.Failed, reason: ReasonLauncherFailed},
 		{name: "deleted, launcher not live: nothing to stop", mutate: deletedAgo(61*time.Second, 60), pod: running,
 			info: api.Info{State: api.StateRunning}, answered: true,
 			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},

@@ -57,3 +57,16 @@ func TestStatusInterfacesSeveralNICs(t *testing.T) {
 	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, now)
 	assert.Equal(t, "domain", st.Interfaces[1].InfoSource)
 }
+
+// A NIC bridge-bound on the pod network reports the pod's IP: the guest's
+// own, handed out by DHCP.
+func TestStatusInterfacesPodBridge(t *testing.T) {
+	vmi := vmiWithPodNIC()
+	vmi.Spec.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	pod := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.244.0.9", PodIPs: []corev1.PodIP{{IP: "10.244.0.9"}}}}
+	st := vmi.Status.DeepCopy()
+	statusFromInfo(st, vmi, api.Info{State: api.StateRunning}, pod, metav1.NewTime(time.Unix(1000, 0)))
+	assert.Len(t, st.Interfaces, 1)
+	assert.Equal(t, "10.244.0.9", st.Interfaces[0].IP)
+	assert.Equal(t, "eth0", st.Interfaces[0].PodInterfaceName)
+}

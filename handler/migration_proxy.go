@@ -52,8 +52,7 @@ type MigrationTLS struct {
 // certificate reloaded per handshake (a rotated secret applies at once),
 // and the peer verified against the CA and required to be virt-handler.
 func NewMigrationTLS(f TLSFiles) (*MigrationTLS, error) {
-	pool, err := caPool(f.CA)
-	if err != nil {
+	if _, err := caPool(f.CA); err != nil {
 		return nil, err
 	}
 	load := func() (*tls.Certificate, error) {
@@ -72,14 +71,21 @@ func NewMigrationTLS(f TLSFiles) (*MigrationTLS, error) {
 		}
 		return nil
 	}
+	getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() }
 	server := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		ClientAuth: tls.RequireAndVerifyClientCert,
-		ClientCAs:  pool,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return load()
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: getCert,
+		// The CA bundle is re-read per handshake (see caPool): a source
+		// whose leaf comes from the new CA or from the previous one
+		// verifies while both are in the bundle.
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			pool, err := caPool(f.CA)
+			if err != nil {
+				return nil, err
+			}
+			return &tls.Config{MinVersion: tls.VersionTLS13, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool,
+				GetCertificate: getCert, VerifyConnection: peerIsHandler}, nil
 		},
-		VerifyConnection: peerIsHandler,
 	}
 	client := &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -92,6 +98,10 @@ func NewMigrationTLS(f TLSFiles) (*MigrationTLS, error) {
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("the target presented no certificate")
+			}
+			pool, err := caPool(f.CA)
+			if err != nil {
+				return err
 			}
 			inter := x509.NewCertPool()
 			for _, c := range cs.PeerCertificates[1:] {

@@ -20,7 +20,9 @@ const guestDialTimeout = 10 * time.Second
 
 // portForward connects to a TCP port of the guest from inside the
 // launcher pod's network namespace, where the guest is spec.GuestIP
-// behind the masquerade tap (as KubeVirt's handler dials it), and carries
+// behind the masquerade tap (as KubeVirt's handler dials it), or the pod
+// IP behind the in-pod bridge for a NIC bridge-bound on the pod network
+// (podbridge.go), and carries
 // the connection's bytes over the websocket virt-api opened.
 func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 	port, err := strconv.Atoi(r.PathValue("port"))
@@ -49,7 +51,15 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("network namespace of the launcher of VMI %s/%s (pid %d): %v", vmi.Namespace, vmi.Name, pid, err), http.StatusServiceUnavailable)
 		return
 	}
-	conn, err := dialInNetns(ns, net.JoinHostPort(spec.GuestIP, strconv.Itoa(port)))
+	guest := spec.GuestIP
+	if ip, err := podBridgeGuestIP(ns); err != nil {
+		ns.Close()
+		http.Error(w, fmt.Sprintf("VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
+		return
+	} else if ip != nil {
+		guest = ip.String()
+	}
+	conn, err := dialInNetns(ns, net.JoinHostPort(guest, strconv.Itoa(port)))
 	ns.Close()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)

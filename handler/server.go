@@ -208,31 +208,44 @@ func BridgeWebsocket(ws *websocket.Conn, conn io.ReadWriteCloser) {
 type TLSFiles struct{ Cert, Key, CA string }
 
 // ServerTLS is the handler's server TLS: its certificate, and client
-// certificates required, signed by the CA and named VirtAPIClientName.
+// certificates required, signed by a CA of the bundle and named
+// VirtAPIClientName.
 func ServerTLS(f TLSFiles) (*tls.Config, error) {
-	pool, err := caPool(f.CA)
-	if err != nil {
+	if _, err := caPool(f.CA); err != nil {
 		return nil, err
 	}
+	// Reloaded per handshake: a rotated secret takes effect without a
+	// restart.
+	getCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+		return &c, err
+	}
+	verify := func(_ [][]byte, chains [][]*x509.Certificate) error {
+		if len(chains) == 0 || chains[0][0].Subject.CommonName != VirtAPIClientName {
+			return errors.New("client certificate is not virt-api's")
+		}
+		return nil
+	}
 	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		ClientCAs:  pool,
-		ClientAuth: tls.RequireAndVerifyClientCert,
-		// Reloaded per handshake: a rotated secret takes effect without a
-		// restart.
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-			return &c, err
-		},
-		VerifyPeerCertificate: func(_ [][]byte, chains [][]*x509.Certificate) error {
-			if len(chains) == 0 || chains[0][0].Subject.CommonName != VirtAPIClientName {
-				return errors.New("client certificate is not virt-api's")
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: getCert,
+		// The CA bundle too, per handshake: during a rotation it holds the
+		// new CA and the previous one, so clients with either leaf verify.
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			pool, err := caPool(f.CA)
+			if err != nil {
+				return nil, err
 			}
-			return nil
+			return &tls.Config{MinVersion: tls.VersionTLS12, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+				GetCertificate: getCert, VerifyPeerCertificate: verify}, nil
 		},
 	}, nil
 }
 
+// caPool reads the CA bundle (the mounted Secret's ca.crt); callers read
+// it per handshake, as the kubelet updates the file in place when the
+// bundle changes. A session already established is not verified again:
+// a migration stream or console that outlives a CA keeps going.
 func caPool(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

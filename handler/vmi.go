@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,6 +83,7 @@ type VMIReconciler struct {
 	mu      sync.Mutex
 	pressed map[types.UID]bool // VMIs whose guest was asked to shut down
 	proxies proxies            // the source ends of migration streams
+	dhcp    dhcpServers        // for NICs bridge-bound on the pod network
 }
 
 // shutdownGuest asks the guest to shut down (through its agent when
@@ -154,12 +159,17 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	logger := log.FromContext(ctx)
 	vmi := &v1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.dhcp.stop(logger, req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if vmi.Status.NodeName != r.NodeName {
+		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if vmi.IsFinal() {
+		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, r.forgetFinal(ctx, vmi)
 	}
 	if vmi.Status.Phase != v1.Scheduled && vmi.Status.Phase != v1.Running {
@@ -247,8 +257,12 @@ type observation struct {
 // plan is what one pass does, decided from an observation alone.
 type plan struct {
 	setupNetwork bool // prepare the pod network the starting launcher waits for
-	shutdown     bool // the VMI is deleted: ask the guest to shut down (agent or power button)
-	stopGuest    bool // the VMI's grace period is over: stop the guest
+	// serveDHCP: the guest of a NIC bridge-bound on the pod network is
+	// served its lease (started if need be: a restarted handler);
+	// stopDHCP: its guest or pod is gone.
+	serveDHCP, stopDHCP bool
+	shutdown            bool // the VMI is deleted: ask the guest to shut down (agent or power button)
+	stopGuest           bool // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
 	status *v1.VirtualMachineInstanceStatus
@@ -260,6 +274,10 @@ type plan struct {
 
 // decide is the handler's policy for one VMI.
 func decide(o observation) plan {
+	podBridge := false
+	for _, n := range spec.PodNICs(&o.vmi.Spec) {
+		podBridge = podBridge || n.PodBridge()
+	}
 	if !o.answered {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
@@ -267,17 +285,18 @@ func decide(o observation) plan {
 			st := o.vmi.Status.DeepCopy()
 			st.SetPhase(v1.Failed, o.now)
 			st.Reason = ReasonLauncherFailed
-			return plan{status: st, quiet: true}
+			return plan{status: st, quiet: true, stopDHCP: podBridge}
 		}
 		return plan{requeue: startingPoll}
 	}
-	var p plan
+	p := plan{serveDHCP: podBridge && o.live, stopDHCP: podBridge && !o.live}
 	switch o.info.State {
 	case api.State(spec.StateStarting):
 		p.setupNetwork = o.live
 		p.requeue = startingPoll
 	case api.StateStopped:
 		// final: nothing more to ask
+		p.serveDHCP, p.stopDHCP = false, podBridge
 	case api.StateMigrated:
 		// A source whose guest left: the migration's pass (or, for an
 		// older migration, nothing) speaks for the VMI, not this end.
@@ -311,6 +330,15 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
 			return err
 		}
+	}
+	if p.serveDHCP {
+		if err := r.serveDHCP(ctx, vmi, l); err != nil {
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "DHCP", "%v", err)
+			return err
+		}
+	}
+	if p.stopDHCP {
+		r.dhcp.stop(log.FromContext(ctx), client.ObjectKeyFromObject(vmi))
 	}
 	if p.shutdown {
 		r.shutdownGuest(ctx, vmi, l)
@@ -405,7 +433,8 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 
 // interfaces reports every NIC as KubeVirt does without a guest agent
 // (infoSource "domain"): its name, MAC, link state and queues, the pod
-// interface it is wired to; the masquerade NIC has the pod's IPs. A
+// interface it is wired to; the NIC on the pod network has the pod's IPs
+// (masquerade: behind them; bridge: the guest's own, by DHCP). A
 // multus NIC whose pod interface Multus reports in the pod's
 // network-status annotation adds "multus-status"; its addresses are the
 // guest's own, which only the guest agent knows (mergeInterfaces).
@@ -424,7 +453,7 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 		if n.Multus != "" && attached[n.PodInterface] {
 			ifc.InfoSource = infoSources(true, false, true)
 		}
-		if n.Binding == spec.BindingMasquerade && pod != nil && pod.Status.PodIP != "" {
+		if n.Multus == "" && pod != nil && pod.Status.PodIP != "" {
 			ifc.IP = pod.Status.PodIP
 			for _, ip := range pod.Status.PodIPs {
 				ifc.IPs = append(ifc.IPs, ip.IP)
@@ -512,6 +541,46 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	}
 	if err := SetupPodNetwork(pid, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	return nil
+}
+
+// serveDHCP makes sure the DHCP server of the VMI's NIC bridge-bound on
+// the pod network runs in its launcher's pod (podbridge.go).
+func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
+	for _, n := range spec.PodNICs(&vmi.Spec) {
+		if !n.PodBridge() {
+			continue
+		}
+		key := client.ObjectKeyFromObject(vmi)
+		if r.dhcp.running(key, l.dir.podUID) {
+			return nil
+		}
+		mac, err := n.MACFor(string(vmi.UID))
+		if err != nil {
+			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		pid, err := l.pid(ctx)
+		if err != nil {
+			return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		// The DNS settings the kubelet gave the pod are the guest's.
+		resolv, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/etc/resolv.conf")
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("the resolv.conf of the pod of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
+		ns, err := netns.GetFromPid(pid)
+		if err != nil {
+			return fmt.Errorf("network namespace of the launcher of VMI %s/%s (pid %d): %w", vmi.Namespace, vmi.Name, pid, err)
+		}
+		defer ns.Close()
+		hostname := vmi.Spec.Hostname
+		if hostname == "" {
+			hostname = vmi.Name
+		}
+		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, hostname); err != nil {
+			return fmt.Errorf("DHCP server of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+		}
 	}
 	return nil
 }

@@ -214,8 +214,8 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		c.Cmdline = machine.DefaultCmdline
 	}
 	// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
-	// IP autoconfiguration takes it from ip= when built with it (we
-	// serve no DHCP yet); otherwise the parameter is ignored. The guest
+	// IP autoconfiguration takes it from ip= when built with it
+	// (virt-handler serves DHCP only to bridge on the pod network); otherwise the parameter is ignored. The guest
 	// names its NICs in device order, as PodNICs orders them.
 	if masq >= 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
 		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)

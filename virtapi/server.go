@@ -290,13 +290,23 @@ func (s *Server) getVMI(ctx context.Context, ns, name string) (*v1.VirtualMachin
 // virt-api's certificate; the handler's must be signed by the CA and name
 // handlerName (handlers are reached by pod IP, which no certificate names).
 func HandlerClientTLS(certFile, keyFile, caFile, handlerName string) (*tls.Config, error) {
-	b, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("CA bundle: %w", err)
+	// The bundle is read per handshake: during a rotation it holds the new
+	// CA and the previous one (the kubelet updates the mounted file), so a
+	// handler with either leaf verifies. An established session (a console)
+	// is not verified again.
+	caPool := func() (*x509.CertPool, error) {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA bundle: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("CA bundle %s: no certificates", caFile)
+		}
+		return pool, nil
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("CA bundle %s: no certificates", caFile)
+	if _, err := caPool(); err != nil {
+		return nil, err
 	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -311,6 +321,10 @@ func HandlerClientTLS(certFile, keyFile, caFile, handlerName string) (*tls.Confi
 				return errors.New("virt-handler sent no certificate")
 			}
 			c, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			pool, err := caPool()
 			if err != nil {
 				return err
 			}

@@ -151,13 +151,18 @@ func validateTopLevel(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.Err
 		errs = append(errs, invalid(p.Child("terminationGracePeriodSeconds"), *g, "must not be negative"))
 	}
 	// KubeVirt hands the pod's DNS settings to the guest over DHCP; kubevmm
-	// serves no DHCP (the guest's address is on its kernel command line),
-	// so they would only reach the launcher.
-	if dp := s.DNSPolicy; dp != "" && dp != corev1.DNSClusterFirst {
-		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	// does so only for bridge on the pod network (masquerade has no DHCP:
+	// the guest's address is on its kernel command line), so elsewhere
+	// they would only reach the launcher.
+	dhcp := false
+	for _, n := range spec.PodNICs(s) {
+		dhcp = dhcp || n.PodBridge()
 	}
-	if s.DNSConfig != nil {
-		errs = append(errs, unsupported(p, "dnsConfig", "the guest gets no DNS settings: kubevmm serves no DHCP"))
+	if dp := s.DNSPolicy; !dhcp && dp != "" && dp != corev1.DNSClusterFirst {
+		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), "the guest gets no DNS settings: kubevmm serves DHCP only to bridge on the pod network"))
+	}
+	if s.DNSConfig != nil && !dhcp {
+		errs = append(errs, unsupported(p, "dnsConfig", "the guest gets no DNS settings: kubevmm serves DHCP only to bridge on the pod network"))
 	}
 	if a := s.Architecture; a != "" && a != "amd64" {
 		errs = append(errs, notSupported(p.Child("architecture"), a, "amd64"))

@@ -13,7 +13,8 @@ import (
 
 // validateInterfaces checks the guest NICs against their networks, with
 // KubeVirt's rules where kubevmm implements the binding (spec.PodNICs):
-// masquerade on the pod network, with ports; bridge on multus networks;
+// masquerade on the pod network, with ports; bridge on the pod network
+// (the guest gets the pod's IP by DHCP) and on multus networks;
 // every NIC named after a network, names unique, at most one on the pod
 // network; state up or down.
 func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Network) field.ErrorList {
@@ -105,9 +106,6 @@ func validateBinding(ip *field.Path, ifc v1.Interface, n v1.Network) field.Error
 		switch {
 		case b.name == "masquerade" && n.Multus != nil:
 			errs = append(errs, invalid(ip.Child("masquerade"), ifc.Name, "masquerade binding is only for the pod network"))
-		case b.name == "bridge" && n.Pod != nil:
-			// KubeVirt hands the pod IP to the guest by DHCP.
-			errs = append(errs, unsupported(ip, "bridge", "on the pod network (kubevmm runs no DHCP server for the guest): use masquerade, or bridge on a multus network"))
 		case b.name != "masquerade" && b.name != "bridge":
 			errs = append(errs, unsupported(ip, b.name, b.why))
 		}

@@ -33,6 +33,10 @@ func TestValidateNetworksAccepts(t *testing.T) {
 			s.Networks, s.Domain.Devices.Interfaces = nil, nil
 			multusNIC(s, "br1", "br1")
 		}},
+		{"bridge on the pod network beside a multus bridge", func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+			multusNIC(s, "br1", "br1")
+		}},
 		{"state down", func(s *v1.VirtualMachineInstanceSpec) { multusNIC(s, "br1", "br1").State = "down" }},
 		{"masquerade ports", func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.Interfaces[0].Ports = []v1.Port{{Name: "http", Port: 80}, {Port: 53, Protocol: "UDP"}, {Port: 49152, Protocol: "UDP"}}
@@ -59,9 +63,10 @@ func TestValidateNetworksRefuses(t *testing.T) {
 			b := multusNIC(s, "br1", "br1")
 			b.Bridge, b.Masquerade = nil, &v1.InterfaceMasquerade{}
 		}, "domain.devices.interfaces[1].masquerade", field.ErrorTypeInvalid, "only for the pod network"},
-		{"bridge on the pod network", func(s *v1.VirtualMachineInstanceSpec) {
+		{"bridge on the pod network with ports", func(s *v1.VirtualMachineInstanceSpec) {
 			nic(s).Masquerade, nic(s).Bridge = nil, &v1.InterfaceBridge{}
-		}, "domain.devices.interfaces[0].bridge", field.ErrorTypeNotSupported, "DHCP"},
+			nic(s).Ports = []v1.Port{{Port: 80}}
+		}, "domain.devices.interfaces[0].ports", field.ErrorTypeInvalid, "only for the masquerade binding"},
 		{"sriov on multus", func(s *v1.VirtualMachineInstanceSpec) {
 			b := multusNIC(s, "br1", "br1")
 			b.Bridge, b.SRIOV = nil, &v1.InterfaceSRIOV{}

@@ -210,8 +210,6 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			}},
 		{name: "two bindings", field: "domain.devices.interfaces[0]", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Bridge = &v1.InterfaceBridge{} }},
-		{name: "bridge binding", field: "domain.devices.interfaces[0].bridge", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Masquerade, nic(s).Bridge = nil, &v1.InterfaceBridge{} }},
 		{name: "no binding", field: "domain.devices.interfaces[0].masquerade", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Masquerade = nil }},
 		{name: "multicast MAC", field: "domain.devices.interfaces[0].macAddress", typ: invalid,
@@ -429,6 +427,10 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 				PIT: &v1.PITTimer{TickPolicy: "delay"}, RTC: &v1.RTCTimer{TickPolicy: "delay", Track: "wall"}}}
 		}},
 		{"dnsPolicy ClusterFirst", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSClusterFirst }},
+		{"dnsPolicy None and dnsConfig with bridge on the pod network (its DHCP hands them to the guest)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+			s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
+		}},
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
 		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
 		{"a PVC (read-only) and an emptyDisk", nil, func(s *v1.VirtualMachineInstanceSpec) {
@@ -496,8 +498,8 @@ func TestE2EManifestsAdmitted(t *testing.T) {
 			for _, doc := range strings.Split(string(b), "\n---\n") {
 				var tm metav1.TypeMeta
 				require.NoError(t, yaml.Unmarshal([]byte(doc), &tm))
-				if tm.Kind == "" || strings.HasPrefix(tm.APIVersion, "instancetype.kubevirt.io/") || strings.HasPrefix(tm.APIVersion, "k8s.cni.cncf.io/") {
-					continue // a leading comment; instance types and NADs have no webhook
+				if tm.Kind == "" || !strings.HasPrefix(tm.APIVersion, "kubevirt.io/") {
+					continue // a leading comment, or another API group's (instance types, NADs, the HyperConverged CR): not virt-api's
 				}
 				path := map[string]string{"VirtualMachine": PathValidateVM, "VirtualMachineInstance": PathValidateVMI}[tm.Kind]
 				require.NotEmpty(t, path, "kind %q", tm.Kind)

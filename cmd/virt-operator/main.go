@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,6 +37,8 @@ func run() error {
 	flag.StringVar(&pull, "image-pull-policy", string(corev1.PullIfNotPresent), "pull policy when the KubeVirt CR sets none (Always, IfNotPresent, Never)")
 	flag.StringVar(&o.PluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&o.KubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes")
+	// The kubelet's default sync period is a minute, plus its cache's TTL.
+	flag.DurationVar(&o.SecretPropagation, "secret-propagation", 2*time.Minute, "how long the kubelet may take to update a mounted Secret: a new CA signs leaves only once published that long")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
 	zapOpts := zap.Options{}

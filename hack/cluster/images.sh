@@ -35,6 +35,13 @@ for name in "$@"; do
     while read -r f; do extra+=(-file "$f"); done < <("$HACK_DIR/cluster/qemu-files.sh")
     [ ${#extra[@]} -gt 0 ] || die "images.sh: no QEMU files for the launcher image"
   fi
+  # bridge-marker's image carries the CNI plugins a linux-bridge network
+  # needs (cni-plugins.sh builds them), which its init container installs
+  # on the nodes (cmd/bridge-marker install-plugins).
+  if [ "$name" = bridge-marker ]; then
+    cni_bin=$("$HACK_DIR/cluster/cni-plugins.sh")
+    for p in bridge tuning; do extra+=(-file "/usr/lib/cni/$p=$cni_bin/$p:0755"); done
+  fi
   # The HCO image is also the cli-download server's: it carries the
   # virtctl build it serves (/amd64/linux/virtctl.tar.gz).
   if [ "$name" = hco-operator ]; then

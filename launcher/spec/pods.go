@@ -124,6 +124,12 @@ func ActiveLauncherPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *core
 const (
 	ReasonDisksNotLiveMigratable   = "DisksNotLiveMigratable"
 	ReasonBackendNotLiveMigratable = "BackendNotLiveMigratable"
+	// ReasonInterfaceNotLiveMigratable: a NIC bridge-bound on the pod
+	// network; the guest has its pod's IP, which a target pod does not
+	// (KubeVirt allows it only with its
+	// kubevirt.io/allow-pod-bridge-network-live-migration annotation, a
+	// guest that renews its address; kubevmm does not).
+	ReasonInterfaceNotLiveMigratable = "InterfaceNotLiveMigratable"
 )
 
 // LiveMigratable says whether kubevmm can live-migrate a VMI, and if not,
@@ -146,6 +152,11 @@ func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceS
 	}
 	if b != BackendKubevmm {
 		return false, ReasonBackendNotLiveMigratable, "the VMI runs on the QEMU backend, which kubevmm cannot live-migrate yet"
+	}
+	for _, n := range PodNICs(s) {
+		if n.PodBridge() {
+			return false, ReasonInterfaceNotLiveMigratable, "interface " + n.Name + " is bridge-bound on the pod network: the guest has the pod's IP, which a migration target's pod does not"
+		}
 	}
 	if msg := disksNotMigratable(s, pvcs); msg != "" {
 		return false, ReasonDisksNotLiveMigratable, msg

@@ -269,7 +269,7 @@ type PodNIC struct {
 }
 
 // PodNICs are the VMI's NICs in spec order, the one on the pod network
-// (masquerade) and those on multus networks (bridge); TapName
+// (masquerade or bridge) and those on multus networks (bridge); TapName
 // numbers them in this order, which is also the order of their devices
 // in the guest, so a migration target builds the same machine. virt-api
 // refuses every other combination.
@@ -288,6 +288,8 @@ func PodNICs(s *v1.VirtualMachineInstanceSpec) []PodNIC {
 		switch {
 		case n.Pod != nil && ifc.Masquerade != nil:
 			nic.Binding, nic.PodInterface, nic.Ports = BindingMasquerade, PodInterface, ifc.Ports
+		case n.Pod != nil && ifc.Bridge != nil:
+			nic.Binding, nic.PodInterface = BindingBridge, PodInterface
 		case n.Multus != nil && !n.Multus.Default && ifc.Bridge != nil:
 			nic.Binding, nic.PodInterface, nic.Multus = BindingBridge, MultusInterfaceName(n.Name), n.Multus.NetworkName
 		default:
@@ -463,3 +465,14 @@ func GuestExitFailed(exit string) bool {
 	}
 	return true
 }
+
+// PodBridge says whether the NIC is bridge-bound on the pod network:
+// the guest has the pod's IPv4 address, handed out by virt-handler's
+// DHCP server, and the pod keeps none of its own.
+func (n PodNIC) PodBridge() bool { return n.Binding == BindingBridge && n.Multus == "" }
+
+// PodBridgeFakeIP is the address of the in-pod bridge of a NIC
+// bridge-bound on the pod network (KubeVirt's link-local "fake IP"): the
+// pod's own, from which virt-handler's DHCP server answers and the pod
+// (port-forward) reaches the guest, whose pod IP it no longer has.
+const PodBridgeFakeIP = "169.254.75.10"

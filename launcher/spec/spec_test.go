@@ -207,6 +207,13 @@ func TestPodNICsAndMAC(t *testing.T) {
 	}, PodNICs(s))
 	assert.Equal(t, "k6t-d9298a10d1b", BridgeName(MultusInterfaceName("other")))
 	assert.Equal(t, "k6t-eth0", BridgeName(PodInterface))
+	assert.False(t, PodNICs(s)[0].PodBridge(), "bridge on a multus network")
+	// Bridge on the pod network: the pod's eth0, in-pod bridge k6t-eth0.
+	podBridge := s.DeepCopy()
+	podBridge.Domain.Devices.Interfaces[1] = v1.Interface{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}}
+	pb := PodNICs(podBridge)[1]
+	assert.Equal(t, PodNIC{Index: 1, Name: "default", Model: "virtio", Tap: "tap1", Queues: 1, Binding: BindingBridge, PodInterface: "eth0"}, pb)
+	assert.True(t, pb.PodBridge())
 	// Bindings kubevmm lacks (virt-api refuses them) are no NICs.
 	s.Domain.Devices.Interfaces[0] = v1.Interface{Name: "other", InterfaceBindingMethod: v1.InterfaceBindingMethod{SRIOV: &v1.InterfaceSRIOV{}}}
 	nics := PodNICs(s)
@@ -313,6 +320,17 @@ func TestLiveMigratableFollowsTheActiveBackend(t *testing.T) {
 	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s, nil)
 	assert.False(t, ok)
 	assert.Equal(t, ReasonBackendNotLiveMigratable, reason)
+
+	// A NIC bridge-bound on the pod network: the guest has the pod's IP.
+	s.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
+	s.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
+	ok, _, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
+	assert.True(t, ok, msg)
+	s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+	ok, reason, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
+	assert.False(t, ok)
+	assert.Equal(t, ReasonInterfaceNotLiveMigratable, reason)
+	assert.Contains(t, msg, "interface default")
 }
 
 // KubeVirt's rule: with networkInterfaceMultiqueue a virtio NIC gets one

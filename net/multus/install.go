@@ -110,6 +110,10 @@ func RefreshToken(n Node) (bool, error) {
 	return true, writeFile(dst, tok, 0o600)
 }
 
+// InstallFile replaces dst whole with a copy of src (written beside it,
+// renamed over it): a runtime running the old dst meanwhile is unharmed.
+func InstallFile(src, dst string, mode os.FileMode) error { return copyFile(src, dst, mode) }
+
 func copyFile(src, dst string, mode os.FileMode) error {
 	b, err := os.ReadFile(src)
 	if err != nil {

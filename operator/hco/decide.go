@@ -24,6 +24,7 @@ import (
 
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // Operand is one CR the HCO makes.
@@ -486,7 +487,9 @@ func uninstallStrategy(s *hcov1.HyperConvergedSpec) hcov1.UninstallStrategy {
 }
 
 // kubeVirtSpec: liveMigrationConfig (upstream's defaults) becomes
-// configuration.migrations, the uninstall strategy is passed on.
+// configuration.migrations, security.certConfig
+// certificateRotateStrategy.selfSigned; the uninstall strategy is passed
+// on.
 func kubeVirtSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 	lm := s.Virtualization.LiveMigrationConfig
 	m := kvv1.MigrationConfiguration{
@@ -504,8 +507,14 @@ func kubeVirtSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 		}
 		m.BandwidthPerMigration = &q
 	}
+	// certConfig, with upstream HCO's defaults, as upstream passes it on.
+	cs := certStrategy(s.Security.CertConfig)
+	cert := func(c certs.Config) *kvv1.CertConfig {
+		return &kvv1.CertConfig{Duration: &metav1.Duration{Duration: c.Duration}, RenewBefore: &metav1.Duration{Duration: c.RenewBefore}}
+	}
 	kv := kvv1.KubeVirtSpec{UninstallStrategy: kvv1.KubeVirtUninstallStrategy(uninstallStrategy(s)),
-		Configuration: kvv1.KubeVirtConfiguration{Migrations: &m}}
+		Configuration:             kvv1.KubeVirtConfiguration{Migrations: &m},
+		CertificateRotateStrategy: kvv1.KubeVirtCertificateRotateStrategy{SelfSigned: &kvv1.KubeVirtSelfSignConfiguration{CA: cert(cs.CA), Server: cert(cs.Server)}}}
 	return toMap(kv)
 }
 

@@ -59,6 +59,7 @@ func TestDecideOperandsFromSpec(t *testing.T) {
 	hc.Spec.Virtualization.LiveMigrationConfig.ParallelMigrationsPerCluster = ptr.To[uint32](3)
 	hc.Spec.Virtualization.LiveMigrationConfig.BandwidthPerMigration = ptr.To("64Mi")
 	hc.Spec.Deployment.UninstallStrategy = hcov1.RemoveWorkloads
+	hc.Spec.Security.CertConfig.Server = hcov1.CertRotateConfig{Duration: &metav1.Duration{Duration: 10 * time.Hour}, RenewBefore: &metav1.Duration{Duration: time.Hour}}
 	hc.Spec.Networking = &hcov1.NetworkingConfig{KubeMacPoolConfiguration: &hcov1.KubeMacPoolConfig{RangeStart: ptr.To("02:00:00:00:00:00"), RangeEnd: ptr.To("02:00:00:00:ff:ff")}}
 	d := Decide(Observed{HCO: hc, Namespace: "kubevirt", Version: "v9", CRDs: allCRDs()}, now)
 	require.Equal(t, Apply, d.Action)
@@ -76,6 +77,10 @@ func TestDecideOperandsFromSpec(t *testing.T) {
 		"allowAutoConverge": false, "allowPostCopy": false}, m)
 	s, _, _ := unstructured.NestedString(kv.Object, "spec", "uninstallStrategy")
 	assert.Equal(t, "RemoveWorkloads", s)
+	// certConfig, upstream's defaults for the CA, which it leaves out.
+	c, _, _ := unstructured.NestedMap(kv.Object, "spec", "certificateRotateStrategy", "selfSigned")
+	assert.Equal(t, map[string]any{"ca": map[string]any{"duration": "48h0m0s", "renewBefore": "24h0m0s"},
+		"server": map[string]any{"duration": "10h0m0s", "renewBefore": "1h0m0s"}}, c)
 
 	nac := objs["NetworkAddonsConfig"]
 	assert.Equal(t, "cluster", nac.GetName())

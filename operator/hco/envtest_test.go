@@ -232,7 +232,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	err = k8s.Patch(ctx, get(), client.RawPatch("application/merge-patch+json",
 		[]byte(`{"spec":{"security":{"certConfig":{"server":{"duration":"1h","renewBefore":"2h"}}}}}`)))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "spec.security.certConfig.server.renewBefore: 2h0m0s is greater than server.duration 1h0m0s")
+	assert.Contains(t, err.Error(), "spec.security.certConfig.server.renewBefore 2h0m0s: must be positive and less than server.duration (1h0m0s)")
 	err = k8s.Patch(ctx, get(), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"virtualization":{"evictionStrategy":"LiveMigrate"}}}`)))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not supported by kubevmm: spec.virtualization.evictionStrategy")

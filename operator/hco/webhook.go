@@ -21,6 +21,7 @@ import (
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/api/hco/v1beta1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // The hco-webhook's paths.
@@ -37,34 +38,30 @@ var (
 	defaultServerRenewBefore = 12 * time.Hour
 )
 
-// ValidateCertConfig checks the ordering of the certificates' lifetimes:
-// each renewBefore at most its duration, the CA's duration at least the
-// serving certificates'. path is where c is in the spec as written
-// ("spec.security.certConfig" in v1, "spec.certConfig" in v1beta1).
-func ValidateCertConfig(c hcov1.CertConfig, path string) error {
+// certStrategy is c with upstream's defaults for what it leaves out: the
+// KubeVirt CR's certificateRotateStrategy.selfSigned, which virt-operator
+// rotates the certificates by.
+func certStrategy(c hcov1.CertConfig) certs.Strategy {
 	d := func(v *metav1.Duration, def time.Duration) time.Duration {
 		if v == nil {
 			return def
 		}
 		return v.Duration
 	}
-	caD, caR := d(c.CA.Duration, defaultCADuration), d(c.CA.RenewBefore, defaultCARenewBefore)
-	srvD, srvR := d(c.Server.Duration, defaultServerDuration), d(c.Server.RenewBefore, defaultServerRenewBefore)
-	for _, v := range []struct {
-		field string
-		d     time.Duration
-	}{{"ca.duration", caD}, {"ca.renewBefore", caR}, {"server.duration", srvD}, {"server.renewBefore", srvR}} {
-		if v.d <= 0 {
-			return fmt.Errorf("%s.%s: %s is not a positive duration", path, v.field, v.d)
-		}
+	return certs.Strategy{
+		CA:     certs.Config{Duration: d(c.CA.Duration, defaultCADuration), RenewBefore: d(c.CA.RenewBefore, defaultCARenewBefore)},
+		Server: certs.Config{Duration: d(c.Server.Duration, defaultServerDuration), RenewBefore: d(c.Server.RenewBefore, defaultServerRenewBefore)},
 	}
-	switch {
-	case caR > caD:
-		return fmt.Errorf("%s.ca.renewBefore: %s is greater than ca.duration %s", path, caR, caD)
-	case srvR > srvD:
-		return fmt.Errorf("%s.server.renewBefore: %s is greater than server.duration %s", path, srvR, srvD)
-	case srvD > caD:
-		return fmt.Errorf("%s.server.duration: %s is greater than ca.duration %s", path, srvD, caD)
+}
+
+// ValidateCertConfig refuses lifetimes virt-operator could not rotate by
+// (certs.Strategy.Validate: each renewBefore less than its duration, the
+// CA's duration at least the serving certificates', none too short),
+// naming the field under path ("spec.security.certConfig" in v1,
+// "spec.certConfig" in v1beta1).
+func ValidateCertConfig(c hcov1.CertConfig, path string) error {
+	if err := certStrategy(c).Validate(); err != nil {
+		return fmt.Errorf("%s.%w", path, err)
 	}
 	return nil
 }

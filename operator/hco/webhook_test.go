@@ -38,13 +38,15 @@ func TestValidateCertConfig(t *testing.T) {
 		c    hcov1.CertConfig
 		want string
 	}{
-		"defaults":  {},
-		"upstream":  {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("48h"), RenewBefore: d("24h")}, Server: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("12h")}}},
-		"equal":     {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("24h")}, Server: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("24h")}}},
-		"ca renew":  {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{RenewBefore: d("49h")}}, want: "P.ca.renewBefore: 49h0m0s is greater than ca.duration 48h0m0s"},
-		"srv renew": {c: hcov1.CertConfig{Server: hcov1.CertRotateConfig{Duration: d("1h"), RenewBefore: d("2h")}}, want: "P.server.renewBefore: 2h0m0s is greater than server.duration 1h0m0s"},
-		"srv > ca":  {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("30h")}, Server: hcov1.CertRotateConfig{Duration: d("31h")}}, want: "P.server.duration: 31h0m0s is greater than ca.duration 30h0m0s"},
-		"zero":      {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("0s")}}, want: "P.ca.duration: 0s is not a positive duration"},
+		"defaults": {},
+		"upstream": {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("48h"), RenewBefore: d("24h")}, Server: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("12h")}}},
+		// renewBefore equal to the duration would remake the certificate
+		// at every pass.
+		"equal":     {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("24h")}, Server: hcov1.CertRotateConfig{Duration: d("24h"), RenewBefore: d("12h")}}, want: "P.ca.renewBefore 24h0m0s: must be positive and less than ca.duration (24h0m0s)"},
+		"ca renew":  {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{RenewBefore: d("49h")}}, want: "P.ca.renewBefore 49h0m0s: must be positive and less than ca.duration (48h0m0s)"},
+		"srv renew": {c: hcov1.CertConfig{Server: hcov1.CertRotateConfig{Duration: d("1h"), RenewBefore: d("2h")}}, want: "P.server.renewBefore 2h0m0s: must be positive and less than server.duration (1h0m0s)"},
+		"srv > ca":  {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("30h")}, Server: hcov1.CertRotateConfig{Duration: d("31h")}}, want: "P.ca.duration 30h0m0s: must be at least server.duration (31h0m0s)"},
+		"zero":      {c: hcov1.CertConfig{CA: hcov1.CertRotateConfig{Duration: d("0s")}}, want: "P.ca.duration 0s: at least 5m0s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := ValidateCertConfig(tc.c, "P")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
@@ -61,9 +62,8 @@ type Observed struct {
 	// Remaining counts the objects virt-operator deployed that still
 	// exist (read during uninstall only).
 	Remaining int
-	// CABundle is the CA of virt-api's certificate (from its Secret); nil
-	// when the Secret is missing.
-	CABundle []byte
+	// Certs is what the certificates' Secrets and ConfigMap hold.
+	Certs CertsRead
 	// UnknownFields are the spec's fields kubevmm does not declare (see
 	// v1.UnknownFields), as stored.
 	UnknownFields []string
@@ -74,6 +74,10 @@ type Decision struct {
 	Action  Action
 	Objects []*unstructured.Unstructured
 	Status  v1.KubeVirtStatus
+	// CertsDue is when a certificate is next due for renewal (Deploy).
+	CertsDue time.Time
+	// Renewed says which certificates Objects renew, and why.
+	Renewed []string
 }
 
 // Decide is the operator's logic, a pure function of what was read (now
@@ -110,11 +114,15 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 	if f := append(v1.UnmodeledFields(kv.Spec), o.UnknownFields...); len(f) > 0 {
 		return failed("not supported by kubevmm: spec." + strings.Join(f, ", spec."))
 	}
-	if o.CABundle == nil {
-		return failed(fmt.Sprintf("no %s in Secret %s/%s: the components' certificates are made outside the operator for now",
-			install.CABundleKey, defaults.Namespace, install.CABundleSecret))
+	strat, err := strategy(kv.Spec.CertificateRotateStrategy)
+	if err != nil {
+		return failed(err.Error())
 	}
-	objs, err := desired(kv, o.CABundle, defaults, tag, registry)
+	plan, err := planCertificates(o.Certs, strat, defaults.Namespace, now.Time, defaults.SecretPropagation)
+	if err != nil {
+		return failed("certificates: " + err.Error())
+	}
+	objs, err := desired(kv, plan, defaults, tag, registry)
 	if err != nil {
 		return failed(err.Error())
 	}
@@ -130,7 +138,7 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 		set(v1.KubeVirtConditionProgressing, corev1.ConditionTrue, v1.KubeVirtReasonDeploymentInProgress, "deploying version "+tag)
 	}
 	set(v1.KubeVirtConditionDegraded, corev1.ConditionFalse, v1.KubeVirtReasonAllComponentsReady, "")
-	return Decision{Action: Deploy, Objects: objs, Status: st}
+	return Decision{Action: Deploy, Objects: objs, Status: st, CertsDue: plan.due, Renewed: plan.renewed}
 }
 
 // decideDelete: set writes the conditions into st.
@@ -165,16 +173,18 @@ func or(s, def string) string {
 	return def
 }
 
-// desired is every object to apply: the CRDs first, then install's,
-// labelled and annotated, with the CR's patches applied.
-func desired(kv *v1.KubeVirt, ca []byte, o Options, tag, registry string) ([]*unstructured.Unstructured, error) {
+// desired is every object to apply: the CRDs first, the CA bundle and
+// the CA, then install's (the leaf Secrets among them), labelled and
+// annotated, with the CR's patches applied.
+func desired(kv *v1.KubeVirt, certs certPlan, o Options, tag, registry string) ([]*unstructured.Unstructured, error) {
 	cc, err := clusterConfig(kv.Spec.Configuration)
 	if err != nil {
 		return nil, err
 	}
+	caObjs, leaves := certs.objects(o.Namespace)
 	objs, err := install.Objects(install.Config{Namespace: o.Namespace, ImageRegistry: registry, ImageTag: tag,
 		PullPolicy: corev1.PullPolicy(or(string(kv.Spec.ImagePullPolicy), string(o.PullPolicy))),
-		PluginDir:  o.PluginDir, KubeletRoot: o.KubeletRoot, Configuration: cc, CABundle: ca, ManagedBy: ManagedBy})
+		PluginDir:  o.PluginDir, KubeletRoot: o.KubeletRoot, Configuration: cc, CABundle: certs.bundle, Certificates: leaves, ManagedBy: ManagedBy})
 	if err != nil {
 		return nil, err
 	}
@@ -182,12 +192,12 @@ func desired(kv *v1.KubeVirt, ca []byte, o Options, tag, registry string) ([]*un
 	if err != nil {
 		return nil, err
 	}
-	all := make([]client.Object, 0, len(crds)+len(objs))
+	all := make([]client.Object, 0, len(crds)+len(caObjs)+len(objs))
 	for _, c := range crds {
 		c.Labels = map[string]string{install.ManagedByLabel: ManagedBy}
 		all = append(all, c)
 	}
-	all = append(all, objs...)
+	all = append(append(all, caObjs...), objs...)
 	patches := kv.Spec.CustomizeComponents.Patches
 	used := make([]bool, len(patches))
 	out := make([]*unstructured.Unstructured, 0, len(all))

@@ -3,6 +3,7 @@ package virt
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,34 +53,40 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "a second CR", obs: Observed{Active: false}, action: Nothing, phase: "",
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionSynchronized: "False/ExistingDeployment"}},
-		{name: "deploying", obs: Observed{Active: true, CABundle: []byte("ca")}, action: Deploy, phase: v1.KubeVirtPhaseDeploying,
+		{name: "deploying", obs: Observed{Active: true}, action: Deploy, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{
 				v1.KubeVirtConditionAvailable: "False/DeploymentInProgress", v1.KubeVirtConditionProgressing: "True/DeploymentInProgress",
 				v1.KubeVirtConditionCreated: "True/AllResourcesCreated", v1.KubeVirtConditionDegraded: "False/"}},
-		{name: "deployed", obs: Observed{Active: true, CABundle: []byte("ca"), Ready: true}, action: Deploy, phase: v1.KubeVirtPhaseDeployed,
+		{name: "deployed", obs: Observed{Active: true, Ready: true}, action: Deploy, phase: v1.KubeVirtPhaseDeployed,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionAvailable: "True/AllComponentsReady", v1.KubeVirtConditionProgressing: "False/"}},
-		{name: "no CA yet", obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
-			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: no ca.crt in Secret kubevirt/virt-api-certs"}},
+		{name: "renewBefore not less than duration", spec: v1.KubeVirtSpec{CertificateRotateStrategy: v1.KubeVirtCertificateRotateStrategy{SelfSigned: &v1.KubeVirtSelfSignConfiguration{
+			Server: &v1.CertConfig{Duration: &metav1.Duration{Duration: time.Hour}, RenewBefore: &metav1.Duration{Duration: time.Hour}}}}},
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.certificateRotateStrategy.selfSigned.server.renewBefore 1h0m0s"}},
+		{name: "a CA shorter than the leaves", spec: v1.KubeVirtSpec{CertificateRotateStrategy: v1.KubeVirtCertificateRotateStrategy{SelfSigned: &v1.KubeVirtSelfSignConfiguration{
+			CA: &v1.CertConfig{Duration: &metav1.Duration{Duration: 12 * time.Hour}}}}},
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.certificateRotateStrategy.selfSigned.ca.duration 12h0m0s: must be at least server.duration (24h0m0s)"}},
 		{name: "an unmodeled field", spec: v1.KubeVirtSpec{WorkloadUpdateStrategy: &v1.Unmodeled{Raw: []byte(`{"workloadUpdateMethods":["LiveMigrate"]}`)}},
-			obs: Observed{Active: true, CABundle: []byte("ca")}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: not supported by kubevmm: spec.workloadUpdateStrategy"}},
-		{name: "a field kubevmm does not declare", obs: Observed{Active: true, CABundle: []byte("ca"), UnknownFields: []string{"configuration.evictionStrategy"}},
+		{name: "a field kubevmm does not declare", obs: Observed{Active: true, UnknownFields: []string{"configuration.evictionStrategy"}},
 			action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: not supported by kubevmm: spec.configuration.evictionStrategy"}},
 		{name: "a bad configuration", spec: v1.KubeVirtSpec{Configuration: v1.KubeVirtConfiguration{Migrations: &v1.MigrationConfiguration{ParallelMigrationsPerCluster: ptr.To(uint32(0))}}},
-			obs: Observed{Active: true, CABundle: []byte("ca")}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.configuration.migrations.parallelMigrationsPerCluster"}},
 		{name: "a patch that does not decode", spec: v1.KubeVirtSpec{CustomizeComponents: v1.CustomizeComponents{Patches: []v1.CustomizeComponentsPatch{
 			{ResourceName: "virt-api", ResourceType: "Deployment", Type: v1.JSONPatchType, Patch: `{"not":"a json patch"}`}}}},
-			obs: Observed{Active: true, CABundle: []byte("ca")}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.customizeComponents.patches[0] (Deployment virt-api): json patch"}},
 		{name: "a patch that renames", spec: v1.KubeVirtSpec{CustomizeComponents: v1.CustomizeComponents{Patches: []v1.CustomizeComponentsPatch{
 			{ResourceName: "virt-api", ResourceType: "Service", Type: v1.MergePatchType, Patch: `{"metadata":{"name":"other"}}`}}}},
-			obs: Observed{Active: true, CABundle: []byte("ca")}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.customizeComponents.patches: a patch of Service virt-api changes"}},
 		{name: "a strategic patch of an unstructured kind", spec: v1.KubeVirtSpec{CustomizeComponents: v1.CustomizeComponents{Patches: []v1.CustomizeComponentsPatch{
 			{ResourceName: install.APIServiceName, ResourceType: "APIService", Type: v1.StrategicMergePatchType, Patch: `{}`}}}},
-			obs: Observed{Active: true, CABundle: []byte("ca")}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
+			obs: Observed{Active: true}, action: Nothing, phase: v1.KubeVirtPhaseDeploying,
 			conds: map[v1.KubeVirtConditionType]string{v1.KubeVirtConditionDegraded: "True/DeploymentFailed: spec.customizeComponents.patches[0] (APIService v1.subresources.kubevirt.io): a strategic merge patch needs a built-in kind"}},
 		{name: "uninstall blocked", spec: v1.KubeVirtSpec{UninstallStrategy: v1.KubeVirtUninstallBlockUninstallIfWorkloadsExist}, deleted: true,
 			obs: Observed{Active: true, Workloads: 2, Remaining: 40}, action: Nothing, phase: v1.KubeVirtPhaseDeleting,
@@ -127,7 +134,7 @@ func TestDecideObjects(t *testing.T) {
 				Patch: `{"spec":{"template":{"spec":{"containers":[{"name":"virt-handler","args":["--v=4"]}]}}}}`},
 		}},
 	}}
-	d := Decide(Observed{KubeVirt: kv, Active: true, CABundle: []byte("ca")}, defaults, metav1.Now())
+	d := Decide(Observed{KubeVirt: kv, Active: true}, defaults, metav1.Now())
 	require.Equal(t, Deploy, d.Action)
 	assert.Equal(t, "CustomResourceDefinition", d.Objects[0].GetKind(), "CRDs first")
 	assert.Nil(t, find(d.Objects, "CustomResourceDefinition", v1.KubeVirtCRDName), "the KubeVirt CRD is the operator's deployment's")
@@ -166,7 +173,7 @@ func TestDecideSecondTakesOver(t *testing.T) {
 	require.Equal(t, "False/ExistingDeployment: another KubeVirt CR is the cluster's installation; this one is ignored",
 		cond(d.Status, v1.KubeVirtConditionSynchronized))
 	kv.Status = d.Status
-	d = Decide(Observed{KubeVirt: kv, Active: true, CABundle: []byte("ca")}, defaults, metav1.Now())
+	d = Decide(Observed{KubeVirt: kv, Active: true}, defaults, metav1.Now())
 	assert.Equal(t, Deploy, d.Action)
 	assert.Equal(t, v1.KubeVirtPhaseDeploying, d.Status.Phase)
 	assert.Equal(t, "none", cond(d.Status, v1.KubeVirtConditionSynchronized))

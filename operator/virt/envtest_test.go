@@ -2,14 +2,9 @@ package virt_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"encoding/base64"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/virt"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -58,16 +55,6 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
 }
 
-func selfSignedCA(t *testing.T) []byte {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
 func condition(kv *v1.KubeVirt, t v1.KubeVirtConditionType) string {
 	if c := kv.GetCondition(t); c != nil {
 		return string(c.Status) + "/" + c.Reason + ": " + c.Message
@@ -89,9 +76,6 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	for _, n := range []string{ns, "other"} {
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
-	ca := selfSignedCA(t)
-	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: install.CABundleSecret},
-		Data: map[string][]byte{install.CABundleKey: ca}}))
 	// A workload from before the installation (once installed, creating
 	// one would need virt-api's webhooks, which nothing serves here).
 	g := resource.MustParse("64Mi")
@@ -113,6 +97,8 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":kubevirt-operator"}
 	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
+	// No kubelet mounts the Secrets here: a new CA signs leaves at once
+	// (SecretPropagation 0; the wait is TestPlanCertificatesLeavesWaitForANewCA's).
 	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,
 		ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever, PluginDir: "/var/lib/kubelet/device-plugins", KubeletRoot: "/var/lib/kubelet"}}
 	require.NoError(t, r.SetupWithManager(mgr))
@@ -231,6 +217,106 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		})
 		kv.Spec.CustomizeComponents.Patches = kv.Spec.CustomizeComponents.Patches[:3]
 		updateKV(kv)
+		waitFor(t, "not Degraded", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			c := condition(kv, v1.KubeVirtConditionDegraded)
+			return strings.HasPrefix(c, "False/"), c
+		})
+	})
+
+	t.Run("certificates", func(t *testing.T) {
+		type certState struct {
+			ca, bundle, api, handler []byte
+			// What the components mount trusts, and the API server.
+			apiCA, handlerCA, webhook, apiService string
+		}
+		// consistent: every copy of the bundle is the ConfigMap's (the
+		// operator writes them one by one).
+		consistent := func(st certState) bool {
+			b := string(st.bundle)
+			return st.apiCA == b && st.handlerCA == b && st.webhook == b && st.apiService == b
+		}
+		read := func() certState {
+			var st certState
+			sec := func(name string) *corev1.Secret {
+				s := &corev1.Secret{}
+				require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s))
+				assert.Equal(t, virt.ManagedBy, s.Labels[install.ManagedByLabel], name)
+				return s
+			}
+			st.ca = sec(virt.CASecret).Data["tls.crt"]
+			cm := &corev1.ConfigMap{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: virt.CABundleConfigMap}, cm))
+			st.bundle = []byte(cm.Data[virt.CABundleKey])
+			api, handler := sec(install.SecretAPICerts), sec(install.SecretHandlerCerts)
+			st.api, st.handler = api.Data["tls.crt"], handler.Data["tls.crt"]
+			st.apiCA, st.handlerCA = string(api.Data["ca.crt"]), string(handler.Data["ca.crt"])
+			wh := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.ValidatingWebhooks}, wh))
+			st.webhook = string(wh.Webhooks[0].ClientConfig.CABundle)
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.APIServiceName}, apiSvc))
+			b64, _, _ := unstructured.NestedString(apiSvc.Object, "spec", "caBundle")
+			b, err := base64.StdEncoding.DecodeString(b64)
+			require.NoError(t, err)
+			st.apiService = string(b)
+			return st
+		}
+		verifies := func(leaf, bundle []byte) error {
+			c, err := certs.ParseBundle(leaf)
+			require.NoError(t, err)
+			pool := x509.NewCertPool()
+			require.True(t, pool.AppendCertsFromPEM(bundle))
+			_, err = c[0].Verify(x509.VerifyOptions{Roots: pool, DNSName: "virt-api." + ns + ".svc"})
+			return err
+		}
+		// Made by the operator: one CA, which signed virt-api's serving
+		// certificate, and which the API server trusts it with.
+		before := read()
+		cas, err := certs.ParseBundle(before.bundle)
+		require.NoError(t, err)
+		require.Len(t, cas, 1)
+		assert.Equal(t, string(before.ca), string(before.bundle))
+		require.NoError(t, verifies(before.api, before.bundle))
+		assert.True(t, consistent(before), "the leaves' ca.crt, the webhooks' and the APIService's caBundle are the bundle")
+
+		// A shorter strategy: the 7-day CA and 1-day leaves outlive it, so
+		// everything is remade; the bundle keeps the previous CA.
+		kv = getKV("kubevirt", ns)
+		kv.Spec.CertificateRotateStrategy.SelfSigned = &v1.KubeVirtSelfSignConfiguration{
+			CA:     &v1.CertConfig{Duration: &metav1.Duration{Duration: time.Hour}},
+			Server: &v1.CertConfig{Duration: &metav1.Duration{Duration: 10 * time.Minute}, RenewBefore: &metav1.Duration{Duration: 2 * time.Minute}},
+		}
+		updateKV(kv)
+		var after certState
+		waitFor(t, "rotated", func() (bool, string) {
+			after = read()
+			return string(after.ca) != string(before.ca) && string(after.api) != string(before.api) && string(after.handler) != string(before.handler) &&
+				consistent(after), "not yet"
+		})
+		cas, err = certs.ParseBundle(after.bundle)
+		require.NoError(t, err)
+		require.Len(t, cas, 2, "the new CA and the previous one")
+		assert.Equal(t, string(after.ca)+string(before.ca), string(after.bundle), "newest first")
+		require.NoError(t, verifies(after.api, after.bundle), "the new leaf")
+		require.NoError(t, verifies(before.api, after.bundle), "the previous leaf, during the overlap")
+		require.Error(t, verifies(after.api, before.bundle), "the new leaf needs the new CA")
+		leaf, err := certs.ParseBundle(after.api)
+		require.NoError(t, err)
+		assert.WithinDuration(t, time.Now().Add(10*time.Minute), leaf[0].NotAfter, time.Minute, "the strategy's duration")
+
+		// A strategy that cannot work is refused, naming the field; nothing
+		// is remade.
+		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"certificateRotateStrategy":{"selfSigned":{"server":{"renewBefore":"10m"}}}}}`))))
+		waitFor(t, "Degraded", func() (bool, string) {
+			kv = getKV("kubevirt", ns)
+			c := condition(kv, v1.KubeVirtConditionDegraded)
+			return strings.HasPrefix(c, "True/DeploymentFailed: spec.certificateRotateStrategy.selfSigned.server.renewBefore 10m0s: must be positive and less than server.duration"), c
+		})
+		assert.Equal(t, string(after.api), string(read().api))
+
+		// Back to the defaults.
+		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"certificateRotateStrategy":null}}`))))
 		waitFor(t, "not Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)

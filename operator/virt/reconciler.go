@@ -54,6 +54,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 
@@ -67,6 +68,10 @@ type Options struct {
 	PullPolicy    corev1.PullPolicy
 	PluginDir     string
 	KubeletRoot   string
+	// SecretPropagation is how long the kubelet may take to update a
+	// mounted Secret: a new CA signs leaves only once it has been
+	// published that long.
+	SecretPropagation time.Duration
 }
 
 // FieldManager is virt-operator's server-side apply field manager.
@@ -131,6 +136,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 			}
+		}
+		for _, why := range d.Renewed {
+			log.Info("certificate renewed", "secret", why)
+		}
+		// Nothing else wakes the operator when a certificate comes due.
+		if !d.CertsDue.IsZero() {
+			requeue = max(time.Until(d.CertsDue), time.Second)
 		}
 	case DeleteWorkloads:
 		if err := r.deleteWorkloads(ctx); err != nil {
@@ -212,17 +224,41 @@ func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, er
 		}
 		return o, err
 	}
-	sec := &corev1.Secret{}
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Options.Namespace, Name: install.CABundleSecret}, sec); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return o, fmt.Errorf("reading the CA: %w", err)
-	default:
-		o.CABundle = sec.Data[install.CABundleKey]
+	if o.Certs, err = r.readCerts(ctx); err != nil {
+		return o, err
 	}
 	ready, err := r.ready(ctx)
 	o.Ready = ready
 	return o, err
+}
+
+// readCerts reads the CA Secret, the CA bundle ConfigMap and the leaf
+// Secrets; a missing one reads as empty.
+func (r *Reconciler) readCerts(ctx context.Context) (CertsRead, error) {
+	c := CertsRead{Leaves: map[string]certs.KeyPair{}}
+	ns := r.Options.Namespace
+	secret := func(name string) (certs.KeyPair, error) {
+		s := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+			return certs.KeyPair{}, client.IgnoreNotFound(err)
+		}
+		return certs.KeyPair{Cert: s.Data[corev1.TLSCertKey], Key: s.Data[corev1.TLSPrivateKeyKey]}, nil
+	}
+	var err error
+	if c.CA, err = secret(CASecret); err != nil {
+		return c, fmt.Errorf("reading Secret %s: %w", CASecret, err)
+	}
+	for _, l := range leaves(ns) {
+		if c.Leaves[l.secret], err = secret(l.secret); err != nil {
+			return c, fmt.Errorf("reading Secret %s: %w", l.secret, err)
+		}
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: CABundleConfigMap}, cm); client.IgnoreNotFound(err) != nil {
+		return c, fmt.Errorf("reading ConfigMap %s: %w", CABundleConfigMap, err)
+	}
+	c.Bundle = []byte(cm.Data[CABundleKey])
+	return c, nil
 }
 
 // ready: the Deployments and the DaemonSet run their current spec and are

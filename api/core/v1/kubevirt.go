@@ -72,10 +72,10 @@ type KubeVirtSpec struct {
 	// CustomizeComponents patches the objects virt-operator deploys.
 	// +optional
 	CustomizeComponents CustomizeComponents `json:"customizeComponents,omitempty"`
-	// The certificates are made outside virt-operator (hack/cluster/manifests)
-	// for now, so no rotation strategy is honoured.
+	// CertificateRotateStrategy says how long the components' self-signed
+	// certificates live and when virt-operator remakes them.
 	// +optional
-	CertificateRotateStrategy *Unmodeled `json:"certificateRotateStrategy,omitempty"`
+	CertificateRotateStrategy KubeVirtCertificateRotateStrategy `json:"certificateRotateStrategy,omitempty"`
 	// Launchers are not yet updated to a new image.
 	// +optional
 	WorkloadUpdateStrategy *Unmodeled `json:"workloadUpdateStrategy,omitempty"`
@@ -93,6 +93,41 @@ const (
 	KubeVirtUninstallRemoveWorkloads                KubeVirtUninstallStrategy = "RemoveWorkloads"
 	KubeVirtUninstallBlockUninstallIfWorkloadsExist KubeVirtUninstallStrategy = "BlockUninstallIfWorkloadsExist"
 )
+
+// KubeVirtCertificateRotateStrategy is how virt-operator makes the
+// components' certificates: self-signed, by its own CA.
+// +kubebuilder:pruning:PreserveUnknownFields
+type KubeVirtCertificateRotateStrategy struct {
+	// +optional
+	SelfSigned *KubeVirtSelfSignConfiguration `json:"selfSigned,omitempty"`
+}
+
+// KubeVirtSelfSignConfiguration is the lifetimes of the CA and of the
+// certificates it signs (the components' serving and client
+// certificates). KubeVirt's deprecated caRotateInterval,
+// certRotateInterval and caOverlapInterval are refused by name.
+// +kubebuilder:pruning:PreserveUnknownFields
+type KubeVirtSelfSignConfiguration struct {
+	// CA: default duration 168h, renewBefore a fifth of the duration.
+	// +optional
+	CA *CertConfig `json:"ca,omitempty"`
+	// Server: the leaves; default duration 24h, renewBefore a fifth of
+	// the duration.
+	// +optional
+	Server *CertConfig `json:"server,omitempty"`
+}
+
+// CertConfig is one kind of certificate's lifetime.
+// +kubebuilder:pruning:PreserveUnknownFields
+type CertConfig struct {
+	// Duration is how long a new certificate is valid.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+	// RenewBefore: the certificate is remade this long before it
+	// expires; it must be less than the duration.
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+}
 
 // KubeVirtConfiguration is the part of KubeVirt's cluster configuration
 // kubevmm implements (virt-controller's, see controller.ClusterConfig).

@@ -187,9 +187,10 @@ type WorkloadSourcesConfig struct {
 // SecurityConfig holds the certificates' lifetimes.
 // +kubebuilder:pruning:PreserveUnknownFields
 type SecurityConfig struct {
-	// CertConfig is validated (the hco-webhook refuses a bad ordering);
-	// the certificates are still made outside the operators, so it is not
-	// passed on.
+	// CertConfig is validated (the hco-webhook refuses lifetimes
+	// virt-operator could not rotate by) and passed on to the KubeVirt
+	// CR's certificateRotateStrategy.selfSigned, with upstream's defaults
+	// (CA 48h, renewed 24h before; server 24h, 12h before).
 	// +optional
 	CertConfig CertConfig `json:"certConfig,omitempty"`
 }

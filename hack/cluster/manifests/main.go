@@ -1,8 +1,8 @@
 // Command manifests prints everything that deploys kubevmm's components
 // into a cluster, as one YAML stream for `kubectl apply --server-side`.
-// With -operator (what `make cluster-sync` deploys): the namespace, the
-// certificates' Secrets and virt-operator (the KubeVirt CRD, its RBAC and
-// Deployment), which deploys the rest from a KubeVirt CR, the SSP
+// With -operator (what `make cluster-sync` deploys): the namespace and
+// virt-operator (the KubeVirt CRD, its RBAC and Deployment), which deploys
+// the rest from a KubeVirt CR, its certificates included, the SSP
 // operator (operator/ssp: the SSP and TektonTasks CRDs, its RBAC and
 // Deployment, and virt-template-validator's certificate) and the HCO
 // operator (the HyperConverged CRD, its RBAC, Deployment, webhook and
@@ -14,13 +14,20 @@
 // the virt-api Service, the admission webhooks and the
 // subresources.kubevirt.io APIService). The CRDs are applied from
 // api/crds beside it. Both ways it ends with the hostpath provisioner
-// (operator/hostpath/install) and the network add-ons
-// (operator/network/install), whose own operators are later work.
+// (operator/hostpath/install), whose own operator is later work, and the
+// network add-ons: with -operator their operator (operator/network: the
+// NetworkAddonsConfig CRD, its RBAC and Deployment), which deploys them
+// from the NetworkAddonsConfig the HCO makes; without, the add-ons
+// themselves (operator/network/install, kubemacpool included). Both ways
+// kubemacpool's serving certificate is made here.
 //
-// Certificates: a CA and the leaf certificates (virt-api's serving
-// certificate, virt-handler's and virt-api's for their mutual TLS) are
-// generated on first use and kept in -pki, so repeated syncs apply the
-// same bytes. They are not rotated (see the report of issue 5).
+// Certificates: with -operator, virt-operator makes and rotates its
+// components' own (operator/certs); what remains here is a CA and the
+// leaves the other operators cannot make yet (virt-template-validator's,
+// the HCO webhook's) and, without -operator, the components' (virt-api's
+// serving certificate, virt-handler's and virt-api's for their mutual
+// TLS). They are generated on first use and kept in -pki, so repeated
+// syncs apply the same bytes, and are not rotated.
 package main
 
 import (
@@ -49,6 +56,7 @@ import (
 	"github.com/kubevmm/kubevmm/handler"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/network"
 	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
@@ -59,6 +67,7 @@ type opts struct {
 	pull                                        corev1.PullPolicy
 	operator                                    bool
 	cniBinDir, cniConfDir, clusterNetwork       string
+	kmpRangeStart, kmpRangeEnd                  string
 }
 
 func main() {
@@ -74,6 +83,8 @@ func main() {
 	flag.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the container runtime's CNI plugin directory on the nodes")
 	flag.StringVar(&o.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "the container runtime's CNI configuration directory on the nodes")
 	flag.StringVar(&o.clusterNetwork, "cluster-network", "10-bridge.conflist", "the pod network's conf file in -cni-conf-dir, which kubevmm-multus delegates to")
+	flag.StringVar(&o.kmpRangeStart, "kubemacpool-range-start", "02:6b:6d:00:00:00", "first MAC of kubemacpool's range (without -operator: with it, the NetworkAddonsConfig says)")
+	flag.StringVar(&o.kmpRangeEnd, "kubemacpool-range-end", "02:6b:6d:ff:ff:ff", "last MAC of kubemacpool's range (without -operator)")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullNever), "image pull policy (Never: images are imported, no registry)")
 	// The dev cluster has one node: without SameNodeLiveMigration a
 	// migration's target pod could never be scheduled there.
@@ -95,20 +106,15 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	certs, err := leaves(ca, o)
-	if err != nil {
-		return err
-	}
 	var cc controller.ClusterConfig
 	if o.featureGates != "" {
 		cc.DeveloperConfiguration.FeatureGates = strings.Split(o.featureGates, ",")
 	}
 	c := install.Config{Namespace: o.namespace, ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
-		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, Certificates: certs, ManagedBy: "kubevmm"}
+		PluginDir: o.pluginDir, KubeletRoot: o.kubeletRoot, Configuration: cc, CABundle: ca.certPEM, ManagedBy: "kubevmm"}
 	var objs []client.Object
 	if o.operator {
 		objs, err = install.Operator(c)
-		objs = append(install.Secrets(o.namespace, certs), objs...)
 		if err == nil {
 			var sspObjs []client.Object
 			sspObjs, err = sspOperator(ca, o)
@@ -119,7 +125,7 @@ func run(o opts) error {
 			h, err = hcoObjects(ca, o)
 			objs = append(objs, h...)
 		}
-	} else {
+	} else if c.Certificates, err = leaves(ca, o); err == nil {
 		objs, err = install.Objects(c)
 	}
 	if err != nil {
@@ -130,14 +136,26 @@ func run(o opts) error {
 	objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
 		PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, PoolPath: o.hostpathPool})...)
 	// The network add-ons (NetworkAttachmentDefinitions, kubevmm-multus,
-	// bridge-marker): their NetworkAddonsConfig operator is later work.
-	netObjs, err := networkinstall.Objects(networkinstall.Config{MultusImage: o.imagePrefix + "/kubevmm-multus:" + o.tag,
-		BridgeMarkerImage: o.imagePrefix + "/bridge-marker:" + o.tag, PullPolicy: o.pull,
-		CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	// bridge-marker): with -operator their operator, which deploys them
+	// from the NetworkAddonsConfig the HCO makes; else the add-ons.
+	var netObjs []client.Object
+	if o.operator {
+		netObjs, err = network.Operator(network.OperatorConfig{ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull,
+			CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	} else {
+		netObjs, err = networkinstall.Objects(networkinstall.Config{MultusImage: o.imagePrefix + "/kubevmm-multus:" + o.tag,
+			BridgeMarkerImage: o.imagePrefix + "/bridge-marker:" + o.tag, PullPolicy: o.pull,
+			CNIBinDir: o.cniBinDir, CNIConfDir: o.cniConfDir, ClusterNetwork: o.clusterNetwork})
+	}
 	if err != nil {
 		return err
 	}
 	objs = append(objs, netObjs...)
+	kmpObjs, err := kubeMacPoolObjects(ca, o)
+	if err != nil {
+		return err
+	}
+	objs = append(objs, kmpObjs...)
 	for _, obj := range append([]any{install.Namespace(o.namespace)}, anys(objs)...) {
 		b, err := yaml.Marshal(obj)
 		if err != nil {
@@ -165,6 +183,30 @@ func hcoObjects(ca *authority, o opts) ([]client.Object, error) {
 	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: hcoinstall.WebhookSecret, Namespace: o.namespace}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: cert.Cert, corev1.TLSPrivateKeyKey: cert.Key}}
+	return append([]client.Object{secret}, objs...), nil
+}
+
+// kubeMacPoolObjects are kubemacpool's serving certificate (with its CA,
+// ca.crt, from which the NetworkAddonsConfig operator takes the webhook's
+// CA bundle) and, without the operator, kubemacpool's objects
+// (operator/network/install).
+func kubeMacPoolObjects(ca *authority, o opts) ([]client.Object, error) {
+	svc := networkinstall.KubeMacPoolService + "." + networkinstall.Namespace + ".svc"
+	cert, err := ca.leaf(o.pki, "kubemacpool", svc, []string{svc, svc + ".cluster.local"}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: networkinstall.KubeMacPoolSecret, Namespace: networkinstall.Namespace}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: cert.Cert, corev1.TLSPrivateKeyKey: cert.Key, network.CAKey: ca.certPEM}}
+	if o.operator {
+		return []client.Object{secret}, nil
+	}
+	objs, err := networkinstall.KubeMacPoolObjects(networkinstall.KubeMacPoolConfig{Image: o.imagePrefix + "/kubemacpool:" + o.tag,
+		PullPolicy: o.pull, RangeStart: o.kmpRangeStart, RangeEnd: o.kmpRangeEnd, CABundle: ca.certPEM})
+	if err != nil {
+		return nil, err
+	}
 	return append([]client.Object{secret}, objs...), nil
 }
 

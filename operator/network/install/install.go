@@ -1,8 +1,9 @@
 // Package install builds the objects that deploy the network add-ons on a
 // cluster: the NetworkAttachmentDefinition CRD, the kubevmm-multus
 // meta-plugin's node installer and bridge-marker, each a DaemonSet, and
-// their RBAC. It is what the NetworkAddonsConfig operator will reconcile
-// (later work); today hack/cluster/manifests prints them for cluster-sync.
+// their RBAC, per component. The NetworkAddonsConfig operator
+// (operator/network) deploys them; hack/cluster/manifests prints them all
+// without -operator.
 package install
 
 import (
@@ -44,23 +45,45 @@ type Config struct {
 // Objects are the network add-ons. The NetworkAttachmentDefinition CRD
 // comes first: the caller applies the objects in order.
 func Objects(c Config) ([]client.Object, error) {
+	objs, err := MultusObjects(c)
+	if err != nil {
+		return nil, err
+	}
+	objs = append([]client.Object{objs[0], NamespaceObject()}, objs[1:]...)
+	return append(objs, LinuxBridgeObjects(c)...), nil
+}
+
+// NamespaceObject is the add-ons' namespace (privileged: the DaemonSets
+// use host paths and the host's network).
+func NamespaceObject() *corev1.Namespace {
+	return &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+}
+
+// MultusObjects are the meta-plugin's: the NetworkAttachmentDefinition CRD
+// first, then its RBAC and DaemonSet (in Namespace).
+func MultusObjects(c Config) ([]client.Object, error) {
 	nadCRD, err := crd.NetworkAttachmentDefinition()
 	if err != nil {
 		return nil, err
 	}
 	nadCRD.TypeMeta = tm("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-	ns := &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
-	objs := []client.Object{nadCRD, ns}
+	objs := []client.Object{nadCRD}
 	objs = append(objs, rbac(Multus, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{nadv1.GroupName}, Resources: []string{nadv1.Resource}, Verbs: []string{"get", "list"}},
 	})...)
-	objs = append(objs, rbac(BridgeMarker, []rbacv1.PolicyRule{
+	return append(objs, multusDaemonSet(c)), nil
+}
+
+// LinuxBridgeObjects are bridge-marker's RBAC and DaemonSet (in
+// Namespace).
+func LinuxBridgeObjects(c Config) []client.Object {
+	objs := rbac(BridgeMarker, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
-	})...)
-	return append(objs, multusDaemonSet(c), bridgeMarkerDaemonSet(c)), nil
+	})
+	return append(objs, bridgeMarkerDaemonSet(c))
 }
 
 // multusDaemonSet runs `kubevmm-multus install` on every node: the binary,
@@ -82,14 +105,25 @@ func multusDaemonSet(c Config) *appsv1.DaemonSet {
 }
 
 // bridgeMarkerDaemonSet publishes each node's bridges; host network, to
-// see the host's links.
+// see the host's links. Its init container first installs the bridge and
+// tuning CNI plugins its image carries into the node's CNI bin directory
+// (as root, the directory's owner; no capabilities), as upstream's
+// linux-bridge DaemonSet does.
 func bridgeMarkerDaemonSet(c Config) *appsv1.DaemonSet {
 	ctr := corev1.Container{Name: BridgeMarker, Image: c.BridgeMarkerImage, ImagePullPolicy: c.PullPolicy,
 		Env:       []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 		Resources: requests("10m", "16Mi"),
 		SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
-	return daemonSet(BridgeMarker, ctr, nil)
+	plugins := corev1.Container{Name: "cni-plugins", Image: c.BridgeMarkerImage, ImagePullPolicy: c.PullPolicy,
+		Args:      []string{"install-plugins", "--bin-dir=" + c.CNIBinDir},
+		Resources: requests("10m", "16Mi"),
+		SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false),
+			AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "cni-bin", MountPath: c.CNIBinDir}}}
+	ds := daemonSet(BridgeMarker, ctr, []corev1.Volume{hostPath("cni-bin", c.CNIBinDir)})
+	ds.Spec.Template.Spec.InitContainers = []corev1.Container{plugins}
+	return ds
 }
 
 func daemonSet(name string, ctr corev1.Container, vols []corev1.Volume) *appsv1.DaemonSet {

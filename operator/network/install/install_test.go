@@ -7,8 +7,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
@@ -49,4 +53,67 @@ func TestObjects(t *testing.T) {
 		assert.True(t, slices.Contains(args, want), "%s in %s", want, strings.Join(args, " "))
 	}
 	assert.ElementsMatch(t, []string{"/cache/cni/bin", "/cluster/net.d"}, []string{paths["cni-bin"], paths["cni-conf"]})
+
+	// bridge-marker's init container installs the bridge and tuning
+	// plugins into the CNI bin directory, mounted at its host path.
+	b := ds[install.BridgeMarker].Spec.Template.Spec
+	require.Len(t, b.InitContainers, 1)
+	assert.Equal(t, []string{"install-plugins", "--bin-dir=/cache/cni/bin"}, b.InitContainers[0].Args)
+	assert.Equal(t, "b:1", b.InitContainers[0].Image)
+	require.Len(t, b.Volumes, 1)
+	assert.Equal(t, "/cache/cni/bin", b.Volumes[0].HostPath.Path)
+	assert.Equal(t, "/cache/cni/bin", b.InitContainers[0].VolumeMounts[0].MountPath)
+}
+
+func TestKubeMacPoolObjects(t *testing.T) {
+	c := install.KubeMacPoolConfig{Image: "k:1", RangeStart: "02:00:00:00:00:00", RangeEnd: "02:00:00:00:00:ff", CABundle: []byte("ca")}
+	objs, err := install.KubeMacPoolObjects(c)
+	require.NoError(t, err)
+	kinds := map[string]client.Object{}
+	for _, o := range objs {
+		kinds[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = o
+		if o.GetObjectKind().GroupVersionKind().Kind != "MutatingWebhookConfiguration" && !strings.HasPrefix(o.GetObjectKind().GroupVersionKind().Kind, "Cluster") {
+			assert.Equal(t, install.Namespace, o.GetNamespace(), o.GetName())
+		}
+	}
+	cm, ok := kinds["ConfigMap/kubemacpool-mac-range-config"].(*corev1.ConfigMap)
+	require.True(t, ok, "the range's ConfigMap")
+	assert.Equal(t, map[string]string{"RANGE_START": "02:00:00:00:00:00", "RANGE_END": "02:00:00:00:00:ff"}, cm.Data)
+	d, ok := kinds["Deployment/"+install.KubeMacPool].(*appsv1.Deployment)
+	require.True(t, ok)
+	assert.Equal(t, int32(1), *d.Spec.Replicas)
+	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type, "never two pools at once")
+	assert.Equal(t, install.KubeMacPoolSecret, d.Spec.Template.Spec.Volumes[0].Secret.SecretName)
+	svc, ok := kinds["Service/"+install.KubeMacPoolService].(*corev1.Service)
+	require.True(t, ok)
+	assert.Equal(t, d.Spec.Template.Labels, svc.Spec.Selector)
+	hook, ok := kinds["MutatingWebhookConfiguration/"+install.KubeMacPoolWebhook].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	require.True(t, ok)
+	w := hook.Webhooks[0]
+	assert.Equal(t, "mutatevirtualmachines.kubemacpool.io", w.Name)
+	assert.Equal(t, []byte("ca"), w.ClientConfig.CABundle)
+	assert.Equal(t, install.KubeMacPoolService, w.ClientConfig.Service.Name)
+	assert.Equal(t, []metav1.LabelSelectorRequirement{{Key: "mutatevirtualmachines.kubemacpool.io", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"ignore"}}},
+		w.NamespaceSelector.MatchExpressions)
+	for _, kind := range []string{"ServiceAccount/kubemacpool", "ClusterRole/kubevmm:kubemacpool", "ClusterRoleBinding/kubevmm:kubemacpool", "Role/kubevmm:kubemacpool", "RoleBinding/kubevmm:kubemacpool"} {
+		assert.Contains(t, kinds, kind)
+	}
+
+	for _, tc := range []struct {
+		name       string
+		start, end string
+		ca         []byte
+		err        string
+	}{
+		{name: "no range", ca: []byte("ca"), err: "kubeMacPool: no MAC range (rangeStart, rangeEnd)"},
+		{name: "half a range", start: "02:00:00:00:00:00", ca: []byte("ca"), err: "kubeMacPool: the MAC range needs both its start and its end"},
+		{name: "multicast", start: "03:00:00:00:00:00", end: "03:00:00:00:00:ff", ca: []byte("ca"), err: "kubeMacPool: range start: \"03:00:00:00:00:00\" is a multicast MAC address"},
+		{name: "reversed", start: "02:00:00:00:00:ff", end: "02:00:00:00:00:00", ca: []byte("ca"), err: "is not after its start"},
+		{name: "no CA", start: "02:00:00:00:00:00", end: "02:00:00:00:00:ff", err: "no CA bundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := install.KubeMacPoolObjects(install.KubeMacPoolConfig{Image: "k:1", RangeStart: tc.start, RangeEnd: tc.end, CABundle: tc.ca})
+			assert.ErrorContains(t, err, tc.err)
+		})
+	}
 }

@@ -98,13 +98,6 @@ const (
 	caBundleSecretField = "ca.crt"
 )
 
-// CABundleSecret and CABundleKey name where an existing installation keeps
-// the CA that signed virt-api's certificate.
-const (
-	CABundleSecret = SecretAPICerts
-	CABundleKey    = caBundleSecretField
-)
-
 // Namespace is the components' namespace object. It is not among Objects:
 // whoever deploys the components (virt-operator runs in it) owns it.
 func Namespace(name string) *corev1.Namespace {

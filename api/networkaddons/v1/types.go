@@ -1,0 +1,167 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NetworkAddonsConfig says which network add-ons the cluster runs: one
+// per cluster, named "cluster" (the CRD refuses any other name at
+// admission; upstream's operator ignores them).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=networkaddonsconfigs,singular=networkaddonsconfig,scope=Cluster
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == 'cluster'",message="there is one NetworkAddonsConfig per cluster and its name is cluster"
+type NetworkAddonsConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              NetworkAddonsConfigSpec `json:"spec,omitempty"`
+	// +optional
+	Status NetworkAddonsConfigStatus `json:"status,omitempty"`
+}
+
+// NetworkAddonsConfigList is a list of NetworkAddonsConfigs.
+//
+// +kubebuilder:object:root=true
+type NetworkAddonsConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NetworkAddonsConfig `json:"items"`
+}
+
+// NetworkAddonsConfigSpec says which components run: each while its key is
+// present (an empty object is enough) and removed when the key goes.
+// Upstream's other keys are kept by the API server and refused by the
+// operator, naming them.
+// +kubebuilder:pruning:PreserveUnknownFields
+type NetworkAddonsConfigSpec struct {
+	// Multus deploys the Multus-compatible meta-plugin (kubevmm-multus) on
+	// every node and the NetworkAttachmentDefinition CRD.
+	// +optional
+	Multus *Multus `json:"multus,omitempty"`
+	// LinuxBridge installs the bridge and tuning CNI plugins on every node
+	// and runs bridge-marker, which publishes each node's bridges as
+	// bridge.network.kubevirt.io/<bridge> resources.
+	// +optional
+	LinuxBridge *LinuxBridge `json:"linuxBridge,omitempty"`
+	// KubeMacPool deploys kubemacpool, which gives VMs' interfaces MAC
+	// addresses from its range.
+	// +optional
+	KubeMacPool *KubeMacPool `json:"kubeMacPool,omitempty"`
+	// ImagePullPolicy of the components' containers; default IfNotPresent.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+}
+
+// Multus has no settings.
+// +kubebuilder:pruning:PreserveUnknownFields
+type Multus struct{}
+
+// LinuxBridge has no settings.
+// +kubebuilder:pruning:PreserveUnknownFields
+type LinuxBridge struct{}
+
+// KubeMacPool is kubemacpool's MAC range: both ends or neither (then the
+// operator picks a random 02:XX:XX:00:00:00-02:XX:XX:FF:FF:FF and keeps
+// it); unicast, the end after the start.
+// +kubebuilder:pruning:PreserveUnknownFields
+type KubeMacPool struct {
+	// +optional
+	RangeStart string `json:"rangeStart,omitempty"`
+	// +optional
+	RangeEnd string `json:"rangeEnd,omitempty"`
+}
+
+// NetworkAddonsConfigStatus is what the operator observed (upstream's).
+type NetworkAddonsConfigStatus struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []Condition `json:"conditions,omitempty"`
+	// OperatorVersion is the operator's version.
+	// +optional
+	OperatorVersion string `json:"operatorVersion,omitempty"`
+	// TargetVersion is the version being deployed.
+	// +optional
+	TargetVersion string `json:"targetVersion,omitempty"`
+	// ObservedVersion is the version deployed and available.
+	// +optional
+	ObservedVersion string `json:"observedVersion,omitempty"`
+	// Containers are the deployed components' containers.
+	// +optional
+	// +listType=atomic
+	Containers []Container `json:"containers,omitempty"`
+	// ObservedGeneration is the spec's generation the status is about.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// Container is one deployed container and the object that runs it.
+type Container struct {
+	Namespace  string `json:"namespace"`
+	ParentKind string `json:"parentKind"`
+	ParentName string `json:"parentName"`
+	Name       string `json:"name"`
+	Image      string `json:"image"`
+}
+
+// ConditionType of a NetworkAddonsConfig's condition.
+type ConditionType string
+
+// The condition types (openshift/custom-resource-status's, as upstream).
+const (
+	ConditionAvailable   ConditionType = "Available"
+	ConditionProgressing ConditionType = "Progressing"
+	ConditionDegraded    ConditionType = "Degraded"
+)
+
+// Condition is one of the operator's conditions
+// (openshift/custom-resource-status conditions/v1).
+type Condition struct {
+	Type   ConditionType          `json:"type"`
+	Status corev1.ConditionStatus `json:"status"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+}
+
+// SetCondition sets or replaces the condition of c's type: its
+// LastTransitionTime is when its Status last changed, and its
+// LastHeartbeatTime when its reason, message or status last changed (an
+// unchanged condition makes no write).
+func SetCondition(conds []Condition, c Condition, now metav1.Time) []Condition {
+	for i := range conds {
+		if conds[i].Type != c.Type {
+			continue
+		}
+		c.LastTransitionTime, c.LastHeartbeatTime = conds[i].LastTransitionTime, conds[i].LastHeartbeatTime
+		if conds[i].Status != c.Status {
+			c.LastTransitionTime = now
+		}
+		if conds[i].Status != c.Status || conds[i].Reason != c.Reason || conds[i].Message != c.Message {
+			c.LastHeartbeatTime = now
+		}
+		conds[i] = c
+		return conds
+	}
+	c.LastTransitionTime, c.LastHeartbeatTime = now, now
+	return append(conds, c)
+}
+
+// FindCondition is the condition of type t, nil if none.
+func FindCondition(conds []Condition, t ConditionType) *Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}

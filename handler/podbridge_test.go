@@ -1,0 +1,193 @@
+package handler
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/net/link"
+	"github.com/kubevmm/kubevmm/test/hosttools"
+)
+
+func TestPodNetLease(t *testing.T) {
+	pn := podNet{Addr: "10.244.0.7/24", MTU: 1450, Routes: []podRoute{
+		{Dst: "0.0.0.0/0", Gw: "10.244.0.1"}, {Dst: "10.96.0.0/12", Gw: "10.244.0.1"}}}
+	resolv := []byte("# kubelet\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\nnameserver fd00::a\noptions ndots:5\nnameserver\n")
+	l, err := pn.lease(resolv, "vm1")
+	require.NoError(t, err)
+	assert.Equal(t, "10.244.0.7", l.IP.String())
+	assert.Equal(t, "ffffff00", l.Mask.String())
+	assert.Equal(t, "10.244.0.1", l.Router.String())
+	assert.Equal(t, spec.PodBridgeFakeIP, l.ServerID.String())
+	assert.Equal(t, uint16(1450), l.MTU)
+	assert.Equal(t, "vm1", l.Hostname)
+	assert.Equal(t, []net.IP{net.IPv4(10, 96, 0, 10).To4()}, l.DNS, "IPv4 nameservers only")
+	assert.Equal(t, []string{"ns1.svc.cluster.local", "svc.cluster.local", "cluster.local"}, l.Search)
+	var routes []string
+	for _, r := range l.Routes {
+		routes = append(routes, r.Dst.String()+" via "+r.Gateway.String())
+	}
+	assert.Equal(t, []string{"0.0.0.0/0 via 10.244.0.1", "10.96.0.0/12 via 10.244.0.1", spec.PodBridgeFakeIP + "/32 via <nil>"}, routes,
+		"the pod's routes, and the bridge's address on link")
+
+	for _, bad := range []podNet{{Addr: "fd00::7/64"}, {Addr: "junk"}, {Addr: "10.0.0.2/24", Routes: []podRoute{{Dst: "x"}}},
+		{Addr: "10.0.0.2/24", Routes: []podRoute{{Dst: "0.0.0.0/0", Gw: "nope"}}}} {
+		_, err := bad.lease(nil, "")
+		assert.Error(t, err, "%+v", bad)
+	}
+}
+
+// Bridge binding on the pod network, in real namespaces: a pod with eth0
+// (10.244.0.7/24, a default route and one more) on a veth to the node.
+// The wiring moves the pod's address off eth0 (twice: the second pass
+// changes nothing), and a real DHCP client (busybox udhcpc) on the
+// guest's side of the in-pod bridge, with the guest's MAC, gets the pod's
+// address, router, routes, MTU and DNS from the server virt-handler runs;
+// another MAC gets nothing. The pod then reaches the guest at its pod IP,
+// as port-forward does, and the node reaches it too.
+func TestPodBridgeDHCP(t *testing.T) {
+	busybox := hosttools.Require(t, "busybox")
+	podNs, pod := testNetns(t, "pod")
+	nodeNs, node := testNetns(t, "node")
+	guestNs, guest := testNetns(t, "guest")
+	guestMAC := net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 7}
+	nic := spec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: spec.BindingBridge, PodInterface: spec.PodInterface}
+	require.True(t, nic.PodBridge())
+
+	veth(t, podNs, spec.PodInterface, "10.244.0.7/24", node, "vethpod", "10.244.0.1/24", nodeNs)
+	hp, err := podNs.Handle()
+	require.NoError(t, err)
+	defer hp.Close()
+	eth0, err := hp.LinkByName(spec.PodInterface)
+	require.NoError(t, err)
+	require.NoError(t, hp.LinkSetMTU(eth0, 1400))
+	gw := net.IPv4(10, 244, 0, 1)
+	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}))
+	_, svc, _ := net.ParseCIDR("10.96.0.0/12")
+	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: svc, Gw: gw}))
+
+	require.NoError(t, setupNIC(pod, nic, guestMAC, 107))
+	require.NoError(t, setupNIC(pod, nic, guestMAC, 107), "a second pass changes nothing")
+	// A pass after the tap is made (a restarted handler) is idempotent
+	// even without the tap's shortcut.
+	require.NoError(t, setupBridge(pod, nic, guestMAC, 107))
+
+	br := spec.BridgeName(spec.PodInterface)
+	eth0, err = hp.LinkByName(spec.PodInterface)
+	require.NoError(t, err)
+	addrs, err := hp.AddrList(eth0, netlink.FAMILY_V4)
+	require.NoError(t, err)
+	assert.Empty(t, addrs, "the pod's address left eth0")
+	routes, err := hp.RouteList(eth0, netlink.FAMILY_V4)
+	require.NoError(t, err)
+	assert.Empty(t, routes, "and its routes")
+	bl, err := hp.LinkByName(br)
+	require.NoError(t, err)
+	assert.Equal(t, bl.Attrs().Index, eth0.Attrs().MasterIndex, "eth0 is a port of %s", br)
+	baddrs, err := hp.AddrList(bl, netlink.FAMILY_V4)
+	require.NoError(t, err)
+	require.Len(t, baddrs, 1)
+	assert.Equal(t, spec.PodBridgeFakeIP+"/32", baddrs[0].IPNet.String())
+
+	// The guest: a veth on the bridge in place of the tap (a DHCP client
+	// needs an interface), with the guest's MAC.
+	veth(t, podNs, "gst0", "", guest, "ge0", "", guestNs)
+	require.NoError(t, link.Attach(hp, "gst0", br))
+	hg, err := guestNs.Handle()
+	require.NoError(t, err)
+	defer hg.Close()
+	ge, err := hg.LinkByName("ge0")
+	require.NoError(t, err)
+	require.NoError(t, hg.LinkSetHardwareAddr(ge, guestMAC))
+
+	var d dhcpServers
+	key := types.NamespacedName{Namespace: "ns1", Name: "vm1"}
+	resolv := []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n")
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, guestMAC, "vm1"))
+	t.Cleanup(func() { d.stop(logr.Discard(), key) })
+	require.True(t, d.running(key, "pod-1"))
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, guestMAC, "vm1"), "a second start is a no-op")
+
+	// udhcpc runs its script with the lease in the environment.
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script")
+	require.NoError(t, os.WriteFile(script, []byte("#!"+busybox+" sh\n[ \"$1\" = bound ] && env > "+dir+"/lease\nexit 0\n"), 0o755))
+	udhcpc := func(iface string) error {
+		return guestNs.Do(func() error {
+			out, err := exec.Command(busybox, "udhcpc", "-i", iface, "-n", "-q", "-f", "-t", "3", "-T", "1", "-s", script, "-O", "mtu", "-O", "staticroutes", "-O", "search").CombinedOutput()
+			if err != nil {
+				t.Logf("udhcpc: %s", out)
+			}
+			return err
+		})
+	}
+	require.NoError(t, udhcpc("ge0"))
+	b, err := os.ReadFile(filepath.Join(dir, "lease"))
+	require.NoError(t, err)
+	env := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			env[k] = v
+		}
+	}
+	assert.Equal(t, "10.244.0.7", env["ip"])
+	assert.Equal(t, "255.255.255.0", env["subnet"])
+	assert.Equal(t, "24", env["mask"])
+	assert.Equal(t, "10.244.0.1", env["router"])
+	assert.Equal(t, "1400", env["mtu"])
+	assert.Equal(t, "10.96.0.10", env["dns"])
+	assert.Equal(t, "ns1.svc.cluster.local svc.cluster.local", env["search"])
+	assert.Equal(t, "vm1", env["hostname"])
+	assert.Equal(t, "0.0.0.0/0 10.244.0.1 10.96.0.0/12 10.244.0.1 169.254.75.10/32 0.0.0.0", env["staticroutes"])
+	assert.Equal(t, spec.PodBridgeFakeIP, env["serverid"])
+
+	// Another MAC on the bridge is not answered.
+	veth(t, podNs, "gst1", "", guest, "ge1", "", guestNs)
+	require.NoError(t, link.Attach(hp, "gst1", br))
+	assert.Error(t, udhcpc("ge1"), "no lease for another MAC")
+
+	// The guest configures its lease as a guest does; the pod reaches it
+	// at the pod IP (port-forward's path), the node too.
+	require.NoError(t, link.Up(hg, "ge0", env["ip"]+"/24"))
+	require.NoError(t, hg.RouteAdd(&netlink.Route{LinkIndex: ge.Attrs().Index, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: net.ParseIP(spec.PodBridgeFakeIP), Mask: net.CIDRMask(32, 32)}}))
+	require.NoError(t, hg.RouteAdd(&netlink.Route{LinkIndex: ge.Attrs().Index, Gw: gw}))
+	var ln net.Listener
+	require.NoError(t, guestNs.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", ":8080")
+		return err
+	}))
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	ip, err := podBridgeGuestIP(pod)
+	require.NoError(t, err)
+	assert.Equal(t, "10.244.0.7", ip.String(), "the guest's address, from the record")
+	c, err := dialInNetns(pod, net.JoinHostPort(ip.String(), "8080"))
+	require.NoError(t, err, "the pod reaches its guest")
+	c.Close()
+	c, err = dialInNetns(node, "10.244.0.7:8080")
+	require.NoError(t, err, "the node reaches the guest at the pod IP")
+	c.Close()
+
+	d.stop(logr.Discard(), key)
+	assert.False(t, d.running(key, "pod-1"))
+}

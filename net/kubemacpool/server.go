@@ -1,0 +1,309 @@
+// Package kubemacpool is kubemacpool's webhook server and controller: a
+// mutating webhook that gives every VirtualMachine interface without a
+// macAddress one from the MAC range (package net/macpool), and a watch of
+// the VMs and of the range's ConfigMap that keeps the pool true.
+//
+// Its contract with the deployment (operator/network/install): HTTPS on
+// one port, serving certificate tls.crt/tls.key in a directory read at
+// each TLS handshake (a rotated Secret takes effect without a restart),
+//
+//	POST /mutate-virtualmachines  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE
+//	GET  /readyz                  200 once the pool was rebuilt from the VMs, a range is configured and the certificate loads
+//	GET  /metrics                 Prometheus: kmp_mac_collisions{mac}
+//
+// the webhook configuration MutatingWebhook makes, and the API access
+// ClusterRoleRules and RoleRules grant.
+//
+// One replica, its pool in memory: at start it lists every VM (the watch's
+// initial list) and holds their MACs before it is ready; afterwards the
+// watch makes the pool hold what each stored VM holds and frees a deleted
+// VM's. Upstream's consistency trick (a "waiting" annotation on each VM
+// until the API server stored it) is not needed for that; what it costs:
+// MACs given to a VM that the API server then does not store (another
+// webhook refused it) stay held until that VM name is stored or kubemacpool
+// restarts. Two replicas would each hand out MACs from their own pool:
+// the Deployment runs one and is replaced, not rolled (Recreate).
+package kubemacpool
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/net/macpool"
+)
+
+// The paths served.
+const (
+	PathMutateVM = "/mutate-virtualmachines"
+	PathReady    = "/readyz"
+)
+
+// Server answers the admission reviews from Pool.
+type Server struct {
+	Pool    *macpool.Pool
+	CertDir string // tls.crt and tls.key
+	Log     *slog.Logger
+
+	// mu orders admissions: a dry run gives back what it took before the
+	// next one allocates.
+	mu    sync.Mutex
+	ready atomic.Bool
+}
+
+// SetReady says the pool is rebuilt and has a range: admissions are
+// answered from then on.
+func (s *Server) SetReady() { s.ready.Store(true) }
+
+// Handler serves the paths of the contract, and GET /metrics: the Go
+// runtime's and the process's metrics and upstream's kmp_mac_collisions,
+// on the same port.
+func (s *Server) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collisions{s.Pool}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST "+PathMutateVM, s.admission)
+	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "the MAC pool is not rebuilt from the VMs yet, or no MAC range is configured", http.StatusServiceUnavailable)
+			return
+		}
+		if _, err := s.certificate(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	return mux
+}
+
+// collisionsDesc is upstream's gauge. Upstream counts the running VMIs
+// and pods sharing a MAC; here it is the VMs whose interfaces ask for it
+// (a VM asks for its MAC whether it runs or not), and only MACs that more
+// than one VM asks for are reported.
+var collisionsDesc = prometheus.NewDesc("kmp_mac_collisions",
+	"Count of VMs sharing the same MAC address (collision when > 1)", []string{"mac"}, nil)
+
+type collisions struct{ pool *macpool.Pool }
+
+func (c collisions) Describe(ch chan<- *prometheus.Desc) { ch <- collisionsDesc }
+
+func (c collisions) Collect(ch chan<- prometheus.Metric) {
+	for m, n := range c.pool.Collisions() {
+		ch <- prometheus.MustNewConstMetric(collisionsDesc, prometheus.GaugeValue, float64(n), m.String())
+	}
+}
+
+func (s *Server) certificate() (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	return &c, nil
+}
+
+// Serve serves Handler over HTTPS on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// Read per handshake: a rotated Secret's files take effect
+			// without a restart.
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.certificate() },
+		},
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	s.Log.Info("serving", "addr", ln.Addr().String(), "certDir", s.CertDir)
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) admission(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var ar admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &ar); err != nil || ar.Request == nil {
+		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	resp := s.Admit(ar.Request)
+	resp.UID = ar.Request.UID
+	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value string `json:"value"`
+}
+
+// Admit fills every interface's missing macAddress: on an update with the
+// MAC the interface of that name had, else the pool's next free one. It
+// refuses an invalid MAC and one MAC on two interfaces, naming each field.
+// A MAC another VM already has is admitted, as upstream kubemacpool does
+// since it allows collisions: the VM is held as one more owner, the
+// response warns naming the other VMs, and kmp_mac_collisions counts it.
+func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return allow(nil, nil)
+	}
+	if !s.ready.Load() {
+		return refuse(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "kubemacpool is not ready: the MAC pool is not rebuilt from the VMs yet", nil)
+	}
+	vm := &v1.VirtualMachine{}
+	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
+		return refuse(http.StatusBadRequest, metav1.StatusReasonBadRequest, "cannot decode the VirtualMachine: "+err.Error(), nil)
+	}
+	// A VM being deleted is updated to take its finalizers off.
+	if vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
+		return allow(nil, nil)
+	}
+	ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces
+	if errs := macpool.CheckInterfaces(ifaces); len(errs) > 0 {
+		return refuseInterfaces(errs)
+	}
+	oldMACs := oldInterfaceMACs(req)
+	name := req.Name
+	if name == "" {
+		name = vm.Name
+	}
+	owner := macpool.Owner(req.Namespace, name)
+	if name == "" {
+		// generateName: the VM is named when stored; the watch's VM
+		// takes its MACs over.
+		owner = macpool.Owner(req.Namespace, "?"+string(req.UID))
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+
+	asked := map[macpool.MAC]bool{}
+	for _, iface := range ifaces {
+		if m, err := macpool.ParseMAC(iface.MacAddress); err == nil {
+			asked[m] = true
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.Pool.Held(owner)
+	var patch []patchOp
+	var warnings []string
+	for i, iface := range ifaces {
+		path := fmt.Sprintf("/spec/template/spec/domain/devices/interfaces/%d/macAddress", i)
+		want := iface.MacAddress
+		if want == "" && oldMACs[iface.Name] != "" {
+			// Not when another interface now asks for it (one MAC on
+			// two interfaces is what CheckInterfaces refuses), nor an
+			// old MAC that is invalid (stored without kubemacpool).
+			if m, err := macpool.ParseMAC(oldMACs[iface.Name]); err == nil && !asked[m] {
+				want = oldMACs[iface.Name]
+			}
+		}
+		if want == "" {
+			m, err := s.Pool.Allocate(owner)
+			if err != nil {
+				s.Pool.Set(owner, before)
+				return refuse(http.StatusInternalServerError, metav1.StatusReasonInternalError,
+					fmt.Sprintf("spec.template.spec.domain.devices.interfaces[%d].macAddress (interface %s): %v", i, iface.Name, err), nil)
+			}
+			patch = append(patch, patchOp{Op: "add", Path: path, Value: m.String()})
+			continue
+		}
+		if iface.MacAddress == "" {
+			patch = append(patch, patchOp{Op: "add", Path: path, Value: want})
+		}
+		m, err := macpool.ParseMAC(want)
+		if err != nil { // checked above: cannot happen
+			continue
+		}
+		if others := s.Pool.Hold(owner, m); len(others) > 0 {
+			warnings = append(warnings, fmt.Sprintf("spec.template.spec.domain.devices.interfaces[%d].macAddress (interface %s): MAC %s is already in use by %s",
+				i, iface.Name, want, strings.Join(others, ", ")))
+		}
+	}
+	if dryRun {
+		s.Pool.Set(owner, before)
+	} else {
+		if name == "" {
+			s.Pool.MarkPending(owner)
+		}
+		if len(patch) > 0 || len(warnings) > 0 {
+			s.Log.Info("admitted", "vm", owner, "op", req.Operation, "assigned", patch, "collisions", warnings)
+		}
+	}
+	return allow(patch, warnings)
+}
+
+// oldInterfaceMACs are an update's old MACs by interface name.
+func oldInterfaceMACs(req *admissionv1.AdmissionRequest) map[string]string {
+	macs := map[string]string{}
+	if req.Operation != admissionv1.Update {
+		return macs
+	}
+	old := &v1.VirtualMachine{}
+	if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Spec.Template != nil {
+		for _, iface := range old.Spec.Template.Spec.Domain.Devices.Interfaces {
+			macs[iface.Name] = iface.MacAddress
+		}
+	}
+	return macs
+}
+
+func refuseInterfaces(errs []macpool.InterfaceError) *admissionv1.AdmissionResponse {
+	causes := make([]metav1.StatusCause, len(errs))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
+		msgs[i] = e.Error()
+	}
+	return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
+}
+
+func allow(patch []patchOp, warnings []string) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
+	if len(patch) > 0 {
+		b, _ := json.Marshal(patch) // strings only: cannot fail
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = b, &pt
+	}
+	return resp
+}
+
+func refuse(code int32, reason metav1.StatusReason, msg string, causes []metav1.StatusCause) *admissionv1.AdmissionResponse {
+	st := &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}
+	if len(causes) > 0 {
+		st.Details = &metav1.StatusDetails{Causes: causes}
+	}
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: st}
+}

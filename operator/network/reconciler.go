@@ -1,0 +1,247 @@
+// Package network is the cluster network add-ons operator: it reconciles
+// the cluster-scoped NetworkAddonsConfig named "cluster"
+// (networkaddonsoperator.network.kubevirt.io/v1, v1alpha1 alike) into the
+// components whose spec keys are present (operator/network/install):
+//
+//	multus      the NetworkAttachmentDefinition CRD and the kubevmm-multus
+//	            DaemonSet (installs the meta-plugin on every node)
+//	linuxBridge the bridge-marker DaemonSet (installs the bridge and tuning
+//	            CNI plugins, publishes each node's bridges as
+//	            bridge.network.kubevirt.io/<bridge> resources)
+//	kubeMacPool kubemacpool (its range ConfigMap, RBAC, Deployment, Service
+//	            and mutating webhook), with spec.kubeMacPool's range, else
+//	            the range its ConfigMap holds, else a random
+//	            02:XX:XX:00:00:00-02:XX:XX:FF:FF:FF picked once and kept
+//	            in the ConfigMap; its serving certificate is the
+//	            deployer's, Secret kubemacpool-service with the CA in ca.crt
+//
+// all in namespace cluster-network-addons, the operator's own (Operator).
+// The bridge and tuning CNI plugins come with bridge-marker: its image
+// carries them and its init container installs them on every node.
+// Upstream's other keys are refused by name (Degraded).
+//
+// One level-triggered reconciler: read (the NetworkAddonsConfig, its spec
+// as stored, the components' DaemonSets and Deployment, kubemacpool's
+// range and CA), decide (Decide, a pure function), write (server-side apply under field manager
+// cluster-network-addons-operator with forced ownership, so an edit of a
+// deployed field is reverted; deletes of the components whose key is
+// gone; then the status). Everything applied is owned by the
+// NetworkAddonsConfig (the garbage collector removes it with it), except
+// the NetworkAttachmentDefinition CRD, which stays: users' definitions
+// live in it. Watches on the owned kinds bring every change back here.
+//
+// States (the conditions Available/Progressing/Degraded):
+//
+//	-> Progressing  a requested component's DaemonSet or Deployment is not
+//	                ready
+//	-> Available    every requested component is ready (none requested:
+//	                Available at once); observedVersion is set
+//	-> Degraded     the spec sets a field kubevmm does not implement (named),
+//	                an invalid kubeMacPool range, or kubemacpool's CA is
+//	                missing (looked for again every 10 s); nothing is
+//	                applied or deleted until it is fixed
+//
+// The CRD admits no other name than "cluster".
+package network
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/net/kubemacpool"
+	"github.com/kubevmm/kubevmm/net/macpool"
+	"github.com/kubevmm/kubevmm/operator/network/install"
+)
+
+// FieldManager is the operator's server-side apply field manager.
+const FieldManager = "cluster-network-addons-operator"
+
+// daemonSets are the components' DaemonSets, whose readiness is read.
+var daemonSets = []string{install.Multus, install.BridgeMarker}
+
+// declared are the spec's keys kubevmm implements (their JSON names).
+var declared = func() map[string]bool {
+	out := map[string]bool{}
+	t := reflect.TypeFor[networkaddonsv1.NetworkAddonsConfigSpec]()
+	for i := range t.NumField() {
+		out[strings.Split(t.Field(i).Tag.Get("json"), ",")[0]] = true
+	}
+	return out
+}()
+
+// Reconciler reconciles the NetworkAddonsConfig.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads uncached: what the operator deploys is watched by
+	// its metadata only.
+	APIReader client.Reader
+	Options   Options
+}
+
+// Reconcile is one pass: read, decide, write.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	nac := &networkaddonsv1.NetworkAddonsConfig{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, nac); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if nac.DeletionTimestamp != nil {
+		// The garbage collector removes what it owns.
+		return reconcile.Result{}, nil
+	}
+	o, err := r.observe(ctx, nac)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d := Decide(o, r.Options, metav1.Now())
+	if was, is := state(nac.Status), state(d.Status); was != is {
+		log.Info("state", "from", was, "to", is)
+	}
+	for _, u := range d.Apply {
+		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+			return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	for _, obj := range d.Delete {
+		if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+	if !equality.Semantic.DeepEqual(nac.Status, d.Status) {
+		orig := nac.DeepCopy()
+		nac.Status = d.Status
+		if err := r.Client.Status().Patch(ctx, nac, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
+		}
+	}
+	if nac.Spec.KubeMacPool != nil && len(o.KubeMacPoolCA) == 0 {
+		// kubemacpool's Secret is not watched: look again.
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// state names the condition that holds, for the log.
+func state(s networkaddonsv1.NetworkAddonsConfigStatus) string {
+	for _, t := range []networkaddonsv1.ConditionType{networkaddonsv1.ConditionDegraded, networkaddonsv1.ConditionAvailable, networkaddonsv1.ConditionProgressing} {
+		if c := networkaddonsv1.FindCondition(s.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
+			return string(t)
+		}
+	}
+	return "none"
+}
+
+// observe reads what Decide needs.
+func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAddonsConfig) (Observed, error) {
+	o := Observed{Config: nac, Workloads: map[string]Workload{}}
+	// The CRD keeps fields kubevmm does not declare (the typed read drops
+	// them): read the stored spec as it is, to refuse them by name.
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(networkaddonsv1.GroupVersion.WithKind("NetworkAddonsConfig"))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(nac), raw); err != nil {
+		return o, fmt.Errorf("reading NetworkAddonsConfig %s as stored: %w", nac.Name, err)
+	}
+	spec, err := json.Marshal(raw.Object["spec"])
+	if err != nil {
+		return o, fmt.Errorf("NetworkAddonsConfig %s: %w", nac.Name, err)
+	}
+	if o.UnknownFields, err = v1.UnknownFields(spec, nac.Spec); err != nil {
+		return o, fmt.Errorf("NetworkAddonsConfig %s: %w", nac.Name, err)
+	}
+	// A key asks for its component even empty ("ovs: {}"), which
+	// UnknownFields does not report: every undeclared key is refused.
+	m, _ := raw.Object["spec"].(map[string]any)
+	for k, val := range m {
+		if !declared[k] && val != nil && !slices.Contains(o.UnknownFields, k) {
+			o.UnknownFields = append(o.UnknownFields, k)
+		}
+	}
+	sort.Strings(o.UnknownFields)
+	for _, name := range daemonSets {
+		ds := &appsv1.DaemonSet{}
+		switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: name}, ds); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return o, fmt.Errorf("reading DaemonSet %s: %w", name, err)
+		default:
+			st := ds.Status
+			o.Workloads[workloadKey("DaemonSet", install.Namespace, name)] = Workload{
+				Ready: st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+					st.NumberAvailable >= st.DesiredNumberScheduled}
+		}
+	}
+	dep := &appsv1.Deployment{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, dep); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading Deployment %s: %w", install.KubeMacPool, err)
+	default:
+		want := ptr.Deref(dep.Spec.Replicas, 1)
+		st := dep.Status
+		o.Workloads[workloadKey("Deployment", install.Namespace, install.KubeMacPool)] = Workload{
+			Ready: st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want}
+	}
+	if nac.Spec.KubeMacPool == nil {
+		return o, nil
+	}
+	sec := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPoolSecret}, sec); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading kubemacpool's CA: %w", err)
+	default:
+		o.KubeMacPoolCA = sec.Data[CAKey]
+	}
+	cm := &corev1.ConfigMap{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: kubemacpool.ConfigMap}, cm); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return o, fmt.Errorf("reading kubemacpool's range: %w", err)
+	default:
+		o.KubeMacPoolRange = &[2]string{cm.Data[kubemacpool.KeyRangeStart], cm.Data[kubemacpool.KeyRangeEnd]}
+	}
+	if o.KubeMacPoolRange == nil {
+		// Picked once: kept in the ConfigMap from then on.
+		rg, err := macpool.RandomRange()
+		if err != nil {
+			return o, err
+		}
+		o.RandomRange = &[2]string{rg.Start.String(), rg.End.String()}
+	}
+	return o, nil
+}
+
+// SetupWithManager registers the reconciler: the NetworkAddonsConfig and
+// the metadata of what it owns.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).Named("networkaddonsconfig").For(&networkaddonsv1.NetworkAddonsConfig{})
+	for _, obj := range []client.Object{&appsv1.DaemonSet{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &corev1.ConfigMap{},
+		&corev1.Service{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
+		&admissionregistrationv1.MutatingWebhookConfiguration{}} {
+		b = b.Owns(obj, builder.OnlyMetadata)
+	}
+	return b.Complete(r)
+}

@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
+)
+
+// TestPodBridgeBinding: a VMI whose only NIC is bridge-bound on the pod
+// network (one guest boot). Its guest takes the pod's IP by DHCP from
+// virt-handler (the guest's `ip addr` shows the IP kubectl reports for
+// the pod), and its echo server answers on the pod IP from another pod
+// (virt-api's), from the node, and through `virtctl port-forward`
+// (virt-handler dials the guest from the pod, now that the pod has no IP
+// of its own). status.interfaces reports the pod IP; LiveMigratable is
+// False naming the interface, and a migration fails at once.
+func TestPodBridgeBinding(t *testing.T) {
+	freshNamespace(t)
+	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-podbridge.yaml"))
+	kubectl(t, "-n", ns, "wait", "vmi/podbr", "--for=jsonpath={.status.phase}=Running", "--timeout=300s")
+	pod := kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=podbr", "-o", "jsonpath={.items[0].metadata.name}")
+	podIP := jsonpath(t, "pod/"+pod, "{.status.podIP}")
+	require.NotEmpty(t, podIP)
+	t.Logf("kubectl get pod -o wide:\n%s", kubectl(t, "-n", ns, "get", "pod", pod, "-o", "wide"))
+
+	t0 := time.Now()
+	out := consoleUntil(t, ns, "podbr", "PODBR-42", 15*time.Minute)
+	t.Logf("MEASURED guest up with its lease after %v", time.Since(t0).Round(time.Second))
+	lease := regexp.MustCompile(`kubevmm-guest: dhcp lease .*`).FindString(out)
+	t.Logf("%s", lease)
+	at := strings.Index(out, "runcmd ip -4 addr")
+	require.GreaterOrEqual(t, at, 0, "the guest ran ip addr:\n%s", out)
+	m := regexp.MustCompile(`inet (\d+\.\d+\.\d+\.\d+)/(\d+)`).FindStringSubmatch(out[at:])
+	require.NotNil(t, m, "the guest's ip addr shows an address:\n%s", out)
+	assert.Equal(t, podIP, m[1], "the guest has the pod's IP")
+	assert.Contains(t, lease, "routes=", "the lease has classless routes")
+	assert.Contains(t, lease, spec.PodBridgeFakeIP+"/32 0.0.0.0", "and the bridge's address on link")
+
+	var st v1.VirtualMachineInstanceStatus
+	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "vmi/podbr", "{.status}")), &st))
+	require.Len(t, st.Interfaces, 1, "%+v", st.Interfaces)
+	assert.Equal(t, podIP, st.Interfaces[0].IP)
+	assert.Equal(t, "eth0", st.Interfaces[0].PodInterfaceName)
+	var migratable *v1.VirtualMachineInstanceCondition
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == v1.VirtualMachineInstanceIsMigratable {
+			migratable = &st.Conditions[i]
+		}
+	}
+	require.NotNil(t, migratable, "a LiveMigratable condition: %+v", st.Conditions)
+	assert.Equal(t, "False", string(migratable.Status))
+	assert.Equal(t, spec.ReasonInterfaceNotLiveMigratable, migratable.Reason)
+	assert.Contains(t, migratable.Message, "interface default")
+
+	// Another pod reaches the guest at the pod IP: from virt-api's.
+	apiPod := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-api", "-o", "jsonpath={.items[*].metadata.uid}"))
+	require.NotEmpty(t, apiPod)
+	pids := podProcesses(apiPod[0], "virt-api")
+	require.NotEmpty(t, pids, "a virt-api process")
+	c, err := dialFromNetns(pids[0], net.JoinHostPort(podIP, "1234"))
+	require.NoError(t, err, "virt-api's pod reaches the guest's echo server at the pod IP")
+	_, err = c.Write([]byte("from another pod\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+	got := make([]byte, len("from another pod\n"))
+	_, err = c.Read(got)
+	c.Close()
+	require.NoError(t, err)
+	assert.Equal(t, "from another pod\n", string(got))
+	// The node, and virtctl port-forward (status.interfaces[0] is the pod IP).
+	portForwardEcho(t, ns, "podbr")
+
+	virtctl(t, "migrate", "podbr")
+	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	require.NotEmpty(t, mig)
+	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Failed", 2*time.Minute)
+	assert.Equal(t, pod, kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=podbr", "-o", "jsonpath={.items[*].metadata.name}"), "no target pod")
+}
