@@ -40,6 +40,9 @@ type VMIReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Launcher  LauncherConfig
+	// Config is the cluster configuration (feature gates); nil means
+	// KubeVirt's defaults.
+	Config func() (ClusterConfig, error)
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 }
@@ -224,6 +227,18 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 	if err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
 		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
+	}
+	cfg := ClusterConfig{}
+	if r.Config != nil {
+		if cfg, err = r.Config(); err != nil {
+			return nil, &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("reading the cluster configuration: %w", err), retry: true}
+		}
+	}
+	// Retried: enabling the gate is a configuration change, which no
+	// watch brings back.
+	if err := checkHostDisks(vmi, cfg); err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
+		return nil, &syncError{reason: ReasonInvalidSpec, err: err, retry: true}
 	}
 	if err := addDiskVolumes(pod, vmi, pvcs); err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,12 +20,16 @@ import (
 // Disk volumes: a launcher pod gets each persistentVolumeClaim volume as
 // KubeVirt's does, a Filesystem claim mounted at spec.PVCDiskDir/<volume>
 // (the launcher makes disk.img in it), a Block claim as the device
-// spec.BlockDeviceDir/<volume>; emptyDisk images go in one emptyDir. The
-// claims are read only for VMIs that have some (from the cache by the VMI
-// controller, which watches them: a claim that appears or changes brings
-// its VMIs back; from the API server by the migration controller): their
-// mode and size go to the launcher (spec.PVCInfoEnv), their access modes
-// decide LiveMigratable.
+// spec.BlockDeviceDir/<volume>; an ephemeral volume's claim the same way,
+// read-only; emptyDisk images and ephemeral overlays go in one emptyDir.
+// A hostDisk's directory on the node is a hostPath volume at
+// spec.PVCDiskDir/<volume> (DirectoryOrCreate for DiskOrCreate), only
+// with the HostDisk feature gate, as in KubeVirt: it gives whoever creates
+// VMIs files of the node. The claims are read only for VMIs that have
+// some (from the cache by the VMI controller, which watches them: a claim
+// that appears or changes brings its VMIs back; from the API server by
+// the migration controller): their mode and size go to the launcher
+// (spec.PVCInfoEnv), their access modes decide LiveMigratable.
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 
@@ -32,8 +37,23 @@ import (
 // does not exist (KubeVirt's): it gets no pod until the claim appears.
 const ReasonFailedPVCNotFound = "FailedPvcNotFound"
 
-// emptyDiskVolume is the launcher pod's emptyDir of emptyDisk images.
+// emptyDiskVolume is the launcher pod's emptyDir of emptyDisk images and
+// ephemeral overlays.
 const emptyDiskVolume = "ephemeral-disks"
+
+// FeatureGateHostDisk (KubeVirt's) lets VMIs have hostDisk volumes.
+const FeatureGateHostDisk = "HostDisk"
+
+// checkHostDisks refuses a VMI with a hostDisk volume unless the cluster
+// configuration enables FeatureGateHostDisk.
+func checkHostDisks(vmi *v1.VirtualMachineInstance, cfg ClusterConfig) error {
+	for _, v := range vmi.Spec.Volumes {
+		if v.HostDisk != nil && !cfg.HasFeatureGate(FeatureGateHostDisk) {
+			return fmt.Errorf("spec.volumes[%s].hostDisk: the %s feature gate is not enabled (developerConfiguration.featureGates)", v.Name, FeatureGateHostDisk)
+		}
+	}
+	return nil
+}
 
 // vmisOfClaim are the VMIs of the claim's namespace with a volume on it
 // (from the cache): a VMI waiting for its claim starts once it exists,
@@ -47,7 +67,7 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 	var out []reconcile.Request
 	for i := range list.Items {
 		for _, v := range spec.PVCVolumes(&list.Items[i].Spec) {
-			if v.PersistentVolumeClaim.ClaimName == o.GetName() {
+			if claim, _, _ := spec.VolumeClaim(&v); claim == o.GetName() {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 				break
 			}
@@ -61,7 +81,7 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]spec.PVCInfo, *syncError) {
 	out := map[string]spec.PVCInfo{}
 	for _, v := range spec.PVCVolumes(&vmi.Spec) {
-		name := v.PersistentVolumeClaim.ClaimName
+		name, _, _ := spec.VolumeClaim(&v)
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := c.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: name}, pvc)
 		switch {
@@ -77,8 +97,8 @@ func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstan
 	return out, nil
 }
 
-// addDiskVolumes gives the launcher pod the VMI's PVC and emptyDisk
-// volumes (pvcs from readPVCs). A pod volume is named after its VMI
+// addDiskVolumes gives the launcher pod the VMI's PVC, ephemeral,
+// hostDisk and emptyDisk volumes (pvcs from readPVCs). A pod volume is named after its VMI
 // volume, as in KubeVirt; a name the pod already uses is refused.
 func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) error {
 	taken := map[string]bool{}
@@ -88,18 +108,28 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 	c := &pod.Spec.Containers[0]
 	emptyDisk := false
 	for _, v := range vmi.Spec.Volumes {
+		claim, ro, isClaim := spec.VolumeClaim(&v)
+		if (isClaim || v.HostDisk != nil) && taken[v.Name] {
+			return fmt.Errorf("spec.volumes[%s]: the name is taken by the launcher pod's own volume", v.Name)
+		}
 		switch {
 		case v.EmptyDisk != nil:
 			emptyDisk = true
-		case v.PersistentVolumeClaim != nil:
-			if taken[v.Name] {
-				return fmt.Errorf("spec.volumes[%s]: the name is taken by the launcher pod's own volume", v.Name)
+		case v.HostDisk != nil:
+			t := corev1.HostPathDirectory
+			if v.HostDisk.Type == v1.HostDiskExistsOrCreate {
+				t = corev1.HostPathDirectoryOrCreate
 			}
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: filepath.Dir(v.HostDisk.Path), Type: &t},
+			}})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: spec.PVCDiskDir + "/" + v.Name})
+		case isClaim:
+			emptyDisk = emptyDisk || v.Ephemeral != nil
 			info, ok := pvcs[v.Name]
 			if !ok {
-				return fmt.Errorf("spec.volumes[%s]: PVC %s was not read", v.Name, v.PersistentVolumeClaim.ClaimName)
+				return fmt.Errorf("spec.volumes[%s]: PVC %s was not read", v.Name, claim)
 			}
-			ro := v.PersistentVolumeClaim.ReadOnly
 			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: info.ClaimName, ReadOnly: ro},
 			}})

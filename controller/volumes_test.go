@@ -47,3 +47,46 @@ func TestAddDiskVolumesEmptyDiskOnly(t *testing.T) {
 		assert.NotEqual(t, spec.PVCInfoEnv, e.Name)
 	}
 }
+
+// An ephemeral volume's claim is mounted read-only (its writes go to the
+// overlay in the scratch emptyDir, which the pod then has); a hostDisk's
+// node directory is a hostPath volume, created only for DiskOrCreate.
+func TestAddDiskVolumesEphemeralAndHostDisk(t *testing.T) {
+	eph := func(name, claim string) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	}
+	vmi := diskVMI(eph("golden", "golden-fs"), eph("raw", "golden-blk"),
+		v1.Volume{Name: "made", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/var/vms/a.img", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}},
+		v1.Volume{Name: "found", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/srv/b.img", Type: v1.HostDiskExists}}})
+	pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "img"})
+	require.NoError(t, err)
+	require.NoError(t, addDiskVolumes(pod, vmi, map[string]spec.PVCInfo{
+		"golden": {ClaimName: "golden-fs"}, "raw": {ClaimName: "golden-blk", Block: true}}))
+
+	vols := map[string]corev1.VolumeSource{}
+	for _, v := range pod.Spec.Volumes {
+		vols[v.Name] = v.VolumeSource
+	}
+	assert.Equal(t, &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden-fs", ReadOnly: true}, vols["golden"].PersistentVolumeClaim)
+	assert.Equal(t, &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden-blk", ReadOnly: true}, vols["raw"].PersistentVolumeClaim)
+	assert.Equal(t, &corev1.HostPathVolumeSource{Path: "/var/vms", Type: ptr.To(corev1.HostPathDirectoryOrCreate)}, vols["made"].HostPath)
+	assert.Equal(t, &corev1.HostPathVolumeSource{Path: "/srv", Type: ptr.To(corev1.HostPathDirectory)}, vols["found"].HostPath)
+	assert.NotNil(t, vols[emptyDiskVolume].EmptyDir, "the overlays' emptyDir")
+
+	c := pod.Spec.Containers[0]
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "golden", MountPath: spec.PVCDiskDir + "/golden", ReadOnly: true})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "made", MountPath: spec.PVCDiskDir + "/made"})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "found", MountPath: spec.PVCDiskDir + "/found"})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: spec.EmptyDiskDir})
+	assert.Contains(t, c.VolumeDevices, corev1.VolumeDevice{Name: "raw", DevicePath: spec.BlockDeviceDir + "/raw"})
+}
+
+// hostDisk volumes need KubeVirt's HostDisk feature gate.
+func TestCheckHostDisks(t *testing.T) {
+	vmi := diskVMI(v1.Volume{Name: "hd", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/srv/b.img", Type: v1.HostDiskExists}}})
+	assert.ErrorContains(t, checkHostDisks(vmi, ClusterConfig{}), "spec.volumes[hd].hostDisk: the HostDisk feature gate is not enabled")
+	gated := ClusterConfig{DeveloperConfiguration: DeveloperConfiguration{FeatureGates: []string{FeatureGateHostDisk}}}
+	assert.NoError(t, checkHostDisks(vmi, gated))
+	assert.NoError(t, checkHostDisks(diskVMI(), ClusterConfig{}), "no hostDisk, no gate needed")
+}

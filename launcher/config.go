@@ -225,13 +225,13 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 
 // setImage points the disk at its volume's image.
 func (dc *DiskConfig) setImage(p Paths, v *v1.Volume) error {
-	path, readOnly, isVolumeDisk, err := volumeDisk(p, v)
+	img, isVolumeDisk, err := volumeDisk(p, v)
 	if err != nil {
 		return err
 	}
 	switch {
 	case isVolumeDisk:
-		dc.Path, dc.ReadOnly, dc.Format = path, dc.ReadOnly || readOnly, block.FormatRaw
+		dc.Path, dc.ReadOnly, dc.Format = img.Path, dc.ReadOnly || img.ReadOnly, img.Format
 	case v.ContainerDisk != nil:
 		dc.Path = containerDiskPath(p, dc.Name)
 	case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
@@ -239,7 +239,7 @@ func (dc *DiskConfig) setImage(p Paths, v *v1.Volume) error {
 		dc.Path = cloudInitDisk(p, dc.Name)
 		dc.ReadOnly = true
 	default:
-		return fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim and emptyDisk volumes are supported by the launcher", dc.Name)
+		return fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim, ephemeral, hostDisk and emptyDisk volumes are supported by the launcher", dc.Name)
 	}
 	return nil
 }

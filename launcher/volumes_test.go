@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -57,6 +58,19 @@ func withVolumes(vols ...v1.Volume) *v1.VirtualMachineInstance {
 
 func pvcVolume(name, claim string, readOnly bool) v1.Volume {
 	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}}
+}
+
+func ephemeralVolume(name, claim string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+}
+
+func hostDiskVolume(name, path string, typ v1.HostDiskType, capacity string) v1.Volume {
+	hd := &v1.HostDisk{Path: path, Type: typ}
+	if capacity != "" {
+		hd.Capacity = resource.MustParse(capacity)
+	}
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostDisk: hd}}
 }
 
 func sizeAndBlocks(t *testing.T, path string) (int64, int64) {
@@ -125,14 +139,30 @@ func TestPrepareVolumeErrors(t *testing.T) {
 		{name: "bigger than the file system", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 60}},
 			vol: pvcVolume("data", "c", false), err: "volume data (PVC c): no room for"},
 		{name: "smaller than a MiB", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c"}},
-			vol: pvcVolume("data", "c", false), err: "the claim is smaller than a MiB"},
+			vol: pvcVolume("data", "c", false), err: "smaller than a MiB"},
 		{name: "read-only claim without an image", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
-			vol: pvcVolume("data", "c", true), err: "does not exist and the claim is read-only"},
+			vol: pvcVolume("data", "c", true), err: "does not exist and the volume is read-only"},
 		{name: "nothing said of the claim", vol: pvcVolume("data", "c", false), err: spec.PVCInfoEnv},
-		{name: "no device", pvcs: blk, vol: pvcVolume("data", "c", false), err: "volume data: the Block PVC's device"},
+		{name: "no device", pvcs: blk, vol: pvcVolume("data", "c", false), err: "volume data (PVC c): the Block PVC's device"},
 		{name: "not a device", pvcs: blk, vol: pvcVolume("data", "c", false), err: "is not a block device",
 			setup: func(t *testing.T, p Paths) {
 				require.NoError(t, os.WriteFile(filepath.Join(p.BlockDeviceDir, "data"), nil, 0o600))
+			}},
+		{name: "ephemeral claim without an image", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
+			vol: ephemeralVolume("data", "c"), err: "volume data (ephemeral, PVC c): the PVC's image"},
+		{name: "ephemeral Block claim without a device", pvcs: blk,
+			vol: ephemeralVolume("data", "c"), err: "volume data (ephemeral, PVC c): the Block PVC's device"},
+		{name: "hostDisk Disk without its image", vol: hostDiskVolume("data", "/srv/vm.img", v1.HostDiskExists, ""),
+			err: "volume data (hostDisk /srv/vm.img, type Disk): stat"},
+		{name: "hostDisk Disk that is a directory", vol: hostDiskVolume("data", "/srv/vm.img", v1.HostDiskExists, ""),
+			err: "not a regular file",
+			setup: func(t *testing.T, p Paths) {
+				require.NoError(t, os.MkdirAll(filepath.Join(p.PVCDiskDir, "data", "vm.img"), 0o755))
+			}},
+		{name: "hostDisk DiskOrCreate bigger than the file system", vol: hostDiskVolume("data", "/srv/vm.img", v1.HostDiskExistsOrCreate, "1Ei"),
+			err: "volume data (hostDisk /srv/vm.img): no room for",
+			setup: func(t *testing.T, p Paths) {
+				require.NoError(t, os.MkdirAll(filepath.Join(p.PVCDiskDir, "data"), 0o755))
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,4 +215,93 @@ func TestVolumeDisksOnQEMU(t *testing.T) {
 		assert.Equal(t, qemu.FormatRaw, d.Format)
 		assert.False(t, d.ReadOnly)
 	}
+}
+
+// An ephemeral volume: the guest's disk is a qcow2 overlay in the pod's
+// scratch directory over the claim's disk.img, which reads as the claim
+// and takes the writes while the claim's image stays as it was. A second
+// preparation in the same pod (the launcher restarted) keeps the overlay
+// and what was written to it. The QEMU backend gets the same overlay.
+func TestPrepareEphemeral(t *testing.T) {
+	p := volumePaths(t, map[string]spec.PVCInfo{"golden": {ClaimName: "c", Size: 4 << 20}})
+	base := make([]byte, 4<<20)
+	copy(base, "the golden image")
+	claimImg := filepath.Join(p.PVCDiskDir, "golden", "disk.img")
+	require.NoError(t, os.WriteFile(claimImg, base, 0o400))
+	vmi := withVolumes(ephemeralVolume("golden", "c"))
+	require.NoError(t, os.WriteFile(filepath.Join(p.ContainerDiskDir, "root.img"), make([]byte, 512), 0o600))
+
+	cfg, err := prepareVMI(t, vmi, p)
+	require.NoError(t, err)
+	overlay := filepath.Join(p.EmptyDiskDir, "golden", "disk.qcow2")
+	d := cfg.Disks[1]
+	assert.Equal(t, overlay, d.Path)
+	assert.Equal(t, block.FormatQcow2, d.Format)
+	assert.False(t, d.ReadOnly, "the guest writes to the overlay")
+
+	img, err := block.OpenQcow2(overlay, false)
+	require.NoError(t, err)
+	assert.Equal(t, claimImg, img.Header().BackingFile)
+	assert.Equal(t, uint64(len(base)), img.Size())
+	got := make([]byte, 16)
+	_, err = img.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "the golden image", string(got))
+	_, err = img.WriteAt([]byte("the guest's own "), 0)
+	require.NoError(t, err)
+	require.NoError(t, img.Close())
+	b, err := os.ReadFile(claimImg)
+	require.NoError(t, err)
+	assert.Equal(t, base, b, "the claim's image is never written")
+
+	vmi.Annotations = map[string]string{spec.BackendAnnotation: "qemu"}
+	cfg, err = prepareVMI(t, vmi, p)
+	require.NoError(t, err)
+	img, err = block.OpenQcow2(overlay, true)
+	require.NoError(t, err)
+	_, err = img.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.NoError(t, img.Close())
+	assert.Equal(t, "the guest's own ", string(got), "the pod's overlay is kept")
+	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	require.NoError(t, err)
+	assert.Equal(t, overlay, qc.Disks[1].Path)
+	assert.Equal(t, qemu.FormatQCOW2, qc.Disks[1].Format)
+}
+
+// hostDisks: DiskOrCreate makes the image, sparse at its capacity, in the
+// node directory mounted at PVCDiskDir/<volume>; Disk uses the image
+// there; both raw and writable, and an existing image is kept.
+func TestPrepareHostDisks(t *testing.T) {
+	p := volumePaths(t, nil)
+	for _, v := range []string{"created", "existing"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(p.PVCDiskDir, v), 0o755))
+	}
+	existing := filepath.Join(p.PVCDiskDir, "existing", "vm.img")
+	require.NoError(t, os.WriteFile(existing, []byte("the node's image"), 0o600))
+	vmi := withVolumes(hostDiskVolume("created", "/var/data/new.img", v1.HostDiskExistsOrCreate, "16Mi"),
+		hostDiskVolume("existing", "/srv/vm.img", v1.HostDiskExists, ""))
+	cfg, err := prepareVMI(t, vmi, p)
+	require.NoError(t, err)
+	created := filepath.Join(p.PVCDiskDir, "created", "new.img")
+	size, blocks := sizeAndBlocks(t, created)
+	assert.Equal(t, int64(16<<20), size)
+	assert.Zero(t, blocks, "sparse")
+	for i, want := range []string{created, existing} {
+		d := cfg.Disks[i+1]
+		assert.Equal(t, want, d.Path)
+		assert.Equal(t, block.FormatRaw, d.Format)
+		assert.False(t, d.ReadOnly)
+	}
+
+	// Again (a DiskOrCreate image that exists is the guest's data).
+	require.NoError(t, os.WriteFile(created, []byte("written"), 0o600))
+	_, err = prepareVMI(t, vmi, p)
+	require.NoError(t, err)
+	b, err := os.ReadFile(created)
+	require.NoError(t, err)
+	assert.Equal(t, "written", string(b))
+	b, err = os.ReadFile(existing)
+	require.NoError(t, err)
+	assert.Equal(t, "the node's image", string(b))
 }

@@ -550,7 +550,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			errs = append(errs, unsupported(vp, "dataVolume", "DataVolumes need CDI; use a persistentVolumeClaim"))
 			other = true
 		}
-		disk := v.PersistentVolumeClaim != nil || v.EmptyDisk != nil
+		disk := v.PersistentVolumeClaim != nil || v.EmptyDisk != nil || v.Ephemeral != nil || v.HostDisk != nil
 		errs = append(errs, validateDiskVolume(vp, &v)...)
 		cloudInit := v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil
 		if cloudInit {
@@ -561,7 +561,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			errs = append(errs, validateCloudInit(vp, &v)...)
 		}
 		n := 0
-		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil, v.PersistentVolumeClaim != nil, v.EmptyDisk != nil} {
+		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil, v.PersistentVolumeClaim != nil, v.EmptyDisk != nil, v.Ephemeral != nil, v.HostDisk != nil} {
 			if set {
 				n++
 			}

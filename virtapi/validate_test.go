@@ -200,13 +200,42 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "dv"}
 			}},
-		{name: "hostDisk", field: "volumes[0].hostDisk", typ: notSupported,
+		{name: "hostDisk without a path", field: "volumes[0].hostDisk.path", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.Unmodeled{Raw: []byte(`{"path":"/d.img","type":"Disk"}`)}
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Type: v1.HostDiskExists}
 			}},
-		{name: "ephemeral", field: "volumes[0].ephemeral", typ: notSupported,
+		{name: "hostDisk with a relative path", field: "volumes[0].hostDisk.path", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Volumes[0].ContainerDisk, s.Volumes[0].Ephemeral = nil, &v1.Unmodeled{Raw: []byte(`{"persistentVolumeClaim":{"claimName":"c"}}`)}
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "d.img", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk path with ..", field: "volumes[0].hostDisk.path", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/var/../d.img", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk at /", field: "volumes[0].hostDisk.path", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk of an unknown type", field: "volumes[0].hostDisk.type", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/d.img", Type: "Directory"}
+			}},
+		{name: "DiskOrCreate without capacity", field: "volumes[0].hostDisk.capacity", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExistsOrCreate}
+			}},
+		{name: "ephemeral without a claim", field: "volumes[0].ephemeral.persistentVolumeClaim", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].Ephemeral = nil, &v1.EphemeralVolumeSource{}
+			}},
+		{name: "ephemeral with a bad claim name", field: "volumes[0].ephemeral.persistentVolumeClaim.claimName", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk = nil
+				s.Volumes[0].Ephemeral = &v1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "No/Such"}}
+			}},
+		{name: "hostDisk and containerDisk at once", field: "volumes[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].HostDisk = &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExists}
 			}},
 		{name: "two bindings", field: "domain.devices.interfaces[0]", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Bridge = &v1.InterfaceBridge{} }},
@@ -438,6 +467,16 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 				v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-pvc", ReadOnly: true}}},
 				v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}})
 			s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "data"}, v1.Disk{Name: "scratch"})
+		}},
+		{"an ephemeral volume and hostDisks (KubeVirt's vmi-host-disk.yaml)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Volumes = append(s.Volumes,
+				v1.Volume{Name: "base", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}}},
+				v1.Volume{Name: "host-disk", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{
+					Path: "/data/disk.img", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}},
+				v1.Volume{Name: "shared", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{
+					Path: "/mnt/nfs/vm.img", Type: v1.HostDiskExists, Shared: ptr.To(true)}}})
+			s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "base"}, v1.Disk{Name: "host-disk"}, v1.Disk{Name: "shared"})
 		}},
 		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
 		{"rebootPolicy Reboot", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Reboot") }},

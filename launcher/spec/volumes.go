@@ -27,6 +27,9 @@ const (
 	EmptyDiskDir = "/var/run/kubevirt-ephemeral-disks/disk-data"
 	// EmptyDiskName is an emptyDisk volume's (sparse raw) image.
 	EmptyDiskName = "disk.img"
+	// EphemeralOverlayName is an ephemeral volume's qcow2 overlay, in
+	// EmptyDiskDir/<volume>: its backing file is the claim's image.
+	EphemeralOverlayName = "disk.qcow2"
 	// PVCInfoEnv, on the launcher, is what virt-controller read of the
 	// VMI's PVCs (JSON, volume name -> PVCInfo): the launcher has no API
 	// access and needs each claim's mode and size.
@@ -80,6 +83,17 @@ func PVCDiskImg(dir, volume string) string { return filepath.Join(dir, volume, D
 // EmptyDiskImg is the image of an emptyDisk volume.
 func EmptyDiskImg(dir, volume string) string { return filepath.Join(dir, volume, EmptyDiskName) }
 
+// EphemeralOverlay is the overlay of an ephemeral volume.
+func EphemeralOverlay(dir, volume string) string {
+	return filepath.Join(dir, volume, EphemeralOverlayName)
+}
+
+// HostDiskImg is a hostDisk's image in the launcher pod: the directory of
+// its path is mounted at PVCDiskDir/<volume>, as KubeVirt mounts it.
+func HostDiskImg(dir, volume string, hd *v1.HostDisk) string {
+	return filepath.Join(dir, volume, filepath.Base(hd.Path))
+}
+
 // EncodePVCInfo is PVCInfoEnv's value.
 func EncodePVCInfo(pvcs map[string]PVCInfo) (string, error) {
 	b, err := json.Marshal(pvcs)
@@ -101,11 +115,24 @@ func DecodePVCInfo(s string) (map[string]PVCInfo, error) {
 	return out, nil
 }
 
-// PVCVolumes are the VMI's PersistentVolumeClaim volumes.
+// VolumeClaim is the claim of a persistentVolumeClaim or ephemeral
+// volume and whether the pod mounts it read-only: an ephemeral volume's
+// always is (its writes go to the overlay). ok is false for other volumes.
+func VolumeClaim(v *v1.Volume) (claim string, readOnly, ok bool) {
+	switch {
+	case v.PersistentVolumeClaim != nil:
+		return v.PersistentVolumeClaim.ClaimName, v.PersistentVolumeClaim.ReadOnly, true
+	case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
+		return v.Ephemeral.PersistentVolumeClaim.ClaimName, true, true
+	}
+	return "", false, false
+}
+
+// PVCVolumes are the VMI's volumes on a claim (VolumeClaim).
 func PVCVolumes(s *v1.VirtualMachineInstanceSpec) []v1.Volume {
 	var out []v1.Volume
 	for _, v := range s.Volumes {
-		if v.PersistentVolumeClaim != nil {
+		if _, _, ok := VolumeClaim(&v); ok {
 			out = append(out, v)
 		}
 	}
@@ -114,10 +141,12 @@ func PVCVolumes(s *v1.VirtualMachineInstanceSpec) []v1.Volume {
 
 // disksNotMigratable names the first volume that keeps the VMI where it
 // is (KubeVirt's DisksNotLiveMigratable): a PVC that is not
-// ReadWriteMany (its data stays on the node) or that could not be read,
-// and scratch disks (writable containerDisk, emptyDisk), which are local
-// to the launcher pod: kubevmm has no block migration to copy them.
-// Read-only containerDisks are the same image on both ends.
+// ReadWriteMany (its data stays on the node) or that could not be read, a
+// hostDisk not marked shared (as KubeVirt rules), and scratch disks
+// (writable containerDisk, emptyDisk, an ephemeral volume's overlay),
+// which are local to the launcher pod: KubeVirt block-migrates those,
+// kubevmm has no block migration to copy them. Read-only containerDisks
+// are the same image on both ends.
 func disksNotMigratable(s *v1.VirtualMachineInstanceSpec, pvcs map[string]PVCInfo) string {
 	vols := map[string]*v1.Volume{}
 	for i := range s.Volumes {
@@ -131,6 +160,10 @@ func disksNotMigratable(s *v1.VirtualMachineInstanceSpec, pvcs map[string]PVCInf
 			return "disk " + d.Name + " is a writable containerDisk: its data is local to the launcher pod and kubevmm has no block migration"
 		case v.EmptyDisk != nil:
 			return "disk " + d.Name + " is an emptyDisk: its data is local to the launcher pod and kubevmm has no block migration"
+		case v.Ephemeral != nil:
+			return "disk " + d.Name + " is ephemeral: its overlay is local to the launcher pod and kubevmm has no block migration"
+		case v.HostDisk != nil && (v.HostDisk.Shared == nil || !*v.HostDisk.Shared):
+			return "disk " + d.Name + " is a hostDisk that is not shared: its image is on this node only"
 		case v.PersistentVolumeClaim != nil:
 			info, ok := pvcs[d.Name]
 			switch {

@@ -101,6 +101,11 @@ func TestLiveMigratableDisks(t *testing.T) {
 		{"emptyDisk", withVolume(v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}, false), nil, "disk vol is an emptyDisk"},
 		{"writable containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, false), nil, "disk vol is a writable containerDisk"},
 		{"read-only containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, true), nil, ""},
+		{"ephemeral on an RWX PVC", withVolume(v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}, false),
+			map[string]PVCInfo{"vol": {ClaimName: "data", Shared: true}}, "disk vol is ephemeral: its overlay is local to the launcher pod"},
+		{"hostDisk", withVolume(v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExists}}, false), nil, "disk vol is a hostDisk that is not shared"},
+		{"hostDisk shared: false", withVolume(v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExists, Shared: ptr.To(false)}}, false), nil, "not shared"},
+		{"shared hostDisk", withVolume(v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExists, Shared: ptr.To(true)}}, false), nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, reason, msg := LiveMigratable(nil, tc.s, tc.pvcs)
