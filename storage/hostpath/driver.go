@@ -21,6 +21,16 @@
 // as disk.img. Volumes are not staged (no STAGE_UNSTAGE_VOLUME):
 // publishing is a bind mount.
 //
+// A volume is on one node, and by default one node's access modes only
+// (ReadWriteOnce, ReadWriteOncePod), as in HPP. A StorageClass with the
+// parameter sharedOnNode: "true" also gives ReadWriteMany and
+// ReadOnlyMany claims, meaning shared by the pods of the volume's node:
+// its topology still pins every consumer there, so a pod elsewhere never
+// schedules. That is what a VMI's same-node live migration needs (both
+// launcher pods have the claim at once); a migration to another node
+// cannot place its target pod, and fails as an unschedulable one does.
+// The class says so in its name in the dev cluster (hostpath-csi-shared).
+//
 // Volume IDs are ours: CreateVolume accepts names that are one path
 // element of lower-case letters, digits and dashes (the provisioner's
 // pvc-<uid>), and every RPC refuses any other ID, so no request can name a
@@ -48,7 +58,16 @@ const (
 	TopologyKey = "topology.hostpath.csi/node"
 	// StoragePoolParameter is the StorageClass parameter selecting a pool.
 	StoragePoolParameter = "storagePool"
+	// SharedOnNodeParameter is the StorageClass parameter that, "true"
+	// (and so in its volumes' context), lets volumes be shared by the
+	// pods of their node: multi-node access modes are accepted, the
+	// topology keeping every pod on the volume's node.
+	SharedOnNodeParameter = "sharedOnNode"
 )
+
+// sharedOnNode reads SharedOnNodeParameter from parameters or a volume
+// context.
+func sharedOnNode(params map[string]string) bool { return params[SharedOnNodeParameter] == "true" }
 
 // Version is the driver's version, reported by GetPluginInfo.
 var Version = "devel"
@@ -167,9 +186,10 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 }
 
 // checkCaps refuses capabilities a node-local volume cannot give: access
-// from more than one node, a mount with flags (a bind mount has none to
-// give), and a filesystem type other than the pool's.
-func checkCaps(caps []*csi.VolumeCapability) (block bool, err error) {
+// from more than one node (unless shared, sharedOnNode), a mount with
+// flags (a bind mount has none to give), and a filesystem type other than
+// the pool's.
+func checkCaps(caps []*csi.VolumeCapability, shared bool) (block bool, err error) {
 	if len(caps) == 0 {
 		return false, status.Error(codes.InvalidArgument, "volume capabilities are required")
 	}
@@ -177,6 +197,11 @@ func checkCaps(caps []*csi.VolumeCapability) (block bool, err error) {
 		switch c.GetAccessMode().GetMode() {
 		case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
 			csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		case csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+			if !shared {
+				return false, status.Errorf(codes.InvalidArgument, "access mode %s: volumes are on one node (a class with %s: \"true\" shares them among its pods)",
+					c.GetAccessMode().GetMode(), SharedOnNodeParameter)
+			}
 		default:
 			return false, status.Errorf(codes.InvalidArgument, "access mode %s: volumes are on one node", c.GetAccessMode().GetMode())
 		}
@@ -214,7 +239,7 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if !volumeID.MatchString(name) {
 		return nil, status.Errorf(codes.InvalidArgument, "name %q: one path element of lower-case letters, digits and dashes", name)
 	}
-	block, err := checkCaps(req.GetVolumeCapabilities())
+	block, err := checkCaps(req.GetVolumeCapabilities(), sharedOnNode(req.GetParameters()))
 	if err != nil {
 		return nil, err
 	}
@@ -260,10 +285,14 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 			return nil, status.Errorf(codes.Internal, "creating %s: %v", p, err)
 		}
 	}
+	volCtx := map[string]string{StoragePoolParameter: req.GetParameters()[StoragePoolParameter]}
+	if sharedOnNode(req.GetParameters()) {
+		volCtx[SharedOnNodeParameter] = "true"
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           name,
 		CapacityBytes:      size,
-		VolumeContext:      map[string]string{StoragePoolParameter: req.GetParameters()[StoragePoolParameter]},
+		VolumeContext:      volCtx,
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: d.NodeID}}},
 	}}, nil
 }
@@ -409,7 +438,7 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 	if p == "" {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	block, err := checkCaps(req.GetVolumeCapabilities())
+	block, err := checkCaps(req.GetVolumeCapabilities(), sharedOnNode(req.GetVolumeContext()) || sharedOnNode(req.GetParameters()))
 	if err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil //nolint:nilerr // unsupported capabilities are an answer, not an error
 	}
@@ -467,7 +496,7 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume capability is required")
 	}
-	block, err := checkCaps([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	block, err := checkCaps([]*csi.VolumeCapability{req.GetVolumeCapability()}, sharedOnNode(req.GetVolumeContext()))
 	if err != nil {
 		return nil, err
 	}

@@ -435,3 +435,73 @@ func TestExpandRefusals(t *testing.T) {
 		})
 	}
 }
+
+// A class with sharedOnNode: "true" gives multi-node access modes: the
+// volume's context says so, and the volume is published at two targets
+// at once (a VMI's source and target launcher pods on its node), a Block
+// one through the same loop device, kept until the last target goes.
+// Without the parameter the modes are refused (TestCreateRefusals).
+func TestSharedOnNode(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("no loop devices here:", err)
+	}
+	d, pool := newDriver(t)
+	rwx := func(c *csi.VolumeCapability) *csi.VolumeCapability {
+		c.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cap  *csi.VolumeCapability
+	}{{"pvc-shared-fs", rwx(fsCap())}, {"pvc-shared-blk", rwx(blockCap())}} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := createReq(tc.name, 4<<20, tc.cap)
+			req.Parameters[SharedOnNodeParameter] = "true"
+			r, err := d.CreateVolume(ctx, req)
+			require.NoError(t, err)
+			volCtx := r.GetVolume().GetVolumeContext()
+			assert.Equal(t, "true", volCtx[SharedOnNodeParameter])
+			_, err = d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tc.name, TargetPath: filepath.Join(t.TempDir(), "x"), VolumeCapability: tc.cap})
+			assert.Equal(t, codes.InvalidArgument, code(err), "a multi-node publish without the volume's context: %v", err)
+
+			var targets []string
+			for range 2 {
+				target := filepath.Join(t.TempDir(), "pod", "vol")
+				require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o750))
+				_, err := d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tc.name, TargetPath: target, VolumeCapability: tc.cap, VolumeContext: volCtx})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+				targets = append(targets, target)
+			}
+			if tc.cap.GetBlock() != nil {
+				t.Cleanup(func() { _ = releaseLoop(filepath.Join(pool, "csi", tc.name)) })
+				f, err := os.OpenFile(targets[0], os.O_WRONLY, 0)
+				require.NoError(t, err)
+				_, err = f.WriteAt([]byte("from the source"), 0)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[0]})
+				require.NoError(t, err)
+				got := make([]byte, len("from the source"))
+				f, err = os.Open(targets[1])
+				require.NoError(t, err, "the other target keeps its device")
+				_, err = f.ReadAt(got, 0)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				assert.Equal(t, "from the source", string(got))
+			} else {
+				require.NoError(t, os.WriteFile(filepath.Join(targets[0], "disk.img"), []byte("from the source"), 0o600))
+				_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[0]})
+				require.NoError(t, err)
+				b, err := os.ReadFile(filepath.Join(targets[1], "disk.img"))
+				require.NoError(t, err)
+				assert.Equal(t, "from the source", string(b))
+			}
+			_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[1]})
+			require.NoError(t, err)
+			_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: tc.name})
+			require.NoError(t, err)
+		})
+	}
+}

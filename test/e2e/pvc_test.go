@@ -95,3 +95,76 @@ func TestPVCVolumes(t *testing.T) {
 		"END-5", nil, "", 3*time.Minute)
 	assert.Contains(t, out, "READ-FS-42-BLK-42-END-5", "both claims kept what the guest wrote before the restart")
 }
+
+const rwxClaims = `
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: rwx-fs}
+spec:
+  storageClassName: hostpath-csi-shared
+  accessModes: [ReadWriteMany]
+  resources: {requests: {storage: 64Mi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: rwx-blk}
+spec:
+  storageClassName: hostpath-csi-shared
+  volumeMode: Block
+  accessModes: [ReadWriteMany]
+  resources: {requests: {storage: 32Mi}}
+`
+
+// TestPVCLiveMigration: a VM on a Filesystem and a Block ReadWriteMany
+// claim (hostpath-csi-shared: volumes shared by the pods of their node)
+// is LiveMigratable and migrates (on its node: the dev cluster has one).
+// The guest writes a marker to each disk before, and another after: both
+// are in the pool's files, so the target's VMM writes the same volumes.
+// One guest boot.
+func TestPVCLiveMigration(t *testing.T) {
+	freshNamespace(t)
+	const vm = "rwxvm"
+	f := filepath.Join(t.TempDir(), "claims.yaml")
+	require.NoError(t, os.WriteFile(f, []byte(rwxClaims), 0o600))
+	kubectl(t, "-n", ns, "apply", "-f", f)
+	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm-pvc-rwx.yaml"))
+	wait(t, "vmi/"+vm, "create", 2*time.Minute)
+	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	// virt-controller sets LiveMigratable once it has seen the claims.
+	cond := `{.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`
+	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+	}
+	require.True(t, strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpath(t, "vmi/"+vm, cond))
+
+	consoleUntil(t, ns, vm, marker, 15*time.Minute)
+	consoleRunThenIn(t, ns, vm,
+		"echo FS-$((6*7)) | dd of=/dev/vda conv=fsync 2>/dev/null && echo BLK-$((6*7)) | dd of=/dev/vdb conv=fsync 2>/dev/null && echo WROTE-$((1+1))",
+		"WROTE-2", nil, "", 3*time.Minute)
+
+	virtctl(t, "migrate", vm)
+	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	require.NotEmpty(t, mig)
+	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+	assert.Equal(t, "true", jsonpath(t, "vmi/"+vm, "{.status.migrationState.completed}"))
+
+	out := consoleRunThenIn(t, ns, vm,
+		"echo AFTER-$((6*7)) | dd of=/dev/vda bs=512 seek=8 conv=fsync 2>/dev/null && echo AFTER-$((6*7)) | dd of=/dev/vdb bs=512 seek=8 conv=fsync 2>/dev/null && "+
+			"echo READ-$(dd if=/dev/vda bs=6 count=1 2>/dev/null)-$(dd if=/dev/vdb bs=7 count=1 2>/dev/null)-END-$((2+3))",
+		"END-5", nil, "", 3*time.Minute)
+	assert.Contains(t, out, "READ-FS-42-BLK-42-END-5", "the migrated guest reads its disks")
+
+	pool := hostpathPool(t)
+	for claim, first := range map[string]string{"rwx-fs": "FS-42\n", "rwx-blk": "BLK-42\n"} {
+		pv := jsonpath(t, "pvc/"+claim, "{.spec.volumeName}")
+		file := filepath.Join(pool, "csi", pv)
+		if claim == "rwx-fs" {
+			file = filepath.Join(file, "disk.img")
+		}
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.Greater(t, len(b), 4096+9)
+		assert.Equal(t, first, string(b[:len(first)]), "%s: the source's write", claim)
+		assert.Equal(t, "AFTER-42\n", string(b[4096:4096+9]), "%s: the target's write", claim)
+	}
+}

@@ -23,6 +23,11 @@ const Namespace = "hostpath-provisioner"
 // StorageClass is the default StorageClass it serves.
 const StorageClass = "hostpath-csi"
 
+// SharedStorageClass is the class whose volumes are shared by the pods of
+// their node (hostpath.SharedOnNodeParameter): ReadWriteMany claims, for
+// a VMI's same-node live migration on the dev cluster.
+const SharedStorageClass = "hostpath-csi-shared"
+
 // Config says where the provisioner runs and what it serves.
 type Config struct {
 	Image       string            // the provisioner's image
@@ -33,8 +38,9 @@ type Config struct {
 
 // Objects are the hostpath provisioner: its CSI driver and provisioner as
 // a DaemonSet (one per node, the node's pool at c.PoolPath), the CSIDriver
-// object, the default StorageClass hostpath-csi (volumes may grow) and
-// their RBAC.
+// object, the default StorageClass hostpath-csi (volumes may grow),
+// hostpath-csi-shared (the same, its claims may be ReadWriteMany: shared
+// on their node) and their RBAC.
 func Objects(c Config) []client.Object {
 	ns := Namespace
 	const name = "hostpath-provisioner"
@@ -101,6 +107,9 @@ func Objects(c Config) []client.Object {
 		Parameters:        map[string]string{hostpath.StoragePoolParameter: "local"},
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)}
+	shared := sc.DeepCopy()
+	shared.Name, shared.Annotations = SharedStorageClass, nil
+	shared.Parameters[hostpath.SharedOnNodeParameter] = "true"
 	return []client.Object{
 		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns,
 			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}},
@@ -109,7 +118,7 @@ func Objects(c Config) []client.Object {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}},
-		driver, sc, ds,
+		driver, sc, shared, ds,
 	}
 }
 
