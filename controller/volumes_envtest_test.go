@@ -143,3 +143,34 @@ func TestMigrationOfPVCVolumes(t *testing.T) {
 	waitEvent(t, ns, "VirtualMachineInstanceMigration", "rwo-job", controller.ReasonMigrationFailed,
 		"Migration of VMI rwo failed: VMI rwo is not live-migratable (DisksNotLiveMigratable): volume data: PVC local is not shared, live migration requires ReadWriteMany")
 }
+
+// A hostDisk VMI gets no pod without the HostDisk feature gate, and
+// Synchronized says so; once the gate is on it gets its pod (the refusal
+// is retried), with the image's node directory as a hostPath volume.
+func TestVMIHostDiskGate(t *testing.T) {
+	needEnv(t)
+	ns := namespace(t)
+	vmi := newVMI(ns, "hostdisk")
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, v1.Volume{Name: "hd", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{
+		Path: "/var/lib/vms/hd.img", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}})
+	vmi.Spec.Domain.Devices.Disks = append(vmi.Spec.Domain.Devices.Disks, v1.Disk{Name: "hd"})
+	require.NoError(t, k8s.Create(context.Background(), vmi))
+	vmi = waitVMI(t, ns, "hostdisk", "to name the missing gate", func(n *v1.VirtualMachineInstance) bool {
+		c := n.GetCondition(v1.VirtualMachineInstanceSynchronized)
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == controller.ReasonInvalidSpec &&
+			strings.Contains(c.Message, "spec.volumes[hd].hostDisk: the HostDisk feature gate is not enabled")
+	})
+	assert.Empty(t, launcherPods(t, vmi), "no pod without the gate")
+
+	withConfig(t, controller.ClusterConfig{DeveloperConfiguration: controller.DeveloperConfiguration{FeatureGates: []string{controller.FeatureGateHostDisk}}})
+	vmi = waitVMI(t, ns, "hostdisk", "to be Scheduling", func(n *v1.VirtualMachineInstance) bool { return n.Status.Phase == v1.Scheduling })
+	pods := launcherPods(t, vmi)
+	require.Len(t, pods, 1)
+	var hostPath *corev1.HostPathVolumeSource
+	for _, v := range pods[0].Spec.Volumes {
+		if v.Name == "hd" {
+			hostPath = v.HostPath
+		}
+	}
+	assert.Equal(t, &corev1.HostPathVolumeSource{Path: "/var/lib/vms", Type: ptr.To(corev1.HostPathDirectoryOrCreate)}, hostPath)
+}
