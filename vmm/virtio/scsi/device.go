@@ -456,7 +456,7 @@ func (d *Device) place(v Volume, disk block.Disk, t int) (Attached, error) {
 	}
 	for _, s := range d.targets {
 		if s != nil && s.vol.Name == v.Name {
-			return Attached{}, fmt.Errorf("virtio-scsi: a volume named %q is attached already", v.Name)
+			return Attached{}, fmt.Errorf("%w: a volume named %q is attached already", ErrBadVolume, v.Name)
 		}
 	}
 	if t < 0 {
@@ -467,11 +467,11 @@ func (d *Device) place(v Volume, disk block.Disk, t int) (Attached, error) {
 			}
 		}
 		if t < 0 {
-			return Attached{}, fmt.Errorf("virtio-scsi: all %d targets are in use", MaxTargets)
+			return Attached{}, fmt.Errorf("%w: all %d SCSI targets are in use", ErrBadVolume, MaxTargets)
 		}
 	}
 	if t >= MaxTargets || d.targets[t] != nil {
-		return Attached{}, fmt.Errorf("virtio-scsi: target %d is not free", t)
+		return Attached{}, fmt.Errorf("%w: SCSI target %d is not free", ErrBadVolume, t)
 	}
 	v.ReadOnly = disk.ReadOnly()
 	d.volMu.Lock()
@@ -487,21 +487,27 @@ const maxName = 200
 
 func checkVolume(v Volume) error {
 	if v.Name == "" || len(v.Name) > maxName {
-		return fmt.Errorf("virtio-scsi: volume name %q: want 1 to %d bytes", v.Name, maxName)
+		return fmt.Errorf("%w: name %q: want 1 to %d bytes", ErrBadVolume, v.Name, maxName)
 	}
 	for _, r := range v.Name {
 		if r < 0x20 || r > 0x7e {
-			return fmt.Errorf("virtio-scsi: volume name %q: printable ASCII only (it is the disk's serial)", v.Name)
+			return fmt.Errorf("%w: name %q: printable ASCII only (it is the disk's serial)", ErrBadVolume, v.Name)
 		}
 	}
 	if v.Path == "" {
-		return fmt.Errorf("virtio-scsi: volume %q has no path", v.Name)
+		return fmt.Errorf("%w: volume %q has no path", ErrBadVolume, v.Name)
 	}
 	return nil
 }
 
-// ErrNotAttached is returned by Detach for a name the controller lacks.
-var ErrNotAttached = errors.New("no such volume")
+// Errors of Attach and Detach the caller's input causes.
+var (
+	// ErrBadVolume: the volume can't be attached (a name in use or
+	// malformed, no free target, an image that can't be opened).
+	ErrBadVolume = errors.New("volume refused")
+	// ErrNotAttached: Detach of a name the controller lacks.
+	ErrNotAttached = errors.New("no such volume")
+)
 
 // Detach takes the named volume out (the driver is told: REMOVED), once no
 // request is using it, then flushes and closes its image. An error from

@@ -122,11 +122,11 @@ func (d *Device) restoreVolume(v SavedVolume) error {
 	}
 	disk, err := block.Open(v.Path, block.Options{Format: v.Format, ReadOnly: v.ReadOnly})
 	if err != nil {
-		return fmt.Errorf("virtio-scsi volume %q: %w", v.Name, err)
+		return fmt.Errorf("%w: virtio-scsi volume %q: %w", ErrBadVolume, v.Name, err)
 	}
 	if err := v.Image.Check(block.Identify(disk)); err != nil {
 		_ = disk.Close() // not attached: nothing written
-		return fmt.Errorf("virtio-scsi volume %q (%s): %w", v.Name, v.Path, err)
+		return fmt.Errorf("%w: virtio-scsi volume %q (%s): %w", ErrBadVolume, v.Name, v.Path, err)
 	}
 	if _, err := d.place(v.Volume, disk, v.Target); err != nil {
 		_ = disk.Close() // not attached: nothing written

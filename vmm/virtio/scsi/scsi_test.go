@@ -237,7 +237,7 @@ func TestMalformedRequests(t *testing.T) {
 	for _, bufs := range [][]queuetest.Buf{
 		{{Data: make([]byte, reqLen-1)}, {Write: true, Len: respLen}}, // short header
 		{{Data: req(0, 0, 0)}, {Write: true, Len: respLen - 1}},       // short response
-		{{Data: req(0, 0, 0)}},                                        // no response at all
+		{{Data: req(0, 0, 0)}}, // no response at all
 	} {
 		q.Add(bufs...)
 		used := r.h.WaitUsed(2, 1, true)
