@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -136,15 +137,17 @@ type Device struct {
 	targets [MaxTargets]*slot
 
 	// worker state (under the loop)
-	queues    [3]*queue.Queue
-	chains    [3]queue.Chain
-	irq       virtio.Interrupt
-	hotplug   bool // VIRTIO_SCSI_F_HOTPLUG negotiated
-	broken    bool
-	pending   []event
-	missed    bool
-	senseSize uint32
-	cdbSize   uint32
+	queues  [3]*queue.Queue
+	chains  [3]queue.Chain
+	irq     virtio.Interrupt
+	hotplug bool // VIRTIO_SCSI_F_HOTPLUG negotiated
+	broken  bool
+	pending []event
+	missed  bool
+	// the driver-set sizes: atomics, as the vCPU that reads or writes
+	// the configuration must not wait for a request in progress
+	senseSize atomic.Uint32
+	cdbSize   atomic.Uint32
 	hdr       [reqHeader + maxCDBSize]byte
 	resp      [respHeader + maxSenseSize]byte
 	in, out   queue.Buffers
@@ -154,11 +157,10 @@ type Device struct {
 
 // New creates an empty controller.
 func New() *Device {
-	return &Device{
-		features:  virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc | FHotplug,
-		senseSize: defaultSenseSize,
-		cdbSize:   defaultCDBSize,
-	}
+	d := &Device{features: virtio.FVersion1 | virtio.FRingEventIdx | virtio.FRingIndirectDesc | FHotplug}
+	d.senseSize.Store(defaultSenseSize)
+	d.cdbSize.Store(defaultCDBSize)
+	return d
 }
 
 // Type is virtio.TypeSCSI.
@@ -179,10 +181,8 @@ func (d *Device) ReadConfig(off uint64, data []byte) {
 	le.PutUint32(c[8:], maxTransfer) // max_sectors
 	le.PutUint32(c[12:], cmdPerLUN)
 	le.PutUint32(c[16:], eventSize) // event_info_size
-	d.Quiesce(func() {
-		le.PutUint32(c[20:], d.senseSize)
-		le.PutUint32(c[24:], d.cdbSize)
-	})
+	le.PutUint32(c[20:], d.senseSize.Load())
+	le.PutUint32(c[24:], d.cdbSize.Load())
 	le.PutUint16(c[28:], 0)            // max_channel
 	le.PutUint16(c[30:], MaxTargets-1) // max_target
 	le.PutUint32(c[32:], 0)            // max_lun: LUN 0 of each target
@@ -196,14 +196,12 @@ func (d *Device) WriteConfig(off uint64, data []byte) {
 		return
 	}
 	v := binary.LittleEndian.Uint32(data)
-	d.Quiesce(func() {
-		switch {
-		case off == 20 && v <= maxSenseSize:
-			d.senseSize = v
-		case off == 24 && v <= maxCDBSize:
-			d.cdbSize = v
-		}
-	})
+	switch {
+	case off == 20 && v <= maxSenseSize:
+		d.senseSize.Store(v)
+	case off == 24 && v <= maxCDBSize:
+		d.cdbSize.Store(v)
+	}
 }
 
 // Activate starts the worker.
@@ -236,7 +234,8 @@ func (d *Device) Reset() {
 	d.queues = [3]*queue.Queue{}
 	d.irq = nil
 	d.pending, d.missed = nil, false
-	d.senseSize, d.cdbSize = defaultSenseSize, defaultCDBSize
+	d.senseSize.Store(defaultSenseSize)
+	d.cdbSize.Store(defaultCDBSize)
 }
 
 func (d *Device) process(i int) {
@@ -280,7 +279,7 @@ func (d *Device) target(lun []byte) (s *slot, lun0, ok bool) {
 // request serves one virtio_scsi_req_cmd: the header and CDB, data-out,
 // then the response and sense, data-in.
 func (d *Device) request(c *queue.Chain) uint32 {
-	hlen, rlen := uint64(reqHeader+d.cdbSize), uint64(respHeader+d.senseSize)
+	hlen, rlen := uint64(reqHeader+d.cdbSize.Load()), uint64(respHeader+d.senseSize.Load())
 	if c.ReadableLen < hlen || c.WritableLen < rlen {
 		d.Metrics.MalformedChains.Add(1)
 		return 0

@@ -66,7 +66,8 @@ func FuzzRequest(f *testing.F) {
 			c.WritableLen += uint64(n)
 		}
 		d := New()
-		d.cdbSize, d.senseSize = uint32(sizes>>8), uint32(sizes&0xff)%(maxSenseSize+1)
+		d.cdbSize.Store(uint32(sizes >> 8))
+		d.senseSize.Store(uint32(sizes&0xff) % (maxSenseSize + 1))
 		ro := &memDisk{b: make([]byte, 8<<10), ro: true}
 		d.targets[0] = &slot{vol: Volume{Name: "rw"}, lun: LUN{Disk: &memDisk{b: make([]byte, 64<<10)}, Serial: "rw"}}
 		d.targets[1] = &slot{vol: Volume{Name: "ro"}, lun: LUN{Disk: ro, Serial: "ro"}}

@@ -43,7 +43,7 @@ type SavedEvent struct {
 
 // Save captures the controller; its worker must be held still.
 func (d *Device) Save() State {
-	s := State{Version: StateVersion, Features: d.features, SenseSize: d.senseSize, CDBSize: d.cdbSize, Missed: d.missed}
+	s := State{Version: StateVersion, Features: d.features, SenseSize: d.senseSize.Load(), CDBSize: d.cdbSize.Load(), Missed: d.missed}
 	d.volMu.Lock()
 	for i, x := range d.targets {
 		if x != nil {
@@ -104,7 +104,9 @@ func (d *Device) Restore(s State) error {
 			d.volMu.Unlock()
 			return
 		}
-		d.senseSize, d.cdbSize, d.missed = s.SenseSize, s.CDBSize, s.Missed
+		d.senseSize.Store(s.SenseSize)
+		d.cdbSize.Store(s.CDBSize)
+		d.missed = s.Missed
 		d.pending = nil
 		for _, e := range s.Pending {
 			d.pending = append(d.pending, event(e))
