@@ -52,8 +52,8 @@ const (
 	EventNoEvent        = 0
 	EventTransportReset = 1
 	EventsMissed        = 0x80000000
-	ReasonRescan        = 0
-	ReasonRemoved       = 1
+	ReasonRescan        = 1 // VIRTIO_SCSI_EVT_RESET_RESCAN (0 is a hard reset)
+	ReasonRemoved       = 2
 )
 
 // Control queue requests (5.6.6.2).
@@ -416,8 +416,10 @@ func (d *Device) deliver() {
 		}
 		var b [eventSize]byte
 		binary.LittleEndian.PutUint32(b[0:], e.Event)
+		// LUN 0 of the target, encoded as REPORT LUNS lists it (all
+		// zeros), which is how Linux reads it back: with the flat
+		// addressing bit it would look for LUN 0x4000
 		b[4], b[5] = 1, e.Target
-		b[6] = 0x40 // LUN 0, flat addressing
 		binary.LittleEndian.PutUint32(b[12:], e.Reason)
 		c.Writable.WriteAt(b[:], 0)
 		q.Push(c, eventSize)

@@ -276,7 +276,7 @@ func TestIOErrorsAreMediumErrors(t *testing.T) {
 func event(t *testing.T, r *rig, addr uint64) (typ uint32, target byte, reason uint32) {
 	t.Helper()
 	b := r.h.Queues[1].Read(addr, 16)
-	assert.Equal(t, byte(1), b[4])
+	assert.Equal(t, []byte{1, b[5], 0, 0, 0, 0, 0, 0}, b[4:12], "LUN 0 of the target, as REPORT LUNS lists it")
 	return binary.LittleEndian.Uint32(b[0:]), b[5], binary.LittleEndian.Uint32(b[12:])
 }
 
@@ -296,7 +296,8 @@ func TestHotplug(t *testing.T) {
 	assert.Equal(t, scsi.Attached{Volume: scsi.Volume{Name: "a", Path: pathA, Format: block.FormatRaw}, Target: 0, Size: diskSize}, at)
 	r.h.WaitUsed(1, 1, false)
 	typ, target, reason := event(t, r, evs[0])
-	assert.Equal(t, []any{uint32(scsi.EventTransportReset), byte(0), uint32(scsi.ReasonRescan)}, []any{typ, target, reason})
+	// VIRTIO_SCSI_T_TRANSPORT_RESET, VIRTIO_SCSI_EVT_RESET_RESCAN (<linux/virtio_scsi.h>)
+	assert.Equal(t, []any{uint32(1), byte(0), uint32(1)}, []any{typ, target, reason})
 
 	at, err = r.dev.Attach(scsi.Volume{Name: "b", Path: pathB, Format: block.FormatRaw}, open(t, pathB, false))
 	require.NoError(t, err)
@@ -316,7 +317,8 @@ func TestHotplug(t *testing.T) {
 	assert.Equal(t, 0, at.Target)
 	r.h.WaitUsed(1, 1, false)
 	typ, target, reason = event(t, r, evs[2])
-	assert.Equal(t, []any{uint32(scsi.EventTransportReset), byte(0), uint32(scsi.ReasonRemoved)}, []any{typ, target, reason})
+	// VIRTIO_SCSI_EVT_RESET_REMOVED
+	assert.Equal(t, []any{uint32(1), byte(0), uint32(2)}, []any{typ, target, reason})
 	res, _, _ = r.do(t, req(0, 0, read10(100, 1)...), nil, 512)
 	assert.Equal(t, byte(scsi.RespBadTarget), res.response, "gone from the bus")
 	b, err := os.ReadFile(pathA)
