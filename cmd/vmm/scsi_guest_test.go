@@ -25,7 +25,8 @@ while read -r line; do
     wait-add)
       while [ ! -e /sys/block/sda/size ]; do sleep 1; done
       read -r s < /sys/block/sda/size
-      echo "sda sectors=$s serial=$(cat /sys/block/sda/device/vpd_pg80 | tr -cd '[:print:]')" ;;
+      # VPD page 0x80 as the guest read it: a 4-byte header, then the serial
+      echo "sda sectors=$s serial=$(tail -c +5 /sys/block/sda/device/vpd_pg80)" ;;
     write)
       printf 'kubevmm-scsi-marker' | dd of=/dev/sda bs=512 seek=100 conv=fsync 2>/dev/null
       echo "wrote status=$?" ;;
