@@ -56,7 +56,9 @@ func TestHotplugLinuxGuest(t *testing.T) {
 	a := startVMM(t, "run", "--kernel", guestimage.Kernel(t), "--initrd", initrd, "--memory", "128M", "--scsi",
 		"--console", "socket:"+sock("a.con"), "--api", sock("a.api"))
 	c := attach(t, sock("a.con"), a)
-	m, pos := c.waitFor(regexp.MustCompile(`scsi hosts (\d+)`), 0)
+	// Every pattern ends at a line's end: the console delivers a line in
+	// pieces, and a match must not take the first piece for the whole.
+	m, pos := c.waitFor(regexp.MustCompile(`scsi hosts (\d+)\r?\n`), 0)
 	require.Equal(t, "1", m[1], "the guest's virtio-scsi driver found the controller")
 
 	volume := func(args ...string) string {
@@ -72,10 +74,10 @@ func TestHotplugLinuxGuest(t *testing.T) {
 	}
 	add(sock("a.api"))
 	c.send("wait-add")
-	m, pos = c.waitFor(regexp.MustCompile(`sda sectors=(\d+) serial=(\S*)`), pos)
+	m, pos = c.waitFor(regexp.MustCompile(`sda sectors=(\d+) serial=(\S*)\r?\n`), pos)
 	assert.Equal(t, []string{"16384", "hotvol"}, m[1:], "the guest sees a disk of the volume's size and serial")
 	c.send("write")
-	m, pos = c.waitFor(regexp.MustCompile(`wrote status=(\d+)`), pos)
+	m, pos = c.waitFor(regexp.MustCompile(`wrote status=(\d+)\r?\n`), pos)
 	require.Equal(t, "0", m[1])
 
 	volume("remove", "--api", sock("a.api"), "--name", "hotvol")
@@ -87,7 +89,7 @@ func TestHotplugLinuxGuest(t *testing.T) {
 
 	add(sock("a.api"))
 	c.send("wait-add")
-	_, pos = c.waitFor(regexp.MustCompile(`sda sectors=16384`), pos)
+	_, pos = c.waitFor(regexp.MustCompile(`sda sectors=16384 `), pos)
 	c.send("read replugged")
 	m, _ = c.waitFor(regexp.MustCompile(`read replugged: marker=(.*)\.`), pos)
 	assert.Equal(t, "kubevmm-scsi-marker", m[1], "re-plugged, the data is there")
