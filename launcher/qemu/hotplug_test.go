@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/test/guestimage"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
 
@@ -58,4 +59,43 @@ func TestSCSIHotplug(t *testing.T) {
 	require.NoError(t, vm.DetachSCSIDisk(ctx, 3))
 	_, err = os.Stat(raw)
 	require.NoError(t, err)
+}
+
+// hotplugGuestScript waits for the guest's first SCSI disk, reports it,
+// writes a marker to its block 100 (synced) and waits for it to go.
+const hotplugGuestScript = `
+while [ ! -e /sys/block/sda/size ]; do sleep 1; done
+read -r s < /sys/block/sda/size
+echo "sda sectors=$s serial=$(tail -c +5 /sys/block/sda/device/vpd_pg80)"
+printf 'qemu-scsi-marker' | dd of=/dev/sda bs=512 seek=100 conv=fsync 2>/dev/null
+echo "wrote status=$?"
+while [ -e /sys/block/sda ]; do sleep 1; done
+echo "sda gone"
+exec sleep 100000
+`
+
+// TestSCSIHotplugLinuxGuest: the test guest on QEMU sees a disk hot-plugged
+// into the controller, writes it, and sees it go when it is unplugged;
+// the write is on the image then.
+func TestSCSIHotplugLinuxGuest(t *testing.T) {
+	requireQEMU(t)
+	ctx := testCtx(t, bootTime)
+	img := filepath.Join(t.TempDir(), "hot.raw")
+	require.NoError(t, writeSparse(img, 8<<20))
+	cfg := guestConfig(t, "hotplug-guest", guestimage.BzImage(t), guestimage.InitrdWithRun(t, hotplugGuestScript, nil))
+	cfg.SCSI = true
+	vm := startVM(t, ctx, cfg)
+	con := attachConsole(t, ctx, vm)
+	require.NoError(t, vm.Resume(ctx))
+	i := con.waitContains(t, ctx, 0, "kubevmm-guest: cpus=1 ")
+
+	_, err := vm.AttachSCSIDisk(ctx, SCSIDisk{Target: 2, Path: img, Serial: "hotvol"})
+	require.NoError(t, err)
+	i = con.waitContains(t, ctx, i, "sda sectors=16384 serial=hotvol")
+	i = con.waitContains(t, ctx, i, "wrote status=0")
+	require.NoError(t, vm.DetachSCSIDisk(ctx, 2))
+	con.waitContains(t, ctx, i, "sda gone")
+	b, err := os.ReadFile(img)
+	require.NoError(t, err)
+	assert.Equal(t, "qemu-scsi-marker", string(b[100*512:100*512+16]), "the guest's write is on the image once unplugged")
 }
