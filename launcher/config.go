@@ -78,8 +78,12 @@ type VMConfig struct {
 	Disks    []DiskConfig
 	NICs     []NICConfig
 	RNG      bool
-	EFI      bool
-	HyperV   bool
+	// SCSI: a virtio-scsi controller for volumes hot-plugged while the
+	// guest runs (switchVM.AttachVolume), on both backends. Every VMI
+	// gets one, as every KubeVirt domain has its scsi0 controller.
+	SCSI   bool
+	EFI    bool
+	HyperV bool
 	// Guest integration: the RTC's offset from host UTC (both backends),
 	// the timers, secure boot, the TPM and the SMBIOS UUID (QEMU's).
 	RTCOffset  time.Duration
@@ -147,6 +151,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		CPUs:         spec.VCPUs(s),
 		MemoryMiB:    int(mem.Value() >> 20),
 		RNG:          s.Domain.Devices.Rng != nil,
+		SCSI:         true,
 		RebootResets: s.Domain.RebootPolicy == nil || *s.Domain.RebootPolicy == "Reboot",
 		// under the socket directory, which is short: a unix socket
 		// path has at most 107 bytes
@@ -335,7 +340,7 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 	mc := machine.Config{
 		CPUs: c.CPUs, MemoryBytes: uint64(c.MemoryMiB) << 20,
 		Cmdline: c.Cmdline, Console: console, RNG: c.RNG, RTCOffset: c.RTCOffset,
-		RebootResets: c.RebootResets,
+		RebootResets: c.RebootResets, SCSI: c.SCSI,
 	}
 	if c.VsockSocket != "" {
 		mc.Vsock = &machine.VsockConfig{CID: uint64(c.VsockCID), Socket: c.VsockSocket}
@@ -438,7 +443,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 		Name: strings.ReplaceAll(c.Name, "_", "."), CPUs: c.CPUs, MemoryMiB: c.MemoryMiB,
 		Kernel: c.Kernel, Initrd: c.Initrd, Cmdline: c.Cmdline,
 		HyperV: c.HyperV, SerialSocket: consoleSocket, RunDir: p.RunDir,
-		StartPaused: c.StartPaused, NoReboot: !c.RebootResets,
+		StartPaused: c.StartPaused, NoReboot: !c.RebootResets, SCSI: c.SCSI,
 	}
 	if c.Kernel == "" {
 		qc.Cmdline = ""

@@ -118,6 +118,10 @@ type qemuBackend struct {
 	hung  string    // why the watchdog killed QEMU
 	// watchDone is closed when the watchdog has seen QEMU end.
 	watchDone chan struct{}
+
+	// hot-plugged volumes by SCSI target (volumes.go)
+	hpMu       sync.Mutex
+	hotplugged [qemu.SCSITargets]*api.Volume
 }
 
 func startQEMU(ctx context.Context, s qemuStart, consolePath string, logSink *lineLog, logf func(string, ...any)) (*qemuBackend, error) {

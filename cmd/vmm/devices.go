@@ -183,6 +183,7 @@ type devices struct {
 	disks []disk
 	nics  []nic
 	rng   bool
+	scsi  bool
 	vsock *machine.VsockConfig
 }
 
@@ -203,7 +204,7 @@ func parseDevices(f *runFlags) (devices, error) {
 		}
 		d.nics = append(d.nics, n)
 	}
-	d.rng = f.rng
+	d.rng, d.scsi = f.rng, f.scsi
 	if f.vsock != "" {
 		v, err := parseVsock(f.vsock)
 		if err != nil {
@@ -229,6 +230,6 @@ func (d devices) forVMM(c *machine.Config) error {
 		}
 		c.NICs = append(c.NICs, n.NICConfig)
 	}
-	c.RNG, c.Vsock = d.rng, d.vsock
+	c.RNG, c.Vsock, c.SCSI = d.rng, d.vsock, d.scsi
 	return nil
 }

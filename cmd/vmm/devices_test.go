@@ -92,6 +92,7 @@ func TestRunDeviceFlagErrors(t *testing.T) {
 		{[]string{"--net", "tap=t0,mac=52:54:00:00:00:01,model=e1000"}, "model=e1000 needs --backend qemu"},
 		{[]string{"--backend", "xen"}, `--backend "xen"`},
 		{[]string{"--backend", "qemu", "--rng"}, "kubevmm backend only"},
+		{[]string{"--backend", "qemu", "--scsi"}, "kubevmm backend only"},
 		{[]string{"--backend", "qemu", "--accel", "hvf"}, `--accel "hvf"`},
 		{[]string{"--vsock-socket", "/x"}, "--vsock-socket is for --incoming"},
 	} {

@@ -44,6 +44,7 @@ commands:
   stop      stop a running VM
   reset     reset a running VM: the guest boots again at once
   reboot    ask the guest to reboot (ACPI power button; its poweroff boots it again)
+  volume    hot-plug a disk image into a running VM's SCSI controller (run --scsi), unplug it, list them
   version   print the version
 
 Run 'vmm <command> --help' for a command's flags.
@@ -60,7 +61,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	var err error
 	switch args[0] {
-	case "run", "restore", "snapshot", "migrate", "pause", "resume", "status", "stop", "reset", "reboot":
+	case "run", "restore", "snapshot", "migrate", "pause", "resume", "status", "stop", "reset", "reboot", "volume":
 		var code int
 		switch args[0] {
 		case "run":
@@ -73,6 +74,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			code, err = cmdSnapshot(args[1:], stdout)
 		case "migrate":
 			code, err = cmdMigrate(args[1:], stdout)
+		case "volume":
+			code, err = cmdVolume(args[1:], stdout)
 		default:
 			code, err = cmdControl(args[0], args[1:], stdout)
 		}

@@ -17,8 +17,8 @@ import (
 // kubevmm VMM doesn't emulate. The console is QEMU's first serial port,
 // relayed through the same console hub as the kubevmm backend's.
 func runQEMU(f *runFlags, mem uint64, devs devices, s *session) (int, error) {
-	if devs.rng || devs.vsock != nil {
-		return 0, usagef("run: --rng and --vsock are served by the kubevmm backend only")
+	if devs.rng || devs.vsock != nil || devs.scsi {
+		return 0, usagef("run: --rng, --vsock and --scsi are served by the kubevmm backend only")
 	}
 	if s.f.api != "" {
 		return 0, usagef("run: --api serves the kubevmm backend; with --backend qemu the QMP monitor is the control socket (printed with -v)")

@@ -35,6 +35,7 @@ type runFlags struct {
 	profile            string
 	disks, nics        multiFlag
 	rng                bool
+	scsi               bool
 	acpi               bool
 	rtcOffset          time.Duration
 	vsock              string
@@ -106,6 +107,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.disks, "disk", "virtio disk: PATH[,ro][,format=raw|qcow2][,serial=S][,queues=N][,boot] (repeatable; ,, is a comma in PATH; boot: boot its default entry, as --boot-disk)")
 	fs.Var(&f.nics, "net", "virtio NIC: tap=NAME,mac=MAC (repeatable)")
 	fs.BoolVar(&f.rng, "rng", false, "add a virtio-rng device")
+	fs.BoolVar(&f.scsi, "scsi", false, "add a virtio-scsi controller, empty, for volumes hot-plugged while the VM runs (vmm volume, with --api)")
 	fs.BoolVar(&f.acpi, "acpi", true, "describe the VM in ACPI tables (CPUs, devices, power button, poweroff); --acpi=false for a kernel built without ACPI: CPUs from the MP table, virtio devices on the command line")
 	fs.DurationVar(&f.rtcOffset, "rtc-offset", 0, "start the guest's RTC this far from host UTC, e.g. 2h or -30m (a clock in another zone or time); snapshots and migrations keep it")
 	fs.StringVar(&f.vsock, "vsock", "", "virtio-vsock: cid=N,socket=PATH (host connects to PATH and sends \"CONNECT <port>\\n\")")

@@ -94,6 +94,9 @@ type Config struct {
 
 	Disks []Disk
 	NICs  []NIC
+	// SCSI adds a virtio-scsi-pci controller (id scsi0), empty, for disks
+	// hot-plugged while the VM runs (VM.AttachSCSIDisk).
+	SCSI bool
 
 	// SecureBoot boots OVMF's secure-boot build (DefaultOVMFSecureCode,
 	// with Microsoft's keys: DefaultOVMFSecureVars) with SMM; needs
@@ -530,6 +533,9 @@ func (c Config) Args() ([]string, error) {
 	}
 
 	a = append(a, c.diskArgs(jsonArg)...)
+	if c.SCSI {
+		a = append(a, "-device", jsonArg(map[string]any{"driver": "virtio-scsi-pci", "id": SCSIController}))
+	}
 	a = append(a, c.nicArgs(jsonArg)...)
 	if jsonErr != nil {
 		return nil, fmt.Errorf("qemu config: %w", jsonErr)

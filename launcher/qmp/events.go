@@ -8,7 +8,8 @@ import (
 
 var errSubscriptionClosed = errors.New("qmp: subscription closed")
 
-// Well-known event names (qapi/run-state.json, qapi/migration.json).
+// Well-known event names (qapi/run-state.json, qapi/migration.json,
+// qapi/qdev.json).
 const (
 	EventStop          = "STOP"
 	EventResume        = "RESUME"
@@ -18,6 +19,7 @@ const (
 	EventMigration     = "MIGRATION"
 	EventMigrationPass = "MIGRATION_PASS"
 	EventGuestPanicked = "GUEST_PANICKED"
+	EventDeviceDeleted = "DEVICE_DELETED"
 )
 
 // ShutdownData is the data of a SHUTDOWN event.

@@ -17,6 +17,7 @@
 //	GET    /v1/vm/migration   progress and statistics of the current/last migration
 //	DELETE /v1/vm/migration   cancel it (the VM keeps running here)
 //	GET    /v1/metrics        VMM counters
+//	GET|PUT /v1/vm/volumes, DELETE /v1/vm/volumes/{name}: hot-plugged volumes (volumes.go)
 //
 // Errors come back as {"error": "..."} with a 4xx status for bad requests
 // and conflicts (e.g. pausing a stopped VM) and 5xx for failures.

@@ -136,6 +136,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/metrics", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, s.vm.Metrics())
 	})
+	s.volumeRoutes(mux)
 	return mux
 }
 

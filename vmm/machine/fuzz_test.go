@@ -13,13 +13,14 @@ import (
 )
 
 // fuzzable reports whether a VM described by a fuzzed configuration may be
-// built here: disks, taps and vsock sockets would open or create host
-// files and devices named by the fuzzer, and a large VM only slows the
+// built here: disks, taps, vsock sockets and a SCSI controller's volumes
+// (named in its device state) would open or create host files and
+// devices named by the fuzzer, and a large VM only slows the
 // fuzzer down. Those configurations are validated like any other; only
 // building them is skipped.
 func fuzzable(sc SavedConfig) bool {
 	return validateConfig(&sc) != nil ||
-		sc.CPUs <= 2 && sc.MemoryBytes <= 64<<20 && len(sc.Disks) == 0 && len(sc.NICs) == 0 && sc.Vsock == nil
+		sc.CPUs <= 2 && sc.MemoryBytes <= 64<<20 && len(sc.Disks) == 0 && len(sc.NICs) == 0 && sc.Vsock == nil && !sc.SCSI
 }
 
 // fuzzSource is a migration source whose header and state are the

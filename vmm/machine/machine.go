@@ -30,6 +30,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/memory"
 	"github.com/kubevmm/kubevmm/vmm/procmem"
 	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
+	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
 )
 
 // DefaultCmdline is the kernel command line when the user gives none.
@@ -78,6 +79,9 @@ type Config struct {
 	NICs  []NICConfig
 	RNG   bool
 	Vsock *VsockConfig
+	// SCSI adds a virtio-scsi controller for hot-plugged volumes
+	// (AttachVolume); it starts empty.
+	SCSI bool
 
 	// deferDisks, set for an incoming migration, are the virtual sizes of
 	// Disks: their devices are built without opening the images, which
@@ -106,6 +110,7 @@ type Machine struct {
 	panics   *panicWatch
 	virtio   []*VirtioDevice
 	disks    []block.Disk   // cfg.Disks' images, in order
+	scsi     *scsi.Device   // the hot-plug controller (cfg.SCSI)
 	released []block.Locker // disks a migration source let go of
 	profiler atomic.Pointer[Profiler]
 

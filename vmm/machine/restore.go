@@ -2,6 +2,7 @@ package machine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/assist"
 	"github.com/kubevmm/kubevmm/vmm/memory"
 	"github.com/kubevmm/kubevmm/vmm/snapshot"
+	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
 )
 
 // freshRAM asks build for new, empty RAM without loading a kernel (an
@@ -73,7 +75,10 @@ func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
 	}
 	m.mark("disks checked")
 	if err := m.loadState(s); err != nil {
-		_ = m.Close() // never ran: the restore error is the one to report
+		_ = m.Close()                          // never ran: the restore error is the one to report
+		if errors.Is(err, scsi.ErrBadVolume) { // a volume's image is missing or another
+			err = fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 		return nil, err
 	}
 	m.mark("state loaded")

@@ -32,6 +32,8 @@ type SavedConfig struct {
 	NICs        []savedNIC   `json:"nics,omitempty"`
 	RNG         bool         `json:"rng,omitempty"`
 	Vsock       *VsockConfig `json:"vsock,omitempty"`
+	// SCSI: the hot-plug controller; its volumes are in its device state.
+	SCSI bool `json:"scsi,omitempty"`
 }
 
 // savedDisk is a disk and what the guest saw of its image: a migration
@@ -73,7 +75,7 @@ type VirtioState struct {
 func (m *Machine) savedConfig() SavedConfig {
 	c := SavedConfig{
 		CPUs: m.cfg.CPUs, MemoryBytes: m.cfg.MemoryBytes, Cmdline: m.Cmdline, Nested: m.Nested,
-		RNG: m.cfg.RNG, Vsock: m.cfg.Vsock,
+		RNG: m.cfg.RNG, Vsock: m.cfg.Vsock, SCSI: m.cfg.SCSI,
 	}
 	for i, d := range m.cfg.Disks {
 		c.Disks = append(c.Disks, savedDisk{DiskConfig: d, Image: block.Identify(m.disks[i])})
@@ -91,7 +93,7 @@ func configFrom(sc SavedConfig, base Config) (Config, error) {
 	c.CPUs, c.MemoryBytes, c.Cmdline = sc.CPUs, sc.MemoryBytes, sc.Cmdline
 	nested := sc.Nested
 	c.HostProfile = &nested
-	c.RNG, c.Vsock = sc.RNG, sc.Vsock
+	c.RNG, c.Vsock, c.SCSI = sc.RNG, sc.Vsock, sc.SCSI
 	c.Disks = nil
 	for _, d := range sc.Disks {
 		c.Disks = append(c.Disks, d.DiskConfig)

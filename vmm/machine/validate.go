@@ -46,6 +46,9 @@ func validateConfig(sc *SavedConfig) error {
 	if sc.Vsock != nil {
 		n++
 	}
+	if sc.SCSI {
+		n++
+	}
 	if n > len(virtioGSIs) {
 		return fmt.Errorf("%d virtio devices: at most %d", n, len(virtioGSIs))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
 	vnet "github.com/kubevmm/kubevmm/vmm/virtio/net"
 	"github.com/kubevmm/kubevmm/vmm/virtio/rng"
+	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
 	"github.com/kubevmm/kubevmm/vmm/virtio/vsock"
 )
 
@@ -83,6 +84,13 @@ func (m *Machine) setupVirtio() error {
 			return err
 		}
 	}
+	if m.cfg.SCSI {
+		dev := scsi.New()
+		if err := m.addVirtio("scsi0", dev, dev); err != nil {
+			return err
+		}
+		m.scsi = dev
+	}
 	if v := m.cfg.Vsock; v != nil {
 		dev, err := vsock.New(vsock.Config{CID: v.CID, Socket: v.Socket})
 		if err != nil {
@@ -150,14 +158,35 @@ func (m *Machine) checkDisks(saved []savedDisk) error {
 	return nil
 }
 
+// namedDisk is an open image and what errors call it.
+type namedDisk struct {
+	name string
+	disk block.Disk
+}
+
+// allDisks are the virtio disks' images and the hot-plugged volumes'.
+func (m *Machine) allDisks() []namedDisk {
+	var out []namedDisk
+	for i, d := range m.disks {
+		out = append(out, namedDisk{fmt.Sprintf("disk %d (%s)", i, m.cfg.Disks[i].Path), d})
+	}
+	if m.scsi != nil {
+		disks := m.scsi.Disks()
+		for _, v := range m.scsi.Volumes() {
+			out = append(out, namedDisk{fmt.Sprintf("volume %q (%s)", v.Name, v.Path), disks[v.Name]})
+		}
+	}
+	return out
+}
+
 // flushDisks makes every write the guest's disks completed durable.
 func (m *Machine) flushDisks() error {
-	for i, d := range m.disks {
-		if d.ReadOnly() {
+	for _, d := range m.allDisks() {
+		if d.disk.ReadOnly() {
 			continue
 		}
-		if err := d.Flush(); err != nil {
-			return fmt.Errorf("disk %d (%s): %w", i, m.cfg.Disks[i].Path, err)
+		if err := d.disk.Flush(); err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
 		}
 	}
 	return nil
@@ -169,13 +198,13 @@ func (m *Machine) releaseDisks() error {
 	if err := m.flushDisks(); err != nil {
 		return err
 	}
-	for i, d := range m.disks {
-		l, ok := d.(block.Locker)
-		if !ok || d.ReadOnly() { // shared locks don't stand in the target's way
+	for _, d := range m.allDisks() {
+		l, ok := d.disk.(block.Locker)
+		if !ok || d.disk.ReadOnly() { // shared locks don't stand in the target's way
 			continue
 		}
 		if err := l.Unlock(); err != nil {
-			return fmt.Errorf("disk %d: %w", i, err)
+			return fmt.Errorf("%s: %w", d.name, err)
 		}
 		m.released = append(m.released, l)
 	}
@@ -265,7 +294,7 @@ func (m *Machine) closeVirtio() error {
 			errs = append(errs, c.Close())
 		}
 	}
-	m.virtio, m.disks, m.released = nil, nil, nil
+	m.virtio, m.disks, m.released, m.scsi = nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 

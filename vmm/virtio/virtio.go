@@ -13,7 +13,7 @@
 //     through a KVM irqfd; the register file and status machine are here.
 //   - virtio/event: eventfds and the epoll loop that is each device's one
 //     worker goroutine.
-//   - virtio/blk, virtio/net, virtio/rng, virtio/vsock: the devices, each
+//   - virtio/blk, virtio/net, virtio/rng, virtio/vsock, virtio/scsi: the devices, each
 //     with device.go (registers, queues, worker), metrics.go (Counters)
 //     and persist.go (a versioned State with Save/Restore, and
 //     SaveState/RestoreState over it): the machine saves, restores and
@@ -42,6 +42,7 @@ const (
 	TypeBlock   DeviceType = 2
 	TypeConsole DeviceType = 3
 	TypeRNG     DeviceType = 4
+	TypeSCSI    DeviceType = 8
 	TypeVsock   DeviceType = 19
 )
 
@@ -55,6 +56,8 @@ func (t DeviceType) String() string {
 		return "console"
 	case TypeRNG:
 		return "rng"
+	case TypeSCSI:
+		return "scsi"
 	case TypeVsock:
 		return "vsock"
 	}

@@ -73,12 +73,25 @@ func SpinningAt(t *testing.T, sock string) *VM {
 // virtio disks the VM gets (the guest never touches them).
 func SpinningWith(t *testing.T, sock string, disks []machine.DiskConfig) *VM {
 	t.Helper()
+	return spinning(t, sock, machine.Config{Disks: disks})
+}
+
+// SpinningSCSI is Spinning with a SCSI controller for hot-plugged volumes.
+func SpinningSCSI(t *testing.T) *VM {
+	t.Helper()
+	return spinning(t, filepath.Join(t.TempDir(), "vmm.sock"), machine.Config{SCSI: true})
+}
+
+// spinning runs the spinning guest on a machine with cfg's devices.
+func spinning(t *testing.T, sock string, cfg machine.Config) *VM {
+	t.Helper()
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		t.Skip("no /dev/kvm")
 	}
 	log := &Log{}
-	m, err := machine.New(machine.Config{CPUs: 1, MemoryBytes: MemoryBytes, Kernel: boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr),
-		Disks: disks, Console: io.Discard, Logger: slog.New(slog.NewJSONHandler(log, nil))})
+	cfg.CPUs, cfg.MemoryBytes, cfg.Kernel = 1, MemoryBytes, boottest.TinyELF([]byte{0xeb, 0xfe}, CodeAddr)
+	cfg.Console, cfg.Logger = io.Discard, slog.New(slog.NewJSONHandler(log, nil))
+	m, err := machine.New(cfg)
 	require.NoError(t, err)
 	r := runner.New(m, 1, MemoryBytes)
 	exited := make(chan machine.Exit, 1)

@@ -1,0 +1,74 @@
+package launcher
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/vmm/api"
+	"github.com/kubevmm/kubevmm/vmm/block"
+)
+
+// Every VMI gets a SCSI controller for hot-plugged volumes, on both
+// backends.
+func TestEveryVMIHasASCSIController(t *testing.T) {
+	cfg, err := BuildVMConfig(qemuVMI(), testPaths(t))
+	require.NoError(t, err)
+	assert.True(t, cfg.SCSI)
+	qc, err := cfg.QEMUConfig(testPaths(t), filepath.Join(t.TempDir(), "serial.sock"))
+	require.NoError(t, err)
+	assert.True(t, qc.SCSI)
+	args, err := qc.Args()
+	require.NoError(t, err)
+	assert.Contains(t, args, `{"driver":"virtio-scsi-pci","id":"scsi0"}`)
+}
+
+// TestQEMUHotplugVolumes: the launcher's control API hot-plugs volumes into
+// a VMI that runs on QEMU, through the same requests our VMM serves.
+func TestQEMUHotplugVolumes(t *testing.T) {
+	needQEMU(t)
+	r := startRun(t, qemuVMI(), testPaths(t), Watchdog{})
+	r.waitInfo(t, "Running", func(i api.Info) bool { return i.State == api.StateRunning })
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.raw"), filepath.Join(dir, "b.raw")
+	for _, p := range []string{a, b} {
+		require.NoError(t, os.WriteFile(p, make([]byte, 2<<20), 0o644))
+	}
+	ctx := context.Background()
+	va, err := r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-a", Path: a})
+	require.NoError(t, err)
+	assert.Equal(t, api.Volume{Name: "vol-a", Path: a, Format: "raw", Target: 0, SizeBytes: 2 << 20}, va)
+	vb, err := r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-b", Path: b, ReadOnly: true})
+	require.NoError(t, err)
+	assert.Equal(t, 1, vb.Target)
+	_, err = r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-a", Path: b})
+	assert.ErrorContains(t, err, "attached already")
+	_, err = r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-c", Path: filepath.Join(dir, "missing.raw")})
+	assert.ErrorContains(t, err, "missing.raw")
+
+	open := func(p string) error {
+		d, err := block.Open(p, block.Options{Format: block.FormatRaw})
+		if err == nil {
+			err = d.Close()
+		}
+		return err
+	}
+	assert.ErrorIs(t, open(a), block.ErrLocked, "QEMU holds the volume")
+	_, err = r.c.DetachVolume(ctx, "vol-a")
+	require.NoError(t, err)
+	assert.NoError(t, open(a), "let go once detached")
+	vols, err := r.c.Volumes(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []api.Volume{vb}, vols)
+	_, err = r.c.DetachVolume(ctx, "vol-a")
+	var e *api.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, 409, e.Status)
+	va, err = r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-a", Path: a})
+	require.NoError(t, err)
+	assert.Equal(t, 0, va.Target, "the freed target is used again")
+}

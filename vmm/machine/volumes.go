@@ -1,0 +1,58 @@
+package machine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kubevmm/kubevmm/vmm/block"
+	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
+)
+
+// ErrNoSCSI is returned by the hot-plug methods of a VM built without a
+// SCSI controller (Config.SCSI).
+var ErrNoSCSI = errors.New("the VM has no SCSI controller for hot-plugged volumes")
+
+// AttachVolume opens the image v names (and locks it, as a disk's) and
+// plugs it into the running guest's SCSI controller at the lowest free
+// target: the guest is told to rescan it and sees a new disk. The caller
+// serialises hot-plug with snapshots and migrations (the runner does).
+func (m *Machine) AttachVolume(v scsi.Volume) (scsi.Attached, error) {
+	if m.scsi == nil {
+		return scsi.Attached{}, ErrNoSCSI
+	}
+	if v.Format == "" {
+		v.Format = block.FormatRaw
+	}
+	disk, err := block.Open(v.Path, block.Options{Format: v.Format, ReadOnly: v.ReadOnly})
+	if err != nil {
+		return scsi.Attached{}, fmt.Errorf("%w: volume %q: %w", scsi.ErrBadVolume, v.Name, err)
+	}
+	at, err := m.scsi.Attach(v, disk)
+	if err != nil {
+		return scsi.Attached{}, err
+	}
+	m.Log().Info("volume attached", "name", at.Name, "path", at.Path, "target", at.Target, "size", at.Size, "read_only", at.ReadOnly)
+	return at, nil
+}
+
+// DetachVolume unplugs the named volume: the guest is told it is removed,
+// and once no request uses it its image is flushed and closed.
+func (m *Machine) DetachVolume(name string) (scsi.Attached, error) {
+	if m.scsi == nil {
+		return scsi.Attached{}, ErrNoSCSI
+	}
+	at, err := m.scsi.Detach(name)
+	if errors.Is(err, scsi.ErrNotAttached) {
+		return at, err
+	}
+	m.Log().Info("volume detached", "name", at.Name, "path", at.Path, "target", at.Target)
+	return at, err
+}
+
+// Volumes lists the hot-plugged volumes (none without a controller).
+func (m *Machine) Volumes() []scsi.Attached {
+	if m.scsi == nil {
+		return nil
+	}
+	return m.scsi.Volumes()
+}
