@@ -230,20 +230,6 @@ func (a *vmAction) syncDataVolumes(ctx context.Context) (dvVerdict, *syncError) 
 	return decideDataVolumes(names, dvs), nil
 }
 
-// dataVolumePrintableStatus is the VM's status while its DataVolumes keep
-// it from running ("" when they do not).
-func dataVolumePrintableStatus(v dvVerdict) v1.VirtualMachinePrintableStatus {
-	switch {
-	case v.failed:
-		return v1.VirtualMachineStatusDataVolumeError
-	case !v.ready:
-		return v1.VirtualMachineStatusProvisioning
-	case v.waitingForBinding:
-		return v1.VirtualMachineStatusWaitingForVolumeBinding
-	}
-	return ""
-}
-
 // dataVolumeClaim resolves a VMI's dataVolume volume to its claim's name:
 // the DataVolume must be ready (decideDataVolumes); its claim is
 // status.claimName, else the DataVolume's name.
