@@ -148,7 +148,10 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		return dv.Status.Phase == cdiv1.ImportInProgress && dv.Status.Progress == "12.50%", string(dv.Status.Phase) + " " + string(dv.Status.Progress)
 	})
 	progress.Set(60)
-	waitFor(t, "progress 60.00%", func() (bool, string) { dv := getDV("fedora"); return dv.Status.Progress == "60.00%", string(dv.Status.Progress) })
+	waitFor(t, "progress 60.00%", func() (bool, string) {
+		dv := getDV("fedora")
+		return dv.Status.Progress == "60.00%", string(dv.Status.Progress)
+	})
 
 	// The importer fails, the kubelet restarts it.
 	setPod(pod, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
