@@ -107,8 +107,9 @@ func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstan
 }
 
 // addDiskVolumes gives the launcher pod the VMI's PVC, ephemeral,
-// hostDisk and emptyDisk volumes (pvcs from readPVCs). A pod volume is named after its VMI
-// volume, as in KubeVirt; a name the pod already uses is refused.
+// hostDisk and emptyDisk volumes (pvcs from readPVCs). A pod volume is
+// named after its VMI volume, as in KubeVirt; a name the pod already uses
+// is refused.
 func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) error {
 	taken := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
