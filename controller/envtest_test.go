@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	cdicrds "github.com/kubevmm/kubevmm/api/cdi/crds"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
@@ -68,6 +69,13 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "loading CRDs:", err)
 		return 1
 	}
+	// CDI's, so that VMs on DataVolumes meet the real DataVolume CRD.
+	cdi, err := cdicrds.All()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loading CDI's CRDs:", err)
+		return 1
+	}
+	all = append(all, cdi...)
 	env = &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDs:                  all,

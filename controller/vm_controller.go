@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
 )
@@ -42,6 +43,10 @@ const (
 type VMReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// WatchesDataVolumes: SetupWithManager found CDI's DataVolumes served
+	// and watches them; otherwise a VM waiting for some looks again every
+	// dataVolumePollInterval.
+	WatchesDataVolumes bool
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 }
@@ -52,10 +57,15 @@ type VMReconciler struct {
 // +kubebuilder:rbac:groups=kubevirt.io,resources=virtualmachineinstances,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 
-// SetupWithManager registers the reconciler: it runs on VM changes and on
-// changes of the VMIs the VMs own.
+// SetupWithManager registers the reconciler: it runs on VM changes, on
+// changes of the VMIs the VMs own and, when CDI is installed, of the
+// DataVolumes they use.
 func (r *VMReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.WatchesDataVolumes = servesDataVolumes(mgr); r.WatchesDataVolumes {
+		b = b.Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.vmsOfDataVolume))
+	}
+	return b.
 		Named("virtualmachine").
 		For(&v1.VirtualMachine{}).
 		// A VM's VMI has the VM's name. Mapping by name rather than by owner
@@ -114,8 +124,10 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	if err != nil {
 		syncErr = &syncError{reason: ReasonInvalidSpec, err: err}
 	}
+	a := vmAction{r: r, vm: vm, vmi: vmi, status: status}
+	// The DataVolumes come first, whatever the run strategy.
+	a.dvs, a.dvErr = a.syncDataVolumes(ctx)
 	if syncErr == nil {
-		a := vmAction{r: r, vm: vm, vmi: vmi, status: status}
 		requeue, syncErr = a.sync(ctx, strategy)
 		vmi, stopping = a.vmi, a.stopping
 		if syncErr == nil && a.specChanged {
@@ -124,8 +136,15 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 			return ctrl.Result{}, nil
 		}
 	}
+	if syncErr == nil {
+		syncErr = a.dvErr
+	}
+	if a.waitingForDVs && !r.WatchesDataVolumes && requeue == 0 {
+		requeue = dataVolumePollInterval
+	}
 
 	r.computeStatus(vm, vmi, strategy, status, syncErr, stopping)
+	status.PrintableStatus = withDataVolumeStatus(status.PrintableStatus, vmi, a.dvs)
 	if !equality.Semantic.DeepEqual(&vm.Status, status) {
 		orig := vm.DeepCopy()
 		vm.Status = *status
@@ -189,6 +208,12 @@ type vmAction struct {
 	stopping bool
 	// specChanged: this pass rewrote the VM's spec.
 	specChanged bool
+	// dvs: what the VM's DataVolumes say about starting it; dvErr: a
+	// template's DataVolume could not be made (syncDataVolumes).
+	dvs   dvVerdict
+	dvErr *syncError
+	// waitingForDVs: this pass would have started the VMI but for them.
+	waitingForDVs bool
 }
 
 // sync applies the run strategy, following KubeVirt's semantics:
@@ -306,6 +331,16 @@ func (a *vmAction) start(ctx context.Context) *syncError {
 	vm := a.vm
 	if vm.Spec.Template == nil {
 		return &syncError{reason: ReasonInvalidSpec, err: errors.New("spec.template is required")}
+	}
+	switch {
+	case a.dvErr != nil:
+		return a.dvErr
+	case a.dvs.failed:
+		return &syncError{reason: ReasonDataVolumeError, err: a.dvs.err}
+	case !a.dvs.ready:
+		// A DataVolume's change brings the next pass.
+		a.waitingForDVs = true
+		return nil
 	}
 	if changed, err := a.captureRevisions(ctx); err != nil || changed {
 		// Changed: the VM's new generation brings the next pass.

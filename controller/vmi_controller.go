@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/launcher/spec"
@@ -56,7 +57,12 @@ type VMIReconciler struct {
 // SetupWithManager registers the reconciler: it runs on VMI changes and on
 // changes of the pods the VMIs own.
 func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if servesDataVolumes(mgr) {
+		// A DataVolume that gets ready lets its VMIs' pods be made.
+		b = b.Watches(&cdiv1.DataVolume{}, handler.EnqueueRequestsFromMapFunc(r.vmisOfDataVolume))
+	}
+	return b.
 		Named("virtualmachineinstance").
 		For(&v1.VirtualMachineInstance{}).
 		Watches(&corev1.Pod{},

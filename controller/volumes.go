@@ -77,11 +77,20 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 }
 
 // readPVCs reads the claim of each of the VMI's PVC volumes, by volume
-// name. A missing claim is an error naming it (ReasonFailedPVCNotFound).
+// name. A missing claim is an error naming it (ReasonFailedPVCNotFound);
+// a dataVolume volume's DataVolume must be ready (dataVolumeClaim).
 func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]spec.PVCInfo, *syncError) {
 	out := map[string]spec.PVCInfo{}
 	for _, v := range spec.PVCVolumes(&vmi.Spec) {
 		name, _, _ := spec.VolumeClaim(&v)
+		if v.DataVolume != nil {
+			// A DataVolume's claim, once the DataVolume is ready.
+			claim, syncErr := dataVolumeClaim(ctx, c, vmi.Namespace, v.DataVolume.Name)
+			if syncErr != nil {
+				return nil, syncErr
+			}
+			name = claim
+		}
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := c.Get(ctx, types.NamespacedName{Namespace: vmi.Namespace, Name: name}, pvc)
 		switch {

@@ -110,12 +110,12 @@ func prepareVolumeDisk(v *v1.Volume, p Paths, img volumeImage) (int64, error) {
 			return 0, fmt.Errorf("volume %s (ephemeral, PVC %s): %w", v.Name, claim, err)
 		}
 		return 0, nil
-	case v.PersistentVolumeClaim != nil && p.PVCs[v.Name].Block:
+	case (v.PersistentVolumeClaim != nil || v.DataVolume != nil) && p.PVCs[v.Name].Block:
 		if err := checkClaimImage(img.Path, true); err != nil {
 			return 0, fmt.Errorf("volume %s (PVC %s): %w", v.Name, claim, err)
 		}
 		return 0, nil
-	case v.PersistentVolumeClaim != nil:
+	case v.PersistentVolumeClaim != nil || v.DataVolume != nil:
 		created, err := createDiskImg(img.Path, p.PVCs[v.Name].Size, img.ReadOnly)
 		if err != nil {
 			return 0, fmt.Errorf("volume %s (PVC %s): %w", v.Name, claim, err)

@@ -107,6 +107,33 @@ func TestPrepareCreatesVolumeImages(t *testing.T) {
 	}
 }
 
+// A dataVolume volume is its claim's, as a persistentVolumeClaim volume:
+// the imported disk.img is the guest's disk, kept as it is; a blank one
+// that is missing is made.
+func TestPrepareDataVolumeImages(t *testing.T) {
+	p := volumePaths(t, map[string]spec.PVCInfo{"root": {ClaimName: "dv-root", Size: 64 << 20}, "blank": {ClaimName: "dv-blank", Size: 16 << 20}})
+	img := filepath.Join(p.PVCDiskDir, "root", "disk.img")
+	require.NoError(t, os.MkdirAll(filepath.Dir(img), 0o750))
+	require.NoError(t, os.WriteFile(img, []byte("GOLDEN-IMG\n"), 0o600))
+	dv := func(name string) v1.Volume {
+		return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv-" + name}}}
+	}
+	cfg, err := prepareVMI(t, withVolumes(dv("root"), dv("blank")), p)
+	require.NoError(t, err)
+	got, err := os.ReadFile(img)
+	require.NoError(t, err)
+	assert.Equal(t, "GOLDEN-IMG\n", string(got), "the imported image, kept")
+	blank := filepath.Join(p.PVCDiskDir, "blank", "disk.img")
+	size, _ := sizeAndBlocks(t, blank)
+	assert.Equal(t, int64(16<<20), size)
+	require.Len(t, cfg.Disks, 3)
+	for i, want := range []string{img, blank} {
+		assert.Equal(t, want, cfg.Disks[i+1].Path)
+		assert.False(t, cfg.Disks[i+1].ReadOnly)
+		assert.Equal(t, block.FormatRaw, cfg.Disks[i+1].Format)
+	}
+}
+
 // The image on a claim is the guest's data: a restart keeps it whatever
 // its size, and never reads what the guest wrote as a qcow2 header.
 func TestPrepareKeepsAnExistingImage(t *testing.T) {

@@ -214,13 +214,17 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 		}
 	}
 	for _, f := range v1.UnmodeledFields(&vm.Spec) {
-		if !strings.HasPrefix(f, "template.") {
+		// A dataVolumeTemplate's spec and status are CDI's, checked by
+		// validateDataVolumeTemplates.
+		if !strings.HasPrefix(f, "template.") && !strings.HasPrefix(f, "dataVolumeTemplates[") {
 			errs = append(errs, unsupported(p, f, ""))
 		}
 	}
-	if len(vm.Spec.DataVolumeTemplates) > 0 {
-		errs = append(errs, unsupported(p, "dataVolumeTemplates", "containerDisk volumes only"))
+	ns := vm.Namespace
+	if ns == "" {
+		ns = req.Namespace
 	}
+	errs = append(errs, validateDataVolumeTemplates(p.Child("dataVolumeTemplates"), vm, ns)...)
 	if vm.Spec.UpdateVolumesStrategy != nil {
 		errs = append(errs, unsupported(p, "updateVolumesStrategy", "volumes cannot be updated"))
 	}

@@ -547,10 +547,9 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 		errs = append(errs, uniqueName(vp.Child("name"), v.Name, seen, "volume")...)
 		other := len(v1.UnmodeledFields(&v.VolumeSource)) > 0
 		if v.DataVolume != nil {
-			errs = append(errs, unsupported(vp, "dataVolume", "DataVolumes need CDI; use a persistentVolumeClaim"))
-			other = true
+			errs = append(errs, validateDataVolumeVolume(vp, v.DataVolume)...)
 		}
-		disk := v.PersistentVolumeClaim != nil || v.EmptyDisk != nil || v.Ephemeral != nil || v.HostDisk != nil
+		disk := v.PersistentVolumeClaim != nil || v.DataVolume != nil || v.EmptyDisk != nil || v.Ephemeral != nil || v.HostDisk != nil
 		errs = append(errs, validateDiskVolume(vp, &v)...)
 		cloudInit := v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil
 		if cloudInit {
@@ -561,7 +560,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			errs = append(errs, validateCloudInit(vp, &v)...)
 		}
 		n := 0
-		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil, v.PersistentVolumeClaim != nil, v.EmptyDisk != nil, v.Ephemeral != nil, v.HostDisk != nil} {
+		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil, v.PersistentVolumeClaim != nil, v.DataVolume != nil, v.EmptyDisk != nil, v.Ephemeral != nil, v.HostDisk != nil} {
 			if set {
 				n++
 			}

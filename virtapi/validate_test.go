@@ -196,9 +196,17 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Volumes[0].ContainerDisk, s.Volumes[0].EmptyDisk = nil, &v1.EmptyDiskSource{}
 			}},
-		{name: "dataVolume (CDI)", field: "volumes[0].dataVolume", typ: notSupported,
+		{name: "hotpluggable dataVolume", field: "volumes[0].dataVolume.hotpluggable", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "dv"}
+				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}
+			}},
+		{name: "dataVolume without a name", field: "volumes[0].dataVolume.name", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{}
+			}},
+		{name: "dataVolume and containerDisk at once", field: "volumes[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].DataVolume = &v1.DataVolumeSource{Name: "dv"}
 			}},
 		{name: "hostDisk without a path", field: "volumes[0].hostDisk.path", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {

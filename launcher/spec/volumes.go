@@ -115,13 +115,18 @@ func DecodePVCInfo(s string) (map[string]PVCInfo, error) {
 	return out, nil
 }
 
-// VolumeClaim is the claim of a persistentVolumeClaim or ephemeral
-// volume and whether the pod mounts it read-only: an ephemeral volume's
-// always is (its writes go to the overlay). ok is false for other volumes.
+// VolumeClaim is the claim of a persistentVolumeClaim, dataVolume or
+// ephemeral volume and whether the pod mounts it read-only: an ephemeral
+// volume's always is (its writes go to the overlay). A dataVolume's claim
+// is named as the DataVolume (CDI names it so; virt-controller takes a
+// DataVolume's status.claimName when it says otherwise). ok is false for
+// other volumes.
 func VolumeClaim(v *v1.Volume) (claim string, readOnly, ok bool) {
 	switch {
 	case v.PersistentVolumeClaim != nil:
 		return v.PersistentVolumeClaim.ClaimName, v.PersistentVolumeClaim.ReadOnly, true
+	case v.DataVolume != nil:
+		return v.DataVolume.Name, false, true
 	case v.Ephemeral != nil && v.Ephemeral.PersistentVolumeClaim != nil:
 		return v.Ephemeral.PersistentVolumeClaim.ClaimName, true, true
 	}
@@ -164,13 +169,14 @@ func disksNotMigratable(s *v1.VirtualMachineInstanceSpec, pvcs map[string]PVCInf
 			return "disk " + d.Name + " is ephemeral: its overlay is local to the launcher pod and kubevmm has no block migration"
 		case v.HostDisk != nil && (v.HostDisk.Shared == nil || !*v.HostDisk.Shared):
 			return "disk " + d.Name + " is a hostDisk that is not shared: its image is on this node only"
-		case v.PersistentVolumeClaim != nil:
+		case v.PersistentVolumeClaim != nil || v.DataVolume != nil:
+			claim, _, _ := VolumeClaim(v)
 			info, ok := pvcs[d.Name]
 			switch {
 			case !ok:
-				return fmt.Sprintf("volume %s: PVC %s was not read", d.Name, v.PersistentVolumeClaim.ClaimName)
+				return fmt.Sprintf("volume %s: PVC %s was not read", d.Name, claim)
 			case !info.Shared:
-				return fmt.Sprintf("volume %s: PVC %s is not shared, live migration requires ReadWriteMany", d.Name, v.PersistentVolumeClaim.ClaimName)
+				return fmt.Sprintf("volume %s: PVC %s is not shared, live migration requires ReadWriteMany", d.Name, info.ClaimName)
 			}
 		}
 	}

@@ -87,6 +87,7 @@ func TestLiveMigratableDisks(t *testing.T) {
 		return s
 	}
 	pvc := v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}
+	dv := v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv"}}
 	for _, tc := range []struct {
 		name string
 		s    *v1.VirtualMachineInstanceSpec
@@ -98,6 +99,9 @@ func TestLiveMigratableDisks(t *testing.T) {
 		{"RWO PVC", withVolume(pvc, false), map[string]PVCInfo{"vol": {ClaimName: "data"}}, "volume vol: PVC data is not shared, live migration requires ReadWriteMany"},
 		{"RWO PVC read-only", withVolume(pvc, true), map[string]PVCInfo{"vol": {ClaimName: "data"}}, "volume vol: PVC data is not shared"},
 		{"PVC not read", withVolume(pvc, false), nil, "volume vol: PVC data was not read"},
+		{"DataVolume on an RWX claim", withVolume(dv, false), map[string]PVCInfo{"vol": {ClaimName: "dv-claim", Shared: true}}, ""},
+		{"DataVolume on an RWO claim", withVolume(dv, false), map[string]PVCInfo{"vol": {ClaimName: "dv-claim"}}, "volume vol: PVC dv-claim is not shared, live migration requires ReadWriteMany"},
+		{"DataVolume not read", withVolume(dv, false), nil, "volume vol: PVC dv was not read"},
 		{"emptyDisk", withVolume(v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}, false), nil, "disk vol is an emptyDisk"},
 		{"writable containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, false), nil, "disk vol is a writable containerDisk"},
 		{"read-only containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, true), nil, ""},
