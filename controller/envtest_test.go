@@ -178,7 +178,8 @@ func needEnv(t *testing.T) {
 var nsCounter atomic.Int32
 
 // testConfig is the cluster configuration the manager's migration
-// controller reads; nil is KubeVirt's defaults. Tests run one at a time.
+// and VMI controllers read; nil is KubeVirt's defaults. Tests run one at a
+// time.
 var testConfig atomic.Pointer[controller.ClusterConfig]
 
 // withConfig sets the cluster configuration for one test.

@@ -380,7 +380,11 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 		r.fail(ctx, p, fmt.Sprintf("VMI %s is not running (phase %s)", vmi.Name, vmi.Status.Phase))
 		return 0, nil
 	}
-	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec); !ok {
+	pvcs, syncErr := readPVCs(ctx, r.APIReader, vmi)
+	if syncErr != nil {
+		return 0, syncErr.err
+	}
+	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
 		r.fail(ctx, p, fmt.Sprintf("VMI %s is not live-migratable (%s): %s", vmi.Name, reason, msg))
 		return 0, nil
 	}
@@ -428,6 +432,11 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 	pod, err := RenderMigrationTargetPod(vmi, m, r.Launcher, vmi.Status.NodeName, cfg.HasFeatureGate(FeatureGateSameNodeLiveMigration))
 	if err != nil {
 		r.fail(ctx, p, fmt.Sprintf("rendering the target pod: %v", err))
+		return 0, nil
+	}
+	// The target mounts the (shared) claims the source has.
+	if err := addDiskVolumes(pod, vmi, pvcs); err != nil {
+		r.fail(ctx, p, fmt.Sprintf("the target pod's volumes: %v", err))
 		return 0, nil
 	}
 	// The target gets the source's secondary networks (and their

@@ -28,7 +28,7 @@ import (
 // runningVMI creates a live-migratable VMI (its containerDisk is read-only,
 // so both ends can have the image) and brings it to Running on node01 with
 // its launcher pod running: what virt-handler reports for a booted guest.
-func runningVMI(t *testing.T, ns, name string) (*v1.VirtualMachineInstance, *corev1.Pod) {
+func runningVMI(t *testing.T, ns, name string, mutate ...func(*v1.VirtualMachineInstance)) (*v1.VirtualMachineInstance, *corev1.Pod) {
 	t.Helper()
 	vmi := newVMI(ns, name)
 	vmi.Spec.Domain.Devices.Disks[0].Disk.ReadOnly = true
@@ -36,6 +36,9 @@ func runningVMI(t *testing.T, ns, name string) (*v1.VirtualMachineInstance, *cor
 	// migrate).
 	vmi.Spec.Domain.Firmware = &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{
 		Image: "kernels:1", KernelPath: "/boot/vmlinux", InitrdPath: "/boot/initrd"}}}
+	for _, m := range mutate {
+		m(vmi)
+	}
 	require.NoError(t, k8s.Create(context.Background(), vmi))
 	vmi = waitVMI(t, ns, name, "to be Scheduling", func(n *v1.VirtualMachineInstance) bool { return n.Status.Phase == v1.Scheduling })
 	pod := waitOnePod(t, vmi)

@@ -45,6 +45,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("virtualmachineinstance-controller"),
 		Launcher:  opts.Launcher,
+		Config:    opts.Config,
 	}
 	if err := vmi.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)

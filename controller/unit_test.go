@@ -250,7 +250,7 @@ func TestDecideVMIStatus(t *testing.T) {
 				vmi.DeletionTimestamp = &deleted
 			}
 			before := vmi.DeepCopy()
-			st := decideVMIStatus(vmi, tc.pod, tc.target, tc.syncErr, now)
+			st := decideVMIStatus(vmi, tc.pod, tc.target, nil, tc.syncErr, now)
 			assert.Equal(t, before, vmi, "decide changes nothing it was given")
 			assert.Equal(t, tc.wantPhase, st.Phase)
 			assert.Equal(t, tc.wantNode, st.NodeName)

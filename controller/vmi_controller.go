@@ -40,6 +40,9 @@ type VMIReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Launcher  LauncherConfig
+	// Config is the cluster configuration (feature gates); nil means
+	// KubeVirt's defaults.
+	Config func() (ClusterConfig, error)
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 }
@@ -59,6 +62,8 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{},
 			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1.VirtualMachineInstance{}, handler.OnlyControllerOwner()),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isLauncherPod))).
+		// A claim that appears (or changes) moves the VMIs using it.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisOfClaim)).
 		Complete(r)
 }
 
@@ -104,6 +109,9 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	var syncErr *syncError
 	var requeue time.Duration
+	// The claims decide the pod's volumes and LiveMigratable. From the
+	// cache: a claim it has not seen yet comes back through the watch.
+	pvcs, pvcErr := readPVCs(ctx, r.Client, vmi)
 	switch {
 	case vmi.DeletionTimestamp != nil:
 		requeue, syncErr = r.deletePodsAfterGrace(ctx, vmi, pods)
@@ -115,8 +123,11 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 			return ctrl.Result{}, err
 		}
 		if pod == nil && (vmi.Status.Phase == v1.VmPhaseUnset || vmi.Status.Phase == v1.Pending) {
-			if syncErr = r.assignVSOCKCID(ctx, vmi); syncErr == nil {
-				pod, syncErr = r.createPod(ctx, vmi)
+			if syncErr = pvcErr; syncErr == nil {
+				syncErr = r.assignVSOCKCID(ctx, vmi)
+			}
+			if syncErr == nil {
+				pod, syncErr = r.createPod(ctx, vmi, pvcs)
 			}
 		}
 		if syncErr == nil {
@@ -127,7 +138,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if syncErr == nil {
 		syncErr = imagePullError(pod)
 	}
-	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), syncErr); err != nil {
+	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), pvcs, syncErr); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -202,7 +213,7 @@ func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *cor
 	return nil
 }
 
-func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, *syncError) {
+func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) (*corev1.Pod, *syncError) {
 	// The cache said there is no pod. Ask the API server: the pod created by
 	// the previous reconcile may simply not have reached the cache yet.
 	live, err := r.launcherPods(ctx, r.APIReader, vmi)
@@ -214,6 +225,22 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 	}
 	pod, err := RenderLauncherPod(vmi, r.Launcher)
 	if err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
+		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
+	}
+	cfg := ClusterConfig{}
+	if r.Config != nil {
+		if cfg, err = r.Config(); err != nil {
+			return nil, &syncError{reason: ReasonFailedCreate, err: fmt.Errorf("reading the cluster configuration: %w", err), retry: true}
+		}
+	}
+	// Retried: enabling the gate is a configuration change, which no
+	// watch brings back.
+	if err := checkHostDisks(vmi, cfg); err != nil {
+		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
+		return nil, &syncError{reason: ReasonInvalidSpec, err: err, retry: true}
+	}
+	if err := addDiskVolumes(pod, vmi, pvcs); err != nil {
 		r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonFailedCreate, "CreatePod", "Error rendering the virt-launcher pod: %v", err)
 		return nil, &syncError{reason: ReasonInvalidSpec, err: err}
 	}
@@ -291,8 +318,8 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 
 // updateStatus derives the VMI status from the pods it observed (decide)
 // and writes what changed: the node label, then the status (write).
-func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError) error {
-	st := decideVMIStatus(vmi, pod, target, syncErr, r.now())
+func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError) error {
+	st := decideVMIStatus(vmi, pod, target, pvcs, syncErr, r.now())
 	// The node label follows status.nodeName, which virt-handler moves to
 	// the target's node when a migration completes: the label is what
 	// the handlers' caches select on.
@@ -320,8 +347,9 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 
 // decideVMIStatus is the VMI status the controller wants, from the VMI,
 // its active launcher pod and its migration target pod (either may be nil),
-// and the sync's failure, if any. It changes nothing it is given.
-func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
+// its claims (readPVCs) and the sync's failure, if any. It changes nothing
+// it is given.
+func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
 
@@ -398,7 +426,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, sy
 	}
 
 	st.Conditions = v1.SetVMICondition(st.Conditions, readyCondition(st.Phase, pod), now)
-	st.Conditions = v1.SetVMICondition(st.Conditions, liveMigratableCondition(vmi), now)
+	st.Conditions = v1.SetVMICondition(st.Conditions, liveMigratableCondition(vmi, pvcs), now)
 
 	if syncErr != nil {
 		st.Conditions = v1.SetVMICondition(st.Conditions, v1.VirtualMachineInstanceCondition{
@@ -412,10 +440,10 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, sy
 }
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a
-// fact of its spec: see spec.LiveMigratable).
-func liveMigratableCondition(vmi *v1.VirtualMachineInstance) v1.VirtualMachineInstanceCondition {
+// fact of its spec and its claims: see spec.LiveMigratable).
+func liveMigratableCondition(vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) v1.VirtualMachineInstanceCondition {
 	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
-	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec); !ok {
+	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
 	}
 	return c

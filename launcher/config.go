@@ -36,6 +36,14 @@ type Paths struct {
 	// SysClassNet is /sys/class/net, where the launcher waits for the taps
 	// virt-handler creates.
 	SysClassNet string
+	// PVCDiskDir holds the Filesystem PVCs' mounts, BlockDeviceDir the
+	// Block PVCs' devices, EmptyDiskDir the emptyDisk images (see
+	// spec.PVCDiskDir); PVCs is what the pod says of the claims
+	// (spec.PVCInfoEnv), by volume name.
+	PVCDiskDir     string
+	BlockDeviceDir string
+	EmptyDiskDir   string
+	PVCs           map[string]spec.PVCInfo
 }
 
 // DefaultPaths are the paths in a launcher pod.
@@ -48,6 +56,9 @@ func DefaultPaths(socketDir string) Paths {
 		SecretDir:        spec.SecretDir,
 		RunDir:           "/tmp/kubevmm",
 		SysClassNet:      "/sys/class/net",
+		PVCDiskDir:       spec.PVCDiskDir,
+		BlockDeviceDir:   spec.BlockDeviceDir,
+		EmptyDiskDir:     spec.EmptyDiskDir,
 	}
 }
 
@@ -100,6 +111,11 @@ type DiskConfig struct {
 	CDROM    bool
 	Boot     int
 	Queues   int // virtio request queues (spec.DiskQueues)
+	// Format, when set, is the image's format; otherwise it is probed.
+	// A PVC's or emptyDisk's image is raw, always: the guest writes its
+	// first bytes, and a qcow2 header it wrote must not become a qcow2
+	// image (with a backing file of its choosing) at the next start.
+	Format block.Format
 }
 
 // NICConfig is one guest NIC on a tap that virt-handler prepares.
@@ -186,15 +202,8 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		if dc.Bus == v1.DiskBusVirtio {
 			dc.Queues = spec.DiskQueues(s)
 		}
-		switch {
-		case v.ContainerDisk != nil:
-			dc.Path = containerDiskPath(p, d.Name)
-		case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
-			// Rendered at start (prepare); the guest only reads it.
-			dc.Path = cloudInitDisk(p, d.Name)
-			dc.ReadOnly = true
-		default:
-			return VMConfig{}, fmt.Errorf("spec.volumes[%s]: only containerDisk and cloud-init volumes are supported by the launcher", d.Name)
+		if err := dc.setImage(p, v); err != nil {
+			return VMConfig{}, err
 		}
 		c.Disks = append(c.Disks, dc)
 	}
@@ -216,6 +225,27 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
 	}
 	return c, nil
+}
+
+// setImage points the disk at its volume's image.
+func (dc *DiskConfig) setImage(p Paths, v *v1.Volume) error {
+	img, isVolumeDisk, err := volumeDisk(p, v)
+	if err != nil {
+		return err
+	}
+	switch {
+	case isVolumeDisk:
+		dc.Path, dc.ReadOnly, dc.Format = img.Path, dc.ReadOnly || img.ReadOnly, img.Format
+	case v.ContainerDisk != nil:
+		dc.Path = containerDiskPath(p, dc.Name)
+	case v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil:
+		// Rendered at start (prepare); the guest only reads it.
+		dc.Path = cloudInitDisk(p, dc.Name)
+		dc.ReadOnly = true
+	default:
+		return fmt.Errorf("spec.volumes[%s]: only containerDisk, cloud-init, persistentVolumeClaim, ephemeral, hostDisk and emptyDisk volumes are supported by the launcher", dc.Name)
+	}
+	return nil
 }
 
 // nicConfigs are the VMI's NICs (spec.PodNICs) and the index of the
@@ -327,7 +357,7 @@ func (c VMConfig) MachineConfig(console io.Writer) (machine.Config, error) {
 		if d.Bus != v1.DiskBusVirtio || d.CDROM {
 			return machine.Config{}, fmt.Errorf("disk %s: bus %s is not supported by the kubevmm VMM", d.Name, d.Bus)
 		}
-		f, err := probeFormat(d.Path)
+		f, err := d.format()
 		if err != nil {
 			return machine.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
 		}
@@ -375,6 +405,14 @@ func readBootFiles(kernel, initrd string) (k, i []byte, err error) {
 	return k, i, nil
 }
 
+// format is the disk's Format, else its image's probed.
+func (d DiskConfig) format() (block.Format, error) {
+	if d.Format != "" {
+		return d.Format, nil
+	}
+	return probeFormat(d.Path)
+}
+
 // probeFormat reads a containerDisk's format from its header. The image
 // comes from the container image, not from the guest, so probing it before
 // the guest ever ran is safe (the reason vmm/block wants it said).
@@ -410,7 +448,7 @@ func (c VMConfig) QEMUConfig(p Paths, consoleSocket string) (qemu.Config, error)
 	}
 	c.qemuGuestIntegration(&qc, time.Now())
 	for _, d := range c.Disks {
-		f, err := probeFormat(d.Path)
+		f, err := d.format()
 		if err != nil {
 			return qemu.Config{}, fmt.Errorf("disk %s: %w", d.Name, err)
 		}

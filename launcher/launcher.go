@@ -235,6 +235,11 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 		log.Info("booting the disk's default entry", "entry", entry.Source, "options", entry.Cmdline)
 		cfg.DiskBoot = entry
 	}
+	// The volumes' images, before any guest runs. A migration target
+	// finds a shared claim's image made by the source.
+	if err := prepareVolumeDisks(vmi, o.Paths, log); err != nil {
+		return nil, "", "", VMConfig{}, err
+	}
 	// The cloud-init disk, before any guest runs. A migration target
 	// renders it too: the same VMI and Secrets give the same image, at
 	// the path the source's disk state names.

@@ -84,6 +84,15 @@ var implemented = map[string]string{
 	"volumes[0].containerDisk.path":            "the file copied out of the image",
 	"volumes[0].containerDisk.imagePullPolicy": "the volume's init container",
 
+	"volumes[0].persistentVolumeClaim.claimName": "the launcher pod's volume, its mode and size read by virt-controller (controller/volumes.go)",
+	"volumes[0].persistentVolumeClaim.readOnly":  "a read-only mount and disk",
+	"volumes[0].emptyDisk.capacity":              "the sparse image's size (launcher/volumes.go)",
+	"volumes[0].ephemeral.persistentVolumeClaim": "the claim mounted read-only, the backing file of a qcow2 overlay in the pod (launcher/volumes.go)",
+	"volumes[0].hostDisk.path":                   "a hostPath volume of its directory (controller/volumes.go), the image in it",
+	"volumes[0].hostDisk.type":                   "Disk: the image must exist; DiskOrCreate: created sparse (launcher/volumes.go)",
+	"volumes[0].hostDisk.capacity":               "the size of the image DiskOrCreate creates",
+	"volumes[0].hostDisk.shared":                 "LiveMigratable (launcher/spec/volumes.go)",
+
 	"volumes[0].cloudInitNoCloud.userData":                      "user-data on the NoCloud disk the launcher renders (launcher/cloudinit)",
 	"volumes[0].cloudInitNoCloud.userDataBase64":                "user-data, decoded",
 	"volumes[0].cloudInitNoCloud.secretRef.name":                "user-data from the Secret's userdata (or userData) key, mounted into the launcher pod (controller.cloudInitVolumes)",

@@ -545,21 +545,13 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 	for i, v := range volumes {
 		vp := p.Index(i)
 		errs = append(errs, uniqueName(vp.Child("name"), v.Name, seen, "volume")...)
-		refused := []struct {
-			name string
-			set  bool
-		}{
-			{"persistentVolumeClaim", v.PersistentVolumeClaim != nil},
-			{"emptyDisk", v.EmptyDisk != nil},
-			{"dataVolume", v.DataVolume != nil},
-		}
 		other := len(v1.UnmodeledFields(&v.VolumeSource)) > 0
-		for _, r := range refused {
-			if r.set {
-				errs = append(errs, unsupported(vp, r.name, "containerDisk and cloud-init volumes only"))
-				other = true
-			}
+		if v.DataVolume != nil {
+			errs = append(errs, unsupported(vp, "dataVolume", "DataVolumes need CDI; use a persistentVolumeClaim"))
+			other = true
 		}
+		disk := v.PersistentVolumeClaim != nil || v.EmptyDisk != nil || v.Ephemeral != nil || v.HostDisk != nil
+		errs = append(errs, validateDiskVolume(vp, &v)...)
 		cloudInit := v.CloudInitNoCloud != nil || v.CloudInitConfigDrive != nil
 		if cloudInit {
 			if cloudInitVolume != "" {
@@ -569,7 +561,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			errs = append(errs, validateCloudInit(vp, &v)...)
 		}
 		n := 0
-		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil} {
+		for _, set := range []bool{v.ContainerDisk != nil, v.CloudInitNoCloud != nil, v.CloudInitConfigDrive != nil, v.PersistentVolumeClaim != nil, v.EmptyDisk != nil, v.Ephemeral != nil, v.HostDisk != nil} {
 			if set {
 				n++
 			}
@@ -578,7 +570,7 @@ func validateVolumes(p *field.Path, volumes []v1.Volume) field.ErrorList {
 			errs = append(errs, invalid(vp, v.Name, "must have exactly one source type set"))
 		}
 		switch c := v.ContainerDisk; {
-		case c == nil && !other && !cloudInit:
+		case c == nil && !other && !cloudInit && !disk:
 			errs = append(errs, required(vp.Child("containerDisk"), "the volume needs a source"))
 		case c != nil && c.Image == "":
 			errs = append(errs, required(vp.Child("containerDisk", "image"), "the image holding the disk"))

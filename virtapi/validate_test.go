@@ -176,9 +176,66 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].Name = "other" }},
 		{name: "volume without source", field: "volumes[0].containerDisk", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].ContainerDisk = nil }},
-		{name: "PVC volume", field: "volumes[0].persistentVolumeClaim", typ: notSupported,
+		{name: "PVC without a claim name", field: "volumes[0].persistentVolumeClaim.claimName", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}
+				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{}
+			}},
+		{name: "PVC with a bad claim name", field: "volumes[0].persistentVolumeClaim.claimName", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "No/Such"}
+			}},
+		{name: "hotpluggable PVC", field: "volumes[0].persistentVolumeClaim.hotpluggable", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c", Hotpluggable: true}
+			}},
+		{name: "PVC and containerDisk at once", field: "volumes[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].PersistentVolumeClaim = &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}
+			}},
+		{name: "emptyDisk without capacity", field: "volumes[0].emptyDisk.capacity", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].EmptyDisk = nil, &v1.EmptyDiskSource{}
+			}},
+		{name: "dataVolume (CDI)", field: "volumes[0].dataVolume", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "dv"}
+			}},
+		{name: "hostDisk without a path", field: "volumes[0].hostDisk.path", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk with a relative path", field: "volumes[0].hostDisk.path", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "d.img", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk path with ..", field: "volumes[0].hostDisk.path", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/var/../d.img", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk at /", field: "volumes[0].hostDisk.path", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/", Type: v1.HostDiskExists}
+			}},
+		{name: "hostDisk of an unknown type", field: "volumes[0].hostDisk.type", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/d.img", Type: "Directory"}
+			}},
+		{name: "DiskOrCreate without capacity", field: "volumes[0].hostDisk.capacity", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].HostDisk = nil, &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExistsOrCreate}
+			}},
+		{name: "ephemeral without a claim", field: "volumes[0].ephemeral.persistentVolumeClaim", typ: required,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk, s.Volumes[0].Ephemeral = nil, &v1.EphemeralVolumeSource{}
+			}},
+		{name: "ephemeral with a bad claim name", field: "volumes[0].ephemeral.persistentVolumeClaim.claimName", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].ContainerDisk = nil
+				s.Volumes[0].Ephemeral = &v1.EphemeralVolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "No/Such"}}
+			}},
+		{name: "hostDisk and containerDisk at once", field: "volumes[0]", typ: invalid,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Volumes[0].HostDisk = &v1.HostDisk{Path: "/d.img", Type: v1.HostDiskExists}
 			}},
 		{name: "two bindings", field: "domain.devices.interfaces[0]", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { nic(s).Bridge = &v1.InterfaceBridge{} }},
@@ -405,6 +462,22 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		}},
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},
 		{"16Mi", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Memory.Guest = ptr.To(resource.MustParse("16Mi")) }},
+		{"a PVC (read-only) and an emptyDisk", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Volumes = append(s.Volumes,
+				v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "data-pvc", ReadOnly: true}}},
+				v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}})
+			s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "data"}, v1.Disk{Name: "scratch"})
+		}},
+		{"an ephemeral volume and hostDisks (KubeVirt's vmi-host-disk.yaml)", nil, func(s *v1.VirtualMachineInstanceSpec) {
+			s.Volumes = append(s.Volumes,
+				v1.Volume{Name: "base", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "golden"}}}},
+				v1.Volume{Name: "host-disk", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{
+					Path: "/data/disk.img", Type: v1.HostDiskExistsOrCreate, Capacity: resource.MustParse("1Gi")}}},
+				v1.Volume{Name: "shared", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{
+					Path: "/mnt/nfs/vm.img", Type: v1.HostDiskExists, Shared: ptr.To(true)}}})
+			s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, v1.Disk{Name: "base"}, v1.Disk{Name: "host-disk"}, v1.Disk{Name: "shared"})
+		}},
 		{"rebootPolicy Terminate", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Terminate") }},
 		{"rebootPolicy Reboot", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.RebootPolicy = ptr.To("Reboot") }},
 		{"cloud-init NoCloud with 2048 bytes, network data and an SSH key", nil, func(s *v1.VirtualMachineInstanceSpec) {

@@ -44,11 +44,18 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	paths := launcher.DefaultPaths(os.Getenv("KUBEVMM_SOCKET_DIR"))
+	pvcs, err := spec.DecodePVCInfo(os.Getenv(spec.PVCInfoEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "virt-launcher:", err)
+		os.Exit(2)
+	}
+	paths.PVCs = pvcs
 	procmem.TuneGC() // the VMM runs in this process
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code, err := launcher.Run(ctx, launcher.Options{
 		VMIFile:    os.Getenv("KUBEVMM_VMI_FILE"),
-		Paths:      launcher.DefaultPaths(os.Getenv("KUBEVMM_SOCKET_DIR")),
+		Paths:      paths,
 		Log:        os.Stderr,
 		Console:    os.Stdout,
 		QEMUBinary: os.Getenv("KUBEVMM_QEMU_BINARY"),

@@ -134,16 +134,15 @@ const (
 
 // LiveMigratable says whether kubevmm can live-migrate a VMI, and if not,
 // why (a condition reason and message). Only our VMM migrates (the QEMU
-// backend's migration is not wired to the cluster), and a writable
-// containerDisk cannot move: it is a copy local to the launcher pod, and
-// there is no block migration; a read-only one is the same image on both
-// ends.
+// backend's migration is not wired to the cluster), and only disks whose
+// data both ends see move (see disksNotMigratable); pvcs is what
+// virt-controller read of the VMI's PVC volumes, by volume name.
 //
 // The backend is the one the launcher reports (ActiveBackendAnnotation)
 // once the VMI runs: a disk boot's backend depends on the image, which
 // only the launcher reads. Before that it is SelectBackend's guess
 // without the image.
-func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceSpec) (bool, string, string) {
+func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceSpec, pvcs map[string]PVCInfo) (bool, string, string) {
 	b, _, err := SelectBackend(annotations, s, nil)
 	if err != nil {
 		return false, ReasonBackendNotLiveMigratable, err.Error()
@@ -159,18 +158,8 @@ func LiveMigratable(annotations map[string]string, s *v1.VirtualMachineInstanceS
 			return false, ReasonInterfaceNotLiveMigratable, "interface " + n.Name + " is bridge-bound on the pod network: the guest has the pod's IP, which a migration target's pod does not"
 		}
 	}
-	vols := map[string]*v1.Volume{}
-	for i := range s.Volumes {
-		vols[s.Volumes[i].Name] = &s.Volumes[i]
-	}
-	for _, d := range s.Domain.Devices.Disks {
-		v := vols[d.Name]
-		if v == nil || v.ContainerDisk == nil {
-			continue
-		}
-		if d.Disk == nil || !d.Disk.ReadOnly {
-			return false, ReasonDisksNotLiveMigratable, "disk " + d.Name + " is a writable containerDisk: its data is local to the launcher pod and kubevmm has no block migration"
-		}
+	if msg := disksNotMigratable(s, pvcs); msg != "" {
+		return false, ReasonDisksNotLiveMigratable, msg
 	}
 	return true, "", ""
 }

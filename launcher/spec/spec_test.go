@@ -315,19 +315,19 @@ func TestLiveMigratableFollowsTheActiveBackend(t *testing.T) {
 	s.Domain.Firmware = nil
 	s.Domain.Devices.Disks = []v1.Disk{{Name: "root", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{ReadOnly: true}}}}
 	s.Volumes = []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disk"}}}}
-	ok, _, msg := LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s)
+	ok, _, msg := LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
 	assert.True(t, ok, msg)
-	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s)
+	ok, reason, _ := LiveMigratable(map[string]string{ActiveBackendAnnotation: "qemu"}, s, nil)
 	assert.False(t, ok)
 	assert.Equal(t, ReasonBackendNotLiveMigratable, reason)
 
 	// A NIC bridge-bound on the pod network: the guest has the pod's IP.
 	s.Networks = []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
 	s.Domain.Devices.Interfaces = []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}
-	ok, _, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s)
+	ok, _, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
 	assert.True(t, ok, msg)
 	s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
-	ok, reason, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s)
+	ok, reason, msg = LiveMigratable(map[string]string{ActiveBackendAnnotation: "kubevmm"}, s, nil)
 	assert.False(t, ok)
 	assert.Equal(t, ReasonInterfaceNotLiveMigratable, reason)
 	assert.Contains(t, msg, "interface default")

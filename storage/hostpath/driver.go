@@ -11,10 +11,25 @@
 // plugin-registration socket.
 //
 // A Filesystem volume is the directory itself, bind-mounted at the target.
-// A Block volume is a sparse file of the requested size in the directory
-// (disk.img), attached to a loop device when published; the device node
-// is bind-mounted at the target file. Volumes are not staged
-// (no STAGE_UNSTAGE_VOLUME): publishing is a bind mount.
+// A Block volume is a sparse regular file of the requested size at the
+// same path, <pool>/csi/<volume ID>, attached to a loop device when
+// published; the device node is bind-mounted at the target file. The
+// entry's type is the volume's mode: no user of a volume can change it (a
+// Filesystem volume's users see only what is inside its directory, a Block
+// volume's only the device), whereas a file inside a volume directory
+// would be no mark at all: a VM on a Filesystem claim keeps its image there
+// as disk.img. Volumes are not staged (no STAGE_UNSTAGE_VOLUME):
+// publishing is a bind mount.
+//
+// A volume is on one node, and by default one node's access modes only
+// (ReadWriteOnce, ReadWriteOncePod), as in HPP. A StorageClass with the
+// parameter sharedOnNode: "true" also gives ReadWriteMany and
+// ReadOnlyMany claims, meaning shared by the pods of the volume's node:
+// its topology still pins every consumer there, so a pod elsewhere never
+// schedules. That is what a VMI's same-node live migration needs (both
+// launcher pods have the claim at once); a migration to another node
+// cannot place its target pod, and fails as an unschedulable one does.
+// The class says so in its name in the dev cluster (hostpath-csi-shared).
 //
 // Volume IDs are ours: CreateVolume accepts names that are one path
 // element of lower-case letters, digits and dashes (the provisioner's
@@ -43,9 +58,16 @@ const (
 	TopologyKey = "topology.hostpath.csi/node"
 	// StoragePoolParameter is the StorageClass parameter selecting a pool.
 	StoragePoolParameter = "storagePool"
-	// blockFile is a Block volume's backing file in its directory.
-	blockFile = "disk.img"
+	// SharedOnNodeParameter is the StorageClass parameter that, "true"
+	// (and so in its volumes' context), lets volumes be shared by the
+	// pods of their node: multi-node access modes are accepted, the
+	// topology keeping every pod on the volume's node.
+	SharedOnNodeParameter = "sharedOnNode"
 )
+
+// sharedOnNode reads SharedOnNodeParameter from parameters or a volume
+// context.
+func sharedOnNode(params map[string]string) bool { return params[SharedOnNodeParameter] == "true" }
 
 // Version is the driver's version, reported by GetPluginInfo.
 var Version = "devel"
@@ -76,21 +98,29 @@ func checkID(id string) error {
 	return nil
 }
 
-// volumeDir finds the directory of volume id in the pools; "" when none
-// holds it.
-func (d *Driver) volumeDir(id string) (string, error) {
+// volume finds volume id in the pools: its path ("" when no pool holds
+// it) and its mode, Block for a regular file, Filesystem for a directory.
+func (d *Driver) volume(id string) (path string, block bool, err error) {
 	if err := checkID(id); err != nil {
-		return "", err
+		return "", false, err
 	}
 	for _, name := range d.poolNames() {
-		dir := filepath.Join(d.Pools[name], "csi", id)
-		if _, err := os.Stat(dir); err == nil {
-			return dir, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return "", status.Errorf(codes.Internal, "volume %s: %v", id, err)
+		p := filepath.Join(d.Pools[name], "csi", id)
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue
+		case err != nil:
+			return "", false, status.Errorf(codes.Internal, "volume %s: %v", id, err)
+		case fi.IsDir():
+			return p, false, nil
+		case fi.Mode().IsRegular():
+			return p, true, nil
+		default:
+			return "", false, status.Errorf(codes.Internal, "volume %s: %s is neither a directory nor a regular file", id, p)
 		}
 	}
-	return "", nil
+	return "", false, nil
 }
 
 func (d *Driver) poolNames() []string {
@@ -156,9 +186,10 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 }
 
 // checkCaps refuses capabilities a node-local volume cannot give: access
-// from more than one node, a mount with flags (a bind mount has none to
-// give), and a filesystem type other than the pool's.
-func checkCaps(caps []*csi.VolumeCapability) (block bool, err error) {
+// from more than one node (unless shared, sharedOnNode), a mount with
+// flags (a bind mount has none to give), and a filesystem type other than
+// the pool's.
+func checkCaps(caps []*csi.VolumeCapability, shared bool) (block bool, err error) {
 	if len(caps) == 0 {
 		return false, status.Error(codes.InvalidArgument, "volume capabilities are required")
 	}
@@ -166,6 +197,11 @@ func checkCaps(caps []*csi.VolumeCapability) (block bool, err error) {
 		switch c.GetAccessMode().GetMode() {
 		case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
 			csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER, csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:
+		case csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+			if !shared {
+				return false, status.Errorf(codes.InvalidArgument, "access mode %s: volumes are on one node (a class with %s: \"true\" shares them among its pods)",
+					c.GetAccessMode().GetMode(), SharedOnNodeParameter)
+			}
 		default:
 			return false, status.Errorf(codes.InvalidArgument, "access mode %s: volumes are on one node", c.GetAccessMode().GetMode())
 		}
@@ -192,8 +228,8 @@ func checkCaps(caps []*csi.VolumeCapability) (block bool, err error) {
 	return block, nil
 }
 
-// CreateVolume makes <pool>/csi/<name> and, for a Block volume, the sparse
-// file of the required size in it. Called again with the same name it
+// CreateVolume makes <pool>/csi/<name>: a directory, or for a Block volume
+// a sparse file of the required size. Called again with the same name it
 // returns the same volume, or AlreadyExists if the request differs.
 func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	name := req.GetName()
@@ -203,7 +239,7 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if !volumeID.MatchString(name) {
 		return nil, status.Errorf(codes.InvalidArgument, "name %q: one path element of lower-case letters, digits and dashes", name)
 	}
-	block, err := checkCaps(req.GetVolumeCapabilities())
+	block, err := checkCaps(req.GetVolumeCapabilities(), sharedOnNode(req.GetParameters()))
 	if err != nil {
 		return nil, err
 	}
@@ -227,70 +263,75 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if block && size <= 0 {
 		return nil, status.Error(codes.InvalidArgument, "a block volume needs a size (capacity_range)")
 	}
-	existing, err := d.volumeDir(name)
+	existing, existingBlock, err := d.volume(name)
 	if err != nil {
 		return nil, err
 	}
 	if existing != "" && filepath.Dir(filepath.Dir(existing)) != pool {
 		return nil, status.Errorf(codes.AlreadyExists, "volume %s exists in another pool (%s)", name, existing)
 	}
-	dir := filepath.Join(pool, "csi", name)
+	p := filepath.Join(pool, "csi", name)
 	switch {
 	case existing != "":
-		if err := checkExisting(dir, block, size); err != nil {
+		if err := checkExisting(p, existingBlock, block, size); err != nil {
 			return nil, err
 		}
 	case block:
-		if err := makeBlockVolume(dir, size); err != nil {
+		if err := makeBlockVolume(p, size); err != nil {
 			return nil, err
 		}
 	default:
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, status.Errorf(codes.Internal, "creating %s: %v", dir, err)
+		if err := os.MkdirAll(p, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "creating %s: %v", p, err)
 		}
+	}
+	volCtx := map[string]string{StoragePoolParameter: req.GetParameters()[StoragePoolParameter]}
+	if sharedOnNode(req.GetParameters()) {
+		volCtx[SharedOnNodeParameter] = "true"
 	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:           name,
 		CapacityBytes:      size,
-		VolumeContext:      map[string]string{StoragePoolParameter: req.GetParameters()[StoragePoolParameter]},
+		VolumeContext:      volCtx,
 		AccessibleTopology: []*csi.Topology{{Segments: map[string]string{TopologyKey: d.NodeID}}},
 	}}, nil
 }
 
-// checkExisting answers a repeated CreateVolume: the volume in dir must
-// have the mode, and a Block volume the size, asked for.
-func checkExisting(dir string, block bool, size int64) error {
-	fi, err := os.Stat(filepath.Join(dir, blockFile))
+// checkExisting answers a repeated CreateVolume: the volume at p (a Block
+// one when isBlock) must have the mode, and a Block volume the size, asked
+// for.
+func checkExisting(p string, isBlock, block bool, size int64) error {
 	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if block {
-			return status.Error(codes.AlreadyExists, "the volume exists as a filesystem volume")
-		}
-		return nil
-	case err != nil:
-		return status.Errorf(codes.Internal, "volume %s: %v", dir, err)
-	case !block:
+	case !isBlock && block:
+		return status.Error(codes.AlreadyExists, "the volume exists as a filesystem volume")
+	case isBlock && !block:
 		return status.Error(codes.AlreadyExists, "the volume exists as a block volume")
-	case fi.Size() != size:
+	case !block:
+		return nil
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return status.Errorf(codes.Internal, "volume %s: %v", p, err)
+	}
+	if fi.Size() != size {
 		return status.Errorf(codes.AlreadyExists, "the volume exists with %d bytes, not %d", fi.Size(), size)
 	}
 	return nil
 }
 
-// makeBlockVolume makes a Block volume's directory with its sparse file,
-// in a scratch directory renamed into place once complete: a volume
-// directory always holds its whole file, and a crash leaves only the
-// scratch directory, which the next attempt starts afresh. (Its name,
-// beginning with a dot, is no volume ID.)
-func makeBlockVolume(dir string, size int64) error {
-	tmp := filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".tmp")
-	err := os.RemoveAll(tmp)
-	if err == nil {
-		err = os.MkdirAll(tmp, 0o750)
+// makeBlockVolume makes a Block volume's sparse file at p, as a scratch
+// file renamed into place once its size is set: a volume is always whole,
+// and a crash leaves only the scratch file, which the next attempt starts
+// afresh. (Its name, beginning with a dot, is no volume ID.)
+func makeBlockVolume(p string, size int64) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return status.Errorf(codes.Internal, "creating block volume %s: %v", p, err)
 	}
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
+	err := os.RemoveAll(tmp)
 	var f *os.File
 	if err == nil {
-		f, err = os.OpenFile(filepath.Join(tmp, blockFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+		f, err = os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
 	}
 	if err == nil {
 		err = f.Truncate(size)
@@ -299,11 +340,11 @@ func makeBlockVolume(dir string, size int64) error {
 		}
 	}
 	if err == nil {
-		err = os.Rename(tmp, dir)
+		err = os.Rename(tmp, p)
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return status.Errorf(codes.Internal, "creating block volume %s: %v", dir, err)
+		return status.Errorf(codes.Internal, "creating block volume %s: %v", p, err)
 	}
 	return nil
 }
@@ -322,7 +363,7 @@ func (d *Driver) checkTopology(tr *csi.TopologyRequirement) error {
 	return status.Errorf(codes.ResourceExhausted, "the volume must be on another node than %s", d.NodeID)
 }
 
-// DeleteVolume removes the volume's directory; an unknown volume is gone
+// DeleteVolume removes the volume's directory or file; an unknown volume is gone
 // already.
 func (d *Driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
@@ -331,17 +372,19 @@ func (d *Driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 	if !volumeID.MatchString(req.GetVolumeId()) {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	dir, err := d.volumeDir(req.GetVolumeId())
-	if err != nil || dir == "" {
+	p, block, err := d.volume(req.GetVolumeId())
+	if err != nil || p == "" {
 		return &csi.DeleteVolumeResponse{}, err
 	}
-	if l, err := findLoop(filepath.Join(dir, blockFile)); err != nil {
-		return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
-	} else if l != "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published (%s)", req.GetVolumeId(), l)
+	if block {
+		if l, err := findLoop(p); err != nil {
+			return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
+		} else if l != "" {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is published (%s)", req.GetVolumeId(), l)
+		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, status.Errorf(codes.Internal, "removing %s: %v", dir, err)
+	if err := os.RemoveAll(p); err != nil {
+		return nil, status.Errorf(codes.Internal, "removing %s: %v", p, err)
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }
@@ -352,11 +395,11 @@ func (d *Driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 // NodeExpandVolume is needed. A Filesystem volume is a directory of the
 // pool's filesystem, with no size of its own to change.
 func (d *Driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	dir, err := d.volumeDir(req.GetVolumeId())
+	file, block, err := d.volume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if dir == "" {
+	if file == "" {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
 	size := req.GetCapacityRange().GetRequiredBytes()
@@ -366,11 +409,10 @@ func (d *Driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerEx
 	if lim := req.GetCapacityRange().GetLimitBytes(); lim > 0 && size > lim {
 		return nil, status.Errorf(codes.InvalidArgument, "required bytes %d exceed the limit %d", size, lim)
 	}
-	file := filepath.Join(dir, blockFile)
-	fi, err := os.Stat(file)
-	if errors.Is(err, os.ErrNotExist) {
+	if !block {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: size}, nil
 	}
+	fi, err := os.Stat(file)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
 	}
@@ -389,18 +431,18 @@ func (d *Driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerEx
 // ValidateVolumeCapabilities confirms the capabilities a volume of this
 // driver can give.
 func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	dir, err := d.volumeDir(req.GetVolumeId())
+	p, isBlock, err := d.volume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if dir == "" {
+	if p == "" {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	block, err := checkCaps(req.GetVolumeCapabilities())
+	block, err := checkCaps(req.GetVolumeCapabilities(), sharedOnNode(req.GetVolumeContext()) || sharedOnNode(req.GetParameters()))
 	if err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil //nolint:nilerr // unsupported capabilities are an answer, not an error
 	}
-	if _, serr := os.Stat(filepath.Join(dir, blockFile)); (serr == nil) != block {
+	if isBlock != block {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: "the volume's mode differs"}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
@@ -454,19 +496,18 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if req.GetVolumeCapability() == nil {
 		return nil, status.Error(codes.InvalidArgument, "volume capability is required")
 	}
-	block, err := checkCaps([]*csi.VolumeCapability{req.GetVolumeCapability()})
+	block, err := checkCaps([]*csi.VolumeCapability{req.GetVolumeCapability()}, sharedOnNode(req.GetVolumeContext()))
 	if err != nil {
 		return nil, err
 	}
-	dir, err := d.volumeDir(req.GetVolumeId())
+	p, isBlock, err := d.volume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if dir == "" {
+	if p == "" {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
-	file := filepath.Join(dir, blockFile)
-	if _, err := os.Stat(file); (err == nil) != block {
+	if isBlock != block {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: the requested access type is not the volume's mode", req.GetVolumeId())
 	}
 	mounted, err := isMountPoint(target)
@@ -478,9 +519,9 @@ func (d *Driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	}
 	ro := req.GetReadonly() || req.GetVolumeCapability().GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 	if block {
-		err = publishBlock(file, target, ro)
+		err = publishBlock(p, target, ro)
 	} else {
-		err = publishDir(dir, target, ro)
+		err = publishDir(p, target, ro)
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "publishing volume %s at %s: %v", req.GetVolumeId(), target, err)
@@ -521,7 +562,7 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	if target == "" || !filepath.IsAbs(target) {
 		return nil, status.Errorf(codes.InvalidArgument, "target path %q: an absolute path is required", target)
 	}
-	dir, err := d.volumeDir(req.GetVolumeId())
+	p, block, err := d.volume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
@@ -540,8 +581,8 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", target, err)
 	}
-	if dir != "" {
-		if err := releaseLoop(filepath.Join(dir, blockFile)); err != nil {
+	if block {
+		if err := releaseLoop(p); err != nil {
 			return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
 		}
 	}
@@ -555,17 +596,21 @@ func (d *Driver) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 	if p == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is required")
 	}
-	dir, err := d.volumeDir(req.GetVolumeId())
+	vol, block, err := d.volume(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	if dir == "" {
+	if vol == "" {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
 	}
 	if mounted, err := isMountPoint(p); err != nil || !mounted {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), p)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, blockFile)); err == nil {
+	if block {
+		fi, err := os.Stat(vol)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), err)
+		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: fi.Size()}}}, nil
 	}
 	var st unix.Statfs_t

@@ -117,13 +117,14 @@ func TestCreateBlock(t *testing.T) {
 	d, pool := newDriver(t)
 	_, err := d.CreateVolume(ctx, createReq("pvc-b", 64<<20, blockCap()))
 	require.NoError(t, err)
-	f := filepath.Join(pool, "csi", "pvc-b", "disk.img")
+	f := filepath.Join(pool, "csi", "pvc-b")
 	fi, err := os.Stat(f)
 	require.NoError(t, err)
 	assert.Equal(t, int64(64<<20), fi.Size())
 	var st unix.Stat_t
 	require.NoError(t, unix.Stat(f, &st))
 	assert.Less(t, st.Blocks*512, int64(1<<20), "the file is sparse")
+	assert.True(t, fi.Mode().IsRegular(), "a block volume is a regular file")
 
 	_, err = d.CreateVolume(ctx, createReq("pvc-b", 64<<20, blockCap()))
 	require.NoError(t, err, "the same request again")
@@ -131,17 +132,16 @@ func TestCreateBlock(t *testing.T) {
 	assert.Equal(t, codes.AlreadyExists, code(err), "another size: %v", err)
 	_, err = d.CreateVolume(ctx, createReq("pvc-b", 64<<20, fsCap()))
 	assert.Equal(t, codes.AlreadyExists, code(err), "as a filesystem: %v", err)
-	// A CreateVolume that stopped before its file was complete left its
-	// scratch directory, which the next one starts afresh.
+	// A CreateVolume that stopped before its file's size was set left its
+	// scratch file, which the next one starts afresh.
 	scratch := filepath.Join(pool, "csi", ".pvc-p.tmp")
-	require.NoError(t, os.MkdirAll(scratch, 0o750))
-	require.NoError(t, os.WriteFile(filepath.Join(scratch, "disk.img"), nil, 0o600))
+	require.NoError(t, os.WriteFile(scratch, []byte("partial"), 0o600))
 	_, err = d.CreateVolume(ctx, createReq("pvc-p", 1<<20, blockCap()))
 	require.NoError(t, err)
-	fi, err = os.Stat(filepath.Join(pool, "csi", "pvc-p", "disk.img"))
+	fi, err = os.Stat(filepath.Join(pool, "csi", "pvc-p"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1<<20), fi.Size())
-	assert.NoDirExists(t, scratch)
+	assert.NoFileExists(t, scratch)
 
 	_, err = d.CreateVolume(ctx, createReq("pvc-z", 0, blockCap()))
 	assert.Equal(t, codes.InvalidArgument, code(err), "a block volume without a size: %v", err)
@@ -254,6 +254,43 @@ func TestPublishFilesystem(t *testing.T) {
 	assert.Equal(t, codes.NotFound, code(err), "%v", err)
 }
 
+// A Filesystem volume holding a VM's disk.img (the name a Block volume's
+// file once had) stays a Filesystem volume: published as a directory
+// again after its pod is gone, never taken for a Block one.
+func TestPublishFilesystemWithDiskImg(t *testing.T) {
+	needRoot(t)
+	d, pool := newDriver(t)
+	_, err := d.CreateVolume(ctx, createReq("pvc-vm", 1<<20, fsCap()))
+	require.NoError(t, err)
+	target := filepath.Join(t.TempDir(), "pod", "mount")
+	pub := &csi.NodePublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target, VolumeCapability: fsCap()}
+	unpub := &csi.NodeUnpublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	for i := range 2 {
+		_, err = d.NodePublishVolume(ctx, pub)
+		require.NoError(t, err, "publish %d", i+1)
+		fi, err := os.Stat(target)
+		require.NoError(t, err)
+		assert.True(t, fi.IsDir(), "publish %d: a directory", i+1)
+		if i == 0 {
+			require.NoError(t, os.WriteFile(filepath.Join(target, "disk.img"), []byte("VM image"), 0o600))
+		}
+		b, err := os.ReadFile(filepath.Join(target, "disk.img"))
+		require.NoError(t, err)
+		assert.Equal(t, "VM image", string(b))
+		_, err = d.NodeUnpublishVolume(ctx, unpub)
+		require.NoError(t, err)
+	}
+	_, err = d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "pvc-vm", TargetPath: target, VolumeCapability: blockCap()})
+	assert.Equal(t, codes.InvalidArgument, code(err), "a block publish: %v", err)
+	_, err = d.CreateVolume(ctx, createReq("pvc-vm", 1<<20, fsCap()))
+	require.NoError(t, err, "created again as a filesystem")
+	r, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "pvc-vm", VolumeCapabilities: []*csi.VolumeCapability{fsCap()}})
+	require.NoError(t, err)
+	assert.NotNil(t, r.GetConfirmed(), "a filesystem volume: %s", r.GetMessage())
+	assert.FileExists(t, filepath.Join(pool, "csi", "pvc-vm", "disk.img"))
+}
+
 func countMounts(t *testing.T, path string) int {
 	t.Helper()
 	ms, err := mounts()
@@ -276,7 +313,7 @@ func TestPublishBlock(t *testing.T) {
 	const size = 8 << 20
 	_, err := d.CreateVolume(ctx, createReq("pvc-blk", size, blockCap()))
 	require.NoError(t, err)
-	file := filepath.Join(pool, "csi", "pvc-blk", "disk.img")
+	file := filepath.Join(pool, "csi", "pvc-blk")
 	// The CO makes the target's parent; the driver the target file.
 	target := filepath.Join(t.TempDir(), "publish", "pod-uid")
 	require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o750))
@@ -344,7 +381,7 @@ func TestPublishBlock(t *testing.T) {
 
 	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-blk"})
 	require.NoError(t, err)
-	assert.NoDirExists(t, filepath.Dir(file))
+	assert.NoFileExists(t, file)
 }
 
 func TestCapacity(t *testing.T) {
@@ -395,6 +432,76 @@ func TestExpandRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := d.ControllerExpandVolume(ctx, tc.req)
 			assert.Equal(t, tc.want, code(err), "%v", err)
+		})
+	}
+}
+
+// A class with sharedOnNode: "true" gives multi-node access modes: the
+// volume's context says so, and the volume is published at two targets
+// at once (a VMI's source and target launcher pods on its node), a Block
+// one through the same loop device, kept until the last target goes.
+// Without the parameter the modes are refused (TestCreateRefusals).
+func TestSharedOnNode(t *testing.T) {
+	needRoot(t)
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("no loop devices here:", err)
+	}
+	d, pool := newDriver(t)
+	rwx := func(c *csi.VolumeCapability) *csi.VolumeCapability {
+		c.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cap  *csi.VolumeCapability
+	}{{"pvc-shared-fs", rwx(fsCap())}, {"pvc-shared-blk", rwx(blockCap())}} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := createReq(tc.name, 4<<20, tc.cap)
+			req.Parameters[SharedOnNodeParameter] = "true"
+			r, err := d.CreateVolume(ctx, req)
+			require.NoError(t, err)
+			volCtx := r.GetVolume().GetVolumeContext()
+			assert.Equal(t, "true", volCtx[SharedOnNodeParameter])
+			_, err = d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tc.name, TargetPath: filepath.Join(t.TempDir(), "x"), VolumeCapability: tc.cap})
+			assert.Equal(t, codes.InvalidArgument, code(err), "a multi-node publish without the volume's context: %v", err)
+
+			var targets []string
+			for range 2 {
+				target := filepath.Join(t.TempDir(), "pod", "vol")
+				require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o750))
+				_, err := d.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: tc.name, TargetPath: target, VolumeCapability: tc.cap, VolumeContext: volCtx})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+				targets = append(targets, target)
+			}
+			if tc.cap.GetBlock() != nil {
+				t.Cleanup(func() { _ = releaseLoop(filepath.Join(pool, "csi", tc.name)) })
+				f, err := os.OpenFile(targets[0], os.O_WRONLY, 0)
+				require.NoError(t, err)
+				_, err = f.WriteAt([]byte("from the source"), 0)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[0]})
+				require.NoError(t, err)
+				got := make([]byte, len("from the source"))
+				f, err = os.Open(targets[1])
+				require.NoError(t, err, "the other target keeps its device")
+				_, err = f.ReadAt(got, 0)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				assert.Equal(t, "from the source", string(got))
+			} else {
+				require.NoError(t, os.WriteFile(filepath.Join(targets[0], "disk.img"), []byte("from the source"), 0o600))
+				_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[0]})
+				require.NoError(t, err)
+				b, err := os.ReadFile(filepath.Join(targets[1], "disk.img"))
+				require.NoError(t, err)
+				assert.Equal(t, "from the source", string(b))
+			}
+			_, err = d.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: tc.name, TargetPath: targets[1]})
+			require.NoError(t, err)
+			_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: tc.name})
+			require.NoError(t, err)
 		})
 	}
 }

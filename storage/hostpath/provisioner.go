@@ -135,14 +135,23 @@ func (p *Provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolum
 	if pvc.Spec.VolumeMode != nil {
 		mode = *pvc.Spec.VolumeMode
 	}
+	// The widest mode asked for; the multi-node ones only from a class
+	// whose volumes are shared on their node (SharedOnNodeParameter).
 	access := &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
+	shared := sharedOnNode(sc.Parameters)
 	for _, m := range pvc.Spec.AccessModes {
-		switch m {
-		case corev1.ReadWriteOnce:
-		case corev1.ReadWriteOncePod:
+		switch {
+		case m == corev1.ReadWriteOnce:
+		case m == corev1.ReadWriteOncePod:
 			access.Mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+		case m == corev1.ReadWriteMany && shared:
+			access.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+		case m == corev1.ReadOnlyMany && shared:
+			if access.Mode != csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER {
+				access.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+			}
 		default:
-			return corev1.PersistentVolume{}, status.Errorf(codes.InvalidArgument, "access mode %s: hostpath volumes are on one node", m)
+			return corev1.PersistentVolume{}, status.Errorf(codes.InvalidArgument, "access mode %s: hostpath volumes are on one node (a class with %s: \"true\" shares them among its pods)", m, SharedOnNodeParameter)
 		}
 	}
 	vc := &csi.VolumeCapability{AccessMode: access, AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}

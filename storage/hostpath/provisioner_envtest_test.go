@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ func TestProvisionerEnvtest(t *testing.T) {
 	assert.Equal(t, "node-a", volumeNode(pv))
 	q := pv.Spec.Capacity[corev1.ResourceStorage]
 	assert.Equal(t, int64(16<<20), q.Value())
-	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
+	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name))
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), fi.Size())
 
@@ -140,7 +141,7 @@ func TestProvisionerEnvtest(t *testing.T) {
 	require.NoError(t, k.Get(ctx, client.ObjectKey{Name: pv.Name}, pv))
 	q = pv.Spec.Capacity[corev1.ResourceStorage]
 	assert.Equal(t, int64(32<<20), q.Value(), "the PV's capacity")
-	fi, err = os.Stat(filepath.Join(pool, "csi", pv.Name, "disk.img"))
+	fi, err = os.Stat(filepath.Join(pool, "csi", pv.Name))
 	require.NoError(t, err)
 	assert.Equal(t, int64(32<<20), fi.Size(), "the volume's file grew")
 
@@ -154,5 +155,50 @@ func TestProvisionerEnvtest(t *testing.T) {
 		err := k.Get(ctx, client.ObjectKey{Name: pv.Name}, &got)
 		return apierrors.IsNotFound(err) || (err == nil && got.DeletionTimestamp != nil)
 	})
-	assert.NoDirExists(t, filepath.Join(pool, "csi", pv.Name), "the volume is removed from the pool")
+	_, err = os.Lstat(filepath.Join(pool, "csi", pv.Name))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the volume is removed from the pool")
+
+	t.Run("sharedOnNode", func(t *testing.T) { testSharedOnNode(t, k, pool) })
+}
+
+// An RWX claim gets a volume from a class with sharedOnNode: "true" only:
+// its PV is ReadWriteMany, pinned to the node like any other, with the
+// parameter in its context for the node's publish. Of the default class
+// it gets no volume, and an event says why. (Part of
+// TestProvisionerEnvtest: one envtest per process.)
+func testSharedOnNode(t *testing.T, k client.Client, pool string) {
+	ctx := context.Background()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	require.NoError(t, k.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi-shared"}, Provisioner: DriverName,
+		Parameters: map[string]string{StoragePoolParameter: "local", SharedOnNodeParameter: "true"}, VolumeBindingMode: &wffc}))
+
+	refused := claim("rwx-default", "node-a", corev1.PersistentVolumeFilesystem)
+	refused.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	require.NoError(t, k.Create(ctx, refused))
+	shared := claim("rwx-shared", "node-a", corev1.PersistentVolumeBlock)
+	shared.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	shared.Spec.StorageClassName = ptr.To("hostpath-csi-shared")
+	require.NoError(t, k.Create(ctx, shared))
+
+	pv := &corev1.PersistentVolume{}
+	waitFor(t, "the shared claim's PV", func() bool { return k.Get(ctx, client.ObjectKey{Name: "pvc-" + string(shared.UID)}, pv) == nil })
+	assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, pv.Spec.AccessModes)
+	assert.Equal(t, "node-a", volumeNode(pv))
+	assert.Equal(t, "true", pv.Spec.CSI.VolumeAttributes[SharedOnNodeParameter])
+	fi, err := os.Stat(filepath.Join(pool, "csi", pv.Name))
+	require.NoError(t, err)
+	assert.Equal(t, int64(16<<20), fi.Size())
+
+	waitFor(t, "the refusal's event", func() bool {
+		var evs corev1.EventList
+		require.NoError(t, k.List(ctx, &evs, client.InNamespace("default")))
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == refused.Name && strings.Contains(e.Message, "hostpath volumes are on one node") {
+				return true
+			}
+		}
+		return false
+	})
+	err = k.Get(ctx, client.ObjectKey{Name: "pvc-" + string(refused.UID)}, &corev1.PersistentVolume{})
+	assert.True(t, apierrors.IsNotFound(err), "no PV for an RWX claim of the default class: %v", err)
 }

@@ -80,10 +80,10 @@ func TestHostPathProvisioner(t *testing.T) {
 		vols[c] = pv
 		assert.Equal(t, "kubevirt.io.hostpath-provisioner", kubectl(t, "get", "pv", pv, "-o", "jsonpath={.spec.csi.driver}"))
 		assert.Equal(t, node, kubectl(t, "get", "pv", pv, "-o", "jsonpath={.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]}"))
-		assert.DirExists(t, filepath.Join(pool, "csi", pv), "the volume's directory in the pool")
 	}
+	assert.DirExists(t, filepath.Join(pool, "csi", vols["fs-claim"]), "the Filesystem volume's directory in the pool")
 	assert.Equal(t, "Block", kubectl(t, "get", "pv", vols["block-claim"], "-o", "jsonpath={.spec.volumeMode}"))
-	disk := filepath.Join(pool, "csi", vols["block-claim"], "disk.img")
+	disk := filepath.Join(pool, "csi", vols["block-claim"])
 	fi, err := os.Stat(disk)
 	require.NoError(t, err)
 	assert.Equal(t, int64(16<<20), fi.Size())
@@ -142,7 +142,8 @@ func TestHostPathProvisioner(t *testing.T) {
 	kubectl(t, "-n", ns, "delete", "pvc/fs-claim", "pvc/block-claim", "--wait=true", "--timeout=120s")
 	for _, pv := range vols {
 		kubectl(t, "wait", "--for=delete", "pv/"+pv, "--timeout=120s")
-		assert.NoDirExists(t, filepath.Join(pool, "csi", pv), "the volume is removed from the pool")
+		_, err := os.Lstat(filepath.Join(pool, "csi", pv))
+		assert.ErrorIs(t, err, os.ErrNotExist, "the volume is removed from the pool")
 	}
 }
 

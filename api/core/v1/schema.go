@@ -657,7 +657,7 @@ type Volume struct {
 // VolumeSource is exactly one of its fields.
 type VolumeSource struct {
 	// +optional
-	HostDisk *Unmodeled `json:"hostDisk,omitempty"`
+	HostDisk *HostDisk `json:"hostDisk,omitempty"`
 	// +optional
 	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
 	// +optional
@@ -669,7 +669,7 @@ type VolumeSource struct {
 	// +optional
 	ContainerDisk *ContainerDiskSource `json:"containerDisk,omitempty"`
 	// +optional
-	Ephemeral *Unmodeled `json:"ephemeral,omitempty"`
+	Ephemeral *EphemeralVolumeSource `json:"ephemeral,omitempty"`
 	// +optional
 	EmptyDisk *EmptyDiskSource `json:"emptyDisk,omitempty"`
 	// +optional
@@ -796,6 +796,40 @@ type ContainerDiskSource struct {
 	Path string `json:"path,omitempty"`
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+}
+
+// HostDiskType says whether a hostDisk's image must exist.
+type HostDiskType string
+
+// The HostDiskType values.
+const (
+	// HostDiskExists: the image must be there.
+	HostDiskExists HostDiskType = "Disk"
+	// HostDiskExistsOrCreate: a sparse image of the capacity is created
+	// when absent.
+	HostDiskExistsOrCreate HostDiskType = "DiskOrCreate"
+)
+
+// HostDisk is a raw disk image in the node's file system.
+type HostDisk struct {
+	// Path is the image's absolute path on the node.
+	Path string `json:"path"`
+	// Type is Disk or DiskOrCreate.
+	Type HostDiskType `json:"type"`
+	// Capacity is the size of the image DiskOrCreate creates.
+	// +optional
+	Capacity resource.Quantity `json:"capacity,omitempty"`
+	// Shared says the path holds the same image on every node (shared
+	// storage): only then can the VMI live-migrate.
+	// +optional
+	Shared *bool `json:"shared,omitempty"`
+}
+
+// EphemeralVolumeSource is a PVC the guest sees through a copy-on-write
+// overlay, discarded when the VMI ends: the claim itself is never written.
+type EphemeralVolumeSource struct {
+	// +optional
+	PersistentVolumeClaim *corev1.PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
 }
 
 // EmptyDiskSource is a blank sparse disk that lives as long as the VMI.

@@ -23,6 +23,11 @@ const Namespace = "hostpath-provisioner"
 // StorageClass is the default StorageClass it serves.
 const StorageClass = "hostpath-csi"
 
+// SharedStorageClass is the class whose volumes are shared by the pods of
+// their node (hostpath.SharedOnNodeParameter): ReadWriteMany claims, for
+// a VMI's same-node live migration on the dev cluster.
+const SharedStorageClass = "hostpath-csi-shared"
+
 // Config says where the provisioner runs and what it serves.
 type Config struct {
 	Image       string            // the provisioner's image
@@ -33,8 +38,9 @@ type Config struct {
 
 // Objects are the hostpath provisioner: its CSI driver and provisioner as
 // a DaemonSet (one per node, the node's pool at c.PoolPath), the CSIDriver
-// object, the default StorageClass hostpath-csi (volumes may grow) and
-// their RBAC.
+// object, the default StorageClass hostpath-csi (volumes may grow),
+// hostpath-csi-shared (the same, its claims may be ReadWriteMany: shared
+// on their node) and their RBAC.
 func Objects(c Config) []client.Object {
 	ns := Namespace
 	const name = "hostpath-provisioner"
@@ -87,9 +93,12 @@ func Objects(c Config) []client.Object {
 			},
 		}}
 	// No attacher (volumes are on their node) and no pod information on
-	// mount; persistent volumes only.
+	// mount; persistent volumes only. The kubelet gives a Filesystem
+	// volume to the pod's fsGroup (File: the volumes have no fsType), so
+	// a non-root virt-launcher can make its disk.img there.
 	driver := &storagev1.CSIDriver{TypeMeta: tm("storage.k8s.io/v1", "CSIDriver"), ObjectMeta: metav1.ObjectMeta{Name: hostpath.DriverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(false),
+			FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}}
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := &storagev1.StorageClass{TypeMeta: tm("storage.k8s.io/v1", "StorageClass"),
@@ -98,6 +107,9 @@ func Objects(c Config) []client.Object {
 		Parameters:        map[string]string{hostpath.StoragePoolParameter: "local"},
 		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode: &wffc, AllowVolumeExpansion: ptr.To(true)}
+	shared := sc.DeepCopy()
+	shared.Name, shared.Annotations = SharedStorageClass, nil
+	shared.Parameters[hostpath.SharedOnNodeParameter] = "true"
 	return []client.Object{
 		&corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: ns,
 			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}},
@@ -106,7 +118,7 @@ func Objects(c Config) []client.Object {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}},
-		driver, sc, ds,
+		driver, sc, shared, ds,
 	}
 }
 
