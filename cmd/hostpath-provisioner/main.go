@@ -14,11 +14,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -89,7 +91,12 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, HealthProbeBindAddress: probeAddr,
+	// Its capacity objects are read in its namespace only: its RBAC there.
+	var cacheOpts cache.Options
+	if namespace != "" {
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&storagev1.CSIStorageCapacity{}: {Namespaces: map[string]cache.Config{namespace: {}}}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, HealthProbeBindAddress: probeAddr, Cache: cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

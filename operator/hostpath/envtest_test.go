@@ -151,6 +151,25 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 	assert.Equal(t, "envtest", cur.Status.ObservedVersion)
 	assert.Equal(t, []hppv1.StoragePoolStatus{{Name: "local", Phase: hppv1.StoragePoolReady}, {Name: "ssd", Phase: hppv1.StoragePoolReady}}, cur.Status.StoragePoolStatuses)
 
+	t.Run("the driver's RBAC", func(t *testing.T) {
+		// What the driver does, as its service account: the claims, volumes
+		// and classes everywhere, its capacity objects in its namespace
+		// (a cache of that namespace only) and its DaemonSet, their owner.
+		drvCfg := rest.CopyConfig(cfg)
+		drvCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + install.Name}
+		drv, err := client.New(drvCfg, client.Options{Scheme: s})
+		require.NoError(t, err)
+		require.NoError(t, drv.List(ctx, &corev1.PersistentVolumeClaimList{}))
+		require.NoError(t, drv.List(ctx, &corev1.PersistentVolumeList{}))
+		require.NoError(t, drv.List(ctx, &storagev1.StorageClassList{}))
+		require.NoError(t, drv.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.Name}, &appsv1.DaemonSet{}))
+		c := &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: "hpp-rbac"}, StorageClassName: "hostpath-csi"}
+		require.NoError(t, drv.Create(ctx, c))
+		require.NoError(t, drv.List(ctx, &storagev1.CSIStorageCapacityList{}, client.InNamespace(install.Namespace)))
+		require.NoError(t, drv.Update(ctx, c))
+		require.NoError(t, drv.Delete(ctx, c))
+	})
+
 	t.Run("drift is reverted", func(t *testing.T) {
 		require.NoError(t, k8s.Patch(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: install.Name}},
 			client.RawPatch("application/strategic-merge-patch+json",
