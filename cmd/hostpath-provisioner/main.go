@@ -11,10 +11,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -48,11 +55,15 @@ func (p pools) Set(v string) error {
 }
 
 func run() error {
-	var nodeName, kubeletRoot, probeAddr string
+	var nodeName, kubeletRoot, probeAddr, namespace, owner string
+	var interval time.Duration
 	ps := pools{}
 	flag.StringVar(&nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
 	flag.StringVar(&kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir: the sockets go to its plugins and plugins_registry directories")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8188", "address of /healthz and /readyz")
+	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the CSIStorageCapacity objects (default $POD_NAMESPACE; none published without)")
+	flag.StringVar(&owner, "capacity-owner", "", "the DaemonSet in --namespace that owns the CSIStorageCapacity objects (they go with it)")
+	flag.DurationVar(&interval, "capacity-interval", time.Minute, "how often the pools' capacity is published besides when volumes come and go")
 	flag.Var(ps, "storage-pool", "a storage pool, NAME=PATH (repeatable; at least one)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -80,12 +91,32 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, HealthProbeBindAddress: probeAddr,
+	// Its capacity objects are read in its namespace only: its RBAC there.
+	var cacheOpts cache.Options
+	if namespace != "" {
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&storagev1.CSIStorageCapacity{}: {Namespaces: map[string]cache.Config{namespace: {}}}}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, HealthProbeBindAddress: probeAddr, Cache: cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	p := &hostpath.Provisioner{Client: mgr.GetClient(), Driver: d, Recorder: mgr.GetEventRecorder("hostpath-provisioner")}
+	if namespace != "" {
+		p.Capacity = &hostpath.Capacity{Client: mgr.GetClient(), Driver: d, Namespace: namespace, Interval: interval}
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			if owner != "" {
+				ref, err := daemonSetRef(ctx, mgr.GetAPIReader(), namespace, owner)
+				if err != nil {
+					return err
+				}
+				p.Capacity.Owner = ref
+			}
+			return p.Capacity.Start(ctx)
+		})); err != nil {
+			return err
+		}
+	}
 	if err := p.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -101,4 +132,13 @@ func run() error {
 	}
 	log.Info("starting", "node", nodeName, "pools", ps.String())
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// daemonSetRef is the owner reference to DaemonSet namespace/name.
+func daemonSetRef(ctx context.Context, r client.Reader, namespace, name string) (*metav1.OwnerReference, error) {
+	var ds appsv1.DaemonSet
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &ds); err != nil {
+		return nil, fmt.Errorf("--capacity-owner: reading DaemonSet %s/%s: %w", namespace, name, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID}, nil
 }

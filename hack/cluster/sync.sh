@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kubevmm component images (virt-operator, virt-controller,
-# virt-api, virt-handler, virt-launcher, hostpath-provisioner, ssp-operator,
+# virt-api, virt-handler, virt-launcher, hostpath-provisioner and its
+# operator, ssp-operator,
 # virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
 # kubemacpool, cluster-network-addons-operator, cdi-operator,
 # cdi-controller, cdi-importer), imports them into the dev
@@ -10,7 +11,7 @@
 # components' certificates), the SSP and HCO operators
 # beside it and a HyperConverged CR, from which the HCO makes the KubeVirt
 # and SSP CRs and their operators deploy the rest, and the hostpath
-# provisioner (plain manifests until its operator exists) and the network
+# provisioner (its operator and a HostPathProvisioner CR) and the network
 # add-ons operator, which deploys the add-ons from the NetworkAddonsConfig
 # the HCO makes, and CDI's operator, which deploys CDI from the CDI CR
 # the HCO makes. Then waits for the CRs' Available condition and for the
@@ -22,7 +23,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner hostpath-provisioner-operator kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -139,11 +140,40 @@ kubectl_admin -n cdi rollout restart deployment/cdi-deployment >/dev/null
 kubectl_admin -n cdi rollout status deployment/cdi-deployment --timeout=180s >/dev/null || {
   kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: cdi-deployment did not become ready"; }
 cdi_available 120s
-# The hostpath provisioner (StorageClass hostpath-csi, the default): ready
-# once the kubelet registered its CSI driver (the node's CSINode lists it).
-kubectl_admin -n hostpath-provisioner rollout restart daemonset/hostpath-provisioner >/dev/null
-kubectl_admin -n hostpath-provisioner rollout status daemonset/hostpath-provisioner --timeout=180s >/dev/null || {
-  kubectl_admin -n hostpath-provisioner get pods -o wide >&2; die "sync.sh: daemonset/hostpath-provisioner did not become ready"; }
+# The hostpath provisioner (StorageClass hostpath-csi, the default, pool
+# local): its operator (in the manifests) deploys the CSI driver from the
+# HostPathProvisioner CR, Available once the driver's DaemonSet is ready;
+# the driver is ready once the kubelet registered it (the node's CSINode
+# lists it). A DaemonSet of the plain manifests (before the operator; no
+# owner) is deleted first: the operator's names its pool's volume
+# differently, and apply would merge the two.
+hpp=hostpath-provisioner
+if owner=$(kubectl_admin -n $hpp get daemonset/$hpp -o 'jsonpath={.metadata.ownerReferences[*].kind}' 2>/dev/null) && [ "$owner" != HostPathProvisioner ]; then
+  kubectl_admin -n $hpp delete daemonset/$hpp --wait=true >/dev/null
+fi
+kubectl_admin wait --for=condition=Established crd/hostpathprovisioners.hostpathprovisioner.kubevirt.io --timeout=60s >/dev/null
+kubectl_admin -n $hpp rollout restart deployment/hostpath-provisioner-operator >/dev/null
+kubectl_admin -n $hpp rollout status deployment/hostpath-provisioner-operator --timeout=180s >/dev/null || {
+  kubectl_admin -n $hpp get pods -o wide >&2; die "sync.sh: hostpath-provisioner-operator did not become ready"; }
+kubectl_admin apply --server-side --force-conflicts -f - >/dev/null <<YAML
+apiVersion: hostpathprovisioner.kubevirt.io/v1beta1
+kind: HostPathProvisioner
+metadata:
+  name: hostpath-provisioner
+spec:
+  imagePullPolicy: Never
+  storagePools:
+  - name: local
+    path: $CLUSTER_DIR/hpvolumes
+YAML
+for _ in $(seq 1 300); do kubectl_admin -n $hpp get daemonset/$hpp >/dev/null 2>&1 && break; sleep 0.2; done
+# Running the same tag: restarted onto the new image.
+kubectl_admin -n $hpp rollout restart daemonset/$hpp >/dev/null
+kubectl_admin -n $hpp rollout status daemonset/$hpp --timeout=180s >/dev/null || {
+  kubectl_admin -n $hpp get pods -o wide >&2; die "sync.sh: daemonset/hostpath-provisioner did not become ready"; }
+kubectl_admin wait hostpathprovisioner/hostpath-provisioner --for=condition=Available --timeout=120s >/dev/null || {
+  kubectl_admin get hostpathprovisioner/hostpath-provisioner -o jsonpath='{.status}' >&2; echo >&2
+  die "sync.sh: the HostPathProvisioner did not become Available"; }
 csi_registered() {
   kubectl_admin get csinode "$NODE_NAME" -o 'jsonpath={.spec.drivers[*].name}' 2>/dev/null | grep -qw kubevirt.io.hostpath-provisioner
 }

@@ -450,7 +450,7 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 }
 
 // GetCapacity is the space left in the pool the parameters select (all
-// pools when none is named).
+// pools when none is named): PoolCapacity.
 func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	if seg := req.GetAccessibleTopology().GetSegments(); seg != nil && seg[TopologyKey] != d.NodeID {
 		return &csi.GetCapacityResponse{}, nil
@@ -464,13 +464,46 @@ func (d *Driver) GetCapacity(_ context.Context, req *csi.GetCapacityRequest) (*c
 	}
 	var avail int64
 	for _, p := range pools {
-		var st unix.Statfs_t
-		if err := unix.Statfs(d.Pools[p], &st); err != nil {
-			return nil, status.Errorf(codes.Internal, "storage pool %s: %v", p, err)
+		c, err := d.PoolCapacity(p)
+		if err != nil {
+			return nil, err
 		}
-		avail += int64(st.Bavail) * st.Bsize //nolint:gosec // block counts of a real filesystem fit
+		avail += c
 	}
 	return &csi.GetCapacityResponse{AvailableCapacity: avail}, nil
+}
+
+// PoolCapacity is the space pool name has for new volumes: its
+// filesystem's free space (statfs) less what its Block volumes were
+// promised and have not written yet (their files are sparse: the space is
+// taken as the guest writes, and must still be there then).
+func (d *Driver) PoolCapacity(name string) (int64, error) {
+	dir, ok := d.Pools[name]
+	if !ok {
+		return 0, status.Errorf(codes.InvalidArgument, "storage pool %q is not on node %s", name, d.NodeID)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, status.Errorf(codes.Internal, "storage pool %s: %v", name, err)
+	}
+	avail := int64(st.Bavail) * st.Bsize //nolint:gosec // block counts of a real filesystem fit
+	entries, err := os.ReadDir(filepath.Join(dir, "csi"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, status.Errorf(codes.Internal, "storage pool %s: %v", name, err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !volumeID.MatchString(e.Name()) {
+			continue
+		}
+		var fst unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "csi", e.Name()), &fst); err != nil {
+			continue // deleted meanwhile
+		}
+		if unwritten := fst.Size - fst.Blocks*512; unwritten > 0 {
+			avail -= unwritten
+		}
+	}
+	return max(avail, 0), nil
 }
 
 // NodeGetInfo names the node and its topology segment.

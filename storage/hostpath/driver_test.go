@@ -396,6 +396,37 @@ func TestCapacity(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, code(err), "%v", err)
 }
 
+// A pool's capacity counts a Block volume's size as taken from its
+// creation (its file is sparse: the space is promised), and gives it back
+// when the volume goes; a Filesystem volume takes what is written in it.
+func TestPoolCapacityBlock(t *testing.T) {
+	d, _ := newDriver(t)
+	before, err := d.PoolCapacity("local")
+	require.NoError(t, err)
+	require.Positive(t, before)
+	// Half of what is free: far more than the rest of this machine writes
+	// meanwhile, so the direction is the volume's.
+	size := before / 2 &^ 4095
+	_, err = d.CreateVolume(ctx, createReq("pvc-big", size, blockCap()))
+	require.NoError(t, err)
+	_, err = d.CreateVolume(ctx, createReq("pvc-dir", 0, fsCap()))
+	require.NoError(t, err)
+	during, err := d.PoolCapacity("local")
+	require.NoError(t, err)
+	assert.Less(t, during, before-size/2)
+	c, err := d.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{StoragePoolParameter: "local"}})
+	require.NoError(t, err)
+	assert.Less(t, c.GetAvailableCapacity(), before-size/2, "GetCapacity says the same")
+
+	_, err = d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-big"})
+	require.NoError(t, err)
+	after, err := d.PoolCapacity("local")
+	require.NoError(t, err)
+	assert.Greater(t, after, during+size/2)
+	_, err = d.PoolCapacity("ssd")
+	assert.Equal(t, codes.InvalidArgument, code(err), "%v", err)
+}
+
 func TestUnescape(t *testing.T) {
 	assert.Equal(t, "/var/a b\\x", unescape(`/var/a\040b\134x`))
 	assert.Equal(t, `/x\9`, unescape(`/x\9`))

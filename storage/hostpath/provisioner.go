@@ -40,6 +40,8 @@ const (
 // volume):
 //
 //	bound, or not of a class of this driver  -> nothing
+//	the class's pool is not on this node     -> a ProvisioningFailed event
+//	                                            naming it (no node has it)
 //	no selected node, or another node's      -> nothing (the scheduler, or
 //	  or no storage-provisioner annotation       the PV controller, acts first)
 //	volume pvc-<claim UID> exists            -> nothing (the PV controller binds)
@@ -64,6 +66,8 @@ type Provisioner struct {
 	Client   client.Client
 	Driver   *Driver
 	Recorder events.EventRecorder
+	// Capacity, when set, is told of each volume created or deleted.
+	Capacity *Capacity
 }
 
 // SetupWithManager registers the claim and the volume reconcilers.
@@ -97,15 +101,18 @@ func (p *Provisioner) reconcileClaim(ctx context.Context, req ctrl.Request) (ctr
 	if pvc.Spec.VolumeName != "" && pvc.Status.Phase == corev1.ClaimBound && pvc.DeletionTimestamp == nil {
 		return ctrl.Result{}, p.resize(ctx, &pvc)
 	}
-	if pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Spec.StorageClassName == nil ||
-		pvc.Annotations[AnnStorageProvisioner] != DriverName || pvc.Annotations[AnnSelectedNode] != p.Driver.NodeID {
+	if pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil || pvc.Spec.StorageClassName == nil {
+		return ctrl.Result{}, nil
+	}
+	node := pvc.Annotations[AnnSelectedNode]
+	if node != "" && (pvc.Annotations[AnnStorageProvisioner] != DriverName || node != p.Driver.NodeID) {
 		return ctrl.Result{}, nil
 	}
 	var sc storagev1.StorageClass
 	if err := p.Client.Get(ctx, client.ObjectKey{Name: *pvc.Spec.StorageClassName}, &sc); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if sc.Provisioner != DriverName {
+	if sc.Provisioner != DriverName || p.missingPoolEvent(&pvc, &sc) || node == "" {
 		return ctrl.Result{}, nil
 	}
 	name := VolumeName(&pvc)
@@ -125,6 +132,7 @@ func (p *Provisioner) reconcileClaim(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("creating volume %s: %w", name, err)
 	}
 	logf.FromContext(ctx).Info("provisioned", "volume", name, "node", p.Driver.NodeID)
+	p.Capacity.Trigger()
 	p.Recorder.Eventf(&pvc, nil, corev1.EventTypeNormal, "ProvisioningSucceeded", "Provision", "Successfully provisioned volume %s", name)
 	return ctrl.Result{}, nil
 }
@@ -231,6 +239,7 @@ func (p *Provisioner) reconcileVolume(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	logf.FromContext(ctx).Info("deleted", "volume", pv.Name)
+	p.Capacity.Trigger()
 	return ctrl.Result{}, nil
 }
 

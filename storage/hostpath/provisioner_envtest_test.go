@@ -48,8 +48,12 @@ func startEnvtest(t *testing.T, d *Driver) client.Client {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
-	p := &Provisioner{Client: mgr.GetClient(), Driver: d, Recorder: mgr.GetEventRecorder("hostpath-provisioner")}
+	// Capacity: published on each volume made or deleted, and hourly
+	// (never within a test: what it shows comes from the triggers).
+	p := &Provisioner{Client: mgr.GetClient(), Driver: d, Recorder: mgr.GetEventRecorder("hostpath-provisioner"),
+		Capacity: &Capacity{Client: mgr.GetClient(), Driver: d, Namespace: "default", Interval: time.Hour}}
 	require.NoError(t, p.SetupWithManager(mgr))
+	require.NoError(t, mgr.Add(p.Capacity))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -159,6 +163,72 @@ func TestProvisionerEnvtest(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "the volume is removed from the pool")
 
 	t.Run("sharedOnNode", func(t *testing.T) { testSharedOnNode(t, k, pool) })
+	t.Run("capacity", func(t *testing.T) { testCapacity(t, k) })
+	t.Run("missingPool", func(t *testing.T) { testMissingPool(t, k) })
+}
+
+// capacityOf is the published capacity of class on node-a, -1 without one.
+func capacityOf(t *testing.T, k client.Client, class string) int64 {
+	var c storagev1.CSIStorageCapacity
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: CapacityName("node-a", class)}, &c); err != nil {
+		require.True(t, apierrors.IsNotFound(err), "%v", err)
+		return -1
+	}
+	assert.Equal(t, class, c.StorageClassName)
+	assert.Equal(t, map[string]string{TopologyKey: "node-a"}, c.NodeTopology.MatchLabels)
+	return c.Capacity.Value()
+}
+
+// The classes of pool local each have this node's capacity object; a
+// Block claim's volume takes its size from it (its file is sparse, the
+// space promised), and gives it back when deleted. (Part of
+// TestProvisionerEnvtest.)
+func testCapacity(t *testing.T, k client.Client) {
+	ctx := context.Background()
+	var before int64
+	waitFor(t, "the class's capacity", func() bool { before = capacityOf(t, k, "hostpath-csi"); return before > 0 })
+	// Half of what is free: far more than anything else on this machine
+	// writes meanwhile, so the direction is the volume's.
+	size := before / 2 &^ 4095
+	c := claim("big", "node-a", corev1.PersistentVolumeBlock)
+	c.Spec.Resources.Requests[corev1.ResourceStorage] = *resource.NewQuantity(size, resource.BinarySI)
+	require.NoError(t, k.Create(ctx, c))
+	pv := &corev1.PersistentVolume{}
+	waitFor(t, "the claim's PV", func() bool { return k.Get(ctx, client.ObjectKey{Name: "pvc-" + string(c.UID)}, pv) == nil })
+	var during int64
+	waitFor(t, "the capacity to shrink", func() bool { during = capacityOf(t, k, "hostpath-csi"); return during < before-size/2 })
+	assert.Positive(t, capacityOf(t, k, "hostpath-csi-shared"), "the shared class, of the same pool")
+
+	pv.Status.Phase = corev1.VolumeReleased
+	require.NoError(t, k.Status().Update(ctx, pv))
+	waitFor(t, "the capacity to grow back", func() bool { return capacityOf(t, k, "hostpath-csi") > during+size/2 })
+}
+
+// A class naming a pool no node has: its claim gets an event naming the
+// pool, no volume, and the class no capacity object (the scheduler places
+// none of its pods). (Part of TestProvisionerEnvtest.)
+func testMissingPool(t *testing.T, k client.Client) {
+	ctx := context.Background()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	require.NoError(t, k.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-ssd"}, Provisioner: DriverName,
+		Parameters: map[string]string{StoragePoolParameter: "ssd"}, VolumeBindingMode: &wffc}))
+	c := claim("on-ssd", "", corev1.PersistentVolumeFilesystem)
+	c.Annotations = nil // no node selected: the scheduler finds none
+	c.Spec.StorageClassName = ptr.To("hostpath-ssd")
+	require.NoError(t, k.Create(ctx, c))
+	waitFor(t, "the missing pool's event", func() bool {
+		var evs corev1.EventList
+		require.NoError(t, k.List(ctx, &evs, client.InNamespace("default")))
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == c.Name && e.Reason == "ProvisioningFailed" && strings.Contains(e.Message, `storage pool "ssd" is not on node node-a`) {
+				return true
+			}
+		}
+		return false
+	})
+	assert.Equal(t, int64(-1), capacityOf(t, k, "hostpath-ssd"))
+	err := k.Get(ctx, client.ObjectKey{Name: "pvc-" + string(c.UID)}, &corev1.PersistentVolume{})
+	assert.True(t, apierrors.IsNotFound(err), "no PV: %v", err)
 }
 
 // An RWX claim gets a volume from a class with sharedOnNode: "true" only:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 const hostpathManifest = `
@@ -32,6 +33,14 @@ spec:
   resources: {requests: {storage: 16Mi}}
 ---
 apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: big-claim}
+spec:
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: BIG}}
+---
+apiVersion: v1
 kind: Pod
 metadata: {name: volume-user}
 spec:
@@ -41,19 +50,43 @@ spec:
     image: localhost/kubevmm/pause:devel
     imagePullPolicy: Never
     volumeMounts: [{name: fs, mountPath: /data}]
-    volumeDevices: [{name: blk, devicePath: /dev/xvdb}]
+    volumeDevices: [{name: blk, devicePath: /dev/xvdb}, {name: big, devicePath: /dev/xvdc}]
   volumes:
   - {name: fs, persistentVolumeClaim: {claimName: fs-claim}}
   - {name: blk, persistentVolumeClaim: {claimName: block-claim}}
+  - {name: big, persistentVolumeClaim: {claimName: big-claim}}
 `
 
-// TestHostPathProvisioner: two claims of the hostpath provisioner's
-// classes, a Filesystem one (of the default class) and a Block one, used
-// by a pod. The scheduler picks the node, the provisioner there creates
-// the volumes in its pool, and the kubelet publishes them through the
-// driver it registered: the pod's writes land in the pool. The block
+// missingPoolManifest is a class naming a pool the HostPathProvisioner
+// does not have, and a claim of it.
+const missingPoolManifest = `
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: e2e-hostpath-missing-pool}
+provisioner: kubevirt.io.hostpath-provisioner
+parameters: {storagePool: nowhere}
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: missing-pool-claim}
+spec:
+  storageClassName: e2e-hostpath-missing-pool
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 16Mi}}
+`
+
+// TestHostPathProvisioner: the HostPathProvisioner CR (sync.sh made it:
+// pool local) is Available with its pool Ready. Three claims of the
+// hostpath provisioner's classes, a Filesystem one (of the default class)
+// and two Block ones, used by a pod. The scheduler picks the node (where
+// the pool's CSIStorageCapacity says there is room), the provisioner there
+// creates the volumes in its pool, and the kubelet publishes them through
+// the driver it registered: the pod's writes land in the pool. The pool's
+// published capacity shrinks by the big Block volume's size, the block
 // volume grows while in use. Deleting the pod and the claims removes the
-// volumes from the pool.
+// volumes from the pool and the capacity grows back. A claim of a class
+// naming a pool the CR does not have gets an event naming it.
 func TestHostPathProvisioner(t *testing.T) {
 	freshNamespace(t)
 	t.Cleanup(func() {
@@ -62,18 +95,31 @@ func TestHostPathProvisioner(t *testing.T) {
 			t.Logf("claims at failure:\n%s", out)
 			out, _ = run(t, "kubectl.sh", "-n", "hostpath-provisioner", "logs", "ds/hostpath-provisioner", "--tail=60")
 			t.Logf("hostpath-provisioner:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "get", "hostpathprovisioner", "-o", "yaml")
+			t.Logf("HostPathProvisioner:\n%s", out)
 		}
 	})
+	assert.Equal(t, "True", kubectl(t, "get", "hostpathprovisioner/hostpath-provisioner", "-o", `jsonpath={.status.conditions[?(@.type=="Available")].status}`))
+	assert.Equal(t, "local=Ready", kubectl(t, "get", "hostpathprovisioner/hostpath-provisioner", "-o", `jsonpath={range .status.storagePoolStatuses[*]}{.name}={.phase}{end}`))
 	pool := hostpathPool(t)
+	node := strings.TrimSpace(kubectl(t, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"))
+	before := poolCapacity(t, node)
+	// Half the pool's room: the volume's file is sparse, so nothing is
+	// written, but the space is promised; far more than what the rest of
+	// this machine writes meanwhile, so the capacity's moves are the
+	// volume's.
+	big := before / 2 &^ (1<<20 - 1)
 	f := filepath.Join(t.TempDir(), "hostpath.yaml")
-	require.NoError(t, os.WriteFile(f, []byte(hostpathManifest), 0o600))
+	require.NoError(t, os.WriteFile(f, []byte(strings.Replace(hostpathManifest, "BIG", strconv.FormatInt(big, 10), 1)), 0o600))
 	kubectl(t, "-n", ns, "apply", "-f", f)
 	wait(t, "pod/volume-user", "condition=Ready", 3*time.Minute)
+	assert.Equal(t, node, jsonpath(t, "pod/volume-user", "{.spec.nodeName}"))
+	var during int64
+	hostpathEventually(t, "the pool's capacity to shrink by the big volume", func() bool { during = poolCapacity(t, node); return during < before-big/2 })
 
-	node := jsonpath(t, "pod/volume-user", "{.spec.nodeName}")
 	assert.Equal(t, "hostpath-csi", jsonpath(t, "pvc/fs-claim", "{.spec.storageClassName}"), "the default class")
 	vols := map[string]string{}
-	for _, c := range []string{"fs-claim", "block-claim"} {
+	for _, c := range []string{"fs-claim", "block-claim", "big-claim"} {
 		assert.Equal(t, "Bound", jsonpath(t, "pvc/"+c, "{.status.phase}"))
 		pv := jsonpath(t, "pvc/"+c, "{.spec.volumeName}")
 		require.NotEmpty(t, pv)
@@ -139,24 +185,62 @@ func TestHostPathProvisioner(t *testing.T) {
 
 	// Deleting them frees the space.
 	kubectl(t, "-n", ns, "delete", "pod/volume-user", "--wait=true", "--timeout=120s")
-	kubectl(t, "-n", ns, "delete", "pvc/fs-claim", "pvc/block-claim", "--wait=true", "--timeout=120s")
+	kubectl(t, "-n", ns, "delete", "pvc/fs-claim", "pvc/block-claim", "pvc/big-claim", "--wait=true", "--timeout=120s")
 	for _, pv := range vols {
 		kubectl(t, "wait", "--for=delete", "pv/"+pv, "--timeout=120s")
 		_, err := os.Lstat(filepath.Join(pool, "csi", pv))
 		assert.ErrorIs(t, err, os.ErrNotExist, "the volume is removed from the pool")
 	}
+	hostpathEventually(t, "the pool's capacity to grow back", func() bool { return poolCapacity(t, node) > during+big/2 })
+
+	// A class naming a pool the CR does not have: its claim's event names
+	// the pool.
+	f = filepath.Join(t.TempDir(), "missing.yaml")
+	require.NoError(t, os.WriteFile(f, []byte(missingPoolManifest), 0o600))
+	t.Cleanup(func() {
+		_, _ = run(t, "kubectl.sh", "delete", "storageclass/e2e-hostpath-missing-pool", "--ignore-not-found")
+	})
+	kubectl(t, "-n", ns, "apply", "-f", f)
+	hostpathEventually(t, "the missing pool's event", func() bool {
+		return strings.Contains(kubectl(t, "-n", ns, "get", "events", "--field-selector", "involvedObject.name=missing-pool-claim,reason=ProvisioningFailed",
+			"-o", "jsonpath={.items[*].message}"), `storage pool "nowhere" is not on node`)
+	})
+	assert.Equal(t, "Pending", jsonpath(t, "pvc/missing-pool-claim", "{.status.phase}"))
 }
 
-// hostpathPool is the pool "local" of the deployed provisioner, from its
-// DaemonSet's arguments.
+// hostpathPool is the directory of pool "local" of the HostPathProvisioner.
 func hostpathPool(t *testing.T) string {
 	t.Helper()
-	args := kubectl(t, "-n", "hostpath-provisioner", "get", "ds/hostpath-provisioner", "-o", "jsonpath={.spec.template.spec.containers[0].args[*]}")
-	for _, a := range strings.Fields(args) {
-		if p, ok := strings.CutPrefix(a, "--storage-pool=local="); ok {
-			return p
+	p := kubectl(t, "get", "hostpathprovisioner/hostpath-provisioner", "-o", `jsonpath={.spec.storagePools[?(@.name=="local")].path}`)
+	require.True(t, strings.HasPrefix(p, "/"), "pool local's path %q", p)
+	return p
+}
+
+// poolCapacity is what the CSIStorageCapacity of the default class
+// (pool local) on node says, in bytes.
+func poolCapacity(t *testing.T, node string) int64 {
+	t.Helper()
+	out := kubectl(t, "-n", "hostpath-provisioner", "get", "csistoragecapacities", "-o",
+		`jsonpath={range .items[?(@.storageClassName=="hostpath-csi")]}{.nodeTopology.matchLabels.topology\.hostpath\.csi/node}={.capacity}{"\n"}{end}`)
+	for _, l := range strings.Split(out, "\n") {
+		if c, ok := strings.CutPrefix(l, node+"="); ok {
+			q, err := resource.ParseQuantity(c)
+			require.NoError(t, err, l)
+			return q.Value()
 		}
 	}
-	t.Fatalf("no --storage-pool=local= in the provisioner's arguments %q", args)
-	return ""
+	t.Fatalf("no CSIStorageCapacity of hostpath-csi on %s:\n%s", node, out)
+	return 0
+}
+
+// hostpathEventually polls cond until it holds, with a generous bound: slowness
+// is no failure, a condition that never holds is.
+func hostpathEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("waiting for %s: never happened", what)
 }

@@ -14,7 +14,9 @@
 // the virt-api Service, the admission webhooks and the
 // subresources.kubevirt.io APIService). The CRDs are applied from
 // api/crds beside it. Both ways it ends with the hostpath provisioner
-// (operator/hostpath/install), whose own operator is later work, and the
+// (with -operator its operator, operator/hostpath, which deploys the
+// driver from a HostPathProvisioner CR; without, the driver itself,
+// operator/hostpath/install) and its StorageClasses, and the
 // network add-ons: with -operator their operator (operator/network: the
 // NetworkAddonsConfig CRD, its RBAC and Deployment), which deploys them
 // from the NetworkAddonsConfig the HCO makes; without, the add-ons
@@ -58,6 +60,7 @@ import (
 	"github.com/kubevmm/kubevmm/handler"
 	cdiinstall "github.com/kubevmm/kubevmm/operator/cdi/install"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
+	hostpathop "github.com/kubevmm/kubevmm/operator/hostpath"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/network"
 	networkinstall "github.com/kubevmm/kubevmm/operator/network/install"
@@ -83,7 +86,7 @@ func main() {
 	flag.StringVar(&o.pki, "pki", "", "directory keeping the generated CA and certificates (required)")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory on the nodes")
 	flag.StringVar(&o.kubeletRoot, "kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir on the nodes (its pods and seccomp directories are below)")
-	flag.StringVar(&o.hostpathPool, "hostpath-pool", "/var/hpvolumes", "the directory of the hostpath provisioner's storage pool \"local\" on the nodes")
+	flag.StringVar(&o.hostpathPool, "hostpath-pool", "/var/hpvolumes", "the directory of the hostpath provisioner's storage pool \"local\" on the nodes (without -operator: with it, the HostPathProvisioner says)")
 	flag.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the container runtime's CNI plugin directory on the nodes")
 	flag.StringVar(&o.cniConfDir, "cni-conf-dir", "/etc/cni/net.d", "the container runtime's CNI configuration directory on the nodes")
 	flag.StringVar(&o.clusterNetwork, "cluster-network", "10-bridge.conflist", "the pod network's conf file in -cni-conf-dir, which kubevmm-multus delegates to")
@@ -135,10 +138,22 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	// The hostpath provisioner beside: its operator (the HostPathProvisioner
-	// CR's) is later work.
-	objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
-		PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, PoolPath: o.hostpathPool})...)
+	// The hostpath provisioner beside: with -operator its operator (the
+	// HostPathProvisioner CRD, RBAC and Deployment; sync.sh makes the CR,
+	// pool local at -hostpath-pool), else the driver itself; both ways the
+	// StorageClasses of pool local, which are the users' to make.
+	if o.operator {
+		hpp, err := hostpathop.Operator(hostpathop.OperatorConfig{ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull, KubeletRoot: o.kubeletRoot})
+		if err != nil {
+			return err
+		}
+		objs = append(objs, hpp...)
+	} else {
+		objs = append(objs, hostpathinstall.NamespaceObject())
+		objs = append(objs, hostpathinstall.Objects(hostpathinstall.Config{Image: o.imagePrefix + "/hostpath-provisioner:" + o.tag,
+			PullPolicy: o.pull, KubeletRoot: o.kubeletRoot, Pools: []hostpathinstall.Pool{{Name: "local", Path: o.hostpathPool}}})...)
+	}
+	objs = append(objs, hostpathinstall.StorageClasses("local")...)
 	// The network add-ons (NetworkAttachmentDefinitions, kubevmm-multus,
 	// bridge-marker): with -operator their operator, which deploys them
 	// from the NetworkAddonsConfig the HCO makes; else the add-ons.
