@@ -1,0 +1,87 @@
+package crds_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+// The CRDs as upstream names and scopes them.
+func TestCRDs(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	got := map[string]apiextensionsv1.ResourceScope{}
+	for _, c := range all {
+		assert.Equal(t, "CustomResourceDefinition", c.Kind)
+		assert.Equal(t, "v1beta1", c.Spec.Versions[0].Name)
+		got[c.Name] = c.Spec.Scope
+	}
+	assert.Equal(t, map[string]apiextensionsv1.ResourceScope{
+		cdiv1.CDICRDName:            apiextensionsv1.ClusterScoped,
+		cdiv1.CDIConfigCRDName:      apiextensionsv1.ClusterScoped,
+		cdiv1.StorageProfileCRDName: apiextensionsv1.ClusterScoped,
+		cdiv1.DataVolumeCRDName:     apiextensionsv1.NamespaceScoped,
+	}, got)
+}
+
+// What the API server refuses in a DataVolume without a webhook: each
+// error names the field. Upstream's example DataVolumes are accepted.
+func TestDataVolumeValidation(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	storage := `"storage": {"resources": {"requests": {"storage": "1Gi"}}}`
+	tests := []struct {
+		name, spec, wantErr string
+	}{
+		{"upstream http example", `{"source": {"http": {"url": "https://example.org/disk.qcow2"}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
+		{"upstream blank example", `{"source": {"blank": {}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
+		{"upload", `{"source": {"upload": {}}, ` + storage + `}`, ""},
+		{"http with everything", `{"source": {"http": {"url": "https://x/d.img.xz", "secretRef": "s", "certConfigMap": "c", "extraHeaders": ["A: b"], "secretExtraHeaders": ["h"], "checksum": "sha256:00ff"}}, ` + storage + `}`, ""},
+		{"integer size", `{"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": 1048576}}}}`, ""},
+		{"two sources", `{"source": {"http": {"url": "http://x"}, "blank": {}}, ` + storage + `}`, "spec.source must set exactly one source"},
+		{"empty source", `{"source": {}, ` + storage + `}`, "spec.source must set exactly one source"},
+		{"no source", `{` + storage + `}`, "one of spec.source and spec.sourceRef is required"},
+		{"source and sourceRef", `{"source": {"blank": {}}, "sourceRef": {"kind": "DataSource", "name": "x"}, ` + storage + `}`, "spec.source and spec.sourceRef are mutually exclusive"},
+		{"sourceRef", `{"sourceRef": {"kind": "DataSource", "name": "x"}, ` + storage + `}`, "spec.sourceRef is not supported"},
+		{"pvc and storage", `{"source": {"blank": {}}, "pvc": {"resources": {"requests": {"storage": "1Gi"}}}, ` + storage + `}`, "exactly one of spec.pvc and spec.storage is required"},
+		{"neither pvc nor storage", `{"source": {"blank": {}}}`, "exactly one of spec.pvc and spec.storage is required"},
+		{"no size", `{"source": {"blank": {}}, "storage": {"accessModes": ["ReadWriteOnce"]}}`, "spec.storage.resources.requests.storage is required"},
+		{"s3", `{"source": {"s3": {"url": "s3://b/k"}}, ` + storage + `}`, "spec.source.s3 is not supported"},
+		{"registry", `{"source": {"registry": {"url": "docker://x"}}, ` + storage + `}`, "spec.source.registry is not supported"},
+		{"clone", `{"source": {"pvc": {"namespace": "a", "name": "b"}}, ` + storage + `}`, "spec.source.pvc (clone) is not supported"},
+		{"snapshot", `{"source": {"snapshot": {"namespace": "a", "name": "b"}}, ` + storage + `}`, "spec.source.snapshot is not supported"},
+		{"vddk", `{"source": {"vddk": {}}, ` + storage + `}`, "spec.source.vddk is not supported"},
+		{"archive", `{"source": {"blank": {}}, "contentType": "archive", ` + storage + `}`, "spec.contentType: only kubevirt"},
+		{"bad checksum", `{"source": {"http": {"url": "http://x", "checksum": "crc:1"}}, ` + storage + `}`, "spec.source.http.checksum"},
+		{"storage dataSource", `{"source": {"blank": {}}, "storage": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "x"}, "resources": {"requests": {"storage": "1Gi"}}}}`, "spec.storage.dataSource and spec.storage.dataSourceRef are not supported"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var spec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(tc.spec), &spec))
+			dv := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+			dv.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("DataVolume"))
+			dv.SetNamespace("default")
+			dv.SetName("dv-" + string(rune('a'+i)))
+			err := k8s.Create(ctx, dv)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}

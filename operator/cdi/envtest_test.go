@@ -1,0 +1,212 @@
+package cdi_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/operator/cdi"
+	"github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+// waitFor polls until cond holds. There is no time budget to meet, only a
+// generous upper bound after which the test fails with the last state seen.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
+}
+
+// The operator against a real API server (no kubelet: the test reports
+// cdi-deployment ready itself): the CDI as HCO writes it deploys
+// cdi-controller, CDIConfig config and a StorageProfile per class; edits
+// are reverted; unknown fields and a second CDI are refused by name;
+// deleting the CDI waits for the DataVolumes to go.
+func TestCDIOperatorEnvtest(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	s := k8s.Scheme()
+	require.NoError(t, cdiv1.AddToScheme(s))
+	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: install.Namespace}}))
+	require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi",
+		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "kubevirt.io.hostpath-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: cdi.Options{
+		Config: install.Config{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}, Version: "envtest"}}
+	require.NoError(t, r.SetupWithManager(mgr))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	const name = "cdi-kubevirt-hyperconverged"
+	get := func(n string) *cdiv1.CDI {
+		out := &cdiv1.CDI{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: n}, out))
+		return out
+	}
+	waitCond := func(n string, ct cdiv1.ConditionType, prefix string) *cdiv1.CDI {
+		var cur *cdiv1.CDI
+		waitFor(t, fmt.Sprintf("%s %s %s", n, ct, prefix), func() (bool, string) {
+			cur = get(n)
+			c := "none"
+			if cond := cdiv1.FindCondition(cur.Status.Conditions, ct); cond != nil {
+				c = string(cond.Status) + "/" + cond.Reason + ": " + cond.Message
+			}
+			return strings.HasPrefix(c, prefix), c
+		})
+		return cur
+	}
+	patch := func(p string) {
+		require.NoError(t, k8s.Patch(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			client.RawPatch("application/merge-patch+json", []byte(p))))
+	}
+
+	// As HCO writes it.
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"uninstallStrategy": "BlockUninstallIfWorkloadsExist"}}}
+	u.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("CDI"))
+	u.SetName(name)
+	require.NoError(t, k8s.Create(ctx, u))
+	c := waitCond(name, cdiv1.ConditionProgressing, "True/DeployStarted: not ready yet: Deployment cdi/cdi-deployment")
+	assert.Equal(t, cdiv1.CDIPhaseDeploying, c.Status.Phase)
+	assert.Contains(t, c.Finalizers, cdi.Finalizer)
+	dep := &appsv1.Deployment{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.Controller}, dep))
+	require.Len(t, dep.OwnerReferences, 1)
+	assert.Equal(t, c.UID, dep.OwnerReferences[0].UID)
+	assert.Equal(t, "localhost/kubevmm/cdi-controller:envtest", dep.Spec.Template.Spec.Containers[0].Image)
+	assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--importer-image=localhost/kubevmm/cdi-importer:envtest")
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	require.NoError(t, k8s.Status().Update(ctx, dep))
+	c = waitCond(name, cdiv1.ConditionAvailable, "True/DeployCompleted")
+	assert.Equal(t, cdiv1.CDIPhaseDeployed, c.Status.Phase)
+	assert.Equal(t, "envtest", c.Status.ObservedVersion)
+
+	t.Run("CDIConfig", func(t *testing.T) {
+		cc := &cdiv1.CDIConfig{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cc))
+		assert.Nil(t, cc.Status.UploadProxyURL)
+		assert.Equal(t, "hostpath-csi", cc.Status.ScratchSpaceStorageClass)
+		assert.Equal(t, &cdiv1.FilesystemOverhead{Global: "0.06", StorageClass: map[string]cdiv1.Percent{"hostpath-csi": "0.06"}}, cc.Status.FilesystemOverhead)
+		require.NotNil(t, cc.Status.DefaultPodResourceRequirements)
+		assert.Equal(t, "600M", ptr.To(cc.Status.DefaultPodResourceRequirements.Limits[corev1.ResourceMemory]).String())
+		patch(`{"spec":{"config":{"uploadProxyURLOverride":"https://upload.example.org","filesystemOverhead":{"global":"0.1"}}}}`)
+		waitFor(t, "the config's status", func() (bool, string) {
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cc))
+			url := ptr.Deref(cc.Status.UploadProxyURL, "")
+			return url == "https://upload.example.org" && cc.Status.FilesystemOverhead.StorageClass["hostpath-csi"] == "0.1",
+				fmt.Sprintf("%s %+v", url, cc.Status.FilesystemOverhead)
+		})
+	})
+
+	t.Run("StorageProfile", func(t *testing.T) {
+		sp := &cdiv1.StorageProfile{}
+		waitFor(t, "the profile's status", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Name: "hostpath-csi"}, sp)
+			return err == nil && len(sp.Status.ClaimPropertySets) == 2, fmt.Sprintf("%v %+v", err, sp.Status)
+		})
+		assert.Equal(t, "kubevirt.io.hostpath-provisioner", ptr.Deref(sp.Status.Provisioner, ""))
+		assert.Equal(t, corev1.PersistentVolumeFilesystem, *sp.Status.ClaimPropertySets[0].VolumeMode)
+		assert.Equal(t, corev1.PersistentVolumeBlock, *sp.Status.ClaimPropertySets[1].VolumeMode)
+		// The user's spec wins.
+		require.NoError(t, k8s.Patch(ctx, sp, client.RawPatch("application/merge-patch+json",
+			[]byte(`{"spec":{"claimPropertySets":[{"accessModes":["ReadWriteOnce"],"volumeMode":"Block"}]}}`))))
+		waitFor(t, "the user's property sets", func() (bool, string) {
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "hostpath-csi"}, sp))
+			return len(sp.Status.ClaimPropertySets) == 1, fmt.Sprintf("%+v", sp.Status.ClaimPropertySets)
+		})
+		// A new class gets its profile.
+		require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Provisioner: "example.org/other"}))
+		waitFor(t, "the new class's profile", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Name: "other"}, sp)
+			return err == nil && ptr.Deref(sp.Status.Provisioner, "") == "example.org/other", fmt.Sprint(err)
+		})
+	})
+
+	t.Run("drift is reverted", func(t *testing.T) {
+		require.NoError(t, k8s.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: install.Namespace, Name: install.Controller}},
+			client.RawPatch("application/strategic-merge-patch+json",
+				[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"cdi-controller","image":"elsewhere/cdi-controller:old"}]}}}}`)),
+			client.FieldOwner("someone")))
+		waitFor(t, "the image back", func() (bool, string) {
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.Controller}, dep))
+			img := dep.Spec.Template.Spec.Containers[0].Image
+			return img == "localhost/kubevmm/cdi-controller:envtest", img
+		})
+		// A new generation: no kube-controller-manager here to roll it.
+		waitCond(name, cdiv1.ConditionProgressing, "True/DeployStarted")
+		dep.Status.ObservedGeneration = dep.Generation
+		require.NoError(t, k8s.Status().Update(ctx, dep))
+		waitCond(name, cdiv1.ConditionAvailable, "True/DeployCompleted")
+	})
+
+	t.Run("unknown fields are refused by name", func(t *testing.T) {
+		patch(`{"spec":{"cloneStrategyOverride":"copy","config":{"featureGates":["HonorWaitForFirstConsumer"]}}}`)
+		waitCond(name, cdiv1.ConditionDegraded, "True/InvalidConfiguration: not supported by kubevmm: spec.cloneStrategyOverride, spec.config.featureGates")
+		patch(`{"spec":{"cloneStrategyOverride":null,"config":{"featureGates":null}}}`)
+		waitCond(name, cdiv1.ConditionAvailable, "True/DeployCompleted")
+	})
+
+	t.Run("a second CDI is refused", func(t *testing.T) {
+		time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of a second
+		require.NoError(t, k8s.Create(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "second"}}))
+		waitCond("second", cdiv1.ConditionDegraded, "True/ConflictingCDI: there is one CDI per cluster: CDI "+name+" is it")
+		require.NoError(t, k8s.Delete(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "second"}}))
+		waitFor(t, "the second CDI gone", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Name: "second"}, &cdiv1.CDI{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
+
+	t.Run("deleting waits for the DataVolumes", func(t *testing.T) {
+		dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "blank"}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			PVC: &corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: *resourceOf("1Gi")}}}}}
+		require.NoError(t, k8s.Create(ctx, dv))
+		require.NoError(t, k8s.Delete(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+		c := waitCond(name, cdiv1.ConditionDegraded, "True/UninstallBlocked: 1 DataVolumes exist")
+		assert.Equal(t, cdiv1.CDIPhaseDeleting, c.Status.Phase)
+		require.NoError(t, k8s.Delete(ctx, dv))
+		waitFor(t, "the CDI gone", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Name: name}, &cdiv1.CDI{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
+}
+
+func resourceOf(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
