@@ -490,8 +490,9 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// TLSConfig serves with certFile/keyFile and requires a client
-// certificate signed by a CA in caFile.
+// TLSConfig serves with certFile/keyFile and verifies a client
+// certificate against the CA in caFile. One is not required at the TLS
+// layer (the kubelet's readiness probe has none): uploads check for it.
 func TLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
@@ -506,7 +507,7 @@ func TLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
-		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}, nil
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}, nil
 }
 
 // Serve runs srv until the upload is done (then it returns nil, once the
