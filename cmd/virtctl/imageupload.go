@@ -390,12 +390,13 @@ type permanentError struct{ error }
 
 func (e *permanentError) Unwrap() error { return e.error }
 
-// send posts the file to the proxy's async path: the answer comes once
-// the server has it all, processing goes on behind.
+// send posts the file to the proxy's synchronous path: the answer comes
+// once the image is on the volume, so a corrupt image's reason comes with
+// it.
 func (u *imageUpload) send(ctx context.Context, proxyURL, tok string, f *os.File, size int64) error {
 	prog := newProgress(os.Stderr, size)
 	defer prog.finish()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, proxyURL+"/v1beta1/upload-async", io.NopCloser(&progressReader{r: f, p: prog}))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, proxyURL+"/v1beta1/upload", io.NopCloser(&progressReader{r: f, p: prog}))
 	if err != nil {
 		return &permanentError{err}
 	}
@@ -411,10 +412,10 @@ func (u *imageUpload) send(ctx context.Context, proxyURL, tok string, f *os.File
 	}
 	defer func() { _ = resp.Body.Close() }() // read side
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	switch {
-	case resp.StatusCode == http.StatusOK:
+	switch resp.StatusCode {
+	case http.StatusOK:
 		return nil
-	case resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable:
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
 		return fmt.Errorf("upload proxy: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	default:
 		return &permanentError{fmt.Errorf("upload proxy: %s: %s", resp.Status, strings.TrimSpace(string(msg)))}

@@ -306,33 +306,48 @@ func (s *Server) receiveQcow2(src io.Reader) (func() error, error) {
 		_ = os.Remove(path)
 		return nil, fmt.Errorf("scratch file: %w", err)
 	}
+	// What the header says is refused now, before an async upload is
+	// answered.
+	if _, err := s.checkQcow2(path); err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
 	return func() error {
 		defer func() { _ = os.Remove(path) }()
 		return s.convertQcow2(path)
 	}, nil
 }
 
-func (s *Server) convertQcow2(path string) error {
+// checkQcow2 refuses an image whose header is corrupt, names a backing
+// file or is larger than the volume.
+func (s *Server) checkQcow2(path string) (*block.Qcow2Header, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("scratch file: %w", err)
+		return nil, fmt.Errorf("scratch file: %w", err)
 	}
 	first := make([]byte, 1<<16)
 	n, err := f.ReadAt(first, 0)
 	st, serr := f.Stat()
 	_ = f.Close() // read-only
 	if err != nil && !errors.Is(err, io.EOF) || serr != nil {
-		return fmt.Errorf("scratch file: %w", errors.Join(err, serr))
+		return nil, fmt.Errorf("scratch file: %w", errors.Join(err, serr))
 	}
 	h, err := block.ParseQcow2Header(first[:n], st.Size())
 	if err != nil {
-		return bad("qcow2 image: %w", err)
+		return nil, bad("qcow2 image: %w", err)
 	}
 	if h.BackingFile != "" {
-		return bad("qcow2 image has a backing file (%q): upload a standalone image (qemu-img convert)", h.BackingFile)
+		return nil, bad("qcow2 image has a backing file (%q): upload a standalone image (qemu-img convert)", h.BackingFile)
 	}
 	if h.Size > uint64(s.cfg.Size) {
-		return bad("image virtual size %d is larger than the usable size %d", h.Size, s.cfg.Size)
+		return nil, bad("image virtual size %d is larger than the usable size %d", h.Size, s.cfg.Size)
+	}
+	return h, nil
+}
+
+func (s *Server) convertQcow2(path string) error {
+	if _, err := s.checkQcow2(path); err != nil {
+		return err
 	}
 	q, err := block.OpenQcow2(path, true)
 	if err != nil {

@@ -186,6 +186,13 @@ func TestUploadAsyncAndForm(t *testing.T) {
 			require.Equal(t, qraw, f.disk(t))
 		})
 	}
+	t.Run("async refuses a bad header before answering", func(t *testing.T) {
+		f := newFixture(t, Config{Size: 4 * mib})
+		code, msg := f.post(t, PathUploadAsync, qcow)
+		require.Equal(t, http.StatusBadRequest, code, msg)
+		require.Contains(t, msg, "larger than the usable size")
+		f.noDisk(t)
+	})
 	t.Run("form without file", func(t *testing.T) {
 		f := newFixture(t, Config{})
 		ct, body := form("image")
