@@ -2,7 +2,8 @@
 # Builds the kubevmm component images (virt-operator, virt-controller,
 # virt-api, virt-handler, virt-launcher, hostpath-provisioner, ssp-operator,
 # virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
-# kubemacpool, cluster-network-addons-operator), imports them into the dev
+# kubemacpool, cluster-network-addons-operator, cdi-operator,
+# cdi-controller, cdi-importer), imports them into the dev
 # cluster's containerd and installs kubevmm the documented way: virt-operator
 # (namespace kubevirt, the KubeVirt CRD, its RBAC and Deployment, generated
 # by hack/cluster/manifests -operator; virt-operator makes and rotates the
@@ -11,6 +12,7 @@
 # and SSP CRs and their operators deploy the rest, and the hostpath
 # provisioner (plain manifests until its operator exists) and the network
 # add-ons operator, which deploys the add-ons from the NetworkAddonsConfig
+# the HCO makes, and CDI's operator, which deploys CDI from the CDI CR
 # the HCO makes. Then waits for the CRs' Available condition and for the
 # node to take VMs: KubeVirt's `make cluster-sync`.
 set -euo pipefail
@@ -20,7 +22,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -51,6 +53,11 @@ done
 kubectl_admin -n cluster-network-addons rollout restart deployment/cluster-network-addons-operator >/dev/null
 kubectl_admin -n cluster-network-addons rollout status deployment/cluster-network-addons-operator --timeout=180s >/dev/null || {
   kubectl_admin -n cluster-network-addons get pods -o wide >&2; die "sync.sh: cluster-network-addons-operator did not become ready"; }
+# The CDI operator: the HCO makes CDI/cdi-kubevirt-hyperconverged (its
+# CRD is in the manifests) and is Available only with it.
+kubectl_admin -n cdi rollout restart deployment/cdi-operator >/dev/null
+kubectl_admin -n cdi rollout status deployment/cdi-operator --timeout=180s >/dev/null || {
+  kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: cdi-operator did not become ready"; }
 # The HyperConverged CR, from which the HCO makes the KubeVirt CR
 # kubevirt-kubevirt-hyperconverged. The dev cluster has one node: without
 # the KubeVirt feature gate SameNodeLiveMigration a migration's target pod
@@ -119,6 +126,19 @@ kubectl_admin -n "$ns" rollout restart deployment/virt-template-validator >/dev/
 kubectl_admin -n "$ns" rollout status deployment/virt-template-validator --timeout=180s >/dev/null || {
   kubectl_admin -n "$ns" get pods -o wide >&2; die "sync.sh: virt-template-validator did not become ready"; }
 ssp_available 120s
+# CDI, deployed by its operator from the CDI CR the HCO made: running
+# the same tag, cdi-controller is restarted onto the new image.
+cdi_available() {
+  kubectl_admin wait cdi/cdi-kubevirt-hyperconverged --for=condition=Available --timeout="$1" >/dev/null || {
+    kubectl_admin get cdi/cdi-kubevirt-hyperconverged -o jsonpath='{.status}' >&2; echo >&2
+    kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: the CDI CR did not become Available"; }
+}
+for _ in $(seq 1 300); do kubectl_admin get cdi/cdi-kubevirt-hyperconverged >/dev/null 2>&1 && break; sleep 0.2; done
+cdi_available 180s
+kubectl_admin -n cdi rollout restart deployment/cdi-deployment >/dev/null
+kubectl_admin -n cdi rollout status deployment/cdi-deployment --timeout=180s >/dev/null || {
+  kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: cdi-deployment did not become ready"; }
+cdi_available 120s
 # The hostpath provisioner (StorageClass hostpath-csi, the default): ready
 # once the kubelet registered its CSI driver (the node's CSINode lists it).
 kubectl_admin -n hostpath-provisioner rollout restart daemonset/hostpath-provisioner >/dev/null

@@ -19,7 +19,9 @@
 // NetworkAddonsConfig CRD, its RBAC and Deployment), which deploys them
 // from the NetworkAddonsConfig the HCO makes; without, the add-ons
 // themselves (operator/network/install, kubemacpool included). Both ways
-// kubemacpool's serving certificate is made here.
+// kubemacpool's serving certificate is made here. With -operator it
+// also deploys CDI's operator (operator/cdi/install), which deploys CDI
+// from the CDI CR the HCO makes.
 //
 // Certificates: with -operator, virt-operator makes and rotates its
 // components' own (operator/certs); what remains here is a CA and the
@@ -54,6 +56,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/handler"
+	cdiinstall "github.com/kubevmm/kubevmm/operator/cdi/install"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	hostpathinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/network"
@@ -156,6 +159,15 @@ func run(o opts) error {
 		return err
 	}
 	objs = append(objs, kmpObjs...)
+	// CDI's operator (operator/cdi: CDI's CRDs, namespace cdi, its RBAC and
+	// Deployment), which deploys CDI from the CDI CR the HCO makes.
+	if o.operator {
+		cdiObjs, err := cdiinstall.OperatorObjects(cdiinstall.OperatorConfig{ImageRegistry: o.imagePrefix, ImageTag: o.tag, PullPolicy: o.pull})
+		if err != nil {
+			return err
+		}
+		objs = append(objs, cdiObjs...)
+	}
 	for _, obj := range append([]any{install.Namespace(o.namespace)}, anys(objs)...) {
 		b, err := yaml.Marshal(obj)
 		if err != nil {

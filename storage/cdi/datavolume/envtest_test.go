@@ -1,0 +1,214 @@
+package datavolume_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
+	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+// waitFor polls until cond holds. There is no time budget to meet, only a
+// generous upper bound after which the test fails with the last state seen.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
+}
+
+// The DataVolume and import controllers against a real API server (no
+// kubelet: the test plays the importer pod's part, its progress served
+// by the importer's real metrics handler): a DataVolume gets its PVC and
+// importer pod, its phases follow the pod, its progress the importer's,
+// a failing importer's error and restarts show, and success removes the
+// pod and the scratch PVC. A size that is not positive fails the
+// DataVolume; deleting a DataVolume leaves no importer pod.
+func TestDataVolumeEnvtest(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	s := k8s.Scheme()
+	require.NoError(t, cdiv1.AddToScheme(s))
+
+	// The progress an importer serves, on a real socket.
+	progress := &importer.Progress{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: importer.MetricsHandler(progress, "uid"), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi",
+		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "kubevirt.io.hostpath-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}))
+	sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi"}}
+	require.NoError(t, k8s.Create(ctx, sp))
+	sp.Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
+	require.NoError(t, k8s.Status().Update(ctx, sp))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient(), MetricsPort: ln.Addr().(*net.TCPAddr).Port}).SetupWithManager(mgr))
+	require.NoError(t, (&importcontroller.Reconciler{Client: mgr.GetClient(), Image: "localhost/kubevmm/cdi-importer:envtest",
+		PullPolicy: corev1.PullNever}).SetupWithManager(mgr))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	getDV := func(name string) *cdiv1.DataVolume {
+		dv := &cdiv1.DataVolume{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, dv))
+		return dv
+	}
+	waitPhase := func(name string, p cdiv1.DataVolumePhase) *cdiv1.DataVolume {
+		var dv *cdiv1.DataVolume
+		waitFor(t, name+" "+string(p), func() (bool, string) {
+			dv = getDV(name)
+			return dv.Status.Phase == p, fmt.Sprintf("%s %s %+v", dv.Status.Phase, dv.Status.Progress, dv.Status.Conditions)
+		})
+		return dv
+	}
+	getPod := func(name string) *corev1.Pod {
+		pod := &corev1.Pod{}
+		waitFor(t, "pod "+name, func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, pod)
+			return err == nil, fmt.Sprint(err)
+		})
+		return pod
+	}
+	setPod := func(pod *corev1.Pod, st corev1.PodStatus) {
+		pod.Status = st
+		require.NoError(t, k8s.Status().Update(ctx, pod))
+	}
+	gone := func(obj client.Object) func() (bool, string) {
+		return func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			return apierrors.IsNotFound(err) || (err == nil && obj.GetDeletionTimestamp() != nil), fmt.Sprint(err)
+		}
+	}
+
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "fedora"}, Spec: cdiv1.DataVolumeSpec{
+		Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images/fedora.qcow2", CertConfigMap: "ca"}},
+		Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+	require.NoError(t, k8s.Create(ctx, dv))
+	pod := getPod("importer-fedora")
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora"}, pvc))
+	assert.Equal(t, "http://images/fedora.qcow2", pvc.Annotations[cdiv1.AnnEndpoint])
+	assert.Equal(t, corev1.PersistentVolumeFilesystem, *pvc.Spec.VolumeMode, "from the StorageProfile")
+	scratch := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora-scratch"}, scratch))
+	assert.True(t, metav1.IsControlledBy(scratch, pvc))
+	assert.Equal(t, "fedora", pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+	assert.Equal(t, corev1.RestartPolicyOnFailure, pod.Spec.RestartPolicy)
+	assert.Equal(t, "localhost/kubevmm/cdi-importer:envtest", pod.Spec.Containers[0].Image)
+	assert.Contains(t, pod.Spec.Containers[0].Env, corev1.EnvVar{Name: importer.EnvEndpoint, Value: "http://images/fedora.qcow2"})
+
+	setPod(pod, corev1.PodStatus{Phase: corev1.PodPending})
+	waitPhase("fedora", cdiv1.ImportScheduled)
+
+	progress.Set(12.5)
+	setPod(pod, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}})
+	waitFor(t, "progress 12.50%", func() (bool, string) {
+		dv := getDV("fedora")
+		return dv.Status.Phase == cdiv1.ImportInProgress && dv.Status.Progress == "12.50%", string(dv.Status.Phase) + " " + string(dv.Status.Progress)
+	})
+	progress.Set(60)
+	waitFor(t, "progress 60.00%", func() (bool, string) { dv := getDV("fedora"); return dv.Status.Progress == "60.00%", string(dv.Status.Progress) })
+
+	// The importer fails, the kubelet restarts it.
+	setPod(pod, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
+		RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+			Message: "GET http://images/fedora.qcow2: HTTP 404 Not Found"}}}}})
+	waitFor(t, "the importer's error", func() (bool, string) {
+		dv := getDV("fedora")
+		c := cdiv1.FindDataVolumeCondition(dv.Status.Conditions, cdiv1.DataVolumeRunning)
+		return c != nil && dv.Status.RestartCount == 2 && c.Status == corev1.ConditionFalse && c.Reason == "Error" &&
+			c.Message == "GET http://images/fedora.qcow2: HTTP 404 Not Found", fmt.Sprintf("%d %+v", dv.Status.RestartCount, c)
+	})
+
+	setPod(pod, corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "importer", RestartCount: 2,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", Message: "Import Complete"}}}}})
+	got := waitPhase("fedora", cdiv1.Succeeded)
+	assert.Equal(t, cdiv1.DataVolumeProgress("100.0%"), got.Status.Progress)
+	assert.Equal(t, corev1.ConditionTrue, cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady).Status)
+	waitFor(t, "the importer pod gone", gone(pod))
+	waitFor(t, "the scratch PVC gone", gone(scratch))
+
+	t.Run("blank", func(t *testing.T) {
+		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "blank"}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("500Mi")}}}}}))
+		pod := getPod("importer-blank")
+		assert.Len(t, pod.Spec.Volumes, 1, "no scratch space for a blank image")
+		assert.Contains(t, pod.Spec.Containers[0].Env, corev1.EnvVar{Name: importer.EnvSource, Value: "none"})
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "blank-scratch"}, &corev1.PersistentVolumeClaim{})
+		assert.True(t, apierrors.IsNotFound(err), "%v", err)
+	})
+
+	t.Run("a size that is not positive", func(t *testing.T) {
+		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "negative"}, Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("-1Gi")}}}}}))
+		dv := waitPhase("negative", cdiv1.Failed)
+		c := cdiv1.FindDataVolumeCondition(dv.Status.Conditions, cdiv1.DataVolumeReady)
+		assert.Equal(t, "spec.storage.resources.requests.storage must be positive, not -1Gi", c.Message)
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "negative"}, &corev1.PersistentVolumeClaim{})
+		assert.True(t, apierrors.IsNotFound(err), "no PVC: %v", err)
+	})
+
+	t.Run("deleting a DataVolume removes its importer", func(t *testing.T) {
+		dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "doomed"}, Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://images/missing"}},
+			Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+		require.NoError(t, k8s.Create(ctx, dv))
+		pod := getPod("importer-doomed")
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "doomed"}}
+		// The PVC in use by the pod is kept by its protection finalizer, as
+		// a kubelet-backed cluster keeps it (no controller manager here).
+		require.NoError(t, k8s.Patch(ctx, pvc, client.RawPatch("application/merge-patch+json",
+			[]byte(`{"metadata":{"finalizers":["kubernetes.io/pvc-protection"]}}`))))
+		require.NoError(t, k8s.Delete(ctx, dv))
+		// No garbage collector here either: the DataVolume's PVC is
+		// deleted as it would delete it.
+		require.NoError(t, k8s.Delete(ctx, pvc))
+		waitFor(t, "the importer pod gone", gone(pod))
+		require.NoError(t, k8s.Patch(ctx, pvc, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))))
+	})
+}

@@ -1,0 +1,26 @@
+package importer
+
+// The importer's environment and paths, set by the import controller.
+const (
+	EnvSource       = "IMPORTER_SOURCE"
+	EnvEndpoint     = "IMPORTER_ENDPOINT"
+	EnvChecksum     = "IMPORTER_CHECKSUM"
+	EnvImageSize    = "IMPORTER_IMAGE_SIZE"
+	EnvOverhead     = "IMPORTER_FILESYSTEM_OVERHEAD"
+	EnvOwnerUID     = "OWNER_UID"
+	EnvExtraHeaders = "IMPORTER_EXTRA_HEADERS"
+	EnvAccessKey    = "IMPORTER_ACCESS_KEY_ID"
+	EnvSecretKey    = "IMPORTER_SECRET_KEY"
+
+	// DataDir holds disk.img on a Filesystem PVC.
+	DataDir = "/data"
+	// BlockPath is a Block PVC's device.
+	BlockPath = "/dev/cdi-block-volume"
+	// ScratchDir is the scratch PVC's mount.
+	ScratchDir = "/scratch"
+	// CertDir holds the certConfigMap's CA certificates.
+	CertDir = "/certs"
+	// SecretHeadersDir holds one directory per secretExtraHeaders Secret,
+	// each of whose files is a header.
+	SecretHeadersDir = "/extraheaders"
+)

@@ -1,0 +1,214 @@
+package importer_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/ulikunitz/xz"
+
+	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/test/hosttools"
+)
+
+const mib = 1 << 20
+
+// rawImage is an 8 MiB raw image with data in two places, zeros
+// elsewhere.
+func rawImage(t *testing.T, dir string) (string, []byte) {
+	t.Helper()
+	b := make([]byte, 8*mib)
+	copy(b, "kubevmm cdi importer test image")
+	for i := range mib {
+		b[5*mib+i] = byte(i*7 + 1)
+	}
+	p := filepath.Join(dir, "disk.raw")
+	require.NoError(t, os.WriteFile(p, b, 0o600))
+	return p, b
+}
+
+func compress(t *testing.T, kind string, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	switch kind {
+	case "gz":
+		w := gzip.NewWriter(&out)
+		_, err := w.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	case "xz":
+		w, err := xz.NewWriter(&out)
+		require.NoError(t, err)
+		_, err = w.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	}
+	return out.Bytes()
+}
+
+func opts(t *testing.T, url string, size int64) importer.Options {
+	data, scratch := t.TempDir(), t.TempDir()
+	return importer.Options{Source: "http", URL: url, Size: size, Overhead: 0.06, DataDir: data, ScratchDir: scratch,
+		BlockPath: filepath.Join(data, "no-device"), Progress: &importer.Progress{}}
+}
+
+// The formats CDI imports, from a real HTTP server: raw, qcow2 (made by
+// qemu-img), each plain, gz or xz; the PVC gets the raw bytes, sparse,
+// and what qemu-img convert makes of the qcow2.
+func TestImportFormats(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, raw := rawImage(t, dir)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	converted := filepath.Join(dir, "converted.raw")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", qcowPath, converted)
+	want, err := os.ReadFile(converted)
+	require.NoError(t, err)
+	require.Equal(t, raw, want, "qemu-img's round trip")
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	files := map[string][]byte{
+		"/disk.raw": raw, "/disk.raw.gz": compress(t, "gz", raw), "/disk.raw.xz": compress(t, "xz", raw),
+		"/disk.qcow2": qcow, "/disk.qcow2.gz": compress(t, "gz", qcow), "/disk.qcow2.xz": compress(t, "xz", qcow),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	for name := range files {
+		t.Run(name, func(t *testing.T) {
+			o := opts(t, srv.URL+name, 16*mib)
+			require.NoError(t, importer.Run(context.Background(), o))
+			got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(want, got), "disk.img is the image's raw bytes")
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(filepath.Join(o.DataDir, importer.DiskImage), &st))
+			assert.Less(t, st.Blocks*512, int64(len(want)), "zeros are not written: disk.img is sparse")
+			assert.InDelta(t, 100, o.Progress.Get(), 0.001)
+			left, err := os.ReadDir(o.ScratchDir)
+			require.NoError(t, err)
+			assert.Empty(t, left, "the scratch space is emptied")
+		})
+	}
+}
+
+// A blank image is the PVC's usable size, sparse.
+func TestImportBlank(t *testing.T) {
+	o := opts(t, "", 100*mib)
+	o.Source = "none"
+	require.NoError(t, importer.Run(context.Background(), o))
+	st, err := os.Stat(filepath.Join(o.DataDir, importer.DiskImage))
+	require.NoError(t, err)
+	assert.Equal(t, int64(94*mib), st.Size(), "100 MiB less 6%, in whole MiB")
+	var s syscall.Stat_t
+	require.NoError(t, syscall.Stat(filepath.Join(o.DataDir, importer.DiskImage), &s))
+	assert.Zero(t, s.Blocks)
+}
+
+// What goes wrong is said, naming the URL and what is wrong with it.
+func TestImportErrors(t *testing.T) {
+	dir := t.TempDir()
+	_, raw := rawImage(t, dir)
+	sum := sha256.Sum256(raw)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", qcowPath, "4M")
+	corrupt, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	// The L1 table's offset pointed past the end of the file.
+	copy(corrupt[40:48], []byte{0, 0, 0, 0x7f, 0, 0, 0, 0})
+	overlay := filepath.Join(dir, "overlay.qcow2")
+	hosttools.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", qcowPath, overlay)
+	withBacking, err := os.ReadFile(overlay)
+	require.NoError(t, err)
+	files := map[string][]byte{"/disk.raw": raw, "/corrupt.qcow2": corrupt, "/overlay.qcow2": withBacking,
+		"/corrupt.gz": append(compress(t, "gz", raw)[:100], make([]byte, 64)...), "/empty": {}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name, path, checksum string
+		size                 int64
+		want                 string
+	}{
+		{"404", "/missing", "", 16 * mib, "GET " + srv.URL + "/missing: HTTP 404 Not Found"},
+		{"corrupt qcow2", "/corrupt.qcow2", "", 16 * mib, "the qcow2 image from " + srv.URL + "/corrupt.qcow2: "},
+		{"backing file", "/overlay.qcow2", "", 16 * mib, "names a backing file"},
+		{"corrupt gz", "/corrupt.gz", "", 16 * mib, "the gz image from " + srv.URL + "/corrupt.gz is corrupt"},
+		{"empty", "/empty", "", 16 * mib, "is empty"},
+		{"no space", "/disk.raw", "", 8 * mib, "no space: the image from " + srv.URL + "/disk.raw is 8388608 bytes, more than the"},
+		{"checksum mismatch", "/disk.raw", "sha256:" + strings.Repeat("0", 64), 16 * mib, "checksum mismatch: sha256 of " + srv.URL + "/disk.raw is " + hex.EncodeToString(sum[:])},
+		{"unknown checksum", "/disk.raw", "crc32:00", 16 * mib, `unknown algorithm "crc32"`},
+		{"unreachable", "", "", 16 * mib, "GET http://127.0.0.1:1/x: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			url := srv.URL + tc.path
+			if tc.path == "" {
+				url = "http://127.0.0.1:1/x"
+			}
+			o := opts(t, url, tc.size)
+			o.Checksum = tc.checksum
+			err := importer.Run(context.Background(), o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	t.Run("checksum match", func(t *testing.T) {
+		o := opts(t, srv.URL+"/disk.raw", 16*mib)
+		o.Checksum = "sha256:" + hex.EncodeToString(sum[:])
+		require.NoError(t, importer.Run(context.Background(), o))
+	})
+}
+
+// Extra headers, basic auth and a CA from certConfigMap reach the
+// server.
+func TestImportAuth(t *testing.T) {
+	_, raw := rawImage(t, t.TempDir())
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, pass, ok := r.BasicAuth()
+		if !ok || user != "me" || pass != "secret" || r.Header.Get("X-Token") != "abc" || r.Header.Get("X-Other") != "d e" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		_, _ = w.Write(raw)
+	}))
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	o := opts(t, srv.URL+"/disk.raw", 16*mib)
+	err := importer.Run(context.Background(), o)
+	require.Error(t, err, "the server's CA is not trusted without certConfigMap")
+	assert.Contains(t, err.Error(), "certificate")
+	o.CAs = [][]byte{ca}
+	err = importer.Run(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "HTTP 403 Forbidden")
+	o.Headers, o.AccessKey, o.SecretKey = []string{"X-Token: abc", "X-Other: d e"}, "me", "secret"
+	require.NoError(t, importer.Run(context.Background(), o))
+	got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(raw, got))
+}
