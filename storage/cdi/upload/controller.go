@@ -34,6 +34,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
 
@@ -63,9 +65,6 @@ const (
 	Port = 8443
 	// PodLabel marks upload server pods; its value is the PVC's UID.
 	PodLabel = "cdi.kubevirt.io/uploadTarget"
-	// DefaultFilesystemOverhead is the share of a Filesystem volume not
-	// usable for the image (CDI's default).
-	DefaultFilesystemOverhead = 0.06
 )
 
 // Paths in the upload server's container.
@@ -87,8 +86,6 @@ type Reconciler struct {
 	Namespace  string
 	Image      string
 	PullPolicy corev1.PullPolicy
-	// FilesystemOverhead (0 to <1) is kept free on Filesystem volumes.
-	FilesystemOverhead float64
 	Log                *slog.Logger
 }
 
@@ -238,7 +235,13 @@ func (r *Reconciler) create(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	svc := &corev1.Service{ObjectMeta: meta(), Spec: corev1.ServiceSpec{
 		Selector: map[string]string{PodLabel: string(pvc.UID)},
 		Ports:    []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(Port)}}}}
-	pod, err := r.pod(pvc, meta())
+	// The filesystem overhead CDIConfig says for the claim's class
+	// (CDI's default without one), as the DataVolume controller sized it.
+	cfg := &cdiv1.CDIConfig{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: cdiv1.CDIConfigName}, cfg); client.IgnoreNotFound(err) != nil && !apimeta.IsNoMatchError(err) {
+		return fmt.Errorf("reading CDIConfig %s: %w", cdiv1.CDIConfigName, err)
+	}
+	pod, err := r.pod(pvc, meta(), datavolume.Overhead(cfg.Status, ptr.Deref(pvc.Spec.StorageClassName, "")))
 	if err != nil {
 		return err
 	}
@@ -253,21 +256,23 @@ func (r *Reconciler) create(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	return nil
 }
 
-// UsableSize is how large an image a PVC of size bytes holds: all of a
-// Block volume (the server reads the device's size), a Filesystem one
-// less the overhead, in whole MiB.
+// UsableSize is how large an image a Filesystem PVC of size bytes holds:
+// size less the overhead, in whole sectors, as the importer counts (a
+// Block volume's is its device's size, which the server reads).
 func UsableSize(size int64, overhead float64) int64 {
-	return int64(float64(size)*(1-overhead)) &^ (1<<20 - 1)
+	return int64(float64(size)*(1-overhead)) / 512 * 512
 }
 
-func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMeta) (*corev1.Pod, error) {
+func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMeta, overhead float64) (*corev1.Pod, error) {
 	args := []string{fmt.Sprintf("--listen=:%d", Port), "--cert-dir=" + certDir, "--client-name=" + ProxyClientName, "--scratch=" + scratchDir}
 	ctr := corev1.Container{Name: "cdi-upload-server", Image: r.Image, ImagePullPolicy: r.PullPolicy,
 		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: Port}},
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: "/healthz", Port: intstr.FromInt(Port), Scheme: corev1.URISchemeHTTPS}}, PeriodSeconds: 2},
 		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: scratchDir}, {Name: "certs", MountPath: certDir, ReadOnly: true}},
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(107)),
+		// Root with no capabilities, as the importer: hostpath-csi's
+		// volumes are root's, mode 0750.
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsUser: ptr.To(int64(0)),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
 	}
@@ -282,10 +287,6 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 		if !ok {
 			return nil, fmt.Errorf("PVC %s/%s requests no storage", pvc.Namespace, pvc.Name)
 		}
-		overhead := r.FilesystemOverhead
-		if overhead == 0 {
-			overhead = DefaultFilesystemOverhead
-		}
 		args = append(args, "--dest="+dataDir, fmt.Sprintf("--size=%d", UsableSize(size.Value(), overhead)))
 		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: dataDir})
 	}
@@ -293,7 +294,6 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 	return &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{
 		RestartPolicy:                 corev1.RestartPolicyOnFailure,
 		TerminationGracePeriodSeconds: ptr.To(int64(5)),
-		SecurityContext:               &corev1.PodSecurityContext{FSGroup: ptr.To(int64(107))},
 		Containers:                    []corev1.Container{ctr},
 		Volumes: []corev1.Volume{
 			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}},

@@ -48,6 +48,7 @@ func startEnvtest(t *testing.T) client.Client {
 	t.Cleanup(func() { _ = env.Stop() })
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	require.NoError(t, cdiv1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
 	r := &Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", PullPolicy: corev1.PullIfNotPresent,
@@ -107,7 +108,7 @@ func TestUploadServerLifecycle(t *testing.T) {
 	ctr := pod.Spec.Containers[0]
 	assert.Equal(t, "registry/cdi-uploadserver:t", ctr.Image)
 	assert.Contains(t, ctr.Args, "--dest=/data")
-	assert.Contains(t, ctr.Args, "--size=1008730112", "1 GiB less 6%, in whole MiB")
+	assert.Contains(t, ctr.Args, "--size=1009316864", "1 GiB less 6% (no CDIConfig), in whole sectors")
 	assert.Contains(t, ctr.Args, "--client-name=cdi-uploadproxy")
 	assert.Equal(t, "disk", pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
 	svc := &corev1.Service{}

@@ -60,7 +60,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestUsableSize(t *testing.T) {
-	assert.Equal(t, int64(962<<20), UsableSize(1<<30, 0.06))
+	assert.Equal(t, int64(1009316864), UsableSize(1<<30, 0.06), "0.94 GiB in whole sectors")
 	assert.Equal(t, int64(1<<30), UsableSize(1<<30, 0))
-	assert.Equal(t, int64(0), UsableSize(1<<19, 0.06))
+	assert.Equal(t, int64(0), UsableSize(511, 0))
 }
