@@ -86,7 +86,7 @@ type Reconciler struct {
 	Namespace  string
 	Image      string
 	PullPolicy corev1.PullPolicy
-	Log                *slog.Logger
+	Log        *slog.Logger
 }
 
 // SetupWithManager registers the controller: PVCs that are upload
