@@ -38,6 +38,9 @@ const (
 type Config struct {
 	ImageRegistry, ImageTag string
 	PullPolicy              corev1.PullPolicy
+	// UploadCA is the upload CA's certificate (SecretUploadCA), which the
+	// API server trusts cdi-apiserver's serving certificate by.
+	UploadCA []byte
 }
 
 func (c Config) image(name string) string { return c.ImageRegistry + "/" + name + ":" + c.ImageTag }
@@ -47,8 +50,7 @@ func (c Config) image(name string) string { return c.ImageRegistry + "/" + name 
 type Component func(Config) []client.Object
 
 // Components are what the operator deploys beside the CRDs, in order.
-// cdi-apiserver and cdi-uploadproxy go here as they come.
-var Components = []Component{ControllerObjects}
+var Components = []Component{ControllerObjects, APIServerObjects, UploadProxyObjects}
 
 // Objects are the CRDs the operator installs (all but CDI's, which comes
 // with the operator) and every component.
