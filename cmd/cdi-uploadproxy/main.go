@@ -48,10 +48,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	tr, err := uploadproxy.Transport(clientDir+"/tls.crt", clientDir+"/tls.key", clientDir+"/ca.crt")
-	if err != nil {
-		return err
-	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
@@ -59,6 +55,10 @@ func run() error {
 	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
+	}
+	tr, err := uploadproxy.Transport(clientDir+"/tls.crt", clientDir+"/tls.key", clientDir+"/ca.crt", uploadproxy.ServiceResolver(c))
+	if err != nil {
+		return err
 	}
 	p := &uploadproxy.Proxy{Client: c, Verifier: v, Transport: tr, Log: log}
 	srv := &http.Server{Addr: addr, Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second,

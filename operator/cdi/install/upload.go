@@ -98,11 +98,11 @@ func APIServerObjects(c Config) []client.Object {
 	}})
 }
 
-// UploadProxyObjects are cdi-uploadproxy's: RBAC (it reads PVCs),
-// Deployment and Service.
+// UploadProxyObjects are cdi-uploadproxy's: RBAC (it reads PVCs and the
+// upload servers' Services), Deployment and Service.
 func UploadProxyObjects(c Config) []client.Object {
 	out := rbac(UploadProxy, UploadProxy, []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}}})
+		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "services"}, Verbs: []string{"get", "list", "watch"}}})
 	return append(out, httpsComponent(c, UploadProxy, UploadProxy, UploadProxy, nil, func(ctr *corev1.Container, spec *corev1.PodSpec) {
 		secretVolume(ctr, spec, SecretUploadProxyCert, "/etc/cdi-uploadproxy/server")
 		secretVolume(ctr, spec, SecretUploadProxyClient, "/etc/cdi-uploadproxy/client")

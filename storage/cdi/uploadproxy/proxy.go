@@ -189,9 +189,11 @@ func (p *Proxy) ready(ctx context.Context, ns, name string) (bool, error) {
 }
 
 // Transport is the mutual TLS to upload servers: the proxy's client
-// certificate, servers verified against the CA in caFile. Files are read
-// per connection, so rotated Secrets take effect without a restart.
-func Transport(certFile, keyFile, caFile string) (*http.Transport, error) {
+// certificate, servers verified against the CA in caFile by the name in
+// the URL. resolve, when set, gives the address to dial for that name
+// (ServiceResolver: clusters without DNS). Files are read per connection,
+// so rotated Secrets take effect without a restart.
+func Transport(certFile, keyFile, caFile string, resolve func(ctx context.Context, host string) (string, error)) (*http.Transport, error) {
 	if _, err := loadPool(caFile); err != nil {
 		return nil, err
 	}
@@ -205,12 +207,18 @@ func Transport(certFile, keyFile, caFile string) (*http.Transport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("client certificate: %w", err)
 		}
-		host, _, err := net.SplitHostPort(addr)
+		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
+		dial := host
+		if resolve != nil {
+			if dial, err = resolve(ctx, host); err != nil {
+				return nil, err
+			}
+		}
 		d := &tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host, Certificates: []tls.Certificate{cert}}}
-		return d.DialContext(ctx, network, addr)
+		return d.DialContext(ctx, network, net.JoinHostPort(dial, port))
 	}
 	return tr, nil
 }
@@ -225,4 +233,24 @@ func loadPool(caFile string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("upload server CA %s: no certificates", caFile)
 	}
 	return pool, nil
+}
+
+// ServiceResolver resolves NAME.NAMESPACE.svc to the Service's cluster IP
+// through the API: the proxy finds upload servers without cluster DNS.
+func ServiceResolver(c client.Reader) func(ctx context.Context, host string) (string, error) {
+	return func(ctx context.Context, host string) (string, error) {
+		rest, ok := strings.CutSuffix(host, ".svc")
+		name, ns, ok2 := strings.Cut(rest, ".")
+		if !ok || !ok2 || strings.Contains(ns, ".") {
+			return "", fmt.Errorf("%s is not a Service name (NAME.NAMESPACE.svc)", host)
+		}
+		svc := &corev1.Service{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, svc); err != nil {
+			return "", fmt.Errorf("finding Service %s/%s: %w", ns, name, err)
+		}
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			return "", fmt.Errorf("Service %s/%s has no cluster IP", ns, name)
+		}
+		return svc.Spec.ClusterIP, nil
+	}
 }

@@ -84,7 +84,7 @@ func TestProxy(t *testing.T) {
 	_, port, err := net.SplitHostPort(backend.Listener.Addr().String())
 	require.NoError(t, err)
 
-	tr, err := Transport(write("c.crt", cliCert.Cert), write("c.key", cliCert.Key), filepath.Join(dir, "ca.crt"))
+	tr, err := Transport(write("c.crt", cliCert.Cert), write("c.key", cliCert.Key), filepath.Join(dir, "ca.crt"), nil)
 	require.NoError(t, err)
 	priv, pub, err := token.NewKey()
 	require.NoError(t, err)
@@ -160,6 +160,23 @@ func TestProxy(t *testing.T) {
 			require.Contains(t, msg, tc.msg)
 		})
 	}
+
+	t.Run("service resolver", func(t *testing.T) {
+		require.NoError(t, c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "cdi-upload-disk", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}))
+		svc := &corev1.Service{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "cdi-upload-disk"}, svc))
+		resolve := ServiceResolver(c)
+		ip, err := resolve(ctx, "cdi-upload-disk.default.svc")
+		require.NoError(t, err)
+		require.Equal(t, svc.Spec.ClusterIP, ip)
+		_, err = resolve(ctx, "cdi-upload-gone.default.svc")
+		require.ErrorContains(t, err, "finding Service default/cdi-upload-gone")
+		for _, bad := range []string{"localhost", "a.b.c.svc", "x.svc", "example.org"} {
+			_, err = resolve(ctx, bad)
+			require.ErrorContains(t, err, "not a Service name", bad)
+		}
+	})
 
 	t.Run("cut short, then whole", func(t *testing.T) {
 		// A client that stops halfway: the upload server keeps no disk
