@@ -81,7 +81,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	opts := r.Options
 	var certsDue time.Time
 	if c.DeletionTimestamp == nil {
-		if opts.Config.UploadCA, certsDue, err = r.ensureUploadSecrets(ctx, c, time.Now()); err != nil {
+		if opts.UploadCA, certsDue, err = r.ensureUploadSecrets(ctx, c, time.Now()); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

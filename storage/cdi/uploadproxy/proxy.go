@@ -249,7 +249,7 @@ func ServiceResolver(c client.Reader) func(ctx context.Context, host string) (st
 			return "", fmt.Errorf("finding Service %s/%s: %w", ns, name, err)
 		}
 		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			return "", fmt.Errorf("Service %s/%s has no cluster IP", ns, name)
+			return "", fmt.Errorf("the Service %s/%s has no cluster IP", ns, name)
 		}
 		return svc.Spec.ClusterIP, nil
 	}
