@@ -171,6 +171,7 @@ func (c *apiClient) imageUpload(args []string, stdout io.Writer) (int, error) {
 			return 1, err
 		}
 		fmt.Fprintf(os.Stderr, "upload cut (%v): sending %s again from the start\n", err, u.imagePath)
+		time.Sleep(time.Duration(attempt+1) * time.Second) // what cut it may pass
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return 1, err
 		}

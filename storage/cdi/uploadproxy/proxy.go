@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -218,7 +219,22 @@ func Transport(certFile, keyFile, caFile string, resolve func(ctx context.Contex
 			}
 		}
 		d := &tls.Dialer{Config: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host, Certificates: []tls.Certificate{cert}}}
-		return d.DialContext(ctx, network, net.JoinHostPort(dial, port))
+		// A server just ready may not be routed to yet (kube-proxy
+		// programs a Service's new endpoints a moment later: refused
+		// until then): tried again for up to ReadyWait, as readiness is.
+		ctx, cancel := context.WithTimeout(ctx, ReadyWait)
+		defer cancel()
+		for {
+			c, err := d.DialContext(ctx, network, net.JoinHostPort(dial, port))
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return c, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
 	}
 	return tr, nil
 }
