@@ -26,8 +26,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -43,6 +41,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/version"
+	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 // Server is virt-api.
@@ -129,39 +128,9 @@ func (s *Server) authn(next func(http.ResponseWriter, *http.Request, userInfo)) 
 }
 
 func (s *Server) proxiedUser(r *http.Request) (userInfo, error) {
-	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return userInfo{}, errors.New("no client certificate: subresources are served through the API server")
-	}
-	cert := r.TLS.PeerCertificates[0]
-	opts := x509.VerifyOptions{Roots: s.ProxyCAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	for _, c := range r.TLS.PeerCertificates[1:] {
-		opts.Intermediates.AddCert(c)
-	}
-	if _, err := cert.Verify(opts); err != nil {
-		return userInfo{}, fmt.Errorf("client certificate: %w", err)
-	}
-	if len(s.ProxyNames) > 0 && !slices.Contains(s.ProxyNames, cert.Subject.CommonName) {
-		return userInfo{}, fmt.Errorf("client certificate %q is not an allowed front proxy", cert.Subject.CommonName)
-	}
-	u := userInfo{Extra: map[string]authzv1.ExtraValue{}}
-	for _, h := range s.UserHeaders {
-		if v := r.Header.Get(h); v != "" {
-			u.Name = v
-			break
-		}
-	}
-	for _, h := range s.GroupHeaders {
-		u.Groups = append(u.Groups, r.Header.Values(h)...)
-	}
-	for k, vs := range r.Header {
-		if rest, ok := strings.CutPrefix(k, "X-Remote-Extra-"); ok {
-			u.Extra[strings.ToLower(rest)] = vs
-		}
-	}
-	if u.Name == "" {
-		return userInfo{}, errors.New("the proxied request names no user")
-	}
-	return u, nil
+	a := frontproxy.Authenticator{CAs: s.ProxyCAs, Names: s.ProxyNames, UserHeaders: s.UserHeaders, GroupHeaders: s.GroupHeaders}
+	u, err := a.User(r)
+	return userInfo(u), err
 }
 
 // authz checks with the API server that the user may use the
@@ -169,18 +138,15 @@ func (s *Server) proxiedUser(r *http.Request) (userInfo, error) {
 // "virtualmachines/start" etc.).
 func (s *Server) authz(resource, sub, verb string, next func(http.ResponseWriter, *http.Request, userInfo)) http.HandlerFunc {
 	return s.authn(func(w http.ResponseWriter, r *http.Request, u userInfo) {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User: u.Name, Groups: u.Groups, Extra: u.Extra,
-			ResourceAttributes: &authzv1.ResourceAttributes{
-				Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Verb: verb,
-				Group: v1.SubresourceGroupName, Version: "v1", Resource: resource, Subresource: sub,
-			},
-		}}
-		if err := s.Client.Create(r.Context(), sar); err != nil {
-			writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "authorizing: "+err.Error())
+		allowed, err := frontproxy.Authorize(r.Context(), s.Client, frontproxy.User(u), authzv1.ResourceAttributes{
+			Namespace: r.PathValue("namespace"), Name: r.PathValue("name"), Verb: verb,
+			Group: v1.SubresourceGroupName, Version: "v1", Resource: resource, Subresource: sub,
+		})
+		if err != nil {
+			writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error())
 			return
 		}
-		if !sar.Status.Allowed {
+		if !allowed {
 			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, fmt.Sprintf(
 				"%s %q cannot %s resource %q in API group %q in the namespace %q", "User", u.Name, verb, resource+"/"+sub, v1.SubresourceGroupName, r.PathValue("namespace")))
 			return

@@ -1,10 +1,12 @@
 // Command cdi-controller runs CDI's controllers: DataVolumes
-// (storage/cdi/datavolume) and imports (storage/cdi/importcontroller).
+// (storage/cdi/datavolume), imports (storage/cdi/importcontroller) and
+// uploads (storage/cdi/upload).
 package main
 
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,7 @@ import (
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 )
 
 func main() {
@@ -30,6 +33,8 @@ func run() error {
 	var image, pull, probeAddr, namespace string
 	var leaderElect bool
 	flag.StringVar(&image, "importer-image", "localhost/kubevmm/cdi-importer:devel", "the importer pods' image")
+	var uploadImage string
+	flag.StringVar(&uploadImage, "uploadserver-image", "localhost/kubevmm/cdi-uploadserver:devel", "the upload server pods' image")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullIfNotPresent), "the importer pods' pull policy (Always, IfNotPresent, Never)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (default: $POD_NAMESPACE)")
@@ -74,6 +79,10 @@ func run() error {
 	}
 	if err := (&importcontroller.Reconciler{Client: mgr.GetClient(), Image: image, PullPolicy: corev1.PullPolicy(pull)}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the import controller: %w", err)
+	}
+	if err := (&upload.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: uploadImage, PullPolicy: corev1.PullPolicy(pull),
+		Log: slog.Default().With("controller", "cdi-upload")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the upload controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)

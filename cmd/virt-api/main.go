@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,14 +14,13 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/virtapi"
+	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 func main() {
@@ -65,29 +62,9 @@ func run() error {
 
 	// The front proxy's CA and names, as the API server publishes them
 	// for extension API servers.
-	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "extension-apiserver-authentication"}, cm); err != nil {
-		return fmt.Errorf("reading the front-proxy settings: %w", err)
-	}
-	proxyCAs := x509.NewCertPool()
-	if !proxyCAs.AppendCertsFromPEM([]byte(cm.Data["requestheader-client-ca-file"])) {
-		return errors.New("extension-apiserver-authentication has no requestheader-client-ca-file: is the aggregation layer configured?")
-	}
-	// A malformed list must not silently widen or empty what is trusted.
-	var proxyNames, userHeaders, groupHeaders []string
-	for _, l := range []struct {
-		key string
-		out *[]string
-	}{
-		{"requestheader-allowed-names", &proxyNames},
-		{"requestheader-username-headers", &userHeaders},
-		{"requestheader-group-headers", &groupHeaders},
-	} {
-		if s := cm.Data[l.key]; s != "" {
-			if err := json.Unmarshal([]byte(s), l.out); err != nil {
-				return fmt.Errorf("extension-apiserver-authentication %s: %w", l.key, err)
-			}
-		}
+	fp, err := frontproxy.Load(ctx, c)
+	if err != nil {
+		return err
 	}
 	handlerTLS, err := virtapi.HandlerClientTLS(handlerCertDir+"/tls.crt", handlerCertDir+"/tls.key", handlerCertDir+"/ca.crt", "kubevirt.io:system:node:virt-handler")
 	if err != nil {
@@ -95,15 +72,9 @@ func run() error {
 	}
 	s := &virtapi.Server{
 		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
-		ProxyCAs: proxyCAs, ProxyNames: proxyNames,
-		UserHeaders: userHeaders, GroupHeaders: groupHeaders,
+		ProxyCAs: fp.CAs, ProxyNames: fp.Names,
+		UserHeaders: fp.UserHeaders, GroupHeaders: fp.GroupHeaders,
 		Log: log,
-	}
-	if len(s.UserHeaders) == 0 {
-		s.UserHeaders = []string{"X-Remote-User"}
-	}
-	if len(s.GroupHeaders) == 0 {
-		s.GroupHeaders = []string{"X-Remote-Group"}
 	}
 	srv := &http.Server{
 		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,

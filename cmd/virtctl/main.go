@@ -12,6 +12,7 @@
 //	virtctl [-n NS] port-forward [--address A] [--stdio] [vm/|vmi/]NAME[.NS] [LOCAL:]REMOTE...
 //	virtctl [-n NS] ssh|scp [flags] ...  (ssh.go)
 //	virtctl version [-c]
+//	virtctl [-n NS] image-upload dv|pvc NAME --image-path=FILE [--size=SIZE] ...  (imageupload.go)
 package main
 
 import (
@@ -73,6 +74,10 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
                     flags: -i KEY, -l USER, -p PORT (22), -c CMD (ssh), --known-hosts FILE,
                     --local-ssh (run the local ssh/scp), -t/--local-ssh-opts OPT
   version [-c]      client and server versions (-c: the client's only)
+  image-upload dv|pvc NAME --image-path=FILE [--size=SIZE] [--no-create] [--insecure]
+                    [--uploadproxy-url=URL] [--storage-class=SC] [--access-mode=MODE]
+                    [--volume-mode=block|filesystem] [--block-volume] [--wait-secs=N] [--retry=N]
+                    upload a disk image (raw or qcow2, plain, gz or xz) into a DataVolume or PVC
 `)
 }
 
@@ -188,6 +193,8 @@ func (c *apiClient) command(cmd string, rest_ []string, stdin *os.File, stdout i
 		return c.guestAgent(context.Background(), cmd, rest_, stdout)
 	case "version":
 		return c.version(rest_, stdout)
+	case "image-upload":
+		return c.imageUpload(rest_, stdout)
 	default:
 		usage(os.Stderr)
 		return 2, fmt.Errorf("unknown command %q", cmd)

@@ -4,7 +4,8 @@
 # operator, ssp-operator,
 # virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
 # kubemacpool, cluster-network-addons-operator, cdi-operator,
-# cdi-controller, cdi-importer), imports them into the dev
+# cdi-controller, cdi-importer, cdi-apiserver, cdi-uploadproxy,
+# cdi-uploadserver), imports them into the dev
 # cluster's containerd and installs kubevmm the documented way: virt-operator
 # (namespace kubevirt, the KubeVirt CRD, its RBAC and Deployment, generated
 # by hack/cluster/manifests -operator; virt-operator makes and rotates the
@@ -23,7 +24,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner hostpath-provisioner-operator kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner hostpath-provisioner-operator kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer cdi-apiserver cdi-uploadproxy cdi-uploadserver; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"
@@ -128,7 +129,8 @@ kubectl_admin -n "$ns" rollout status deployment/virt-template-validator --timeo
   kubectl_admin -n "$ns" get pods -o wide >&2; die "sync.sh: virt-template-validator did not become ready"; }
 ssp_available 120s
 # CDI, deployed by its operator from the CDI CR the HCO made: running
-# the same tag, cdi-controller is restarted onto the new image.
+# the same tag, cdi-controller, cdi-apiserver and cdi-uploadproxy are
+# restarted onto the new images.
 cdi_available() {
   kubectl_admin wait cdi/cdi-kubevirt-hyperconverged --for=condition=Available --timeout="$1" >/dev/null || {
     kubectl_admin get cdi/cdi-kubevirt-hyperconverged -o jsonpath='{.status}' >&2; echo >&2
@@ -136,9 +138,11 @@ cdi_available() {
 }
 for _ in $(seq 1 300); do kubectl_admin get cdi/cdi-kubevirt-hyperconverged >/dev/null 2>&1 && break; sleep 0.2; done
 cdi_available 180s
-kubectl_admin -n cdi rollout restart deployment/cdi-deployment >/dev/null
-kubectl_admin -n cdi rollout status deployment/cdi-deployment --timeout=180s >/dev/null || {
-  kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: cdi-deployment did not become ready"; }
+for d in cdi-deployment cdi-apiserver cdi-uploadproxy; do
+  kubectl_admin -n cdi rollout restart "deployment/$d" >/dev/null
+  kubectl_admin -n cdi rollout status "deployment/$d" --timeout=180s >/dev/null || {
+    kubectl_admin -n cdi get pods -o wide >&2; die "sync.sh: $d did not become ready"; }
+done
 cdi_available 120s
 # The hostpath provisioner (StorageClass hostpath-csi, the default, pool
 # local): its operator (in the manifests) deploys the CSI driver from the

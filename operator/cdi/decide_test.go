@@ -51,7 +51,7 @@ func TestDecide(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := cdi.Decide(cdi.Observed{CDI: &tc.cdi, First: tc.first, UnknownFields: tc.unknown,
-				Ready: map[string]bool{install.Controller: tc.ready}, DataVolumes: tc.dvs}, opts, now)
+				Ready: map[string]bool{install.Controller: tc.ready, install.APIServer: tc.ready, install.UploadProxy: tc.ready}, DataVolumes: tc.dvs}, opts, now)
 			assert.Equal(t, tc.phase, d.Status.Phase)
 			if tc.cond != "" {
 				c := cdiv1.FindCondition(d.Status.Conditions, tc.cond)

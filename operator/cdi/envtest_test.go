@@ -2,6 +2,8 @@ package cdi_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +29,8 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/cdi"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
@@ -101,7 +106,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 	u.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("CDI"))
 	u.SetName(name)
 	require.NoError(t, k8s.Create(ctx, u))
-	c := waitCond(name, cdiv1.ConditionProgressing, "True/DeployStarted: not ready yet: Deployment cdi/cdi-deployment")
+	c := waitCond(name, cdiv1.ConditionProgressing, "True/DeployStarted: not ready yet: Deployment cdi/cdi-deployment, Deployment cdi/cdi-apiserver, Deployment cdi/cdi-uploadproxy")
 	assert.Equal(t, cdiv1.CDIPhaseDeploying, c.Status.Phase)
 	assert.Contains(t, c.Finalizers, cdi.Finalizer)
 	dep := &appsv1.Deployment{}
@@ -112,9 +117,60 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 	assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--importer-image=localhost/kubevmm/cdi-importer:envtest")
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	require.NoError(t, k8s.Status().Update(ctx, dep))
+	for _, n := range []string{install.APIServer, install.UploadProxy} {
+		d := &appsv1.Deployment{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: n}, d))
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+		require.NoError(t, k8s.Status().Update(ctx, d))
+	}
 	c = waitCond(name, cdiv1.ConditionAvailable, "True/DeployCompleted")
 	assert.Equal(t, cdiv1.CDIPhaseDeployed, c.Status.Phase)
 	assert.Equal(t, "envtest", c.Status.ObservedVersion)
+
+	t.Run("upload certificates", func(t *testing.T) {
+		secret := func(n string) *corev1.Secret {
+			s := &corev1.Secret{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: n}, s))
+			return s
+		}
+		ca := secret(install.SecretUploadCA).Data[corev1.TLSCertKey]
+		require.NotEmpty(t, ca)
+		roots := x509.NewCertPool()
+		require.True(t, roots.AppendCertsFromPEM(ca))
+		for n, want := range map[string]x509.VerifyOptions{
+			install.SecretAPIServerCert:     {DNSName: "cdi-api.cdi.svc", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
+			install.SecretUploadProxyCert:   {DNSName: "cdi-uploadproxy.cdi.svc", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}},
+			install.SecretUploadProxyClient: {KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+		} {
+			s := secret(n)
+			cert, _, err := certs.Parse(certs.KeyPair{Cert: s.Data[corev1.TLSCertKey], Key: s.Data[corev1.TLSPrivateKeyKey]})
+			require.NoError(t, err, n)
+			want.Roots = roots
+			_, err = cert.Verify(want)
+			require.NoError(t, err, n)
+			assert.Equal(t, ca, s.Data["ca.crt"], n)
+		}
+		assert.Equal(t, "cdi-uploadproxy", func() string {
+			s := secret(install.SecretUploadProxyClient)
+			cert, _, err := certs.Parse(certs.KeyPair{Cert: s.Data[corev1.TLSCertKey], Key: s.Data[corev1.TLSPrivateKeyKey]})
+			require.NoError(t, err)
+			return cert.Subject.CommonName
+		}())
+		keys := secret(install.SecretTokenKey).Data
+		signer, err := token.NewSigner(keys[token.PrivateKeyKey])
+		require.NoError(t, err)
+		verifier, err := token.NewVerifier(keys[token.PublicKeyKey])
+		require.NoError(t, err)
+		tok, err := signer.Sign(token.Upload("ns", "pvc"), time.Now())
+		require.NoError(t, err)
+		_, err = verifier.Verify(tok, time.Now())
+		require.NoError(t, err, "the key pair's halves belong together")
+		svc := &unstructured.Unstructured{}
+		svc.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.APIServiceName}, svc))
+		bundle, _, _ := unstructured.NestedString(svc.Object, "spec", "caBundle")
+		assert.Equal(t, base64.StdEncoding.EncodeToString(ca), bundle, "the API server trusts cdi-apiserver by the upload CA")
+	})
 
 	t.Run("CDIConfig", func(t *testing.T) {
 		cc := &cdiv1.CDIConfig{}

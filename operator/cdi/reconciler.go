@@ -78,7 +78,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	d := Decide(o, r.Options, metav1.Now())
+	opts := r.Options
+	var certsDue time.Time
+	if c.DeletionTimestamp == nil {
+		if opts.UploadCA, certsDue, err = r.ensureUploadSecrets(ctx, c, time.Now()); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	d := Decide(o, opts, metav1.Now())
 	if was, is := state(c.Status), state(d.Status); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
@@ -138,6 +145,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// DataVolumes are not watched (their CRD comes after the
 		// operator starts): count them again.
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	}
+	if !certsDue.IsZero() {
+		// The upload certificates are looked at again when one is due.
+		return reconcile.Result{RequeueAfter: max(time.Until(certsDue), time.Second)}, nil
 	}
 	return reconcile.Result{}, nil
 }

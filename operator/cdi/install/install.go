@@ -38,6 +38,9 @@ const (
 type Config struct {
 	ImageRegistry, ImageTag string
 	PullPolicy              corev1.PullPolicy
+	// UploadCA is the upload CA's certificate (SecretUploadCA), which the
+	// API server trusts cdi-apiserver's serving certificate by.
+	UploadCA []byte
 }
 
 func (c Config) image(name string) string { return c.ImageRegistry + "/" + name + ":" + c.ImageTag }
@@ -47,8 +50,7 @@ func (c Config) image(name string) string { return c.ImageRegistry + "/" + name 
 type Component func(Config) []client.Object
 
 // Components are what the operator deploys beside the CRDs, in order.
-// cdi-apiserver and cdi-uploadproxy go here as they come.
-var Components = []Component{ControllerObjects}
+var Components = []Component{ControllerObjects, APIServerObjects, UploadProxyObjects}
 
 // Objects are the CRDs the operator installs (all but CDI's, which comes
 // with the operator) and every component.
@@ -78,12 +80,15 @@ func ControllerObjects(c Config) []client.Object {
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes", "datavolumes/status", "datavolumes/finalizers"}, Verbs: all},
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"cdiconfigs", "storageprofiles"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "pods"}, Verbs: all},
+		// The upload servers' Services and certificate Secrets, and the
+		// upload CA they are signed with.
+		{APIGroups: []string{""}, Resources: []string{"services", "secrets"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 	}
-	args := []string{"--importer-image=" + c.image("cdi-importer"), "--pull-policy=" + string(c.PullPolicy),
+	args := []string{"--importer-image=" + c.image("cdi-importer"), "--uploadserver-image=" + c.image("cdi-uploadserver"), "--pull-policy=" + string(c.PullPolicy),
 		"--health-probe-bind-address=:8081", "--leader-elect"}
 	return append(rbac(ControllerAccount, ControllerRole, rules), deployment(Controller, ControllerAccount, corev1.Container{
 		Name: "cdi-controller", Image: c.image("cdi-controller"), ImagePullPolicy: c.PullPolicy, Args: args}))

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
+	"github.com/kubevmm/kubevmm/test/hosttools"
+)
+
+// TestCDIUpload: `virtctl image-upload dv` of a qcow2 made by qemu-img
+// through cdi-apiserver's token and cdi-uploadproxy: the DataVolume is
+// Succeeded and its disk.img holds what `qemu-img convert -O raw` makes
+// of the file. The proxy answers 401 to an expired token and to one
+// signed by another key, 503 to a token for a PVC that is not an upload
+// target, 400 without a token.
+func TestCDIUpload(t *testing.T) {
+	freshNamespace(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "dv,pvc,pods", "-o", "wide")
+			t.Logf("at failure:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "cdi", "get", "pods", "-o", "wide")
+			t.Logf("cdi:\n%s", out)
+			for _, d := range []string{"cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"} {
+				out, _ = run(t, "kubectl.sh", "-n", "cdi", "logs", "deploy/"+d, "--tail=40")
+				t.Logf("%s:\n%s", d, out)
+			}
+		}
+	})
+	dir := t.TempDir()
+	raw := make([]byte, 32<<20)
+	copy(raw, "kubevmm CDI upload e2e")
+	for i := range 1 << 20 {
+		raw[20<<20+i] = byte(i*7 + 3)
+	}
+	rawPath, qcowPath, converted := filepath.Join(dir, "disk.raw"), filepath.Join(dir, "disk.qcow2"), filepath.Join(dir, "converted.raw")
+	require.NoError(t, os.WriteFile(rawPath, raw, 0o600))
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	hosttools.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", qcowPath, converted)
+	want, err := os.ReadFile(converted)
+	require.NoError(t, err)
+
+	// The node reaches Services (kube-proxy); the proxy's certificate
+	// names its Service, not the address: --insecure.
+	proxy := "https://" + kubectl(t, "-n", "cdi", "get", "svc/cdi-uploadproxy", "-o", "jsonpath={.spec.clusterIP}")
+	out := virtctl(t, "image-upload", "dv", "uploaded", "--size=100Mi", "--image-path="+qcowPath, "--uploadproxy-url="+proxy, "--insecure")
+	t.Logf("virtctl image-upload:\n%s", out)
+	assert.Contains(t, out, "completed successfully")
+	assert.Equal(t, "Succeeded", jsonpath(t, "dv/uploaded", "{.status.phase}"))
+	got, err := os.ReadFile(diskImage(t, "uploaded"))
+	require.NoError(t, err)
+	require.Equal(t, len(want), len(got), "disk.img is the image's virtual size")
+	require.True(t, bytes.Equal(want, got), "disk.img holds what qemu-img convert makes of the qcow2")
+	// The upload server is gone with its job.
+	out, _ = run(t, "kubectl.sh", "-n", ns, "get", "pod/cdi-upload-uploaded")
+	assert.Contains(t, out, "NotFound")
+
+	// Tokens made here: with the cluster's key (read as the admin), but
+	// expired; with another key; for a PVC no upload fills.
+	keyB64 := kubectl(t, "-n", "cdi", "get", "secret/cdi-upload-token-key", "-o", "jsonpath={.data.id_ecdsa}")
+	key, err := base64.StdEncoding.DecodeString(keyB64)
+	require.NoError(t, err)
+	cluster, err := token.NewSigner(key)
+	require.NoError(t, err)
+	otherKey, _, err := token.NewKey()
+	require.NoError(t, err)
+	other, err := token.NewSigner(otherKey)
+	require.NoError(t, err)
+	applyYAML(t, "plain", `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: plain
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Mi}}
+`)
+	sign := func(s *token.Signer, pvc string, at time.Time) string {
+		tok, err := s.Sign(token.Upload(ns, pvc), at)
+		require.NoError(t, err)
+		return "Bearer " + tok
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- the address is a ClusterIP
+	for _, tc := range []struct {
+		name, auth string
+		code       int
+	}{
+		{"no token", "", http.StatusBadRequest},
+		{"expired", sign(cluster, "uploaded", time.Now().Add(-10*time.Minute)), http.StatusUnauthorized},
+		{"another key", sign(other, "uploaded", time.Now()), http.StatusUnauthorized},
+		{"not an upload target", sign(cluster, "plain", time.Now()), http.StatusServiceUnavailable},
+		{"already uploaded", sign(cluster, "uploaded", time.Now()), http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, proxy+"/v1beta1/upload", strings.NewReader("data"))
+			require.NoError(t, err)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			resp, err := hc.Do(req)
+			require.NoError(t, err)
+			defer func() { _ = resp.Body.Close() }()
+			b, _ := io.ReadAll(resp.Body)
+			assert.Equal(t, tc.code, resp.StatusCode, string(b))
+		})
+	}
+}

@@ -1,0 +1,124 @@
+// Package frontproxy authenticates requests that the API server's
+// aggregation layer proxies to an extension API server (virt-api,
+// cdi-apiserver): the front proxy's client certificate, checked against
+// the requestheader CA and allowed names that the API server publishes in
+// kube-system/extension-apiserver-authentication, carries the user in
+// headers. Authorize then asks the API server, with a
+// SubjectAccessReview, whether that user may do what it asks.
+package frontproxy
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Authenticator checks the front proxy's certificate and reads the user.
+type Authenticator struct {
+	// CAs and allowed client names (any when empty) of the front proxy.
+	CAs          *x509.CertPool
+	Names        []string
+	UserHeaders  []string
+	GroupHeaders []string
+}
+
+// User is who a proxied request is for.
+type User struct {
+	Name   string
+	Groups []string
+	Extra  map[string]authzv1.ExtraValue
+}
+
+// Load reads the front proxy's settings as the API server publishes them
+// for extension API servers.
+func Load(ctx context.Context, c client.Reader) (*Authenticator, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "kube-system", Name: "extension-apiserver-authentication"}, cm); err != nil {
+		return nil, fmt.Errorf("reading the front-proxy settings: %w", err)
+	}
+	a := &Authenticator{CAs: x509.NewCertPool()}
+	if !a.CAs.AppendCertsFromPEM([]byte(cm.Data["requestheader-client-ca-file"])) {
+		return nil, errors.New("extension-apiserver-authentication has no requestheader-client-ca-file: is the aggregation layer configured?")
+	}
+	// A malformed list must not silently widen or empty what is trusted.
+	for _, l := range []struct {
+		key string
+		out *[]string
+	}{
+		{"requestheader-allowed-names", &a.Names},
+		{"requestheader-username-headers", &a.UserHeaders},
+		{"requestheader-group-headers", &a.GroupHeaders},
+	} {
+		if s := cm.Data[l.key]; s != "" {
+			if err := json.Unmarshal([]byte(s), l.out); err != nil {
+				return nil, fmt.Errorf("extension-apiserver-authentication %s: %w", l.key, err)
+			}
+		}
+	}
+	if len(a.UserHeaders) == 0 {
+		a.UserHeaders = []string{"X-Remote-User"}
+	}
+	if len(a.GroupHeaders) == 0 {
+		a.GroupHeaders = []string{"X-Remote-Group"}
+	}
+	return a, nil
+}
+
+// User authenticates r: only requests proxied by the API server, with a
+// client certificate from the front-proxy CA and an allowed name, name a
+// user.
+func (a *Authenticator) User(r *http.Request) (User, error) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return User{}, errors.New("no client certificate: this API is served through the API server")
+	}
+	cert := r.TLS.PeerCertificates[0]
+	opts := x509.VerifyOptions{Roots: a.CAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range r.TLS.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := cert.Verify(opts); err != nil {
+		return User{}, fmt.Errorf("client certificate: %w", err)
+	}
+	if len(a.Names) > 0 && !slices.Contains(a.Names, cert.Subject.CommonName) {
+		return User{}, fmt.Errorf("client certificate %q is not an allowed front proxy", cert.Subject.CommonName)
+	}
+	u := User{Extra: map[string]authzv1.ExtraValue{}}
+	for _, h := range a.UserHeaders {
+		if v := r.Header.Get(h); v != "" {
+			u.Name = v
+			break
+		}
+	}
+	for _, h := range a.GroupHeaders {
+		u.Groups = append(u.Groups, r.Header.Values(h)...)
+	}
+	for k, vs := range r.Header {
+		if rest, ok := strings.CutPrefix(k, "X-Remote-Extra-"); ok {
+			u.Extra[strings.ToLower(rest)] = vs
+		}
+	}
+	if u.Name == "" {
+		return User{}, errors.New("the proxied request names no user")
+	}
+	return u, nil
+}
+
+// Authorize asks the API server whether u may do what attrs say.
+func Authorize(ctx context.Context, c client.Client, u User, attrs authzv1.ResourceAttributes) (bool, error) {
+	sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: u.Name, Groups: u.Groups, Extra: u.Extra, ResourceAttributes: &attrs}}
+	if err := c.Create(ctx, sar); err != nil {
+		return false, fmt.Errorf("authorizing: %w", err)
+	}
+	return sar.Status.Allowed, nil
+}
