@@ -1,7 +1,8 @@
 // Package kit holds the steps every operator under operator/ takes the
 // same way, so that each rule has one home: reading a CR's spec as
 // stored to refuse what kubevmm does not declare, adding and removing the
-// CR's finalizer, server-side applying what Decide wants, deciding when a
+// CR's finalizer, turning objects into apply configurations and
+// server-side applying what Decide wants, deciding when a
 // Deployment has rolled out, and mapping a watched change to every CR of
 // a kind (each operator's CR is a singleton by convention, and the next
 // one takes over when the first goes). Where operators really differ
@@ -80,6 +81,24 @@ func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object, fi
 		return false, fmt.Errorf("removing the finalizer: %w", err)
 	}
 	return true, nil
+}
+
+// ApplyConfiguration is obj as the operator applies it: its JSON less
+// metadata.creationTimestamp and status, which an apply must not claim
+// (the fields it sets become the operator's).
+func ApplyConfiguration(obj client.Object) (*unstructured.Unstructured, error) {
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s: %w", kind, obj.GetName(), err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(b); err != nil {
+		return nil, fmt.Errorf("decoding %s %s: %w", kind, obj.GetName(), err)
+	}
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	return u, nil
 }
 
 // Apply server-side applies objs in order under fieldManager with forced
