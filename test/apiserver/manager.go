@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -55,4 +57,18 @@ func WaitFor(t testing.TB, what string, cond func() (bool, string)) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
+}
+
+// WithCRDs installs crds too (an operator's own, beside kubevirt.io's).
+func WithCRDs(crds ...*apiextensionsv1.CustomResourceDefinition) func(*envtest.Environment) {
+	return func(e *envtest.Environment) { e.CRDs = append(e.CRDs, crds...) }
+}
+
+// AsServiceAccount is cfg acting as the service account namespace/name:
+// an operator under test runs with the RBAC it is deployed with, so a
+// missing rule fails the test.
+func AsServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + name}
+	return c
 }
