@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -36,7 +35,7 @@ import (
 func TestCDIOperatorEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
