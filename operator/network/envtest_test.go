@@ -18,10 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
@@ -40,7 +38,7 @@ import (
 func TestNetworkAddonsEnvtest(t *testing.T) {
 	nacCRD, err := crd.NetworkAddonsConfig()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, nacCRD) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(nacCRD))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, apiextensionsv1.AddToScheme(s))
@@ -54,8 +52,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + network.OperatorName}
+	opCfg := apiserver.AsServiceAccount(cfg, install.Namespace, network.OperatorName)
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: network.Options{Version: "envtest",
 		KubeMacPoolImage: "localhost/kubevmm/kubemacpool:envtest",
