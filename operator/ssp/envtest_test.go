@@ -20,10 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
@@ -56,7 +54,7 @@ func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
 func TestSSPEnvtest(t *testing.T) {
 	crds, err := sspcrds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, crds...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(crds...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, apiextensionsv1.AddToScheme(s))
@@ -74,8 +72,7 @@ func TestSSPEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + ssp.OperatorName}
+	opCfg := apiserver.AsServiceAccount(cfg, ns, ssp.OperatorName)
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Options: ssp.Options{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
