@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,8 +86,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + install.OperatorName}
+	opCfg := apiserver.AsServiceAccount(cfg, ns, install.OperatorName)
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(),
 		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir})})
 	r := &hco.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: ns, Version: "envtest"}
