@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,8 +74,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":kubevirt-operator"}
+	opCfg := apiserver.AsServiceAccount(cfg, ns, "kubevirt-operator")
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme()})
 	// No kubelet mounts the Secrets here: a new CA signs leaves at once
 	// (SecretPropagation 0; the wait is TestPlanCertificatesLeavesWaitForANewCA's).
