@@ -351,11 +351,13 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		})
 
 		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"imageTag":"envtest2"}}`))))
+		// (The status is written after the images are applied.)
 		apiserver.WaitFor(t, "virt-controller and virt-handler on envtest2", func() (bool, string) {
 			c, h := image("Deployment", "virt-controller"), image("DaemonSet", "virt-handler")
-			return strings.HasSuffix(c, ":envtest2") && strings.HasSuffix(h, ":envtest2"), c + " " + h
+			kv = getKV("kubevirt", ns)
+			return strings.HasSuffix(c, ":envtest2") && strings.HasSuffix(h, ":envtest2") && kv.Status.TargetKubeVirtVersion == "envtest2",
+				c + " " + h + " target " + kv.Status.TargetKubeVirtVersion
 		})
-		kv = getKV("kubevirt", ns)
 		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits")
 		assert.Equal(t, "envtest2", kv.Status.TargetKubeVirtVersion)
 		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
@@ -371,12 +373,14 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits for virt-handler")
 
 		rollOut("virt-handler")
+		// The pass that applies virt-api's new image writes the status
+		// after it: wait for both.
 		apiserver.WaitFor(t, "virt-api on envtest2", func() (bool, string) {
 			a := image("Deployment", "virt-api")
-			return a == "localhost/kubevmm/virt-api:envtest2", a
+			kv = getKV("kubevirt", ns)
+			p := condition(kv, v1.KubeVirtConditionProgressing)
+			return a == "localhost/kubevmm/virt-api:envtest2" && strings.HasSuffix(p, "rolling virt-api"), a + " " + p
 		})
-		kv = getKV("kubevirt", ns)
-		assert.True(t, strings.HasSuffix(condition(kv, v1.KubeVirtConditionProgressing), "rolling virt-api"), condition(kv, v1.KubeVirtConditionProgressing))
 		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
 
 		rollOut("virt-api")
