@@ -1,7 +1,6 @@
 package cdi
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Finalizer keeps a CDI until its uninstall strategy lets it go
@@ -252,18 +252,11 @@ func ProfileStatus(sc *storagev1.StorageClass, p *cdiv1.StorageProfile) cdiv1.St
 // the CDI, except the CRDs (deleting the CDI must not delete users'
 // DataVolumes).
 func toApply(obj client.Object, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
-	kind := obj.GetObjectKind().GroupVersionKind().Kind
-	b, err := json.Marshal(obj)
+	u, err := kit.ApplyConfiguration(obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s %s: %w", kind, obj.GetName(), err)
+		return nil, err
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("decoding %s %s: %w", kind, obj.GetName(), err)
-	}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
-	if kind != "CustomResourceDefinition" {
+	if obj.GetObjectKind().GroupVersionKind().Kind != "CustomResourceDefinition" {
 		u.SetOwnerReferences([]metav1.OwnerReference{owner})
 	}
 	return u, nil

@@ -22,8 +22,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -34,23 +32,6 @@ import (
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
-
 // The operator against a real API server (no kubelet: the test reports
 // cdi-deployment ready itself): the CDI as HCO writes it deploys
 // cdi-controller, CDIConfig config and a StorageProfile per class; edits
@@ -59,7 +40,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestCDIOperatorEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
@@ -68,15 +49,11 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner: "kubevirt.io.hostpath-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
+	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: cdi.Options{
 		Config: install.Config{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}, Version: "envtest"}}
 	require.NoError(t, r.SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	const name = "cdi-kubevirt-hyperconverged"
 	get := func(n string) *cdiv1.CDI {
@@ -86,7 +63,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 	}
 	waitCond := func(n string, ct cdiv1.ConditionType, prefix string) *cdiv1.CDI {
 		var cur *cdiv1.CDI
-		waitFor(t, fmt.Sprintf("%s %s %s", n, ct, prefix), func() (bool, string) {
+		apiserver.WaitFor(t, fmt.Sprintf("%s %s %s", n, ct, prefix), func() (bool, string) {
 			cur = get(n)
 			c := "none"
 			if cond := cdiv1.FindCondition(cur.Status.Conditions, ct); cond != nil {
@@ -181,7 +158,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		require.NotNil(t, cc.Status.DefaultPodResourceRequirements)
 		assert.Equal(t, "600M", ptr.To(cc.Status.DefaultPodResourceRequirements.Limits[corev1.ResourceMemory]).String())
 		patch(`{"spec":{"config":{"uploadProxyURLOverride":"https://upload.example.org","filesystemOverhead":{"global":"0.1"}}}}`)
-		waitFor(t, "the config's status", func() (bool, string) {
+		apiserver.WaitFor(t, "the config's status", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cc))
 			url := ptr.Deref(cc.Status.UploadProxyURL, "")
 			return url == "https://upload.example.org" && cc.Status.FilesystemOverhead.StorageClass["hostpath-csi"] == "0.1",
@@ -191,7 +168,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 
 	t.Run("StorageProfile", func(t *testing.T) {
 		sp := &cdiv1.StorageProfile{}
-		waitFor(t, "the profile's status", func() (bool, string) {
+		apiserver.WaitFor(t, "the profile's status", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: "hostpath-csi"}, sp)
 			return err == nil && len(sp.Status.ClaimPropertySets) == 2, fmt.Sprintf("%v %+v", err, sp.Status)
 		})
@@ -201,13 +178,13 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		// The user's spec wins.
 		require.NoError(t, k8s.Patch(ctx, sp, client.RawPatch("application/merge-patch+json",
 			[]byte(`{"spec":{"claimPropertySets":[{"accessModes":["ReadWriteOnce"],"volumeMode":"Block"}]}}`))))
-		waitFor(t, "the user's property sets", func() (bool, string) {
+		apiserver.WaitFor(t, "the user's property sets", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "hostpath-csi"}, sp))
 			return len(sp.Status.ClaimPropertySets) == 1, fmt.Sprintf("%+v", sp.Status.ClaimPropertySets)
 		})
 		// A new class gets its profile.
 		require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Provisioner: "example.org/other"}))
-		waitFor(t, "the new class's profile", func() (bool, string) {
+		apiserver.WaitFor(t, "the new class's profile", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: "other"}, sp)
 			return err == nil && ptr.Deref(sp.Status.Provisioner, "") == "example.org/other", fmt.Sprint(err)
 		})
@@ -218,7 +195,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 			client.RawPatch("application/strategic-merge-patch+json",
 				[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"cdi-controller","image":"elsewhere/cdi-controller:old"}]}}}}`)),
 			client.FieldOwner("someone")))
-		waitFor(t, "the image back", func() (bool, string) {
+		apiserver.WaitFor(t, "the image back", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.Controller}, dep))
 			img := dep.Spec.Template.Spec.Containers[0].Image
 			return img == "localhost/kubevmm/cdi-controller:envtest", img
@@ -242,7 +219,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "second"}}))
 		waitCond("second", cdiv1.ConditionDegraded, "True/ConflictingCDI: there is one CDI per cluster: CDI "+name+" is it")
 		require.NoError(t, k8s.Delete(ctx, &cdiv1.CDI{ObjectMeta: metav1.ObjectMeta{Name: "second"}}))
-		waitFor(t, "the second CDI gone", func() (bool, string) {
+		apiserver.WaitFor(t, "the second CDI gone", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: "second"}, &cdiv1.CDI{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
@@ -258,7 +235,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		c := waitCond(name, cdiv1.ConditionDegraded, "True/UninstallBlocked: 1 DataVolumes exist")
 		assert.Equal(t, cdiv1.CDIPhaseDeleting, c.Status.Phase)
 		require.NoError(t, k8s.Delete(ctx, dv))
-		waitFor(t, "the CDI gone", func() (bool, string) {
+		apiserver.WaitFor(t, "the CDI gone", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Name: name}, &cdiv1.CDI{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})

@@ -29,7 +29,6 @@ package cdi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -40,19 +39,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // FieldManager is the operator's server-side apply field manager.
@@ -90,16 +85,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("state", "from", was, "to", is)
 	}
 	if d.AddFinalizer {
-		orig := c.DeepCopy()
-		controllerutil.AddFinalizer(c, Finalizer)
-		if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		if err := kit.AddFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
-	for _, u := range d.Apply {
-		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
+	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
+		return reconcile.Result{}, err
 	}
 	if d.ConfigStatus != nil {
 		cc := &cdiv1.CDIConfig{}
@@ -135,10 +126,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	if d.RemoveFinalizer {
-		orig := c.DeepCopy()
-		controllerutil.RemoveFinalizer(c, Finalizer)
-		if err := r.Client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-			return reconcile.Result{}, fmt.Errorf("removing the finalizer: %w", err)
+		if _, err := kit.RemoveFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	if c.DeletionTimestamp != nil && !d.RemoveFinalizer {
@@ -166,19 +155,9 @@ func state(s cdiv1.CDIStatus) string {
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, c *cdiv1.CDI) (Observed, error) {
 	o := Observed{CDI: c, Ready: map[string]bool{}, Profiles: map[string]*cdiv1.StorageProfile{}}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("CDI"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(c), raw); err != nil {
-		return o, fmt.Errorf("reading CDI %s as stored: %w", c.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
-	if err != nil {
-		return o, fmt.Errorf("CDI %s: %w", c.Name, err)
-	}
-	if o.UnknownFields, err = v1.UnknownFields(spec, c.Spec); err != nil {
-		return o, fmt.Errorf("CDI %s: %w", c.Name, err)
+	var err error
+	if _, o.UnknownFields, err = kit.StoredSpec(ctx, r.APIReader, c, cdiv1.GroupVersion.WithKind("CDI"), c.Spec); err != nil {
+		return o, err
 	}
 	cdis := &cdiv1.CDIList{}
 	if err := r.Client.List(ctx, cdis); err != nil {
@@ -205,8 +184,7 @@ func (r *Reconciler) observe(ctx context.Context, c *cdiv1.CDI) (Observed, error
 			case err != nil:
 				return o, fmt.Errorf("reading Deployment %s: %w", obj.GetName(), err)
 			default:
-				want, st := ptr.Deref(dep.Spec.Replicas, 1), dep.Status
-				o.Ready[obj.GetName()] = st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want
+				o.Ready[obj.GetName()] = kit.DeploymentReady(dep)
 			}
 		}
 	}
@@ -237,17 +215,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		cdis := &cdiv1.CDIList{}
-		if err := mgr.GetClient().List(ctx, cdis); err != nil {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, c := range cdis.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
-		}
-		return out
-	})
-	b = b.Watches(&storagev1.StorageClass{}, all)
+	b = b.Watches(&storagev1.StorageClass{}, kit.EnqueueAll(mgr.GetClient(), &cdiv1.CDIList{}))
 	return b.Complete(r)
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -21,12 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -39,23 +36,6 @@ import (
 )
 
 const ns = "kubevirt"
-
-// waitFor polls until cond holds; the bound is generous, only there to
-// end a test that would never pass, with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 func cond(hc *hcov1.HyperConverged, t string) string {
 	if c := apimeta.FindStatusCondition(hc.Status.Conditions, t); c != nil {
@@ -106,26 +86,21 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + install.OperatorName}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	opCfg := apiserver.AsServiceAccount(cfg, ns, install.OperatorName)
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(),
 		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir})})
-	require.NoError(t, err)
 	r := &hco.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: ns, Version: "envtest"}
 	require.NoError(t, r.SetupWithManager(mgr))
 	mgr.GetWebhookServer().Register(hco.ValidatePath, &admission.Webhook{Handler: &hco.Validator{Reader: mgr.GetAPIReader(), Namespace: ns}})
 	mgr.GetWebhookServer().Register(hco.ConvertPath, hco.ConversionHandler())
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	// Created as v1beta1 (the API server converts it to v1 to store it).
 	b1 := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "hco.kubevirt.io/v1beta1", "kind": "HyperConverged",
 		"metadata": map[string]any{"name": hcov1.Name, "namespace": ns},
 		"spec": map[string]any{"liveMigrationConfig": map[string]any{"parallelMigrationsPerCluster": int64(3)},
 			"certConfig": map[string]any{"ca": map[string]any{"duration": "48h0m0s", "renewBefore": "24h0m0s"}}}}}
-	waitFor(t, "the webhook to serve", func() (bool, string) {
+	apiserver.WaitFor(t, "the webhook to serve", func() (bool, string) {
 		err := k8s.Create(ctx, b1.DeepCopy())
 		return err == nil, fmt.Sprint(err)
 	})
@@ -151,7 +126,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 		v, _, _ := unstructured.NestedInt64(kv.Object, "spec", "configuration", "migrations", "parallelMigrationsPerCluster")
 		return v
 	}
-	waitFor(t, "the KubeVirt CR", func() (bool, string) {
+	apiserver.WaitFor(t, "the KubeVirt CR", func() (bool, string) {
 		err := k8s.Get(ctx, kvKey, kv)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -159,7 +134,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	s, _, _ := unstructured.NestedString(kv.Object, "spec", "uninstallStrategy")
 	assert.Equal(t, "BlockUninstallIfWorkloadsExist", s, "upstream's default")
 	assert.Equal(t, hcov1.Name, kv.GetOwnerReferences()[0].Name)
-	waitFor(t, "Progressing while KubeVirt reports nothing", func() (bool, string) {
+	apiserver.WaitFor(t, "Progressing while KubeVirt reports nothing", func() (bool, string) {
 		get()
 		return cond(hc, hcov1.ConditionProgressing) == "True/KubeVirtProgressing", fmt.Sprint(hc.Status.Conditions)
 	})
@@ -174,7 +149,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 		map[string]any{"type": "Degraded", "status": "False", "reason": "AllComponentsReady", "lastTransitionTime": "2026-01-01T00:00:00Z"}}}
 	require.NoError(t, unstructured.SetNestedField(kv.Object, kvStatus, "status"))
 	require.NoError(t, k8s.Status().Update(ctx, kv))
-	waitFor(t, "Available", func() (bool, string) {
+	apiserver.WaitFor(t, "Available", func() (bool, string) {
 		get()
 		return cond(hc, hcov1.ConditionAvailable) == "True/ReconcileCompleted", fmt.Sprint(hc.Status.Conditions)
 	})
@@ -192,16 +167,16 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	before := counter()
 	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json",
 		[]byte(`{"spec":{"configuration":{"migrations":{"parallelMigrationsPerCluster":9}}}}`))))
-	waitFor(t, "the edit reverted", func() (bool, string) { v := migrations(); return v == 3, fmt.Sprint(v) })
+	apiserver.WaitFor(t, "the edit reverted", func() (bool, string) { v := migrations(); return v == 3, fmt.Sprint(v) })
 	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json",
 		[]byte(`{"spec":{"configuration":{"developerConfiguration":{"featureGates":["X"]}}}}`))))
-	waitFor(t, "the added field removed", func() (bool, string) {
+	apiserver.WaitFor(t, "the added field removed", func() (bool, string) {
 		require.NoError(t, k8s.Get(ctx, kvKey, kv))
 		_, found, _ := unstructured.NestedFieldNoCopy(kv.Object, "spec", "configuration", "developerConfiguration")
 		mf, _ := json.Marshal(kv.GetManagedFields())
 		return !found, fmt.Sprint(kv.Object["spec"], string(mf))
 	})
-	waitFor(t, "the metric", func() (bool, string) { v := counter(); return v >= before+2, fmt.Sprint(v) })
+	apiserver.WaitFor(t, "the metric", func() (bool, string) { v := counter(); return v >= before+2, fmt.Sprint(v) })
 
 	// The escape hatch: a JSON patch annotation sticks, and taints.
 	patch := `[{"op":"add","path":"/spec/configuration/developerConfiguration","value":{"featureGates":["SameNodeLiveMigration"]}}]`
@@ -210,7 +185,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 		return k8s.Patch(ctx, get(), client.RawPatch("application/merge-patch+json", []byte(b)))
 	}
 	require.NoError(t, annotate(strconv.Quote(patch)))
-	waitFor(t, "the patched feature gate", func() (bool, string) {
+	apiserver.WaitFor(t, "the patched feature gate", func() (bool, string) {
 		require.NoError(t, k8s.Get(ctx, kvKey, kv))
 		gates, _, _ := unstructured.NestedStringSlice(kv.Object, "spec", "configuration", "developerConfiguration", "featureGates")
 		get()
@@ -222,7 +197,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "annotation kubevirt.kubevirt.io/jsonpatch")
 	require.NoError(t, annotate("null"))
-	waitFor(t, "untainted", func() (bool, string) {
+	apiserver.WaitFor(t, "untainted", func() (bool, string) {
 		get()
 		return cond(hc, hcov1.ConditionTaintedConfiguration) == "none", fmt.Sprint(hc.Status.Conditions)
 	})
@@ -257,13 +232,13 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, sspCRD))
 	ssp := &unstructured.Unstructured{}
 	ssp.SetGroupVersionKind(schema.GroupVersionKind{Group: "ssp.kubevirt.io", Version: "v1beta3", Kind: "SSP"})
-	waitFor(t, "the SSP CR", func() (bool, string) {
+	apiserver.WaitFor(t, "the SSP CR", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ssp-kubevirt-hyperconverged"}, ssp)
 		return err == nil, fmt.Sprint(err)
 	})
 	tns, _, _ := unstructured.NestedString(ssp.Object, "spec", "commonTemplates", "namespace")
 	assert.Equal(t, "openshift", tns)
-	waitFor(t, "waiting for SSP", func() (bool, string) {
+	apiserver.WaitFor(t, "waiting for SSP", func() (bool, string) {
 		get()
 		return cond(hc, hcov1.ConditionAvailable) == "False/SSPNotAvailable" && len(hc.Status.RelatedObjects) == 2, fmt.Sprint(hc.Status)
 	})
@@ -273,7 +248,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "1 VirtualMachines and 0 VirtualMachineInstances exist")
 	require.NoError(t, k8s.Delete(ctx, vm))
-	waitFor(t, "the VM gone", func() (bool, string) {
+	apiserver.WaitFor(t, "the VM gone", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(vm), &kvv1.VirtualMachine{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -281,7 +256,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json",
 		[]byte(`{"metadata":{"finalizers":["kubevirt.io/foregroundDeleteKubeVirt"]}}`))))
 	require.NoError(t, k8s.Delete(ctx, get()))
-	waitFor(t, "the KubeVirt CR deleting, the HCO waiting", func() (bool, string) {
+	apiserver.WaitFor(t, "the KubeVirt CR deleting, the HCO waiting", func() (bool, string) {
 		require.NoError(t, k8s.Get(ctx, kvKey, kv))
 		c := apimeta.FindStatusCondition(get().Status.Conditions, hcov1.ConditionProgressing)
 		return kv.GetDeletionTimestamp() != nil && c != nil && c.Reason == hco.ReasonDeleting &&
@@ -290,7 +265,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	assert.Contains(t, hc.Finalizers, hco.Finalizer)
 	require.NoError(t, k8s.Patch(ctx, kv.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))))
 	// Nothing it made is left, and the CR is gone.
-	waitFor(t, "everything removed", func() (bool, string) {
+	apiserver.WaitFor(t, "everything removed", func() (bool, string) {
 		e1 := k8s.Get(ctx, kvKey, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt"}})
 		e2 := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ssp-kubevirt-hyperconverged"}, ssp)
 		e3 := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: hcov1.Name}, &hcov1.HyperConverged{})

@@ -33,7 +33,6 @@ package hco
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -49,7 +48,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -57,8 +55,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // FieldManager is the HCO's server-side apply field manager.
@@ -116,12 +114,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	switch d.Action {
 	case Apply:
-		if !controllerutil.ContainsFinalizer(hc, Finalizer) {
-			orig := hc.DeepCopy()
-			controllerutil.AddFinalizer(hc, Finalizer)
-			if err := r.Client.Patch(ctx, hc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
-			}
+		if err := kit.AddFinalizer(ctx, r.Client, hc, Finalizer); err != nil {
+			return reconcile.Result{}, err
 		}
 		replaced := map[string]string{}
 		for _, u := range d.Replace {
@@ -162,13 +156,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
-	if d.Action == Finalize && controllerutil.ContainsFinalizer(hc, Finalizer) {
-		orig := hc.DeepCopy()
-		controllerutil.RemoveFinalizer(hc, Finalizer)
-		if err := r.Client.Patch(ctx, hc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
+	if d.Action == Finalize {
+		removed, err := kit.RemoveFinalizer(ctx, r.Client, hc, Finalizer)
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		log.Info("uninstalled")
+		if removed {
+			log.Info("uninstalled")
+		}
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
@@ -185,22 +180,9 @@ func requeueOnConflict(err error) (reconcile.Result, error) {
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, hc *hcov1.HyperConverged) (Observed, error) {
 	o := Observed{HCO: hc, Namespace: r.Namespace, Version: r.Version, CRDs: map[string]bool{}, Current: map[string]*unstructured.Unstructured{}}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(hcov1.GroupVersion.WithKind("HyperConverged"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(hc), raw); err != nil {
-		return o, fmt.Errorf("reading HyperConverged %s as stored: %w", hc.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
-	if err != nil {
-		return o, fmt.Errorf("HyperConverged %s: %w", hc.Name, err)
-	}
-	if string(spec) == "null" {
-		spec = []byte("{}")
-	}
-	if o.UnknownFields, err = kvv1.UnknownFields(spec, hc.Spec); err != nil {
-		return o, fmt.Errorf("HyperConverged %s: %w", hc.Name, err)
+	var err error
+	if _, o.UnknownFields, err = kit.StoredSpec(ctx, r.APIReader, hc, hcov1.GroupVersion.WithKind("HyperConverged"), hc.Spec); err != nil {
+		return o, err
 	}
 	for _, op := range Operands {
 		crd := &metav1.PartialObjectMetadata{}
@@ -257,18 +239,7 @@ func (r *Reconciler) watchOperands(crds map[string]bool) error {
 
 // all maps any change to every HyperConverged CR (there is one).
 func (r *Reconciler) all() handler.EventHandler {
-	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		l := &hcov1.HyperConvergedList{}
-		if err := r.mgr.GetClient().List(ctx, l); err != nil {
-			logf.FromContext(ctx).Error(err, "listing HyperConverged CRs")
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for _, hc := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&hc)})
-		}
-		return out
-	})
+	return kit.EnqueueAll(r.mgr.GetClient(), &hcov1.HyperConvergedList{})
 }
 
 // SetupWithManager registers the reconciler: HyperConverged CRs, and the

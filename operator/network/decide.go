@@ -1,7 +1,6 @@
 package network
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
 	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
 
@@ -218,18 +218,11 @@ func workloadKey(kind, ns, name string) string { return kind + " " + ns + "/" + 
 // the NetworkAddonsConfig, except the CRD (deleting the
 // NetworkAddonsConfig must not delete users' NetworkAttachmentDefinitions).
 func toApply(obj client.Object, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
-	kind := obj.GetObjectKind().GroupVersionKind().Kind
-	b, err := json.Marshal(obj)
+	u, err := kit.ApplyConfiguration(obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s %s: %w", kind, obj.GetName(), err)
+		return nil, err
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("decoding %s %s: %w", kind, obj.GetName(), err)
-	}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
-	if kind != "CustomResourceDefinition" {
+	if obj.GetObjectKind().GroupVersionKind().Kind != "CustomResourceDefinition" {
 		u.SetOwnerReferences([]metav1.OwnerReference{owner})
 	}
 	return u, nil

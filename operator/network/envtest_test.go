@@ -18,11 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
@@ -31,23 +28,6 @@ import (
 	"github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
-
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 // The operator against a real API server (no kubelet: the test reports
 // the DaemonSets ready itself), running as its service account with the
@@ -58,7 +38,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestNetworkAddonsEnvtest(t *testing.T) {
 	nacCRD, err := crd.NetworkAddonsConfig()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, nacCRD) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(nacCRD))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, apiextensionsv1.AddToScheme(s))
@@ -72,19 +52,14 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + network.OperatorName}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	require.NoError(t, err)
+	opCfg := apiserver.AsServiceAccount(cfg, install.Namespace, network.OperatorName)
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: network.Options{Version: "envtest",
 		KubeMacPoolImage: "localhost/kubevmm/kubemacpool:envtest",
 		Config: install.Config{MultusImage: "localhost/kubevmm/kubevmm-multus:envtest", BridgeMarkerImage: "localhost/kubevmm/bridge-marker:envtest",
 			PullPolicy: corev1.PullNever, CNIBinDir: "/opt/cni/bin", CNIConfDir: "/etc/cni/net.d", ClusterNetwork: "10-bridge.conflist"}}}
 	require.NoError(t, r.SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	get := func() *networkaddonsv1.NetworkAddonsConfig {
 		out := &networkaddonsv1.NetworkAddonsConfig{}
@@ -97,7 +72,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 	}
 	waitCond := func(ct networkaddonsv1.ConditionType, prefix string) *networkaddonsv1.NetworkAddonsConfig {
 		var cur *networkaddonsv1.NetworkAddonsConfig
-		waitFor(t, fmt.Sprintf("%s %s", ct, prefix), func() (bool, string) {
+		apiserver.WaitFor(t, fmt.Sprintf("%s %s", ct, prefix), func() (bool, string) {
 			cur = get()
 			c := "none"
 			if cond := networkaddonsv1.FindCondition(cur.Status.Conditions, ct); cond != nil {
@@ -162,7 +137,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 				[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"bridge-marker","image":"elsewhere/bridge-marker:old"}]}}}}`)),
 			client.FieldOwner("someone")))
 		require.NoError(t, k8s.Delete(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "kubevmm:" + install.Multus}}))
-		waitFor(t, "the image and the ClusterRole back", func() (bool, string) {
+		apiserver.WaitFor(t, "the image and the ClusterRole back", func() (bool, string) {
 			d, err := ds(install.BridgeMarker)
 			require.NoError(t, err)
 			rerr := k8s.Get(ctx, client.ObjectKey{Name: "kubevmm:" + install.Multus}, &rbacv1.ClusterRole{})
@@ -173,7 +148,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 
 	t.Run("a removed key removes its component", func(t *testing.T) {
 		patch(`{"spec":{"linuxBridge":null}}`)
-		waitFor(t, "bridge-marker gone", func() (bool, string) {
+		apiserver.WaitFor(t, "bridge-marker gone", func() (bool, string) {
 			_, err := ds(install.BridgeMarker)
 			serr := k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.BridgeMarker}, &corev1.ServiceAccount{})
 			return apierrors.IsNotFound(err) && apierrors.IsNotFound(serr), fmt.Sprintf("DaemonSet: %v, ServiceAccount: %v", err, serr)
@@ -222,7 +197,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		waitCond(networkaddonsv1.ConditionAvailable, "True/AsExpected")
 		// Another reconcile (a new generation, seen in the status).
 		patch(`{"spec":{"imagePullPolicy":"Never"}}`)
-		waitFor(t, "the new generation reconciled", func() (bool, string) {
+		apiserver.WaitFor(t, "the new generation reconciled", func() (bool, string) {
 			cur := get()
 			return cur.Generation > 1 && cur.Status.ObservedGeneration == cur.Generation, fmt.Sprint(cur.Status.ObservedGeneration, "/", cur.Generation)
 		})
@@ -233,7 +208,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		// certificate is remade at once, the webhook following the
 		// bundle, which keeps the previous CA.
 		patch(`{"spec":{"selfSignConfiguration":{"caRotateInterval":"10m","caOverlapInterval":"5m","certRotateInterval":"5m","certOverlapInterval":"2m"}}}`)
-		waitFor(t, "kubemacpool's certificate remade for 5 minutes", func() (bool, string) {
+		apiserver.WaitFor(t, "kubemacpool's certificate remade for 5 minutes", func() (bool, string) {
 			cur := leafOf()
 			cert, _, err := certs.Parse(certs.KeyPair{Cert: cur.Data["tls.crt"], Key: cur.Data["tls.key"]})
 			require.NoError(t, err)
@@ -247,10 +222,10 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		})
 
 		patch(`{"spec":{"kubeMacPool":{"rangeStart":"02:aa:00:00:00:00","rangeEnd":"02:aa:00:00:ff:ff"}}}`)
-		waitFor(t, "the spec's range", func() (bool, string) { r := rangeOf(); return r == "02:aa:00:00:00:00-02:aa:00:00:ff:ff", r })
+		apiserver.WaitFor(t, "the spec's range", func() (bool, string) { r := rangeOf(); return r == "02:aa:00:00:00:00-02:aa:00:00:ff:ff", r })
 
 		patch(`{"spec":{"kubeMacPool":null}}`)
-		waitFor(t, "kubemacpool gone", func() (bool, string) {
+		apiserver.WaitFor(t, "kubemacpool gone", func() (bool, string) {
 			derr := k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.KubeMacPool}, &appsv1.Deployment{})
 			herr := k8s.Get(ctx, client.ObjectKey{Name: install.KubeMacPoolWebhook}, &admissionregistrationv1.MutatingWebhookConfiguration{})
 			return apierrors.IsNotFound(derr) && apierrors.IsNotFound(herr), fmt.Sprintf("Deployment: %v, webhook: %v", derr, herr)

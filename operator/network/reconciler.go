@@ -50,7 +50,6 @@ package network
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -65,18 +64,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
 
@@ -124,10 +121,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if was, is := state(nac.Status), state(d.Status); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
-	for _, u := range d.Apply {
-		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
+	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
+		return reconcile.Result{}, err
 	}
 	for _, obj := range d.Delete {
 		if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
@@ -164,24 +159,14 @@ func state(s networkaddonsv1.NetworkAddonsConfigStatus) string {
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAddonsConfig) (Observed, error) {
 	o := Observed{Config: nac, Workloads: map[string]Workload{}}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(networkaddonsv1.GroupVersion.WithKind("NetworkAddonsConfig"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(nac), raw); err != nil {
-		return o, fmt.Errorf("reading NetworkAddonsConfig %s as stored: %w", nac.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
+	spec, unknown, err := kit.StoredSpec(ctx, r.APIReader, nac, networkaddonsv1.GroupVersion.WithKind("NetworkAddonsConfig"), nac.Spec)
 	if err != nil {
-		return o, fmt.Errorf("NetworkAddonsConfig %s: %w", nac.Name, err)
+		return o, err
 	}
-	if o.UnknownFields, err = v1.UnknownFields(spec, nac.Spec); err != nil {
-		return o, fmt.Errorf("NetworkAddonsConfig %s: %w", nac.Name, err)
-	}
+	o.UnknownFields = unknown
 	// A key asks for its component even empty ("ovs: {}"), which
 	// UnknownFields does not report: every undeclared key is refused.
-	m, _ := raw.Object["spec"].(map[string]any)
-	for k, val := range m {
+	for k, val := range spec {
 		if !declared[k] && val != nil && !slices.Contains(o.UnknownFields, k) {
 			o.UnknownFields = append(o.UnknownFields, k)
 		}
@@ -206,10 +191,7 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 	case err != nil:
 		return o, fmt.Errorf("reading Deployment %s: %w", install.KubeMacPool, err)
 	default:
-		want := ptr.Deref(dep.Spec.Replicas, 1)
-		st := dep.Status
-		o.Workloads[workloadKey("Deployment", install.Namespace, install.KubeMacPool)] = Workload{
-			Ready: st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want}
+		o.Workloads[workloadKey("Deployment", install.Namespace, install.KubeMacPool)] = Workload{Ready: kit.DeploymentReady(dep)}
 	}
 	if nac.Spec.KubeMacPool == nil {
 		return o, nil

@@ -1,7 +1,6 @@
 package ssp
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
 	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/ssp/instancetypes"
 	"github.com/kubevmm/kubevmm/operator/ssp/templates"
 )
@@ -219,16 +219,10 @@ func desired(s *sspv1beta3.SSP, opts Options, cp certs.Plan) ([]*unstructured.Un
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	out := make([]*unstructured.Unstructured, 0, len(all))
 	for _, obj := range all {
-		b, err := json.Marshal(obj)
+		u, err := kit.ApplyConfiguration(obj)
 		if err != nil {
-			return nil, fmt.Errorf("encoding %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+			return nil, err
 		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			return nil, fmt.Errorf("decoding %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
-		}
-		unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-		unstructured.RemoveNestedField(u.Object, "status")
 		l := u.GetLabels()
 		if l == nil {
 			l = map[string]string{}

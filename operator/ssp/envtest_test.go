@@ -20,11 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
@@ -38,23 +35,6 @@ import (
 )
 
 const ns = "kubevirt"
-
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
 	if c := sspv1beta3.FindCondition(s.Status.Conditions, t); c != nil {
@@ -74,7 +54,7 @@ func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
 func TestSSPEnvtest(t *testing.T) {
 	crds, err := sspcrds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, crds...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(crds...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, apiextensionsv1.AddToScheme(s))
@@ -92,18 +72,13 @@ func TestSSPEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + ssp.OperatorName}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	require.NoError(t, err)
+	opCfg := apiserver.AsServiceAccount(cfg, ns, ssp.OperatorName)
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Options: ssp.Options{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
 	require.NoError(t, r.SetupWithManager(mgr))
 	require.NoError(t, (&ssp.TektonTasksReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	get := func(name, namespace string) *sspv1beta3.SSP {
 		out := &sspv1beta3.SSP{}
@@ -117,7 +92,7 @@ func TestSSPEnvtest(t *testing.T) {
 	}
 	waitCond := func(name, namespace string, ct sspv1beta3.ConditionType, prefix string) *sspv1beta3.SSP {
 		var cur *sspv1beta3.SSP
-		waitFor(t, fmt.Sprintf("%s %s", ct, prefix), func() (bool, string) {
+		apiserver.WaitFor(t, fmt.Sprintf("%s %s", ct, prefix), func() (bool, string) {
 			cur = get(name, namespace)
 			c := condition(cur, ct)
 			return strings.HasPrefix(c, prefix), c
@@ -139,14 +114,14 @@ func TestSSPEnvtest(t *testing.T) {
 	assert.Contains(t, cr.Finalizers, sspv1beta3.Finalizer)
 	assert.Equal(t, "envtest", cr.Status.TargetVersion)
 	tmpl := &templatev1.Template{}
-	waitFor(t, "the common templates", func() (bool, string) {
+	apiserver.WaitFor(t, "the common templates", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "openshift", Name: "fedora-server-small"}, tmpl)
 		return err == nil, fmt.Sprint(err)
 	})
 	assert.Equal(t, ssp.ManagedBy, tmpl.Labels[ssp.ManagedByLabel])
 	assert.Equal(t, ns+"/"+cr.Name, tmpl.Annotations[ssp.AnnotationPrimaryResource])
 	dep := &appsv1.Deployment{}
-	waitFor(t, "the validator's Deployment", func() (bool, string) {
+	apiserver.WaitFor(t, "the validator's Deployment", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorName}, dep)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -183,7 +158,7 @@ func TestSSPEnvtest(t *testing.T) {
 			CA:     &kvv1.CertConfig{Duration: &metav1.Duration{Duration: 10 * time.Minute}},
 			Server: &kvv1.CertConfig{Duration: &metav1.Duration{Duration: 5 * time.Minute}}}}}}
 	require.NoError(t, k8s.Create(ctx, kv))
-	waitFor(t, "the validator's certificate remade for 5 minutes, the webhooks trusting both CAs", func() (bool, string) {
+	apiserver.WaitFor(t, "the validator's certificate remade for 5 minutes, the webhooks trusting both CAs", func() (bool, string) {
 		now := &corev1.Secret{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorSecret}, now))
 		cert, _, err := certs.Parse(certs.KeyPair{Cert: now.Data["tls.crt"], Key: now.Data["tls.key"]})
@@ -215,7 +190,7 @@ func TestSSPEnvtest(t *testing.T) {
 			client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"template.kubevirt.io/type":"mine"}}}`)), client.FieldOwner("someone")))
 		require.NoError(t, k8s.Delete(ctx, &v1beta1.VirtualMachineClusterPreference{ObjectMeta: metav1.ObjectMeta{Name: "fedora"}}))
 		require.NoError(t, k8s.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ssp.ValidatorName}}))
-		waitFor(t, "u1.small, the template, the preference and the webhooks back", func() (bool, string) {
+		apiserver.WaitFor(t, "u1.small, the template, the preference and the webhooks back", func() (bool, string) {
 			it := &v1beta1.VirtualMachineClusterInstancetype{}
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "u1.small"}, it))
 			tm := &templatev1.Template{}
@@ -230,7 +205,7 @@ func TestSSPEnvtest(t *testing.T) {
 
 	t.Run("replicas", func(t *testing.T) {
 		patch(cr.Name, ns, `{"spec":{"templateValidator":{"replicas":1}}}`)
-		waitFor(t, "one replica", func() (bool, string) {
+		apiserver.WaitFor(t, "one replica", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorName}, dep))
 			return *dep.Spec.Replicas == 1, fmt.Sprint(*dep.Spec.Replicas)
 		})
@@ -262,7 +237,7 @@ func TestSSPEnvtest(t *testing.T) {
 
 	t.Run("paused", func(t *testing.T) {
 		patch(cr.Name, ns, `{"metadata":{"annotations":{"kubevirt.io/operator.paused":"true"}}}`)
-		waitFor(t, "status.paused", func() (bool, string) {
+		apiserver.WaitFor(t, "status.paused", func() (bool, string) {
 			cr = get(cr.Name, ns)
 			return cr.Status.Paused, fmt.Sprint(cr.Status)
 		})
@@ -277,7 +252,7 @@ func TestSSPEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "u1.small"}, it))
 		assert.Equal(t, "3Gi", it.Spec.Memory.Guest.String(), "the edit stays while paused")
 		patch(cr.Name, ns, `{"metadata":{"annotations":{"kubevirt.io/operator.paused":null}}}`)
-		waitFor(t, "u1.small reverted once unpaused", func() (bool, string) {
+		apiserver.WaitFor(t, "u1.small reverted once unpaused", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: "u1.small"}, it))
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ssp.ValidatorName}, dep))
 			return it.Spec.Memory.Guest.String() == "2Gi" && *dep.Spec.Replicas == 2 && !get(cr.Name, ns).Status.Paused,
@@ -289,7 +264,7 @@ func TestSSPEnvtest(t *testing.T) {
 		tt := &tektonv1alpha1.TektonTasks{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tto"},
 			Spec: runtime.RawExtension{Raw: []byte(`{"featureGates":{"deployTektonTaskResources":true},"pipelines":{"namespace":"p"}}`)}}
 		require.NoError(t, k8s.Create(ctx, tt))
-		waitFor(t, "Deprecated", func() (bool, string) {
+		apiserver.WaitFor(t, "Deprecated", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(tt), tt))
 			c := sspv1beta3.FindCondition(tt.Status.Conditions, tektonv1alpha1.ConditionDeprecated)
 			return c != nil && c.Status == corev1.ConditionTrue && c.Message == ssp.DeprecatedMessage, fmt.Sprint(tt.Status)
@@ -299,7 +274,7 @@ func TestSSPEnvtest(t *testing.T) {
 
 	t.Run("deletion", func(t *testing.T) {
 		require.NoError(t, k8s.Delete(ctx, get(cr.Name, ns)))
-		waitFor(t, "the SSP gone", func() (bool, string) {
+		apiserver.WaitFor(t, "the SSP gone", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: cr.Name}, &sspv1beta3.SSP{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})

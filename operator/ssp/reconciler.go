@@ -46,7 +46,6 @@ package ssp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -64,7 +63,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,6 +74,7 @@ import (
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
 	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // FieldManager is the SSP operator's server-side apply field manager.
@@ -148,12 +147,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		for _, why := range d.Renewed {
 			log.Info("certificate renewed", "secret", why)
 		}
-		if !controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
-			orig := s.DeepCopy()
-			controllerutil.AddFinalizer(s, sspv1beta3.Finalizer)
-			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
-			}
+		if err := kit.AddFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer); err != nil {
+			return reconcile.Result{}, err
 		}
 		for _, u := range d.Objects {
 			err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
@@ -189,13 +184,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
-	if d.Action == Finalize && controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
-		orig := s.DeepCopy()
-		controllerutil.RemoveFinalizer(s, sspv1beta3.Finalizer)
-		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
+	if d.Action == Finalize {
+		removed, err := kit.RemoveFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer)
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		log.Info("removed")
+		if removed {
+			log.Info("removed")
+		}
 	}
 	if d.Action == Deploy && !d.CertsDue.IsZero() && requeue == 0 {
 		// Nothing else wakes the operator when a certificate comes due.
@@ -232,19 +228,9 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 		}
 		return o, nil
 	}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(sspv1beta3.GroupVersion.WithKind("SSP"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), raw); err != nil {
-		return o, fmt.Errorf("reading SSP %s as stored: %w", s.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
-	if err != nil {
-		return o, fmt.Errorf("SSP %s: %w", s.Name, err)
-	}
-	if o.UnknownFields, err = v1.UnknownFields(spec, s.Spec); err != nil {
-		return o, fmt.Errorf("SSP %s: %w", s.Name, err)
+	var err error
+	if _, o.UnknownFields, err = kit.StoredSpec(ctx, r.APIReader, s, sspv1beta3.GroupVersion.WithKind("SSP"), s.Spec); err != nil {
+		return o, err
 	}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: s.Spec.CommonTemplates.Namespace}, &corev1.Namespace{}); {
 	case apierrors.IsNotFound(err):
@@ -274,12 +260,7 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 	case err != nil:
 		return o, fmt.Errorf("reading the validator's Deployment: %w", err)
 	default:
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
-		st := d.Status
-		o.ValidatorReady = st.ObservedGeneration >= d.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want
+		o.ValidatorReady = kit.DeploymentReady(d)
 	}
 	return o, nil
 }
@@ -367,18 +348,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		l := &sspv1beta3.SSPList{}
-		if err := mgr.GetClient().List(ctx, l); err != nil {
-			logf.FromContext(ctx).Error(err, "listing SSPs")
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for _, s := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
-		}
-		return out
-	})
+	all := kit.EnqueueAll(mgr.GetClient(), &sspv1beta3.SSPList{})
 	// Every SSP on any SSP's change: when the cluster's is deleted, the
 	// next one takes over. The templates' namespace and the validator's
 	// Secret are not watched: a missing one is retried (see Reconcile).

@@ -23,11 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/operator/certs"
@@ -37,23 +35,6 @@ import (
 )
 
 const ns = "kubevirt"
-
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 func condition(kv *v1.KubeVirt, t v1.KubeVirtConditionType) string {
 	if c := kv.GetCondition(t); c != nil {
@@ -93,19 +74,14 @@ func TestKubeVirtEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	opCfg := rest.CopyConfig(cfg)
-	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":kubevirt-operator"}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	require.NoError(t, err)
+	opCfg := apiserver.AsServiceAccount(cfg, ns, "kubevirt-operator")
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme()})
 	// No kubelet mounts the Secrets here: a new CA signs leaves at once
 	// (SecretPropagation 0; the wait is TestPlanCertificatesLeavesWaitForANewCA's).
 	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,
 		ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever, PluginDir: "/var/lib/kubelet/device-plugins", KubeletRoot: "/var/lib/kubelet"}}
 	require.NoError(t, r.SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubevirt"}, Spec: v1.KubeVirtSpec{
 		UninstallStrategy: v1.KubeVirtUninstallBlockUninstallIfWorkloadsExist,
@@ -126,7 +102,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	}
 
 	// Deploying: every object is there, labelled and annotated.
-	waitFor(t, "phase Deploying", func() (bool, string) {
+	apiserver.WaitFor(t, "phase Deploying", func() (bool, string) {
 		kv = getKV("kubevirt", ns)
 		return kv.Status.Phase == v1.KubeVirtPhaseDeploying && kv.GetCondition(v1.KubeVirtConditionCreated) != nil,
 			fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
@@ -163,7 +139,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-handler"}, ds))
 	ds.Status = appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 1, CurrentNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1}
 	require.NoError(t, k8s.Status().Update(ctx, ds))
-	waitFor(t, "phase Deployed", func() (bool, string) {
+	apiserver.WaitFor(t, "phase Deployed", func() (bool, string) {
 		kv = getKV("kubevirt", ns)
 		return kv.Status.Phase == v1.KubeVirtPhaseDeployed, fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
 	})
@@ -176,7 +152,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		api.Spec.Template.Spec.Containers[0].Image = "elsewhere/virt-api:other"
 		require.NoError(t, k8s.Update(ctx, api, client.FieldOwner("someone")))
 		require.NoError(t, k8s.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: install.ValidatingWebhooks}}))
-		waitFor(t, "virt-api's image and the webhooks back", func() (bool, string) {
+		apiserver.WaitFor(t, "virt-api's image and the webhooks back", func() (bool, string) {
 			d := &appsv1.Deployment{}
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, d))
 			err := k8s.Get(ctx, client.ObjectKey{Name: install.ValidatingWebhooks}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
@@ -194,7 +170,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 			{ResourceType: "Service", ResourceName: "virt-api", Type: v1.JSONPatchType, Patch: `[{"op":"add","path":"/metadata/labels/example.com~1patched","value":"json"}]`},
 		}
 		updateKV(kv)
-		waitFor(t, "the patched objects", func() (bool, string) {
+		apiserver.WaitFor(t, "the patched objects", func() (bool, string) {
 			a, c, s := &appsv1.Deployment{}, &appsv1.Deployment{}, &corev1.Service{}
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-api"}, a))
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "virt-controller"}, c))
@@ -210,14 +186,14 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		kv.Spec.CustomizeComponents.Patches = append(kv.Spec.CustomizeComponents.Patches,
 			v1.CustomizeComponentsPatch{ResourceType: "Deployment", ResourceName: "virt-nothing", Type: v1.MergePatchType, Patch: `{}`})
 		updateKV(kv)
-		waitFor(t, "Degraded", func() (bool, string) {
+		apiserver.WaitFor(t, "Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return strings.HasPrefix(c, "True/DeploymentFailed: spec.customizeComponents.patches[3]: no Deployment \"virt-nothing\""), c
 		})
 		kv.Spec.CustomizeComponents.Patches = kv.Spec.CustomizeComponents.Patches[:3]
 		updateKV(kv)
-		waitFor(t, "not Degraded", func() (bool, string) {
+		apiserver.WaitFor(t, "not Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return strings.HasPrefix(c, "False/"), c
@@ -288,7 +264,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		}
 		updateKV(kv)
 		var after certState
-		waitFor(t, "rotated", func() (bool, string) {
+		apiserver.WaitFor(t, "rotated", func() (bool, string) {
 			after = read()
 			return string(after.ca) != string(before.ca) && string(after.api) != string(before.api) && string(after.handler) != string(before.handler) &&
 				consistent(after), "not yet"
@@ -308,7 +284,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		// is remade.
 		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType,
 			[]byte(`{"spec":{"certificateRotateStrategy":{"selfSigned":{"server":{"renewBefore":"10m"}}}}}`))))
-		waitFor(t, "Degraded", func() (bool, string) {
+		apiserver.WaitFor(t, "Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return strings.HasPrefix(c, "True/DeploymentFailed: spec.certificateRotateStrategy.selfSigned.server.renewBefore 10m0s: must be positive and less than server.duration"), c
@@ -317,7 +293,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 
 		// Back to the defaults.
 		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"certificateRotateStrategy":null}}`))))
-		waitFor(t, "not Degraded", func() (bool, string) {
+		apiserver.WaitFor(t, "not Degraded", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return strings.HasPrefix(c, "False/"), c
@@ -327,7 +303,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	t.Run("a second CR is ignored", func(t *testing.T) {
 		second := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "second"}, Spec: v1.KubeVirtSpec{ImageTag: "other"}}
 		require.NoError(t, k8s.Create(ctx, second))
-		waitFor(t, "Synchronized=False", func() (bool, string) {
+		apiserver.WaitFor(t, "Synchronized=False", func() (bool, string) {
 			second = getKV("second", "other")
 			c := condition(second, v1.KubeVirtConditionSynchronized)
 			return strings.HasPrefix(c, "False/ExistingDeployment"), c
@@ -369,17 +345,19 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		for _, n := range []string{"virt-api", "virt-controller", "virt-handler"} {
 			rollOut(n)
 		}
-		waitFor(t, "Deployed on envtest", func() (bool, string) {
+		apiserver.WaitFor(t, "Deployed on envtest", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			return kv.Status.Phase == v1.KubeVirtPhaseDeployed, fmt.Sprintf("%q %v", kv.Status.Phase, kv.Status.Conditions)
 		})
 
 		require.NoError(t, k8s.Patch(ctx, getKV("kubevirt", ns), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"imageTag":"envtest2"}}`))))
-		waitFor(t, "virt-controller and virt-handler on envtest2", func() (bool, string) {
+		// (The status is written after the images are applied.)
+		apiserver.WaitFor(t, "virt-controller and virt-handler on envtest2", func() (bool, string) {
 			c, h := image("Deployment", "virt-controller"), image("DaemonSet", "virt-handler")
-			return strings.HasSuffix(c, ":envtest2") && strings.HasSuffix(h, ":envtest2"), c + " " + h
+			kv = getKV("kubevirt", ns)
+			return strings.HasSuffix(c, ":envtest2") && strings.HasSuffix(h, ":envtest2") && kv.Status.TargetKubeVirtVersion == "envtest2",
+				c + " " + h + " target " + kv.Status.TargetKubeVirtVersion
 		})
-		kv = getKV("kubevirt", ns)
 		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits")
 		assert.Equal(t, "envtest2", kv.Status.TargetKubeVirtVersion)
 		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
@@ -388,23 +366,25 @@ func TestKubeVirtEnvtest(t *testing.T) {
 
 		// One of the two rolled out is not enough.
 		rollOut("virt-controller")
-		waitFor(t, "the virt-controller rollout seen", func() (bool, string) {
+		apiserver.WaitFor(t, "the virt-controller rollout seen", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			return strings.HasPrefix(condition(kv, v1.KubeVirtConditionProgressing), "True/UpdateInProgress"), condition(kv, v1.KubeVirtConditionProgressing)
 		})
 		assert.Equal(t, "localhost/kubevmm/virt-api:envtest", image("Deployment", "virt-api"), "virt-api waits for virt-handler")
 
 		rollOut("virt-handler")
-		waitFor(t, "virt-api on envtest2", func() (bool, string) {
+		// The pass that applies virt-api's new image writes the status
+		// after it: wait for both.
+		apiserver.WaitFor(t, "virt-api on envtest2", func() (bool, string) {
 			a := image("Deployment", "virt-api")
-			return a == "localhost/kubevmm/virt-api:envtest2", a
+			kv = getKV("kubevirt", ns)
+			p := condition(kv, v1.KubeVirtConditionProgressing)
+			return a == "localhost/kubevmm/virt-api:envtest2" && strings.HasSuffix(p, "rolling virt-api"), a + " " + p
 		})
-		kv = getKV("kubevirt", ns)
-		assert.True(t, strings.HasSuffix(condition(kv, v1.KubeVirtConditionProgressing), "rolling virt-api"), condition(kv, v1.KubeVirtConditionProgressing))
 		assert.Equal(t, "envtest", kv.Status.ObservedKubeVirtVersion)
 
 		rollOut("virt-api")
-		waitFor(t, "Deployed on envtest2", func() (bool, string) {
+		apiserver.WaitFor(t, "Deployed on envtest2", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			return kv.Status.Phase == v1.KubeVirtPhaseDeployed && kv.Status.ObservedKubeVirtVersion == "envtest2", fmt.Sprintf("%q %q %v", kv.Status.Phase, kv.Status.ObservedKubeVirtVersion, kv.Status.Conditions)
 		})
@@ -414,7 +394,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 	t.Run("uninstall", func(t *testing.T) {
 		kv = getKV("kubevirt", ns)
 		require.NoError(t, k8s.Delete(ctx, kv))
-		waitFor(t, "blocked by the VM", func() (bool, string) {
+		apiserver.WaitFor(t, "blocked by the VM", func() (bool, string) {
 			kv = getKV("kubevirt", ns)
 			c := condition(kv, v1.KubeVirtConditionDegraded)
 			return kv.Status.Phase == v1.KubeVirtPhaseDeleting && strings.HasPrefix(c, "True/WorkloadsExist"), string(kv.Status.Phase) + " " + c
@@ -424,7 +404,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		// RemoveWorkloads: the VM goes, then everything.
 		kv.Spec.UninstallStrategy = v1.KubeVirtUninstallRemoveWorkloads
 		updateKV(kv)
-		waitFor(t, "the CR gone", func() (bool, string) {
+		apiserver.WaitFor(t, "the CR gone", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kubevirt"}, &v1.KubeVirt{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})

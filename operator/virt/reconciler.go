@@ -39,7 +39,6 @@ package virt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -55,14 +54,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 
@@ -136,17 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	switch d.Action {
 	case Deploy:
-		if !controllerutil.ContainsFinalizer(kv, v1.KubeVirtFinalizer) {
-			orig := kv.DeepCopy()
-			controllerutil.AddFinalizer(kv, v1.KubeVirtFinalizer)
-			if err := r.Client.Patch(ctx, kv, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
-			}
+		if err := kit.AddFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer); err != nil {
+			return reconcile.Result{}, err
 		}
-		for _, u := range d.Objects {
-			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-			}
+		if err := kit.Apply(ctx, r.Client, FieldManager, d.Objects); err != nil {
+			return reconcile.Result{}, err
 		}
 		for _, why := range d.Renewed {
 			log.Info("certificate renewed", "secret", why)
@@ -179,13 +171,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
-	if d.Action == Finalize && controllerutil.ContainsFinalizer(kv, v1.KubeVirtFinalizer) {
-		orig := kv.DeepCopy()
-		controllerutil.RemoveFinalizer(kv, v1.KubeVirtFinalizer)
-		if err := r.Client.Patch(ctx, kv, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
+	if d.Action == Finalize {
+		removed, err := kit.RemoveFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer)
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		log.Info("uninstalled")
+		if removed {
+			log.Info("uninstalled")
+		}
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }
@@ -220,19 +213,9 @@ func (r *Reconciler) observe(ctx context.Context, kv *v1.KubeVirt) (Observed, er
 	if !o.Active {
 		return o, nil
 	}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(v1.GroupVersion.WithKind("KubeVirt"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(kv), raw); err != nil {
-		return o, fmt.Errorf("reading KubeVirt %s as stored: %w", kv.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
-	if err != nil {
-		return o, fmt.Errorf("KubeVirt %s: %w", kv.Name, err)
-	}
-	if o.UnknownFields, err = v1.UnknownFields(spec, kv.Spec); err != nil {
-		return o, fmt.Errorf("KubeVirt %s: %w", kv.Name, err)
+	var err error
+	if _, o.UnknownFields, err = kit.StoredSpec(ctx, r.APIReader, kv, v1.GroupVersion.WithKind("KubeVirt"), kv.Spec); err != nil {
+		return o, err
 	}
 	if kv.DeletionTimestamp != nil {
 		n, err := r.workloads(ctx)
@@ -298,14 +281,9 @@ func (r *Reconciler) components(ctx context.Context) (map[string]Component, bool
 			}
 			return nil, false, fmt.Errorf("reading Deployment %s: %w", name, err)
 		}
-		want := int32(1)
-		if d.Spec.Replicas != nil {
-			want = *d.Spec.Replicas
-		}
-		s := d.Status
+		// Rolled out here also means no pod of an older spec is left.
 		c := Component{Version: d.Annotations[AnnotationVersion], Registry: d.Annotations[AnnotationRegistry],
-			RolledOut: s.ObservedGeneration >= d.Generation && s.UpdatedReplicas >= want && s.AvailableReplicas >= want &&
-				s.Replicas == s.UpdatedReplicas}
+			RolledOut: kit.DeploymentReady(d) && d.Status.Replicas == d.Status.UpdatedReplicas}
 		out[name] = c
 		ready = ready && c.RolledOut
 	}
@@ -417,18 +395,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		l := &v1.KubeVirtList{}
-		if err := mgr.GetClient().List(ctx, l); err != nil {
-			logf.FromContext(ctx).Error(err, "listing KubeVirt CRs")
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for _, kv := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&kv)})
-		}
-		return out
-	})
+	all := kit.EnqueueAll(mgr.GetClient(), &v1.KubeVirtList{})
 	// Every CR on any CR's change: when the installation's CR is gone,
 	// the next one takes over.
 	b := ctrl.NewControllerManagedBy(mgr).Named("kubevirt").Watches(&v1.KubeVirt{}, all)

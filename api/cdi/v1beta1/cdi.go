@@ -3,6 +3,8 @@ package v1beta1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // CDI is the CDI operator's CR: one per cluster (HCO creates
@@ -93,9 +95,9 @@ type ConditionType string
 
 // The operator's condition types (openshift/custom-resource-status's).
 const (
-	ConditionAvailable   ConditionType = "Available"
-	ConditionProgressing ConditionType = "Progressing"
-	ConditionDegraded    ConditionType = "Degraded"
+	ConditionAvailable   ConditionType = conditions.Available
+	ConditionProgressing ConditionType = conditions.Progressing
+	ConditionDegraded    ConditionType = conditions.Degraded
 )
 
 // Condition is one of the operator's conditions

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // KubeVirtCRDName is the KubeVirt CRD's name; it is deployed with
@@ -300,9 +302,9 @@ type KubeVirtConditionType string
 
 // The condition types and reasons, KubeVirt's.
 const (
-	KubeVirtConditionAvailable    KubeVirtConditionType = "Available"
-	KubeVirtConditionProgressing  KubeVirtConditionType = "Progressing"
-	KubeVirtConditionDegraded     KubeVirtConditionType = "Degraded"
+	KubeVirtConditionAvailable    KubeVirtConditionType = conditions.Available
+	KubeVirtConditionProgressing  KubeVirtConditionType = conditions.Progressing
+	KubeVirtConditionDegraded     KubeVirtConditionType = conditions.Degraded
 	KubeVirtConditionCreated      KubeVirtConditionType = "Created"
 	KubeVirtConditionSynchronized KubeVirtConditionType = "Synchronized"
 

@@ -3,6 +3,8 @@ package v1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // Name is the one name a HyperConverged CR may have.
@@ -271,9 +273,9 @@ type Version struct {
 
 // The condition types.
 const (
-	ConditionAvailable            = "Available"
-	ConditionProgressing          = "Progressing"
-	ConditionDegraded             = "Degraded"
+	ConditionAvailable            = conditions.Available
+	ConditionProgressing          = conditions.Progressing
+	ConditionDegraded             = conditions.Degraded
 	ConditionUpgradeable          = "Upgradeable"
 	ConditionReconcileComplete    = "ReconcileComplete"
 	ConditionTaintedConfiguration = "TaintedConfiguration"

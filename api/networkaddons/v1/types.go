@@ -3,6 +3,8 @@ package v1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // NetworkAddonsConfig says which network add-ons the cluster runs: one
@@ -134,9 +136,9 @@ type ConditionType string
 
 // The condition types (openshift/custom-resource-status's, as upstream).
 const (
-	ConditionAvailable   ConditionType = "Available"
-	ConditionProgressing ConditionType = "Progressing"
-	ConditionDegraded    ConditionType = "Degraded"
+	ConditionAvailable   ConditionType = conditions.Available
+	ConditionProgressing ConditionType = conditions.Progressing
+	ConditionDegraded    ConditionType = conditions.Degraded
 )
 
 // Condition is one of the operator's conditions

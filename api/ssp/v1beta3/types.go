@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // OperatorPausedAnnotation set to "true" on an SSP pauses its operator:
@@ -135,9 +137,9 @@ type ConditionType string
 // The condition types (openshift/custom-resource-status's, as upstream;
 // the reason of each is its type's name, as upstream sets them).
 const (
-	ConditionAvailable   ConditionType = "Available"
-	ConditionProgressing ConditionType = "Progressing"
-	ConditionDegraded    ConditionType = "Degraded"
+	ConditionAvailable   ConditionType = conditions.Available
+	ConditionProgressing ConditionType = conditions.Progressing
+	ConditionDegraded    ConditionType = conditions.Degraded
 )
 
 // Condition is one of the operator's conditions
