@@ -3,9 +3,10 @@
 // stored to refuse what kubevmm does not declare, adding and removing the
 // CR's finalizer, turning objects into apply configurations and
 // server-side applying what Decide wants, deciding when a
-// Deployment has rolled out, and mapping a watched change to every CR of
+// Deployment has rolled out, mapping a watched change to every CR of
 // a kind (each operator's CR is a singleton by convention, and the next
-// one takes over when the first goes). Where operators really differ
+// one takes over when the first goes), and the objects that run an
+// operator itself (install.go). Where operators really differ
 // (what they observe, what they decide, what they log) they keep their
 // own code.
 package kit

@@ -1,0 +1,64 @@
+package kit
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+)
+
+// Operator says how an operator itself is deployed: its name (of its
+// Deployment, service account, ClusterRole and binding), namespace,
+// image, the ClusterRole's rules and its arguments.
+type Operator struct {
+	Name, Namespace string
+	Image           string
+	PullPolicy      corev1.PullPolicy
+	Rules           []rbacv1.PolicyRule
+	Args            []string
+}
+
+// OperatorObjects are the service account, ClusterRole, binding and
+// one-replica Deployment that run an operator: non-root with every
+// capability dropped, POD_NAMESPACE set, ready when /readyz on :8081
+// answers. The network and hostpath operators are deployed so; their
+// CRD and namespace come first, from their callers.
+func OperatorObjects(o Operator) []client.Object {
+	ctr := corev1.Container{Name: o.Name, Image: o.Image, ImagePullPolicy: o.PullPolicy,
+		Args: o.Args,
+		Env:  []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
+			Port: intstr.FromInt(8081), Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}}
+	labels := map[string]string{v1.AppLabel: o.Name}
+	return []client.Object{
+		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace}},
+		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name}, Rules: o.Rules},
+		&rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.Name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.Name, Namespace: o.Namespace}}},
+		&appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To(int32(1)),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{ServiceAccountName: o.Name, Containers: []corev1.Container{ctr},
+						TerminationGracePeriodSeconds: ptr.To(int64(5))},
+				},
+			}},
+	}
+}
