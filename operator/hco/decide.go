@@ -229,7 +229,7 @@ func applyDecision(o Observed, st *hcov1.HyperConvergedStatus) (Decision, error)
 			continue
 		}
 		if cur.GetAnnotations()[SpecHashAnnotation] == u.GetAnnotations()[SpecHashAnnotation] {
-			d.Reverted = append(d.Reverted, strings.ToLower(op.GVK.Kind+"/"+u.GetName()))
+			d.Reverted = append(d.Reverted, operandName(op.GVK.Kind, u.GetName()))
 		}
 		if !jsonKeysSubset(have, want) {
 			rep := cur.DeepCopy()
@@ -238,6 +238,12 @@ func applyDecision(o Observed, st *hcov1.HyperConvergedStatus) (Decision, error)
 		}
 	}
 	return d, nil
+}
+
+// operandName is how an operand is named in Reverted and in the
+// out-of-band counter's component_name label: "kind/name", lower case.
+func operandName(kind, name string) string {
+	return strings.ToLower(kind + "/" + name)
 }
 
 // aggregate sets Available, Progressing, Degraded and Upgradeable from the

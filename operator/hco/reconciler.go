@@ -117,12 +117,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := kit.AddFinalizer(ctx, r.Client, hc, Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
+		// An operand's edit is counted as soon as the write that reverts
+		// it succeeds: a later write of this pass may conflict, and the
+		// next pass then no longer sees the edit it already reverted.
+		reverted := map[string]bool{}
+		for _, c := range d.Reverted {
+			reverted[c] = true
+		}
+		counted := func(u *unstructured.Unstructured) {
+			if c := operandName(u.GetKind(), u.GetName()); reverted[c] {
+				delete(reverted, c)
+				OutOfBandModifications.WithLabelValues(c).Inc()
+				log.Info("reverted an out-of-band modification", "component", c)
+			}
+		}
 		replaced := map[string]string{}
 		for _, u := range d.Replace {
 			if err := r.Client.Update(ctx, u, client.FieldOwner(FieldManager)); err != nil {
 				return requeueOnConflict(fmt.Errorf("replacing the spec of %s %s: %w", u.GetKind(), u.GetName(), err))
 			}
 			replaced[u.GetKind()] = u.GetResourceVersion()
+			counted(u)
 		}
 		for _, u := range d.Objects {
 			if rv, ok := replaced[u.GetKind()]; ok {
@@ -131,10 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 				return requeueOnConflict(fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err))
 			}
-		}
-		for _, c := range d.Reverted {
-			OutOfBandModifications.WithLabelValues(c).Inc()
-			log.Info("reverted an out-of-band modification", "component", c)
+			counted(u)
 		}
 	case DeleteOperands:
 		for _, u := range d.Objects {

@@ -104,8 +104,17 @@ func TestHyperConverged(t *testing.T) {
 	t.Run("an edit of the KubeVirt CR is reverted and counted", func(t *testing.T) {
 		hcoKubectl(t, "patch", hcoKV, "--type=merge", "-p", `{"spec":{"configuration":{"migrations":{"parallelMigrationsPerCluster":9}}}}`)
 		hcoWait(t, hcoKV, "jsonpath={.spec.configuration.migrations.parallelMigrationsPerCluster}=5", time.Minute)
-		metrics := string(podGet(t, "name=hyperconverged-cluster-operator", 8080, "/metrics"))
-		m := regexp.MustCompile(`(?m)^kubevirt_hco_out_of_band_modifications_total\{component_name="kubevirt/kubevirt-kubevirt-hyperconverged"\} (\d+)`).FindStringSubmatch(metrics)
+		// The counter is read from the operator's process, which counts
+		// right after its reverting write: read until it shows.
+		re := regexp.MustCompile(`(?m)^kubevirt_hco_out_of_band_modifications_total\{component_name="kubevirt/kubevirt-kubevirt-hyperconverged"\} (\d+)`)
+		var metrics string
+		var m []string
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+			metrics = string(podGet(t, "name=hyperconverged-cluster-operator", 8080, "/metrics"))
+			if m = re.FindStringSubmatch(metrics); (m != nil && m[1] != "0") || time.Now().After(deadline) {
+				break
+			}
+		}
 		if m == nil || m[1] == "0" {
 			t.Fatalf("no out-of-band modification counted:\n%s", metrics)
 		}
