@@ -44,9 +44,12 @@ import (
 //     only marked.
 //
 // The batch budget is counted from what the last interval left: the
-// updater's migrations created in it (read from the API server, not a
-// cache that could lag one just made), and the evictions this process
-// made in it.
+// updater's migrations created in it as the API server lists them (not a
+// cache that could lag one just made; after a restart they are all this
+// process knows), and the migrations and evictions this process made in
+// it. A migration deleted before its interval ends still counts, as in
+// KubeVirt, whose budget is a rate limiter: cancelling a workload-update
+// migration must not start another at once.
 type WorkloadUpdater struct {
 	Client    client.Client
 	APIReader client.Reader
@@ -55,8 +58,10 @@ type WorkloadUpdater struct {
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
 
-	mu        sync.Mutex
-	evictions []time.Time
+	mu sync.Mutex
+	// done holds, per KubeVirt CR, when this process migrated or evicted
+	// each object (by the migration's or the evicted VMI's UID).
+	done map[types.UID]map[types.UID]time.Time
 }
 
 // +kubebuilder:rbac:groups=kubevirt.io,resources=kubevirts,verbs=get;list;watch
@@ -118,6 +123,8 @@ type updateInput struct {
 	// (those older than the interval do not count).
 	Recent []time.Time
 	Now    time.Time
+	// UIDs are the VMIs' UIDs, for the record of evictions.
+	UIDs map[types.NamespacedName]types.UID
 }
 
 // updatePlan is what a pass does.
@@ -246,6 +253,7 @@ func (r *WorkloadUpdater) reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if err := r.Client.Create(ctx, m); err != nil {
 			return ctrl.Result{}, fmt.Errorf("creating a migration of VMI %s for the workload update: %w", k, err)
 		}
+		r.record(kv.UID, m.UID, in.Now)
 		log.Info("workload update: migrating", "vmi", k.String(), "migration", m.Name)
 		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonSuccessfulCreate, "WorkloadUpdate",
 			"Created migration %s of VMI %s onto launcher image %s", m.Name, k.Name, r.Launcher.Image)
@@ -255,9 +263,7 @@ func (r *WorkloadUpdater) reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if err := r.Client.Delete(ctx, vmi); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("evicting VMI %s for the workload update: %w", k, err)
 		}
-		r.mu.Lock()
-		r.evictions = append(r.evictions, in.Now)
-		r.mu.Unlock()
+		r.record(kv.UID, in.UIDs[k], in.Now)
 		log.Info("workload update: evicted", "vmi", k.String())
 	}
 	return ctrl.Result{RequeueAfter: p.Requeue}, nil
@@ -289,29 +295,33 @@ func (r *WorkloadUpdater) observe(ctx context.Context, kv *v1.KubeVirt) (updateI
 	if err := r.APIReader.List(ctx, migs); err != nil {
 		return in, fmt.Errorf("listing migrations: %w", err)
 	}
+	every := v1.DefaultBatchEvictionInterval.Duration
+	if i := in.Strategy.BatchEvictionInterval; i != nil {
+		every = i.Duration
+	}
+	recent := r.recent(kv.UID, now.Add(-every))
 	migrating := map[types.NamespacedName]bool{}
 	for _, m := range migs.Items {
 		if !m.IsFinal() {
 			migrating[types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.VMIName}] = true
 		}
 		if _, ok := m.Annotations[v1.WorkloadUpdateMigrationAnnotation]; ok {
-			in.Recent = append(in.Recent, m.CreationTimestamp.Time)
+			if _, mine := recent[m.UID]; !mine {
+				recent[m.UID] = m.CreationTimestamp.Time
+			}
 		}
 	}
-	every := v1.DefaultBatchEvictionInterval.Duration
-	if i := in.Strategy.BatchEvictionInterval; i != nil {
-		every = i.Duration
+	for _, t := range recent {
+		in.Recent = append(in.Recent, t)
 	}
-	r.mu.Lock()
-	r.evictions = slices.DeleteFunc(r.evictions, func(t time.Time) bool { return t.Before(now.Add(-every)) })
-	in.Recent = append(in.Recent, r.evictions...)
-	r.mu.Unlock()
+	in.UIDs = map[types.NamespacedName]types.UID{}
 	for i := range vmis.Items {
 		vmi := &vmis.Items[i]
 		if !vmi.IsRunning() || vmi.DeletionTimestamp != nil {
 			continue
 		}
 		k := client.ObjectKeyFromObject(vmi)
+		in.UIDs[k] = vmi.UID
 		_, labelled := vmi.Labels[v1.OutdatedLauncherImageLabel]
 		c := vmi.GetCondition(v1.VirtualMachineInstanceIsMigratable)
 		u := updateVMI{Key: k, Labelled: labelled, Migratable: c != nil && c.Status == corev1.ConditionTrue,
@@ -348,4 +358,37 @@ func (r *WorkloadUpdater) setOutdatedLabel(ctx context.Context, k types.Namespac
 		return fmt.Errorf("labelling VMI %s: %w", k, err)
 	}
 	return nil
+}
+
+// record notes that this process migrated or evicted uid at t for the
+// KubeVirt CR kv.
+func (r *WorkloadUpdater) record(kv, uid types.UID, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = map[types.UID]map[types.UID]time.Time{}
+	}
+	if r.done[kv] == nil {
+		r.done[kv] = map[types.UID]time.Time{}
+	}
+	r.done[kv][uid] = t
+}
+
+// recent forgets what this process did for kv before since and returns a
+// copy of the rest.
+func (r *WorkloadUpdater) recent(kv types.UID, since time.Time) map[types.UID]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[types.UID]time.Time{}
+	for uid, t := range r.done[kv] {
+		if t.Before(since) {
+			delete(r.done[kv], uid)
+			continue
+		}
+		out[uid] = t
+	}
+	if len(r.done[kv]) == 0 {
+		delete(r.done, kv)
+	}
+	return out
 }

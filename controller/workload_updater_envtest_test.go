@@ -46,16 +46,13 @@ func TestWorkloadUpdater(t *testing.T) {
 		WorkloadUpdateStrategy: v1.KubeVirtWorkloadUpdateStrategy{WorkloadUpdateMethods: []v1.WorkloadUpdateMethod{v1.WorkloadUpdateMethodLiveMigrate},
 			BatchEvictionSize: ptr.To(1), BatchEvictionInterval: &metav1.Duration{Duration: time.Hour}}}}
 	require.NoError(t, k8s.Create(ctx, kv))
-	t.Cleanup(func() { _ = k8s.Delete(ctx, kv) })
 	t.Cleanup(func() {
-		// Migrations are not removed with the namespace here (no
-		// namespace controller): none may count against later tests.
+		// The CR first: the updater stops acting for it. Migrations are
+		// not removed with the namespace here (no namespace controller):
+		// none may count against later tests.
+		_ = k8s.Delete(ctx, kv)
 		_ = k8s.DeleteAllOf(ctx, &v1.VirtualMachineInstanceMigration{}, client.InNamespace(ns))
-		waitFor(t, "the migrations gone", func() (bool, string) {
-			l := &v1.VirtualMachineInstanceMigrationList{}
-			require.NoError(t, k8s.List(ctx, l, client.InNamespace(ns)))
-			return len(l.Items) == 0, fmt.Sprint(len(l.Items))
-		})
+		migrationsGone(t, ns)
 	})
 	// A merge patch, not an update: the updater may already have written
 	// its count into the CR's status since the create, and an update
@@ -71,6 +68,12 @@ func TestWorkloadUpdater(t *testing.T) {
 	const old = "localhost/kubevmm/virt-launcher:old"
 	setComputeImage(t, podA, old)
 	setComputeImage(t, podB, old)
+	t.Cleanup(func() {
+		// The VMIs stay (no namespace controller): a later KubeVirt CR's
+		// updater must not count them outdated.
+		setComputeImage(t, podA, launcherImage)
+		setComputeImage(t, podB, launcherImage)
+	})
 
 	for _, vmi := range []*v1.VirtualMachineInstance{a, b} {
 		waitVMI(t, ns, vmi.Name, "labelled outdated", func(n *v1.VirtualMachineInstance) bool {
@@ -112,4 +115,28 @@ func TestWorkloadUpdater(t *testing.T) {
 	outdated(1)
 	require.NoError(t, k8s.List(ctx, &migs, client.InNamespace(ns)))
 	assert.Len(t, migs.Items, 1, "b waits for the next batch")
+
+	// A cancelled workload-update migration still counts against its
+	// interval: deleting it starts no other, for a outdated again nor for
+	// b. The pass that counts a outdated (2) could create one; the pass
+	// that counts 1 again runs after it ends, so the list then holds what
+	// that pass did.
+	require.NoError(t, k8s.Delete(ctx, &m))
+	migrationsGone(t, ns)
+	setComputeImage(t, podA, old)
+	outdated(2)
+	setComputeImage(t, podA, launcherImage)
+	outdated(1)
+	require.NoError(t, k8s.List(ctx, &migs, client.InNamespace(ns)))
+	assert.Empty(t, migs.Items, "a cancelled migration used the batch: none until the next interval")
+}
+
+// migrationsGone waits until ns holds no migration.
+func migrationsGone(t *testing.T, ns string) {
+	t.Helper()
+	waitFor(t, "the migrations gone", func() (bool, string) {
+		l := &v1.VirtualMachineInstanceMigrationList{}
+		require.NoError(t, k8s.List(context.Background(), l, client.InNamespace(ns)))
+		return len(l.Items) == 0, fmt.Sprint(len(l.Items))
+	})
 }
