@@ -8,6 +8,18 @@
 // written: an image that does not fit is refused, saying so. The qcow2
 // image is read by vmm/block's reader; backing files are refused (an
 // image from the network cannot name a file here).
+//
+// disk.img is then grown, sparse, to the PVC's usable size (its size less
+// CDIConfig's filesystem overhead, at most the free space, in whole MiB),
+// as CDI resizes an imported image, so that a VM sees the size the user
+// asked for. A Block PVC's image is the device, whatever its size.
+//
+// Scratch space: the scratch PVC is mounted at ScratchDir (/scratch); an
+// image that must be read at random (qcow2, whose tables may follow its
+// data) but arrives as a stream is first written whole there. A source
+// other than http does the same by writing the image (raw or qcow2,
+// decompressed) to a file under ScratchDir and calling WriteImage, which
+// converts it onto the PVC and grows it as above.
 package importer
 
 import (
@@ -88,9 +100,8 @@ func Run(ctx context.Context, o Options) error {
 			return nil // a new volume reads as zeros
 		}
 		// A blank image: the whole usable size, sparse.
-		size := t.usable / chunk * chunk
-		if err := t.f.Truncate(size); err != nil {
-			return fmt.Errorf("sizing blank %s to %d bytes: %w", t.f.Name(), size, err)
+		if err := t.f.Truncate(t.grown()); err != nil {
+			return fmt.Errorf("sizing blank %s to %d bytes: %w", t.f.Name(), t.grown(), err)
 		}
 		return t.f.Sync()
 	case "http":
@@ -102,27 +113,46 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer func() { _ = os.Remove(img) }()
-	src, err := openImage(img, o.URL)
+	return t.write(img, o.URL, o.Progress)
+}
+
+// WriteImage writes the raw or qcow2 image at path (a file in the scratch
+// directory) onto o's PVC, as Run does with a download: converted to
+// raw, sparse, disk.img grown to the usable size. from names the image's
+// source in errors.
+func WriteImage(o Options, path, from string) error {
+	t, err := openTarget(o)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = t.f.Close() }() // closed after Sync on success
+	return t.write(path, from, o.Progress)
+}
+
+// write converts the image at path onto t and syncs it.
+func (t *target) write(path, from string, p *Progress) error {
+	src, err := openImage(path, from)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = src.Close() }()
 	if int64(src.Size()) > t.usable {
-		return fmt.Errorf("no space: the image from %s is %d bytes, more than the %d bytes usable on the PVC", o.URL, src.Size(), t.usable)
+		return fmt.Errorf("no space: the image from %s is %d bytes, more than the %d bytes usable on the PVC", from, src.Size(), t.usable)
 	}
-	if err := copySparse(t, src, o.URL); err != nil {
+	if err := copySparse(t, src, from); err != nil {
 		return err
 	}
 	if !t.block {
-		if err := t.f.Truncate(int64(src.Size())); err != nil {
+		// Grown as CDI resizes: the guest sees the size asked for.
+		if err := t.f.Truncate(max(int64(src.Size()), t.grown())); err != nil {
 			return fmt.Errorf("sizing %s: %w", t.f.Name(), err)
 		}
 	}
 	if err := t.f.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", t.f.Name(), err)
 	}
-	if o.Progress != nil {
-		o.Progress.Set(100)
+	if p != nil {
+		p.Set(100)
 	}
 	return nil
 }
@@ -133,6 +163,10 @@ type target struct {
 	block  bool
 	usable int64
 }
+
+// grown is the size of a Filesystem PVC's disk.img: the usable size in
+// whole MiB (500Mi less 6% is 470Mi).
+func (t *target) grown() int64 { return t.usable / chunk * chunk }
 
 func openTarget(o Options) (*target, error) {
 	if st, err := os.Stat(o.BlockPath); err == nil && st.Mode()&os.ModeDevice != 0 {
@@ -447,20 +481,20 @@ func openImage(path, url string) (block.Disk, error) {
 
 // copySparse writes src onto t: a file's zero chunks are skipped (they
 // read as zeros), a device's are zeroed (they may hold old data).
-func copySparse(t *target, src block.Disk, url string) error {
+func copySparse(t *target, src block.Disk, from string) error {
 	buf := make([]byte, chunk)
 	size := int64(src.Size())
 	for off := int64(0); off < size; off += chunk {
 		n := min(chunk, size-off)
 		if _, err := src.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("reading the image from %s at %d: %w", url, off, err)
+			return fmt.Errorf("reading the image from %s at %d: %w", from, off, err)
 		}
 		if !t.block && allZero(buf[:n]) {
 			continue
 		}
 		if _, err := t.f.WriteAt(buf[:n], off); err != nil {
 			if errors.Is(err, unix.ENOSPC) {
-				return fmt.Errorf("no space left on the PVC writing the image from %s: %w", url, err)
+				return fmt.Errorf("no space left on the PVC writing the image from %s: %w", from, err)
 			}
 			return fmt.Errorf("writing the image at %d: %w", off, err)
 		}

@@ -98,7 +98,9 @@ func TestImportFormats(t *testing.T) {
 			require.NoError(t, importer.Run(context.Background(), o))
 			got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
 			require.NoError(t, err)
-			assert.True(t, bytes.Equal(want, got), "disk.img is the image's raw bytes")
+			require.Len(t, got, 15*mib, "grown to 16 MiB less 6%, in whole MiB")
+			assert.True(t, bytes.Equal(want, got[:len(want)]), "disk.img starts with the image's raw bytes")
+			assert.True(t, bytes.Equal(make([]byte, len(got)-len(want)), got[len(want):]), "and reads zeros after them")
 			var st syscall.Stat_t
 			require.NoError(t, syscall.Stat(filepath.Join(o.DataDir, importer.DiskImage), &st))
 			assert.Less(t, st.Blocks*512, int64(len(want)), "zeros are not written: disk.img is sparse")
@@ -210,5 +212,77 @@ func TestImportAuth(t *testing.T) {
 	require.NoError(t, importer.Run(context.Background(), o))
 	got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
 	require.NoError(t, err)
-	assert.True(t, bytes.Equal(raw, got))
+	assert.True(t, bytes.Equal(raw, got[:len(raw)]))
 }
+
+// disk.img is grown, sparse, to the PVC's usable size (its size less the
+// overhead CDIConfig gives the class, in whole MiB), as CDI resizes an
+// imported image; an image as large as the usable size is kept whole.
+func TestImportResize(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, raw := rawImage(t, dir)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/disk.qcow2" {
+			_, _ = w.Write(qcow)
+			return
+		}
+		_, _ = w.Write(raw)
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name, path string
+		size       int64
+		overhead   float64
+		want       int64
+	}{
+		{"raw, global overhead", "/disk.raw", 100 * mib, 0.06, 94 * mib},
+		{"qcow2, a class's overhead", "/disk.qcow2", 100 * mib, 0.2, 80 * mib},
+		{"no overhead", "/disk.raw", 100 * mib, 0, 100 * mib},
+		{"usable size not whole MiB", "/disk.raw", 1090 * mib, 0.06, 1024 * mib},
+		{"image exactly the usable size", "/disk.raw", 10 * mib, 0.2, 8 * mib},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts(t, srv.URL+tc.path, tc.size)
+			o.Overhead = tc.overhead
+			require.NoError(t, importer.Run(context.Background(), o))
+			path := filepath.Join(o.DataDir, importer.DiskImage)
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Len(t, got, int(tc.want))
+			assert.True(t, bytes.Equal(raw, got[:len(raw)]), "the image's bytes first")
+			assert.True(t, allZero(got[len(raw):]), "zeros after them")
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(path, &st))
+			assert.LessOrEqual(t, st.Blocks*512, int64(2*mib+64<<10), "the growth takes no space")
+		})
+	}
+}
+
+// WriteImage, the entry point for a source that leaves its image in the
+// scratch directory: converted onto the PVC, grown; the scratch file is
+// the caller's.
+func TestWriteImage(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, raw := rawImage(t, dir)
+	o := opts(t, "", 32*mib)
+	qcowPath := filepath.Join(o.ScratchDir, "image")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	require.NoError(t, importer.WriteImage(o, qcowPath, "registry layer"))
+	got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
+	require.NoError(t, err)
+	require.Len(t, got, 30*mib)
+	assert.True(t, bytes.Equal(raw, got[:len(raw)]))
+	assert.InDelta(t, 100, o.Progress.Get(), 0.001)
+
+	o = opts(t, "", 4*mib)
+	err = importer.WriteImage(o, rawPath, "registry layer")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no space: the image from registry layer is 8388608 bytes")
+}
+
+func allZero(b []byte) bool { return bytes.Equal(b, make([]byte, len(b))) }

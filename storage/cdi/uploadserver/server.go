@@ -1,7 +1,8 @@
 // Package uploadserver is CDI's upload server: it runs in pod
 // cdi-upload-<pvc> with the PVC mounted, takes one image from
 // cdi-uploadproxy over mutual TLS, and writes it to the PVC: disk.img on
-// a Filesystem volume (sparse), or the device of a Block volume.
+// a Filesystem volume (sparse, grown to the usable size as CDI resizes
+// an image to its claim), or the device of a Block volume.
 //
 // Accepted: raw, qcow2 (converted with vmm/block's reader, which checks
 // every table against the file; a backing file is refused: it would name
@@ -382,6 +383,10 @@ type dest struct {
 	f          *os.File
 	part, path string // Filesystem only
 	block      bool
+	// grow is the size disk.img is grown to, sparse, as CDI resizes an
+	// image to its claim: the usable size in whole MiB, so that a VM sees
+	// the size the user asked for (the importer's rule).
+	grow int64
 }
 
 func (s *Server) openDest() (*dest, error) {
@@ -398,7 +403,7 @@ func (s *Server) openDest() (*dest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("disk image: %w", err)
 	}
-	return &dest{f: f, part: part, path: path}, nil
+	return &dest{f: f, part: part, path: path, grow: s.cfg.Size / chunk * chunk}, nil
 }
 
 func (d *dest) abort() {
@@ -408,12 +413,12 @@ func (d *dest) abort() {
 	}
 }
 
-// commit gives the image its size, syncs it and, on a filesystem, puts
-// it in place.
+// commit gives the image its size (grown to d.grow), syncs it and, on a
+// filesystem, puts it in place.
 func (d *dest) commit(size int64) error {
 	err := func() error {
 		if !d.block {
-			if err := d.f.Truncate(size); err != nil {
+			if err := d.f.Truncate(max(size, d.grow)); err != nil {
 				return fmt.Errorf("disk image size: %w", err)
 			}
 		}

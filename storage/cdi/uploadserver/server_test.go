@@ -78,6 +78,7 @@ type fixture struct {
 	srv  *Server
 	http *httptest.Server
 	dir  string
+	size int64
 }
 
 func newFixture(t *testing.T, cfg Config) *fixture {
@@ -93,7 +94,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h := httptest.NewServer(s.Handler())
 	t.Cleanup(h.Close)
-	return &fixture{srv: s, http: h, dir: dir}
+	return &fixture{srv: s, http: h, dir: dir, size: cfg.Size}
 }
 
 func (f *fixture) post(t *testing.T, path string, body []byte) (int, string) {
@@ -106,11 +107,15 @@ func (f *fixture) post(t *testing.T, path string, body []byte) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (f *fixture) disk(t *testing.T) []byte {
+// requireDisk: disk.img holds want, then zeros up to the usable size in
+// whole MiB (grown as CDI resizes an image to its claim).
+func (f *fixture) requireDisk(t *testing.T, want []byte) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(f.dir, DiskImage))
 	require.NoError(t, err)
-	return b
+	require.Len(t, b, max(len(want), int(f.size/mib*mib)), "disk.img grown to the usable size")
+	require.Equal(t, want, b[:len(want)])
+	require.Equal(t, make([]byte, len(b)-len(want)), b[len(want):], "zeros after the image")
 }
 
 func (f *fixture) noDisk(t *testing.T) {
@@ -147,7 +152,7 @@ func TestUploadFormats(t *testing.T) {
 			code, msg := f.post(t, PathUpload, tc.body)
 			require.Equal(t, http.StatusOK, code, msg)
 			<-f.srv.Done
-			require.Equal(t, tc.want, f.disk(t))
+			f.requireDisk(t, tc.want)
 			// Sparse: the zeros between the three data ranges take no room.
 			st, err := os.Stat(filepath.Join(f.dir, DiskImage))
 			require.NoError(t, err)
@@ -183,7 +188,7 @@ func TestUploadAsyncAndForm(t *testing.T) {
 			_ = resp.Body.Close()
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 			<-f.srv.Done
-			require.Equal(t, qraw, f.disk(t))
+			f.requireDisk(t, qraw)
 		})
 	}
 	t.Run("async refuses a bad header before answering", func(t *testing.T) {
@@ -244,7 +249,7 @@ func TestUploadRefused(t *testing.T) {
 			// Still ready: a good upload now succeeds.
 			code, msg = f.post(t, PathUpload, img[:2*mib])
 			require.Equal(t, http.StatusOK, code, msg)
-			require.Equal(t, img[:2*mib], f.disk(t))
+			f.requireDisk(t, img[:2*mib])
 		})
 	}
 }
@@ -287,7 +292,7 @@ func TestBodyCutShort(t *testing.T) {
 				require.Equal(t, img, b[:len(img)])
 				return
 			}
-			require.Equal(t, img, f.disk(t))
+			f.requireDisk(t, img)
 		})
 	}
 }
@@ -318,7 +323,7 @@ func TestConcurrentUpload(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pw.Close())
 	require.Equal(t, http.StatusOK, <-first)
-	require.Equal(t, img, f.disk(t))
+	f.requireDisk(t, img)
 }
 
 // TestClientCertificate: only the proxy's certificate is let in.
