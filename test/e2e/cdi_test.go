@@ -41,39 +41,18 @@ spec:
     hostPath: {path: %q, type: Directory}
 `
 
-// Upstream's example DataVolumes (manifests/example/import-kubevirt-
-// datavolume.yaml and blank-image-datavolume.yaml), the URL pointing at
-// the test's server.
+// Upstream's example DataVolumes (manifests/example/), vendored in
+// testdata/cdi; the http one's URL is replaced with the test's server's.
+const cirrosURL = "https://download.cirros-cloud.net/0.4.0/cirros-0.4.0-x86_64-disk.img"
+
+func cdiExample(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "test/e2e/testdata/cdi", name+".yaml"))
+	require.NoError(t, err)
+	return string(b)
+}
+
 const (
-	cdiHTTPExample = `apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata:
-  name: example-import-dv
-spec:
-  source:
-      http:
-         url: %q
-  pvc:
-    accessModes:
-      - ReadWriteOnce
-    resources:
-      requests:
-        storage: "500Mi"
-`
-	cdiBlankExample = `apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata:
-  name: example-blank-dv
-spec:
-  source:
-      blank: {}
-  pvc:
-    accessModes:
-      - ReadWriteOnce
-    resources:
-      requests:
-        storage: "500Mi"
-`
 	cdiStorageDV = `apiVersion: cdi.kubevirt.io/v1beta1
 kind: DataVolume
 metadata:
@@ -104,12 +83,25 @@ func diskImage(t *testing.T, dv string) string {
 	return filepath.Join(hostpathPool(t), "csi", pv, "disk.img")
 }
 
+// requireImage: disk.img at path holds want, then zeros up to size (it
+// is grown to the claim's usable size, as CDI resizes).
+func requireImage(t *testing.T, path string, want []byte, size int64) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Len(t, got, int(size), "disk.img grown to the claim's usable size")
+	assert.True(t, bytes.Equal(want, got[:len(want)]), "disk.img holds what qemu-img convert makes of the qcow2")
+	assert.True(t, bytes.Equal(make([]byte, len(got)-len(want)), got[len(want):]), "zeros after the image")
+}
+
 // TestCDIImport: CDI's DataVolumes on the cluster, from an HTTP server the
-// test runs: upstream's http (qcow2) and blank examples succeed and the
-// PVC holds what qemu-img makes of the qcow2; a 1 GiB sparse image shows
-// its progress between 0 and 100%; a 404 and a corrupt qcow2 say so in
-// the Running condition, are retried (restartCount), and leave no pod
-// once deleted; a DataVolume with two sources is refused naming the field.
+// test runs: upstream's http (qcow2), blank and upload examples succeed
+// and the PVC holds what qemu-img makes of the qcow2, grown to the claim's
+// usable size; a 1 GiB sparse image shows its progress between 0 and
+// 100%; a 404, an unreachable server and a corrupt qcow2 say so in the
+// Running condition, are retried (restartCount), and leave no pod once
+// deleted; a DataVolume with two sources or none is refused naming the
+// field, one with a negative size fails naming it.
 func TestCDIImport(t *testing.T) {
 	freshNamespace(t)
 	t.Cleanup(func() {
@@ -153,16 +145,20 @@ func TestCDIImport(t *testing.T) {
 	wait(t, "pod/images", "condition=Ready", 3*time.Minute)
 	base := "http://" + jsonpath(t, "pod/images", "{.status.podIP}") + ":8080"
 
-	t.Run("two sources are refused", func(t *testing.T) {
-		f := filepath.Join(t.TempDir(), "two.yaml")
-		require.NoError(t, os.WriteFile(f, []byte(strings.Replace(cdiBlankExample, "blank: {}", "blank: {}\n      http: {url: \"http://x\"}", 1)), 0o600))
-		out, err := run(t, "kubectl.sh", "-n", ns, "apply", "-f", f)
-		require.Error(t, err, out)
-		assert.Contains(t, out, "spec.source must set exactly one source")
-	})
+	blank := cdiExample(t, "blank-image-datavolume")
+	for name, source := range map[string]string{"two sources": "\n      blank: {}\n      http: {url: \"http://x\"}", "no source": " {}"} {
+		t.Run(name+" refused", func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "bad.yaml")
+			require.NoError(t, os.WriteFile(f, []byte(strings.Replace(blank, "\n      blank: {}", source, 1)), 0o600))
+			out, err := run(t, "kubectl.sh", "-n", ns, "apply", "-f", f)
+			require.Error(t, err, out)
+			assert.Contains(t, out, "spec.source must set exactly one source")
+		})
+	}
 
-	applyYAML(t, "http-example", fmt.Sprintf(cdiHTTPExample, base+"/disk.qcow2"))
-	applyYAML(t, "blank-example", cdiBlankExample)
+	applyYAML(t, "http-example", strings.Replace(cdiExample(t, "import-kubevirt-datavolume"), cirrosURL, base+"/disk.qcow2", 1))
+	applyYAML(t, "blank-example", blank)
+	applyYAML(t, "upload-example", cdiExample(t, "upload-datavolume"))
 	applyYAML(t, "big", fmt.Sprintf(cdiStorageDV, "big", base+"/slow/big.raw", "1Gi"))
 
 	t.Run("progress", func(t *testing.T) {
@@ -198,24 +194,46 @@ func TestCDIImport(t *testing.T) {
 	})
 
 	t.Run("upstream examples", func(t *testing.T) {
-		for _, dv := range []string{"example-import-dv", "example-blank-dv"} {
+		// The upload example is filled as a user would: virtctl into the
+		// DataVolume the manifest made.
+		wait(t, "dv/upload-datavolume", "jsonpath={.status.phase}=UploadReady", 5*time.Minute)
+		proxy := "https://" + kubectl(t, "-n", "cdi", "get", "svc/cdi-uploadproxy", "-o", "jsonpath={.spec.clusterIP}")
+		out := virtctl(t, "image-upload", "dv", "upload-datavolume", "--no-create", "--image-path="+filepath.Join(dir, "disk.qcow2"),
+			"--uploadproxy-url="+proxy, "--insecure")
+		assert.Contains(t, out, "completed successfully")
+		for _, dv := range []string{"my-data-volume", "blank-image-datavolume", "upload-datavolume"} {
 			wait(t, "dv/"+dv, "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
 			assert.Equal(t, "True", jsonpath(t, "dv/"+dv, `{.status.conditions[?(@.type=="Ready")].status}`))
+		}
+		for _, dv := range []string{"my-data-volume", "blank-image-datavolume"} {
 			assert.Equal(t, "100.0%", jsonpath(t, "dv/"+dv, "{.status.progress}"))
 		}
-		got, err := os.ReadFile(diskImage(t, "example-import-dv"))
-		require.NoError(t, err)
-		assert.True(t, bytes.Equal(want, got), "disk.img is qemu-img convert's raw image of the qcow2")
-		st, err := os.Stat(diskImage(t, "example-blank-dv"))
+		// 500Mi less the 6% filesystem overhead: the images grown to it.
+		requireImage(t, diskImage(t, "my-data-volume"), want, 470<<20)
+		requireImage(t, diskImage(t, "upload-datavolume"), want, 470<<20)
+		st, err := os.Stat(diskImage(t, "blank-image-datavolume"))
 		require.NoError(t, err)
 		assert.Equal(t, int64(470<<20), st.Size(), "500Mi less the 6% filesystem overhead")
+	})
+
+	t.Run("negative size", func(t *testing.T) {
+		applyYAML(t, "negative", strings.Replace(strings.Replace(blank, "500Mi", "-1Gi", 1), "name: blank-image-datavolume", "name: negative", 1))
+		wait(t, "dv/negative", "jsonpath={.status.phase}=Failed", time.Minute)
+		assert.Contains(t, jsonpath(t, "dv/negative", `{.status.conditions[?(@.type=="Ready")].message}`),
+			"spec.pvc.resources.requests.storage must be positive, not -1Gi")
+		out, _ := run(t, "kubectl.sh", "-n", ns, "get", "pvc/negative")
+		assert.Contains(t, out, "NotFound", "no claim is made")
+		kubectl(t, "-n", ns, "delete", "dv/negative", "--wait=true", "--timeout=60s")
 	})
 
 	t.Run("failures", func(t *testing.T) {
 		applyYAML(t, "missing", fmt.Sprintf(cdiStorageDV, "missing", base+"/missing.qcow2", "100Mi"))
 		applyYAML(t, "corrupt", fmt.Sprintf(cdiStorageDV, "corrupt", base+"/corrupt.qcow2", "100Mi"))
+		// The server's address, a port nothing listens on.
+		unreachable := strings.TrimSuffix(base, ":8080") + ":1/disk.qcow2"
+		applyYAML(t, "unreachable", fmt.Sprintf(cdiStorageDV, "unreachable", unreachable, "100Mi"))
 		for dv, msg := range map[string]string{"missing": "GET " + base + "/missing.qcow2: HTTP 404 Not Found",
-			"corrupt": "the qcow2 image from " + base + "/corrupt.qcow2"} {
+			"corrupt": "the qcow2 image from " + base + "/corrupt.qcow2", "unreachable": "GET " + unreachable + ": "} {
 			// Restarted at least once (the kubelet's back-off decides when).
 			for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 				if n, _ := strconv.Atoi(jsonpath(t, "dv/"+dv, "{.status.restartCount}")); n > 0 {
@@ -228,8 +246,11 @@ func TestCDIImport(t *testing.T) {
 			assert.Contains(t, cond, msg, dv)
 			assert.Equal(t, "ImportInProgress", jsonpath(t, "dv/"+dv, "{.status.phase}"), dv)
 		}
-		kubectl(t, "-n", ns, "delete", "dv/missing", "dv/corrupt", "--wait=true", "--timeout=180s")
-		kubectl(t, "-n", ns, "wait", "--for=delete", "pod/importer-missing", "pod/importer-corrupt", "pvc/missing", "pvc/corrupt", "--timeout=180s")
+		kubectl(t, "-n", ns, "delete", "dv/missing", "dv/corrupt", "dv/unreachable", "--wait=true", "--timeout=180s")
+		kubectl(t, "-n", ns, "wait", "--for=delete", "pod/importer-missing", "pod/importer-corrupt", "pod/importer-unreachable",
+			"pvc/missing", "pvc/corrupt", "pvc/unreachable", "--timeout=180s")
+		out, _ := run(t, "kubectl.sh", "-n", ns, "get", "pvc", "-o", "name")
+		assert.NotContains(t, out, "-scratch", "no scratch claims left")
 		assert.Empty(t, kubectl(t, "-n", ns, "get", "pods", "-l", "app=containerized-data-importer", "-o", "name"), "no importer pods left")
 	})
 }
