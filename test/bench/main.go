@@ -3,8 +3,9 @@
 // disk boot against kernelBoot (kubevmm only), disk and network throughput
 // seen from the guest, live migration (idle guests of several sizes, a
 // guest dirtying memory with and without auto-converge) and snapshot
-// restore, where the VMM's own memory goes, and the virtio devices' own CPU
-// cost measured without a guest. `make bench` runs it.
+// restore, where the VMM's own memory goes, the virtio devices' own CPU
+// cost measured without a guest, and CDI's import of a qcow2 against
+// qemu-img convert. `make bench` runs it.
 //
 // Everything it creates — VMM processes, a network namespace with taps, a
 // work directory — is removed at the end, also when a step fails or the
@@ -54,7 +55,7 @@ func run() int {
 	out := flag.String("out", "test/bench/RESULTS.md", "report file")
 	runs := flag.Int("runs", 3, "boots per configuration in the boot section")
 	mem := flag.Int("memory", 128, "guest RAM in the boot section (MiB)")
-	sections := flag.String("sections", "boot,memory,diskboot,storage,network,devices,migration", "sections to run: boot, memory (VMM memory breakdown and restore timings), diskboot, storage, network, devices (guest-less virtio-net and virtio-blk CPU cost), migration")
+	sections := flag.String("sections", "boot,memory,diskboot,storage,network,devices,migration,import", "sections to run: boot, memory (VMM memory breakdown and restore timings), diskboot, storage, network, devices (guest-less virtio-net and virtio-blk CPU cost), migration, import (CDI's http import of a 1 GiB qcow2 against qemu-img convert)")
 	flag.Parse()
 	if *guest == "" {
 		fmt.Fprintln(os.Stderr, "bench: -guest is required")
@@ -162,6 +163,10 @@ func (e *env) report(ctx context.Context, want map[string]bool) string {
 	}
 	if want["migration"] {
 		e.migrationSection(ctx).render(&b)
+	}
+	if want["import"] {
+		e.importSection(ctx).render(&b)
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "The bench ran for %s.\n", time.Since(began).Round(time.Second))
 	return b.String()
