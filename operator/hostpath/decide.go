@@ -1,11 +1,9 @@
 package hostpath
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +12,7 @@ import (
 
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Options are the operator's: the driver's image, its pull policy when
@@ -135,24 +134,10 @@ func refusal(o Observed) string {
 // toApply is obj as the apply configuration the operator applies, owned
 // by the HostPathProvisioner.
 func toApply(obj client.Object, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
-	kind := obj.GetObjectKind().GroupVersionKind().Kind
-	b, err := json.Marshal(obj)
+	u, err := kit.ApplyConfiguration(obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s %s: %w", kind, obj.GetName(), err)
+		return nil, err
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("decoding %s %s: %w", kind, obj.GetName(), err)
-	}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
 	u.SetOwnerReferences([]metav1.OwnerReference{owner})
 	return u, nil
-}
-
-// daemonSetReady: ds runs its current spec on every node it should.
-func daemonSetReady(ds *appsv1.DaemonSet) bool {
-	st := ds.Status
-	return st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-		st.NumberAvailable >= st.DesiredNumberScheduled
 }

@@ -179,10 +179,7 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 		case err != nil:
 			return o, fmt.Errorf("reading DaemonSet %s: %w", name, err)
 		default:
-			st := ds.Status
-			o.Workloads[workloadKey("DaemonSet", install.Namespace, name)] = Workload{
-				Ready: st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-					st.NumberAvailable >= st.DesiredNumberScheduled}
+			o.Workloads[workloadKey("DaemonSet", install.Namespace, name)] = Workload{Ready: kit.DaemonSetReady(ds)}
 		}
 	}
 	dep := &appsv1.Deployment{}
