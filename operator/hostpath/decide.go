@@ -53,10 +53,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	st := *hpp.Status.DeepCopy()
 	st.OperatorVersion, st.TargetVersion = opts.Version, opts.Version
 	conds := func(available, progressing, degraded corev1.ConditionStatus, reason, msg string) {
-		for t, s := range map[hppv1.ConditionType]corev1.ConditionStatus{
-			hppv1.ConditionAvailable: available, hppv1.ConditionProgressing: progressing, hppv1.ConditionDegraded: degraded} {
-			st.Conditions = hppv1.SetCondition(st.Conditions, hppv1.Condition{Type: t, Status: s, Reason: reason, Message: msg}, now)
-		}
+		st.Conditions = kit.SetConditions(st.Conditions, available, progressing, degraded, reason, msg, now)
 	}
 	if msg := refusal(o); msg != "" {
 		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, "InvalidConfiguration", msg)

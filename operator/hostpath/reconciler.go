@@ -84,7 +84,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	d := Decide(o, r.Options, metav1.Now())
-	if was, is := state(hpp.Status), state(d.Status); was != is {
+	if was, is := kit.State(hpp.Status.Conditions), kit.State(d.Status.Conditions); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
 	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
@@ -98,16 +98,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	return reconcile.Result{}, nil
-}
-
-// state names the condition that holds, for the log.
-func state(s hppv1.HostPathProvisionerStatus) string {
-	for _, t := range []hppv1.ConditionType{hppv1.ConditionDegraded, hppv1.ConditionAvailable, hppv1.ConditionProgressing} {
-		if c := hppv1.FindCondition(s.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
-			return string(t)
-		}
-	}
-	return "none"
 }
 
 // observe reads what Decide needs.

@@ -92,10 +92,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	st := *nac.Status.DeepCopy()
 	st.OperatorVersion, st.TargetVersion, st.ObservedGeneration = opts.Version, opts.Version, nac.Generation
 	conds := func(available, progressing, degraded corev1.ConditionStatus, reason, msg string) {
-		for t, s := range map[networkaddonsv1.ConditionType]corev1.ConditionStatus{
-			networkaddonsv1.ConditionAvailable: available, networkaddonsv1.ConditionProgressing: progressing, networkaddonsv1.ConditionDegraded: degraded} {
-			st.Conditions = networkaddonsv1.SetCondition(st.Conditions, networkaddonsv1.Condition{Type: t, Status: s, Reason: reason, Message: msg}, now)
-		}
+		st.Conditions = kit.SetConditions(st.Conditions, available, progressing, degraded, reason, msg, now)
 	}
 	failed := func(reason, msg string) Decision {
 		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, reason, msg)

@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	d := Decide(o, r.Options, metav1.Now())
-	if was, is := state(nac.Status), state(d.Status); was != is {
+	if was, is := kit.State(nac.Status.Conditions), kit.State(d.Status.Conditions); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
 	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
@@ -144,16 +144,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: max(time.Until(d.CertsDue), time.Second)}, nil
 	}
 	return reconcile.Result{}, nil
-}
-
-// state names the condition that holds, for the log.
-func state(s networkaddonsv1.NetworkAddonsConfigStatus) string {
-	for _, t := range []networkaddonsv1.ConditionType{networkaddonsv1.ConditionDegraded, networkaddonsv1.ConditionAvailable, networkaddonsv1.ConditionProgressing} {
-		if c := networkaddonsv1.FindCondition(s.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
-			return string(t)
-		}
-	}
-	return "none"
 }
 
 // observe reads what Decide needs.
