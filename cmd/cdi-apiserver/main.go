@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
 	"github.com/kubevmm/kubevmm/storage/cdi/serve"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
-	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 func main() {

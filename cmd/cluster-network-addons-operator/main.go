@@ -12,8 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/manager"
 	"github.com/kubevmm/kubevmm/operator/network"
 )

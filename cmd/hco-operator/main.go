@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/hco"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	"github.com/kubevmm/kubevmm/operator/manager"

@@ -21,10 +21,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/api/conditions"
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"

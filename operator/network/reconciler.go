@@ -15,7 +15,7 @@
 //	            in the ConfigMap; its serving certificate (Secret
 //	            kubemacpool-service, the CA bundle in ca.crt) and CA
 //	            (kubemacpool-ca) are the operator's, made and rotated
-//	            (operator/certs) by spec.selfSignConfiguration
+//	            (api/certs) by spec.selfSignConfiguration
 //
 // all in namespace cluster-network-addons, the operator's own (Operator).
 // The bridge and tuning CNI plugins come with bridge-marker: its image

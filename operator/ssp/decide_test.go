@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/api/conditions"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
