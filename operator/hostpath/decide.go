@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
@@ -67,8 +66,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	for _, p := range hpp.Spec.StoragePools {
 		c.Pools = append(c.Pools, install.Pool{Name: p.Name, Path: p.Path})
 	}
-	owner := metav1.OwnerReference{APIVersion: hppv1.GroupVersion.String(), Kind: "HostPathProvisioner", Name: hpp.Name, UID: hpp.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	owner := *metav1.NewControllerRef(hpp, hppv1.GroupVersion.WithKind("HostPathProvisioner"))
 	var d Decision
 	for _, obj := range install.Objects(c) {
 		u, err := toApply(obj, owner)

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevmm/kubevmm/api/certs"
@@ -118,8 +117,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 		{KeyLinuxBridge, nac.Spec.LinuxBridge != nil, install.LinuxBridgeObjects(cfg)},
 		{KeyKubeMacPool, nac.Spec.KubeMacPool != nil, kmp},
 	}
-	owner := metav1.OwnerReference{APIVersion: networkaddonsv1.GroupVersion.String(), Kind: "NetworkAddonsConfig", Name: nac.Name, UID: nac.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	owner := *metav1.NewControllerRef(nac, networkaddonsv1.GroupVersion.WithKind("NetworkAddonsConfig"))
 	d := Decision{CertsDue: plan.Due, Renewed: plan.Renewed}
 	var notReady []string
 	st.Containers = nil
