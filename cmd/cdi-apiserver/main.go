@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,13 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
+	"github.com/kubevmm/kubevmm/storage/cdi/serve"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
-	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 func main() {
@@ -48,13 +44,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
+	c, err := serve.Client()
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return fmt.Errorf("API client: %w", err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -64,24 +56,9 @@ func run() error {
 	}
 	s := &apiserver.Server{Auth: auth, Client: c, Signer: signer, Log: log}
 	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serve.Certificate(certDir),
 			// The front proxy's certificate is checked per request.
-			ClientAuth: tls.RequestClientCert,
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				// Reloaded per handshake: a rotated Secret takes effect without a restart.
-				c, err := tls.LoadX509KeyPair(certDir+"/tls.crt", certDir+"/tls.key")
-				return &c, err
-			}}}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// Past the grace time open requests are cut: nothing to save.
-		_ = srv.Shutdown(sctx)
-	}()
+			ClientAuth: tls.RequestClientCert}}
 	log.Info("starting cdi-apiserver", "addr", addr)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.ListenAndServeTLS(ctx, srv)
 }

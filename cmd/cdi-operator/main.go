@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/operator/cdi"
+	"github.com/kubevmm/kubevmm/operator/manager"
 )
 
 func main() {
@@ -27,63 +25,26 @@ func main() {
 
 func run() error {
 	var o cdi.Options
-	var pull, probeAddr, namespace string
-	var leaderElect bool
+	var f manager.Flags
 	flag.StringVar(&o.ImageRegistry, "image-registry", "localhost/kubevmm", "the components' image repository prefix")
 	flag.StringVar(&o.ImageTag, "image-tag", "devel", "the components' image tag (and the version the CDI reports)")
-	flag.StringVar(&pull, "image-pull-policy", string(corev1.PullIfNotPresent), "the components' pull policy when spec.imagePullPolicy is unset (Always, IfNotPresent, Never)")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
-	flag.StringVar(&namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (default: $POD_NAMESPACE)")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-
-	o.PullPolicy, o.Version = corev1.PullPolicy(pull), o.ImageTag
-	switch o.PullPolicy {
-	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-	default:
-		return fmt.Errorf("--image-pull-policy %q: want Always, IfNotPresent or Never", pull)
-	}
-	if leaderElect && namespace == "" {
-		return fmt.Errorf("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE)")
-	}
-	scheme, err := kvscheme.New()
-	if err != nil {
+	f.BindPullPolicy(flag.CommandLine, "the components' pull policy when spec.imagePullPolicy is unset (Always, IfNotPresent, Never)")
+	f.Bind(flag.CommandLine, true)
+	if err := f.Parse(flag.CommandLine, os.Args[1:]); err != nil {
 		return err
 	}
-	if err := cdiv1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering %s: %w", cdiv1.GroupVersion, err)
-	}
-	cfg, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "cdi-operator." + cdiv1.GroupName,
-		LeaderElectionNamespace: namespace,
+	o.PullPolicy, o.Version = f.PullPolicy, o.ImageTag
+	return f.Run(manager.Operator{
+		Name:             "cdi-operator",
+		LeaderElectionID: "cdi-operator." + cdiv1.GroupName,
+		AddToScheme:      []func(*runtime.Scheme) error{cdiv1.AddToScheme},
+		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
+			r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
+			if err := r.SetupWithManager(mgr); err != nil {
+				return nil, fmt.Errorf("setting up the CDI reconciler: %w", err)
+			}
+			return nil, nil
+		},
+		Log: []any{"registry", o.ImageRegistry, "tag", o.ImageTag},
 	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the CDI reconciler: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("adding the health check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return fmt.Errorf("adding the readiness check: %w", err)
-	}
-	ctrl.Log.Info("starting cdi-operator", "registry", o.ImageRegistry, "tag", o.ImageTag)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		return fmt.Errorf("running the manager: %w", err)
-	}
-	return nil
 }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,10 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
+	"github.com/kubevmm/kubevmm/storage/cdi/serve"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
@@ -48,13 +44,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg, err := ctrl.GetConfig()
+	c, err := serve.Client()
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return fmt.Errorf("API client: %w", err)
+		return err
 	}
 	tr, err := uploadproxy.Transport(clientDir+"/tls.crt", clientDir+"/tls.key", clientDir+"/ca.crt", uploadproxy.ServiceResolver(c))
 	if err != nil {
@@ -62,24 +54,11 @@ func run() error {
 	}
 	p := &uploadproxy.Proxy{Client: c, Verifier: v, Transport: tr, Log: log}
 	srv := &http.Server{Addr: addr, Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			// Reloaded per handshake: a rotated Secret takes effect without a restart.
-			c, err := tls.LoadX509KeyPair(certDir+"/tls.crt", certDir+"/tls.key")
-			return &c, err
-		}}}
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serve.Certificate(certDir)}}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// Past the grace time open uploads are cut: their servers stay
-		// ready for another attempt.
-		_ = srv.Shutdown(sctx)
-	}()
+	// At shutdown, open uploads are cut: their servers stay ready for
+	// another attempt.
 	log.Info("starting cdi-uploadproxy", "addr", addr)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.ListenAndServeTLS(ctx, srv)
 }

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/virtapi"
-	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 func main() {

@@ -25,9 +25,9 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/operator/cdi"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )

@@ -22,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // Operand is one CR the HCO makes.

@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/api/hco/v1beta1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // The hco-webhook's paths.

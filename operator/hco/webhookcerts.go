@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 // WebhookCerts makes and rotates the hco-webhook's serving certificate

@@ -1,19 +1,17 @@
 package hostpath
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Options are the operator's: the driver's image, its pull policy when
@@ -54,10 +52,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	st := *hpp.Status.DeepCopy()
 	st.OperatorVersion, st.TargetVersion = opts.Version, opts.Version
 	conds := func(available, progressing, degraded corev1.ConditionStatus, reason, msg string) {
-		for t, s := range map[hppv1.ConditionType]corev1.ConditionStatus{
-			hppv1.ConditionAvailable: available, hppv1.ConditionProgressing: progressing, hppv1.ConditionDegraded: degraded} {
-			st.Conditions = hppv1.SetCondition(st.Conditions, hppv1.Condition{Type: t, Status: s, Reason: reason, Message: msg}, now)
-		}
+		st.Conditions = kit.SetConditions(st.Conditions, available, progressing, degraded, reason, msg, now)
 	}
 	if msg := refusal(o); msg != "" {
 		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, "InvalidConfiguration", msg)
@@ -71,8 +66,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	for _, p := range hpp.Spec.StoragePools {
 		c.Pools = append(c.Pools, install.Pool{Name: p.Name, Path: p.Path})
 	}
-	owner := metav1.OwnerReference{APIVersion: hppv1.GroupVersion.String(), Kind: "HostPathProvisioner", Name: hpp.Name, UID: hpp.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	owner := *metav1.NewControllerRef(hpp, hppv1.GroupVersion.WithKind("HostPathProvisioner"))
 	var d Decision
 	for _, obj := range install.Objects(c) {
 		u, err := toApply(obj, owner)
@@ -135,24 +129,10 @@ func refusal(o Observed) string {
 // toApply is obj as the apply configuration the operator applies, owned
 // by the HostPathProvisioner.
 func toApply(obj client.Object, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
-	kind := obj.GetObjectKind().GroupVersionKind().Kind
-	b, err := json.Marshal(obj)
+	u, err := kit.ApplyConfiguration(obj)
 	if err != nil {
-		return nil, fmt.Errorf("encoding %s %s: %w", kind, obj.GetName(), err)
+		return nil, err
 	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(b); err != nil {
-		return nil, fmt.Errorf("decoding %s %s: %w", kind, obj.GetName(), err)
-	}
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "status")
 	u.SetOwnerReferences([]metav1.OwnerReference{owner})
 	return u, nil
-}
-
-// daemonSetReady: ds runs its current spec on every node it should.
-func daemonSetReady(ds *appsv1.DaemonSet) bool {
-	st := ds.Status
-	return st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-		st.NumberAvailable >= st.DesiredNumberScheduled
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kubevmm/kubevmm/api/conditions"
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath"
 )
@@ -19,7 +20,7 @@ var opts = hostpath.Options{Image: "r/hostpath-provisioner:v9", PullPolicy: core
 func conds(st hppv1.HostPathProvisionerStatus) string {
 	out := ""
 	for _, t := range []hppv1.ConditionType{hppv1.ConditionAvailable, hppv1.ConditionProgressing, hppv1.ConditionDegraded} {
-		c := hppv1.FindCondition(st.Conditions, t)
+		c := conditions.Find(st.Conditions, t)
 		if c == nil {
 			out += string(t) + "=none "
 			continue
@@ -77,7 +78,7 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := hostpath.Decide(tc.o, opts, now)
 			assert.Equal(t, tc.conds, conds(d.Status))
-			c := hppv1.FindCondition(d.Status.Conditions, hppv1.ConditionAvailable)
+			c := conditions.Find(d.Status.Conditions, hppv1.ConditionAvailable)
 			require.NotNil(t, c)
 			assert.Equal(t, tc.reason, c.Reason)
 			assert.Contains(t, c.Message, tc.message)
@@ -144,7 +145,7 @@ func TestDecideConditionTimes(t *testing.T) {
 	h := hpp(hppv1.HostPathProvisionerSpec{StoragePools: []hppv1.StoragePool{{Name: "local", Path: "/p"}}})
 	h.Status = hostpath.Decide(hostpath.Observed{HPP: h, DaemonSetReady: true}, opts, t0).Status
 	st := hostpath.Decide(hostpath.Observed{HPP: h, DaemonSetReady: true}, opts, t1).Status
-	assert.Equal(t, t0, hppv1.FindCondition(st.Conditions, hppv1.ConditionAvailable).LastTransitionTime)
+	assert.Equal(t, t0, conditions.Find(st.Conditions, hppv1.ConditionAvailable).LastTransitionTime)
 	st = hostpath.Decide(hostpath.Observed{HPP: h}, opts, t1).Status
-	assert.Equal(t, t1, hppv1.FindCondition(st.Conditions, hppv1.ConditionAvailable).LastTransitionTime)
+	assert.Equal(t, t1, conditions.Find(st.Conditions, hppv1.ConditionAvailable).LastTransitionTime)
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubevmm/kubevmm/api/conditions"
 	"github.com/kubevmm/kubevmm/api/hostpathprovisioner/crd"
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath"
@@ -97,7 +98,7 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 		waitFor(t, fmt.Sprintf("%s %s %s", name, ct, prefix), func() (bool, string) {
 			cur = get(name)
 			c := "none"
-			if cond := hppv1.FindCondition(cur.Status.Conditions, ct); cond != nil {
+			if cond := conditions.Find(cur.Status.Conditions, ct); cond != nil {
 				c = string(cond.Status) + "/" + cond.Reason + ": " + cond.Message
 			}
 			return strings.HasPrefix(c, prefix), c

@@ -34,7 +34,6 @@ package hostpath
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -44,19 +43,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // FieldManager is the operator's server-side apply field manager.
@@ -87,13 +84,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	d := Decide(o, r.Options, metav1.Now())
-	if was, is := state(hpp.Status), state(d.Status); was != is {
+	if was, is := kit.State(hpp.Status.Conditions), kit.State(d.Status.Conditions); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
-	for _, u := range d.Apply {
-		if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
+	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
+		return reconcile.Result{}, err
 	}
 	if !equality.Semantic.DeepEqual(hpp.Status, d.Status) {
 		orig := hpp.DeepCopy()
@@ -105,32 +100,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// state names the condition that holds, for the log.
-func state(s hppv1.HostPathProvisionerStatus) string {
-	for _, t := range []hppv1.ConditionType{hppv1.ConditionDegraded, hppv1.ConditionAvailable, hppv1.ConditionProgressing} {
-		if c := hppv1.FindCondition(s.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
-			return string(t)
-		}
-	}
-	return "none"
-}
-
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, hpp *hppv1.HostPathProvisioner) (Observed, error) {
 	o := Observed{HPP: hpp}
-	// The CRD keeps fields kubevmm does not declare (the typed read drops
-	// them): read the stored spec as it is, to refuse them by name.
-	raw := &unstructured.Unstructured{}
-	raw.SetGroupVersionKind(hppv1.GroupVersion.WithKind("HostPathProvisioner"))
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(hpp), raw); err != nil {
-		return o, fmt.Errorf("reading HostPathProvisioner %s as stored: %w", hpp.Name, err)
-	}
-	spec, err := json.Marshal(raw.Object["spec"])
-	if err != nil {
-		return o, fmt.Errorf("HostPathProvisioner %s: %w", hpp.Name, err)
-	}
-	if o.UnknownFields, err = v1.UnknownFields(spec, hpp.Spec); err != nil {
-		return o, fmt.Errorf("HostPathProvisioner %s: %w", hpp.Name, err)
+	var err error
+	if _, o.UnknownFields, err = kit.StoredSpec(ctx, r.APIReader, hpp, hppv1.GroupVersion.WithKind("HostPathProvisioner"), hpp.Spec); err != nil {
+		return o, err
 	}
 	var all hppv1.HostPathProvisionerList
 	if err := r.APIReader.List(ctx, &all); err != nil {
@@ -148,7 +123,7 @@ func (r *Reconciler) observe(ctx context.Context, hpp *hppv1.HostPathProvisioner
 	case err != nil:
 		return o, fmt.Errorf("reading DaemonSet %s: %w", install.Name, err)
 	default:
-		o.DaemonSetReady = metav1.IsControlledBy(ds, hpp) && daemonSetReady(ds)
+		o.DaemonSetReady = metav1.IsControlledBy(ds, hpp) && kit.DaemonSetReady(ds)
 	}
 	return o, nil
 }
@@ -165,18 +140,7 @@ func older(a, b *hppv1.HostPathProvisioner) bool {
 // (one deleted may leave the driver to another: all are reconciled then)
 // and the metadata of what they own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		var l metav1.PartialObjectMetadataList
-		l.SetGroupVersionKind(hppv1.GroupVersion.WithKind("HostPathProvisionerList"))
-		if err := mgr.GetClient().List(ctx, &l); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(l.Items))
-		for _, h := range l.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: h.Name}})
-		}
-		return out
-	})
+	all := kit.EnqueueAll(mgr.GetClient(), &hppv1.HostPathProvisionerList{})
 	b := ctrl.NewControllerManagedBy(mgr).Named("hostpathprovisioner").For(&hppv1.HostPathProvisioner{}).
 		Watches(&hppv1.HostPathProvisioner{}, all, builder.OnlyMetadata, builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },

@@ -9,11 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
@@ -92,10 +91,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	st := *nac.Status.DeepCopy()
 	st.OperatorVersion, st.TargetVersion, st.ObservedGeneration = opts.Version, opts.Version, nac.Generation
 	conds := func(available, progressing, degraded corev1.ConditionStatus, reason, msg string) {
-		for t, s := range map[networkaddonsv1.ConditionType]corev1.ConditionStatus{
-			networkaddonsv1.ConditionAvailable: available, networkaddonsv1.ConditionProgressing: progressing, networkaddonsv1.ConditionDegraded: degraded} {
-			st.Conditions = networkaddonsv1.SetCondition(st.Conditions, networkaddonsv1.Condition{Type: t, Status: s, Reason: reason, Message: msg}, now)
-		}
+		st.Conditions = kit.SetConditions(st.Conditions, available, progressing, degraded, reason, msg, now)
 	}
 	failed := func(reason, msg string) Decision {
 		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, reason, msg)
@@ -121,8 +117,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 		{KeyLinuxBridge, nac.Spec.LinuxBridge != nil, install.LinuxBridgeObjects(cfg)},
 		{KeyKubeMacPool, nac.Spec.KubeMacPool != nil, kmp},
 	}
-	owner := metav1.OwnerReference{APIVersion: networkaddonsv1.GroupVersion.String(), Kind: "NetworkAddonsConfig", Name: nac.Name, UID: nac.UID,
-		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	owner := *metav1.NewControllerRef(nac, networkaddonsv1.GroupVersion.WithKind("NetworkAddonsConfig"))
 	d := Decision{CertsDue: plan.Due, Renewed: plan.Renewed}
 	var notReady []string
 	st.Containers = nil

@@ -12,8 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 )
@@ -30,7 +31,7 @@ var (
 func cond(st networkaddonsv1.NetworkAddonsConfigStatus) string {
 	out := ""
 	for _, t := range []networkaddonsv1.ConditionType{networkaddonsv1.ConditionAvailable, networkaddonsv1.ConditionProgressing, networkaddonsv1.ConditionDegraded} {
-		c := networkaddonsv1.FindCondition(st.Conditions, t)
+		c := conditions.Find(st.Conditions, t)
 		if c == nil {
 			out += string(t) + "=none "
 			continue
@@ -115,7 +116,7 @@ func TestDecide(t *testing.T) {
 			}
 			assert.Equal(t, tc.conds, cond(d.Status))
 			if tc.message != "" {
-				assert.Equal(t, tc.message, networkaddonsv1.FindCondition(d.Status.Conditions, networkaddonsv1.ConditionAvailable).Message)
+				assert.Equal(t, tc.message, conditions.Find(d.Status.Conditions, networkaddonsv1.ConditionAvailable).Message)
 			}
 			assert.Equal(t, tc.observed, d.Status.ObservedVersion)
 			assert.Equal(t, "v9", d.Status.OperatorVersion)

@@ -21,9 +21,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/network"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -75,7 +76,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		apiserver.WaitFor(t, fmt.Sprintf("%s %s", ct, prefix), func() (bool, string) {
 			cur = get()
 			c := "none"
-			if cond := networkaddonsv1.FindCondition(cur.Status.Conditions, ct); cond != nil {
+			if cond := conditions.Find(cur.Status.Conditions, ct); cond != nil {
 				c = string(cond.Status) + "/" + cond.Reason + ": " + cond.Message
 			}
 			return strings.HasPrefix(c, prefix), c
@@ -165,7 +166,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 	t.Run("an unsupported key is refused by name", func(t *testing.T) {
 		patch(`{"spec":{"ovs":{},"multus":{"delegates":"[]"}}}`)
 		waitCond(networkaddonsv1.ConditionDegraded, "True/InvalidConfiguration: not supported by kubevmm: spec.multus.delegates, spec.ovs")
-		assert.Equal(t, "False", string(networkaddonsv1.FindCondition(get().Status.Conditions, networkaddonsv1.ConditionAvailable).Status))
+		assert.Equal(t, "False", string(conditions.Find(get().Status.Conditions, networkaddonsv1.ConditionAvailable).Status))
 		patch(`{"spec":{"ovs":null,"multus":{"delegates":null}}}`)
 		waitCond(networkaddonsv1.ConditionAvailable, "True/AsExpected")
 	})

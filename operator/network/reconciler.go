@@ -15,7 +15,7 @@
 //	            in the ConfigMap; its serving certificate (Secret
 //	            kubemacpool-service, the CA bundle in ca.crt) and CA
 //	            (kubemacpool-ca) are the operator's, made and rotated
-//	            (operator/certs) by spec.selfSignConfiguration
+//	            (api/certs) by spec.selfSignConfiguration
 //
 // all in namespace cluster-network-addons, the operator's own (Operator).
 // The bridge and tuning CNI plugins come with bridge-marker: its image
@@ -118,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	d := Decide(o, r.Options, metav1.Now())
-	if was, is := state(nac.Status), state(d.Status); was != is {
+	if was, is := kit.State(nac.Status.Conditions), kit.State(d.Status.Conditions); was != is {
 		log.Info("state", "from", was, "to", is)
 	}
 	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
@@ -146,16 +146,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-// state names the condition that holds, for the log.
-func state(s networkaddonsv1.NetworkAddonsConfigStatus) string {
-	for _, t := range []networkaddonsv1.ConditionType{networkaddonsv1.ConditionDegraded, networkaddonsv1.ConditionAvailable, networkaddonsv1.ConditionProgressing} {
-		if c := networkaddonsv1.FindCondition(s.Conditions, t); c != nil && c.Status == corev1.ConditionTrue {
-			return string(t)
-		}
-	}
-	return "none"
-}
-
 // observe reads what Decide needs.
 func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAddonsConfig) (Observed, error) {
 	o := Observed{Config: nac, Workloads: map[string]Workload{}}
@@ -179,10 +169,7 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 		case err != nil:
 			return o, fmt.Errorf("reading DaemonSet %s: %w", name, err)
 		default:
-			st := ds.Status
-			o.Workloads[workloadKey("DaemonSet", install.Namespace, name)] = Workload{
-				Ready: st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-					st.NumberAvailable >= st.DesiredNumberScheduled}
+			o.Workloads[workloadKey("DaemonSet", install.Namespace, name)] = Workload{Ready: kit.DaemonSetReady(ds)}
 		}
 	}
 	dep := &appsv1.Deployment{}

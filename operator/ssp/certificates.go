@@ -7,13 +7,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/api/certs"
 )
 
 // ValidatorCASecret holds the CA (tls.crt, tls.key) that signs the
 // validator's serving certificate, in the SSP's namespace. Upstream SSP
 // gets the certificate from OpenShift's service-ca; here the operator
-// makes it with operator/certs.
+// makes it with api/certs.
 const ValidatorCASecret = "virt-template-validator-ca"
 
 // validatorCerts is certs.MakePlan for the validator's CA and serving

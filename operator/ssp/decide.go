@@ -11,9 +11,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/ssp/instancetypes"
 	"github.com/kubevmm/kubevmm/operator/ssp/templates"
@@ -113,7 +114,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	st := *s.Status.DeepCopy()
 	st.OperatorVersion = opts.ImageTag
 	set := func(t sspv1beta3.ConditionType, status corev1.ConditionStatus, msg string) {
-		st.Conditions = sspv1beta3.SetCondition(st.Conditions, sspv1beta3.Condition{Type: t, Status: status, Reason: string(t), Message: msg}, now)
+		st.Conditions = conditions.Set(st.Conditions, sspv1beta3.Condition{Type: t, Status: status, Reason: string(t), Message: msg}, now)
 	}
 	conds := func(available, progressing, degraded corev1.ConditionStatus, msg string) {
 		set(sspv1beta3.ConditionAvailable, available, msg)

@@ -16,10 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 )
 
 var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
@@ -29,7 +30,7 @@ var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPol
 var defaultStrategy, _ = certs.FromKubeVirt(kvv1.KubeVirtCertificateRotateStrategy{})
 
 func cond(st sspv1beta3.SSPStatus, t sspv1beta3.ConditionType) string {
-	if c := sspv1beta3.FindCondition(st.Conditions, t); c != nil {
+	if c := conditions.Find(st.Conditions, t); c != nil {
 		return string(c.Status) + "/" + c.Reason + ": " + c.Message
 	}
 	return "none"

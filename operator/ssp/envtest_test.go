@@ -23,13 +23,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspcrds "github.com/kubevmm/kubevmm/api/ssp/crds"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/ssp"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
@@ -37,7 +38,7 @@ import (
 const ns = "kubevirt"
 
 func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
-	if c := sspv1beta3.FindCondition(s.Status.Conditions, t); c != nil {
+	if c := conditions.Find(s.Status.Conditions, t); c != nil {
 		return string(c.Status) + "/" + c.Reason + ": " + c.Message
 	}
 	return "none"
@@ -266,7 +267,7 @@ func TestSSPEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, tt))
 		apiserver.WaitFor(t, "Deprecated", func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(tt), tt))
-			c := sspv1beta3.FindCondition(tt.Status.Conditions, tektonv1alpha1.ConditionDeprecated)
+			c := conditions.Find(tt.Status.Conditions, tektonv1alpha1.ConditionDeprecated)
 			return c != nil && c.Status == corev1.ConditionTrue && c.Message == ssp.DeprecatedMessage, fmt.Sprint(tt.Status)
 		})
 		assert.JSONEq(t, `{"featureGates":{"deployTektonTaskResources":true},"pipelines":{"namespace":"p"}}`, string(tt.Spec.Raw), "the spec is kept")

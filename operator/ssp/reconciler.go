@@ -69,11 +69,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 

@@ -12,6 +12,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kubevmm/kubevmm/api/conditions"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 )
@@ -31,7 +32,7 @@ type TektonTasksReconciler struct {
 func DecideTektonTasks(tt *tektonv1alpha1.TektonTasks, now metav1.Time) tektonv1alpha1.TektonTasksStatus {
 	st := *tt.Status.DeepCopy()
 	st.ObservedGeneration = tt.Generation
-	st.Conditions = sspv1beta3.SetCondition(st.Conditions, sspv1beta3.Condition{Type: tektonv1alpha1.ConditionDeprecated,
+	st.Conditions = conditions.Set(st.Conditions, sspv1beta3.Condition{Type: tektonv1alpha1.ConditionDeprecated,
 		Status: corev1.ConditionTrue, Reason: "Deprecated", Message: DeprecatedMessage}, now)
 	return st
 }

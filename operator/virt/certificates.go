@@ -8,9 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/handler"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
 

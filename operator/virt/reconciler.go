@@ -58,8 +58,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/operator/certs"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )

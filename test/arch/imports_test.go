@@ -30,7 +30,7 @@ var rules = []struct {
 	{"handler", []string{"operator"}, "the operator deploys virt-handler, not the other way round"},
 	{"virtapi", []string{"operator"}, "the operator deploys virt-api, not the other way round"},
 	{"storage/hostpath", []string{"api", "controller", "handler", "virtapi", "launcher", "operator", "vmm"}, "storage drivers serve any pod through the kubelet: nothing of KubeVirt or the VMM in them"},
-	{"storage/cdi", []string{"controller", "handler", "launcher", "operator/cdi", "vmm/machine", "vmm/kvm"}, "CDI's services fill volumes for any consumer: disk images through vmm/block, no VMM, KubeVirt controller or node agent; its operator deploys it, not the other way round"},
+	{"storage/cdi", []string{"controller", "handler", "launcher", "operator", "virtapi", "vmm/machine", "vmm/kvm"}, "CDI's services fill volumes for any consumer: disk images through vmm/block, no VMM, KubeVirt controller, node agent or virt-api; its operator deploys it, not the other way round (certificates and the front proxy's authentication come from api/certs and api/frontproxy)"},
 	{"templatevalidator", []string{"controller", "handler", "operator", "vmm"}, "virt-template-validator is an admission webhook: no controller, node agent, operator or VMM in it"},
 	{"cmd/virt-template-validator", []string{"controller", "handler", "operator", "vmm"}, "virt-template-validator's binary holds only the webhook"},
 }

@@ -3,6 +3,8 @@ package v1beta1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // HostPathProvisioner deploys the hostpath provisioner's CSI driver on the
@@ -102,7 +104,7 @@ type HostPathProvisionerStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []Condition `json:"conditions,omitempty"`
+	Conditions []conditions.Condition `json:"conditions,omitempty"`
 	// OperatorVersion is the operator's version.
 	// +optional
 	OperatorVersion string `json:"operatorVersion,omitempty"`
@@ -139,59 +141,14 @@ type StoragePoolStatus struct {
 }
 
 // ConditionType of a HostPathProvisioner's condition.
-type ConditionType string
+type ConditionType = conditions.Type
 
 // The condition types (openshift/custom-resource-status's, as upstream).
 const (
-	ConditionAvailable   ConditionType = "Available"
-	ConditionProgressing ConditionType = "Progressing"
-	ConditionDegraded    ConditionType = "Degraded"
+	ConditionAvailable   ConditionType = conditions.Available
+	ConditionProgressing ConditionType = conditions.Progressing
+	ConditionDegraded    ConditionType = conditions.Degraded
 )
 
-// Condition is one of the operator's conditions
-// (openshift/custom-resource-status conditions/v1).
-type Condition struct {
-	Type   ConditionType          `json:"type"`
-	Status corev1.ConditionStatus `json:"status"`
-	// +optional
-	Reason string `json:"reason,omitempty"`
-	// +optional
-	Message string `json:"message,omitempty"`
-	// +optional
-	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
-	// +optional
-	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
-}
-
-// SetCondition sets or replaces the condition of c's type: its
-// LastTransitionTime is when its Status last changed, and its
-// LastHeartbeatTime when its reason, message or status last changed (an
-// unchanged condition makes no write).
-func SetCondition(conds []Condition, c Condition, now metav1.Time) []Condition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		c.LastTransitionTime, c.LastHeartbeatTime = conds[i].LastTransitionTime, conds[i].LastHeartbeatTime
-		if conds[i].Status != c.Status {
-			c.LastTransitionTime = now
-		}
-		if conds[i].Status != c.Status || conds[i].Reason != c.Reason || conds[i].Message != c.Message {
-			c.LastHeartbeatTime = now
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime, c.LastHeartbeatTime = now, now
-	return append(conds, c)
-}
-
-// FindCondition is the condition of type t, nil if none.
-func FindCondition(conds []Condition, t ConditionType) *Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
+// Condition is one of the operator's conditions (api/conditions).
+type Condition = conditions.Condition

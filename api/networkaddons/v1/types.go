@@ -103,7 +103,7 @@ type NetworkAddonsConfigStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []Condition `json:"conditions,omitempty"`
+	Conditions []conditions.Condition `json:"conditions,omitempty"`
 	// OperatorVersion is the operator's version.
 	// +optional
 	OperatorVersion string `json:"operatorVersion,omitempty"`
@@ -132,7 +132,7 @@ type Container struct {
 }
 
 // ConditionType of a NetworkAddonsConfig's condition.
-type ConditionType string
+type ConditionType = conditions.Type
 
 // The condition types (openshift/custom-resource-status's, as upstream).
 const (
@@ -141,50 +141,5 @@ const (
 	ConditionDegraded    ConditionType = conditions.Degraded
 )
 
-// Condition is one of the operator's conditions
-// (openshift/custom-resource-status conditions/v1).
-type Condition struct {
-	Type   ConditionType          `json:"type"`
-	Status corev1.ConditionStatus `json:"status"`
-	// +optional
-	Reason string `json:"reason,omitempty"`
-	// +optional
-	Message string `json:"message,omitempty"`
-	// +optional
-	LastHeartbeatTime metav1.Time `json:"lastHeartbeatTime,omitempty"`
-	// +optional
-	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
-}
-
-// SetCondition sets or replaces the condition of c's type: its
-// LastTransitionTime is when its Status last changed, and its
-// LastHeartbeatTime when its reason, message or status last changed (an
-// unchanged condition makes no write).
-func SetCondition(conds []Condition, c Condition, now metav1.Time) []Condition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		c.LastTransitionTime, c.LastHeartbeatTime = conds[i].LastTransitionTime, conds[i].LastHeartbeatTime
-		if conds[i].Status != c.Status {
-			c.LastTransitionTime = now
-		}
-		if conds[i].Status != c.Status || conds[i].Reason != c.Reason || conds[i].Message != c.Message {
-			c.LastHeartbeatTime = now
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime, c.LastHeartbeatTime = now, now
-	return append(conds, c)
-}
-
-// FindCondition is the condition of type t, nil if none.
-func FindCondition(conds []Condition, t ConditionType) *Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
+// Condition is one of the operator's conditions (api/conditions).
+type Condition = conditions.Condition

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kubevmm/kubevmm/api/conditions"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 )
 
@@ -46,7 +47,7 @@ type TektonTasksStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []sspv1beta3.Condition `json:"conditions,omitempty"`
+	Conditions []conditions.Condition `json:"conditions,omitempty"`
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 	// +optional

@@ -5,7 +5,7 @@
 package v1alpha1
 
 import (
-	"github.com/kubevmm/kubevmm/api/ssp/v1beta3"
+	"github.com/kubevmm/kubevmm/api/conditions"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -73,7 +73,7 @@ func (in *TektonTasksStatus) DeepCopyInto(out *TektonTasksStatus) {
 	*out = *in
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]v1beta3.Condition, len(*in))
+		*out = make([]conditions.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}

@@ -25,7 +25,7 @@
 // deploys CDI from the CDI CR the HCO makes.
 //
 // Certificates: with -operator, none: each operator makes and rotates
-// its components' own (operator/certs: virt-operator KubeVirt's, the SSP
+// its components' own (api/certs: virt-operator KubeVirt's, the SSP
 // operator virt-template-validator's, the network operator kubemacpool's,
 // the HCO operator its webhook's). Without -operator, a CA and the
 // components' (virt-api's serving certificate, virt-handler's and

@@ -2,8 +2,8 @@
 // same way, so that each rule has one home: reading a CR's spec as
 // stored to refuse what kubevmm does not declare, adding and removing the
 // CR's finalizer, turning objects into apply configurations and
-// server-side applying what Decide wants, deciding when a
-// Deployment has rolled out, mapping a watched change to every CR of
+// server-side applying what Decide wants, deciding when a Deployment or
+// DaemonSet has rolled out, mapping a watched change to every CR of
 // a kind (each operator's CR is a singleton by convention, and the next
 // one takes over when the first goes), and the objects that run an
 // operator itself (install.go). Where operators really differ
@@ -119,6 +119,15 @@ func Apply(ctx context.Context, c client.Client, fieldManager string, objs []*un
 func DeploymentReady(dep *appsv1.Deployment) bool {
 	want, st := ptr.Deref(dep.Spec.Replicas, 1), dep.Status
 	return st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas >= want && st.AvailableReplicas >= want
+}
+
+// DaemonSetReady says whether ds's current spec has rolled out: the
+// controller saw its generation, and it runs that spec, available, on
+// every node it should.
+func DaemonSetReady(ds *appsv1.DaemonSet) bool {
+	st := ds.Status
+	return st.ObservedGeneration >= ds.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+		st.NumberAvailable >= st.DesiredNumberScheduled
 }
 
 // EnqueueAll maps any change to a request for every object of list's

@@ -33,6 +33,25 @@ func TestDeploymentReady(t *testing.T) {
 	}
 }
 
+func TestDaemonSetReady(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   appsv1.DaemonSetStatus
+		want bool
+	}{
+		{"rolled out", appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}, true},
+		{"no node to run on", appsv1.DaemonSetStatus{ObservedGeneration: 3}, true},
+		{"generation not yet seen", appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberAvailable: 1}, false},
+		{"old pods still running", appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 2}, false},
+		{"not available", appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: tc.st}
+			assert.Equal(t, tc.want, kit.DaemonSetReady(ds))
+		})
+	}
+}
+
 // An apply claims every field it sends: the object's status and creation
 // time must not be among them, the rest must.
 func TestApplyConfiguration(t *testing.T) {

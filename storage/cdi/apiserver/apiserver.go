@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
-	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 // Server is cdi-apiserver.

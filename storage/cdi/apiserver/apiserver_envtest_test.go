@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
-	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/test/apiserver"
-	"github.com/kubevmm/kubevmm/virtapi/frontproxy"
 )
 
 // TestUploadTokenRequest: a user the front proxy vouches for, allowed by

@@ -48,7 +48,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )

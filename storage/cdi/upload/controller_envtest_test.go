@@ -28,7 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/api/certs"
 )
 
 func startEnvtest(t *testing.T) client.Client {

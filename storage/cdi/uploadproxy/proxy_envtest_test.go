@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	"github.com/kubevmm/kubevmm/operator/certs"
+	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadserver"
 )
