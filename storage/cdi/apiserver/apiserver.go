@@ -2,7 +2,7 @@
 // upload.cdi.kubevirt.io/v1beta1 behind an APIService. It serves
 // discovery and `create uploadtokenrequests` (namespaced): a user the API
 // server vouches for (front-proxy client certificate, see
-// virtapi/frontproxy) and that a SubjectAccessReview allows to create
+// api/frontproxy) and that a SubjectAccessReview allows to create
 // uploadtokenrequests in the namespace gets a token (storage/cdi/token)
 // for an upload to the PVC the request names, which cdi-uploadproxy
 // accepts for token.Lifetime.
