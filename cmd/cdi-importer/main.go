@@ -77,7 +77,8 @@ func options() (importer.Options, error) {
 		AccessKey: os.Getenv(importer.EnvAccessKey), SecretKey: os.Getenv(importer.EnvSecretKey),
 		DataDir: importer.DataDir, BlockPath: importer.BlockPath, ScratchDir: importer.ScratchDir, Progress: &importer.Progress{},
 		Registry: importer.RegistryOptions{PullMethod: os.Getenv(importer.EnvRegistryPullMethod),
-			Architecture: os.Getenv(importer.EnvRegistryArchitecture), DiskDir: importer.RegistryDiskDir}}
+			Architecture: os.Getenv(importer.EnvRegistryArchitecture), DiskDir: importer.RegistryDiskDir,
+			Insecure: os.Getenv(importer.EnvInsecureTLS) == "true"}}
 	var err error
 	if o.Size, err = strconv.ParseInt(os.Getenv(importer.EnvImageSize), 10, 64); err != nil || o.Size <= 0 {
 		return o, fmt.Errorf("%s=%q: want a positive byte count", importer.EnvImageSize, os.Getenv(importer.EnvImageSize))

@@ -73,6 +73,9 @@ type PodConfig struct {
 	Resources  corev1.ResourceRequirements
 	// Overhead is the share of a Filesystem PVC kept for the filesystem.
 	Overhead float64
+	// InsecureRegistries are CDIConfig's: registries a pod-pulled
+	// registry import does not verify TLS with.
+	InsecureRegistries []string
 }
 
 // Pod is the importer pod that fills pvc. It runs as root: hostpath-csi's

@@ -119,7 +119,8 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 			return fmt.Errorf("creating scratch PVC %s: %w", s.Name, err)
 		}
 	}
-	pc := PodConfig{Image: r.Image, PullPolicy: r.PullPolicy, Overhead: datavolume.Overhead(cfg.Status, ptr.Deref(pvc.Spec.StorageClassName, ""))}
+	pc := PodConfig{Image: r.Image, PullPolicy: r.PullPolicy, Overhead: datavolume.Overhead(cfg.Status, ptr.Deref(pvc.Spec.StorageClassName, "")),
+		InsecureRegistries: cfg.Spec.InsecureRegistries}
 	if rr := cfg.Status.DefaultPodResourceRequirements; rr != nil {
 		pc.Resources = *rr
 	}

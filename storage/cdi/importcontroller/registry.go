@@ -1,6 +1,7 @@
 package importcontroller
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,9 @@ func registryPod(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, c PodConfig
 		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: importer.EnvRegistryArchitecture, Value: a})
 	}
 	if registryPodPull(pvc) {
+		if ref, err := registry.ParseURL(ann[cdiv1.AnnEndpoint]); err == nil && slices.Contains(c.InsecureRegistries, ref.Host) {
+			ctr.Env = append(ctr.Env, corev1.EnvVar{Name: importer.EnvInsecureTLS, Value: "true"})
+		}
 		return
 	}
 	const bin = "cdi-importer-bin"

@@ -1,6 +1,7 @@
 package importcontroller_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,6 +43,14 @@ func TestRegistryPodPull(t *testing.T) {
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: importer.EnvRegistryPullMethod, Value: "pod"})
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: importer.EnvRegistryArchitecture, Value: "arm64"})
 	assert.Contains(t, c.Env, corev1.EnvVar{Name: importer.EnvSource, Value: "registry"})
+	assert.NotContains(t, c.Env, corev1.EnvVar{Name: importer.EnvInsecureTLS, Value: "true"})
+
+	// CDIConfig insecureRegistries names the registry's host:port.
+	for list, insecure := range map[string]bool{"10.200.0.1:5000": true, "10.200.0.1": false, "other:5000": false} {
+		pod, err := importcontroller.Pod(pvc, importcontroller.PodConfig{Image: "importer-img", InsecureRegistries: []string{list}})
+		require.NoError(t, err)
+		assert.Equal(t, insecure, slices.Contains(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: importer.EnvInsecureTLS, Value: "true"}), list)
+	}
 }
 
 // pullMethod node: the importer container runs the containerDisk image,

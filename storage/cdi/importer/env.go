@@ -15,6 +15,8 @@ const (
 	// import's pull method (pod or node) and platform.
 	EnvRegistryPullMethod   = "IMPORTER_REGISTRY_IMPORT_METHOD"
 	EnvRegistryArchitecture = "IMPORTER_REGISTRY_ARCHITECTURE"
+	// EnvInsecureTLS is "true" for a registry CDIConfig lists as insecure.
+	EnvInsecureTLS = "INSECURE_TLS"
 
 	// DataDir holds disk.img on a Filesystem PVC.
 	DataDir = "/data"

@@ -64,6 +64,12 @@ func TestImportRegistry(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, left, "the scratch space is emptied")
 	})
+	t.Run("insecure", func(t *testing.T) {
+		o := ropts(t, url)
+		o.CAs, o.Registry.Insecure = nil, true
+		require.NoError(t, importer.Run(context.Background(), o))
+		check(t, o)
+	})
 	t.Run("node", func(t *testing.T) {
 		o := ropts(t, url)
 		o.Registry.PullMethod = "node"
@@ -82,6 +88,7 @@ func TestImportRegistry(t *testing.T) {
 		{"unknown image", "docker://" + reg.Addr + "/kubevmm/nothere:v1", "not found", nil},
 		{"wrong credentials", url, "unauthorized", func(o *importer.Options) { o.SecretKey = "x" }},
 		{"untrusted", url, "certificate", func(o *importer.Options) { o.CAs = nil }},
+		{"insecure, wrong credentials", url, "unauthorized", func(o *importer.Options) { o.CAs, o.Registry.Insecure, o.SecretKey = nil, true, "x" }},
 		{"unreachable", "docker://127.0.0.1:1/kubevmm/guest:v1", "connection refused", nil},
 		{"bad url", "docker://nohost", "no registry host", nil},
 		{"node without disk", url, "no disk image under disk/", func(o *importer.Options) {
