@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -45,6 +46,8 @@ type Registry struct {
 type Options struct {
 	// Username and Password, if set, are required (Basic, htpasswd).
 	Username, Password string
+	// PlainHTTP serves without TLS (an "insecure registry").
+	PlainHTTP bool
 }
 
 // Bin returns the registry binary's path, building it if need be.
@@ -79,23 +82,23 @@ func Start(t testing.TB, o Options) *Registry {
 		}
 		return p
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	// Port 0: the registry binds a free port itself and logs it.
+	addr := "127.0.0.1:0"
 	cfg := fmt.Sprintf(`version: 0.1
-log: {level: warn, accesslog: {disabled: true}}
+log: {level: info, accesslog: {disabled: true}}
 storage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}
-http: {addr: %q, tls: {certificate: %s, key: %s}}
-`, filepath.Join(dir, "storage"), addr, write("tls.crt", certPEM), write("tls.key", keyPEM))
+http:
+  addr: %q
+`, filepath.Join(dir, "storage"), addr)
+	if !o.PlainHTTP {
+		cfg += fmt.Sprintf("  tls: {certificate: %s, key: %s}\n", write("tls.crt", certPEM), write("tls.key", keyPEM))
+	}
 	if o.Username != "" {
 		h, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg += fmt.Sprintf("auth: {htpasswd: {realm: test, path: %s}}\n", write("htpasswd", []byte(o.Username+":"+string(h)+"\n")))
+		cfg += fmt.Sprintf("auth:\n  htpasswd: {realm: test, path: %s}\n", write("htpasswd", []byte(o.Username+":"+string(h)+"\n")))
 	}
 	cmd := exec.Command(bin, "serve", write("config.yml", []byte(cfg)))
 	logf, err := os.Create(filepath.Join(dir, "registry.log"))
@@ -113,13 +116,33 @@ http: {addr: %q, tls: {certificate: %s, key: %s}}
 		<-exited
 		_ = logf.Close()
 	})
+	listening := regexp.MustCompile(`listening on (127\.0\.0\.1:[0-9]+)`)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		log, _ := os.ReadFile(logf.Name())
+		if m := listening.FindSubmatch(log); m != nil {
+			addr = string(m[1])
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("registry exited:\n%s", log)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry did not say where it listens within 60s:\n%s", log)
+		}
+	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	// Ready when /v2/ answers (401 with authentication); the bound only
 	// turns a registry that never comes up into a failure.
 	for deadline := time.Now().Add(60 * time.Second); ; {
-		if resp, err := hc.Get("https://" + addr + "/v2/"); err == nil {
+		scheme := "https://"
+		if o.PlainHTTP {
+			scheme = "http://"
+		}
+		if resp, err := hc.Get(scheme + addr + "/v2/"); err == nil {
 			_ = resp.Body.Close()
 			break
 		}

@@ -129,7 +129,7 @@ func readAPIError(resp *http.Response) error {
 // response's body; a status outside want is returned as an error.
 func (c *Client) do(ctx context.Context, ref Ref, method, path string, hdr http.Header, getBody func() (io.Reader, error), want ...int) (*http.Response, error) {
 	key := ref.Host + " " + ref.Repo
-	for attempt := 0; ; attempt++ {
+	for authed := false; ; {
 		req, err := c.request(ctx, ref.Host, method, path, hdr, getBody)
 		if err != nil {
 			return nil, err
@@ -153,7 +153,8 @@ func (c *Client) do(ctx context.Context, ref Ref, method, path string, hdr http.
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", method, req.URL.Redacted(), err)
 		}
-		if resp.StatusCode == http.StatusUnauthorized && attempt == 0 {
+		if resp.StatusCode == http.StatusUnauthorized && !authed {
+			authed = true
 			ch := resp.Header.Get("WWW-Authenticate")
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()

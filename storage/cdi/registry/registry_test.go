@@ -379,3 +379,28 @@ func TestBearerAuth(t *testing.T) {
 }
 
 func pemOf(der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}) }
+
+// An insecure registry that speaks plain http (with Basic auth): an
+// insecure client falls back to http and authenticates; a secure one
+// refuses it.
+func TestInsecurePlainHTTP(t *testing.T) {
+	reg := registrytest.Start(t, registrytest.Options{PlainHTTP: true, Username: "u", Password: "p"})
+	ctx := context.Background()
+	ref := mustRef(t, "docker://"+reg.Addr+"/kubevmm/disk:v1")
+	c, err := New(Options{Insecure: true, Username: "u", Password: "p"})
+	require.NoError(t, err)
+	src, want := diskFile(t, 3000)
+	pushed, err := c.PushContainerDisk(ctx, ref, "disk.img", src)
+	require.NoError(t, err)
+	d, err := c.Digest(ctx, ref)
+	require.NoError(t, err)
+	assert.Equal(t, pushed, d)
+	_, got, err := readDisk(t, c, ref)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	secure, err := New(Options{Username: "u", Password: "p"})
+	require.NoError(t, err)
+	_, err = secure.Digest(ctx, ref)
+	require.ErrorContains(t, err, "server gave HTTP response to HTTPS client")
+}
