@@ -187,9 +187,8 @@ type CDIConfigList struct {
 }
 
 // CDIConfigSpec is the user's configuration. Upstream's other fields
-// (importProxy, featureGates, preallocation, insecureRegistries,
-// tlsSecurityProfile, imagePullSecrets, logVerbosity,
-// dataVolumeTTLSeconds) are kept and refused by the operator, naming them.
+// (importProxy, featureGates, preallocation, tlsSecurityProfile,
+// imagePullSecrets, logVerbosity, dataVolumeTTLSeconds) are kept and refused by the operator, naming them.
 // +kubebuilder:pruning:PreserveUnknownFields
 type CDIConfigSpec struct {
 	// UploadProxyURLOverride is the URL clients upload through.
@@ -206,6 +205,11 @@ type CDIConfigSpec struct {
 	// the filesystem (default 0.06).
 	// +optional
 	FilesystemOverhead *FilesystemOverhead `json:"filesystemOverhead,omitempty"`
+	// InsecureRegistries are registries ("host" or "host:port") a
+	// pullMethod pod registry import reaches without verifying TLS (or
+	// over plain http).
+	// +optional
+	InsecureRegistries []string `json:"insecureRegistries,omitempty"`
 }
 
 // Percent is a fraction in [0, 1] written as a string ("0.06").

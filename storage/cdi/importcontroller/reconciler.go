@@ -48,7 +48,7 @@ type Reconciler struct {
 func importing(pvc *corev1.PersistentVolumeClaim) bool {
 	_, upload := pvc.Annotations[cdiv1.AnnUploadRequest]
 	src := pvc.Annotations[cdiv1.AnnSource]
-	return !upload && (src == cdiv1.SourceHTTP || src == cdiv1.SourceNone)
+	return !upload && (src == cdiv1.SourceHTTP || src == cdiv1.SourceNone || src == cdiv1.SourceRegistry)
 }
 
 // Reconcile is one pass over a PVC.
@@ -119,7 +119,8 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 			return fmt.Errorf("creating scratch PVC %s: %w", s.Name, err)
 		}
 	}
-	pc := PodConfig{Image: r.Image, PullPolicy: r.PullPolicy, Overhead: datavolume.Overhead(cfg.Status, ptr.Deref(pvc.Spec.StorageClassName, ""))}
+	pc := PodConfig{Image: r.Image, PullPolicy: r.PullPolicy, Overhead: datavolume.Overhead(cfg.Status, ptr.Deref(pvc.Spec.StorageClassName, "")),
+		InsecureRegistries: cfg.Spec.InsecureRegistries}
 	if rr := cfg.Status.DefaultPodResourceRequirements; rr != nil {
 		pc.Resources = *rr
 	}
