@@ -86,6 +86,9 @@ func (s *Server) Handler() http.Handler {
 	for _, op := range vmiOps {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
+	for _, op := range []string{"addvolume", "removevolume"} {
+		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiVolume(op)))
+	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/vsock", s.authz("virtualmachineinstances", "vsock", "get", s.vsock))
@@ -199,6 +202,8 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	for _, op := range vmiOps {
 		add("virtualmachineinstances/"+op, "update")
 	}
+	add("virtualmachineinstances/addvolume", "update")
+	add("virtualmachineinstances/removevolume", "update")
 	add("virtualmachineinstances/console", "get")
 	for _, r := range portForwardResources {
 		add(r, "get")

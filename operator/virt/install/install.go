@@ -422,7 +422,8 @@ func UserRoles() []*rbacv1.ClusterRole {
 		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
 		"virtualmachineinstances/portforward", "virtualmachines/portforward", "virtualmachineinstances/vsock",
 		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze",
-		"virtualmachines/expand-spec", "expand-vm-spec"}
+		"virtualmachines/expand-spec", "expand-vm-spec",
+		"virtualmachineinstances/addvolume", "virtualmachineinstances/removevolume"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt
 	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
