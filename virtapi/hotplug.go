@@ -3,6 +3,7 @@ package virtapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,10 +41,11 @@ func invalidRequest(what string, errs field.ErrorList) error {
 	return &opError{code: http.StatusUnprocessableEntity, reason: metav1.StatusReasonInvalid, msg: what + ": " + errs.ToAggregate().Error()}
 }
 
-// vmiVolume serves PUT .../virtualmachineinstances/NAME/addvolume and
-// removevolume. 202 once the spec holds the change (or, on a dry run, once
-// it would).
-func (s *Server) vmiVolume(op string) func(http.ResponseWriter, *http.Request, userInfo) {
+// volumeOp serves PUT .../virtualmachineinstances/NAME/addvolume and
+// removevolume (vm: .../virtualmachines/NAME/...). 202 once the VMI's spec
+// holds the change, or the VM's status the request (on a dry run: once it
+// would).
+func (s *Server) volumeOp(op string, vm bool) func(http.ResponseWriter, *http.Request, userInfo) {
 	return func(w http.ResponseWriter, r *http.Request, u userInfo) {
 		ns, name := r.PathValue("namespace"), r.PathValue("name")
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxVolumeBody+1))
@@ -60,6 +62,9 @@ func (s *Server) vmiVolume(op string) func(http.ResponseWriter, *http.Request, u
 				return
 			}
 			do = func() error { return s.addVolume(r.Context(), ns, name, opts) }
+			if vm {
+				do = func() error { return s.vmAddVolume(r.Context(), ns, name, opts) }
+			}
 		default:
 			opts := &v1.RemoveVolumeOptions{}
 			if err := json.Unmarshal(b, opts); err != nil {
@@ -67,14 +72,85 @@ func (s *Server) vmiVolume(op string) func(http.ResponseWriter, *http.Request, u
 				return
 			}
 			do = func() error { return s.removeVolume(r.Context(), ns, name, opts) }
+			if vm {
+				do = func() error { return s.vmRemoveVolume(r.Context(), ns, name, opts) }
+			}
 		}
 		if err := retry.RetryOnConflict(retry.DefaultRetry, do); err != nil {
 			writeErr(w, err)
 			return
 		}
-		s.Log.Info("subresource", "op", op, "vmi", ns+"/"+name, "user", u.Name)
+		kind := "vmi"
+		if vm {
+			kind = "vm"
+		}
+		s.Log.Info("subresource", "op", op, kind, ns+"/"+name, "user", u.Name)
 		w.WriteHeader(http.StatusAccepted)
 	}
+}
+
+// vmAddVolume records an addvolume on a VM (status.volumeRequests) once
+// it fits the VM's template; virt-controller applies it to the template
+// and to the running VMI.
+func (s *Server) vmAddVolume(ctx context.Context, ns, name string, opts *v1.AddVolumeOptions) error {
+	if errs := validateAddVolume(opts); len(errs) > 0 {
+		return invalidRequest("AddVolumeOptions", errs)
+	}
+	vm := &v1.VirtualMachine{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, vm); err != nil {
+		return err
+	}
+	if err := checkVolumeRequest(vm, opts.Name, func(t *v1.VirtualMachineInstanceSpec) error { return t.AddHotplugVolume(opts) }); err != nil {
+		return err
+	}
+	if vm.Spec.Template.Spec.Domain.Devices.DisableHotplug {
+		return conflict("spec.template.spec.domain.devices.disableHotplug: the VM takes no hot-plugged volumes")
+	}
+	if err := s.checkHotplugSource(ctx, ns, opts.VolumeSource); err != nil {
+		return err
+	}
+	if dryRun(opts.DryRun) {
+		return nil
+	}
+	return s.requestVolume(ctx, vm, v1.VirtualMachineVolumeRequest{AddVolumeOptions: opts})
+}
+
+// vmRemoveVolume records a removevolume on a VM.
+func (s *Server) vmRemoveVolume(ctx context.Context, ns, name string, opts *v1.RemoveVolumeOptions) error {
+	if errs := validateRemoveVolume(opts); len(errs) > 0 {
+		return invalidRequest("RemoveVolumeOptions", errs)
+	}
+	vm := &v1.VirtualMachine{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, vm); err != nil {
+		return err
+	}
+	if err := checkVolumeRequest(vm, opts.Name, func(t *v1.VirtualMachineInstanceSpec) error { return t.RemoveHotplugVolume(opts.Name) }); err != nil {
+		return err
+	}
+	if dryRun(opts.DryRun) {
+		return nil
+	}
+	return s.requestVolume(ctx, vm, v1.VirtualMachineVolumeRequest{RemoveVolumeOptions: opts})
+}
+
+// checkVolumeRequest refuses a request on a volume that another pending
+// request names, and one that apply cannot make to the VM's template.
+func checkVolumeRequest(vm *v1.VirtualMachine, volume string, apply func(*v1.VirtualMachineInstanceSpec) error) error {
+	for _, r := range vm.Status.VolumeRequests {
+		if (r.AddVolumeOptions != nil && r.AddVolumeOptions.Name == volume) || (r.RemoveVolumeOptions != nil && r.RemoveVolumeOptions.Name == volume) {
+			return conflict("name: a request for volume %q is pending; try again", volume)
+		}
+	}
+	if vm.Spec.Template == nil {
+		return conflict("the VM has no template")
+	}
+	return specErr(apply(vm.Spec.Template.Spec.DeepCopy()))
+}
+
+func (s *Server) requestVolume(ctx context.Context, vm *v1.VirtualMachine, r v1.VirtualMachineVolumeRequest) error {
+	orig := vm.DeepCopy()
+	vm.Status.VolumeRequests = append(vm.Status.VolumeRequests, r)
+	return s.Client.Status().Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
 // addVolume puts the volume and its disk into the running VMI's spec.
@@ -89,11 +165,14 @@ func (s *Server) addVolume(ctx context.Context, ns, name string, opts *v1.AddVol
 	if !vmi.IsRunning() {
 		return conflict("VMI is not running")
 	}
+	if vmi.Spec.Domain.Devices.DisableHotplug {
+		return conflict("spec.domain.devices.disableHotplug: the VMI takes no hot-plugged volumes")
+	}
 	if err := s.checkHotplugSource(ctx, ns, opts.VolumeSource); err != nil {
 		return err
 	}
 	orig := vmi.DeepCopy()
-	if err := addHotplugVolume(&vmi.Spec, opts); err != nil {
+	if err := specErr(vmi.Spec.AddHotplugVolume(opts)); err != nil {
 		return err
 	}
 	if dryRun(opts.DryRun) {
@@ -116,7 +195,7 @@ func (s *Server) removeVolume(ctx context.Context, ns, name string, opts *v1.Rem
 		return conflict("VMI is not running")
 	}
 	orig := vmi.DeepCopy()
-	if err := removeHotplugVolume(&vmi.Spec, opts.Name); err != nil {
+	if err := specErr(vmi.Spec.RemoveHotplugVolume(opts.Name)); err != nil {
 		return err
 	}
 	if dryRun(opts.DryRun) {
@@ -153,19 +232,23 @@ func (s *Server) checkHotplugSource(ctx context.Context, ns string, src *v1.Hotp
 // nothing kubevmm does not do for a hot-plugged disk, and exactly one
 // claim or DataVolume marked hotpluggable.
 func validateAddVolume(opts *v1.AddVolumeOptions) field.ErrorList {
+	errs := validateDryRun(opts.DryRun)
+	return append(errs, validateHotplug(opts, field.NewPath("name"), field.NewPath("disk"), field.NewPath("volumeSource"))...)
+}
+
+// validateHotplug checks a hot-plugged volume: in an addvolume body, or
+// in a spec (then the paths are the volume's name, its disk's and the
+// volume's own, where the claim or DataVolume sit under the same names).
+func validateHotplug(opts *v1.AddVolumeOptions, np, dp, sp *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if opts.Name == "" {
-		errs = append(errs, required(field.NewPath("name"), "the volume's name"))
+		errs = append(errs, required(np, "the volume's name"))
 	}
-	errs = append(errs, validateDryRun(opts.DryRun)...)
-	dp := field.NewPath("disk")
-	switch d := opts.Disk; {
-	case d == nil:
+	if opts.Disk == nil {
 		errs = append(errs, required(dp, "the disk the guest sees"))
-	default:
-		errs = append(errs, validateHotplugDisk(dp, d, opts.Name)...)
+	} else {
+		errs = append(errs, validateHotplugDisk(dp, opts.Disk, opts.Name)...)
 	}
-	sp := field.NewPath("volumeSource")
 	switch src := opts.VolumeSource; {
 	case src == nil || (src.PersistentVolumeClaim == nil && src.DataVolume == nil):
 		errs = append(errs, required(sp, "a persistentVolumeClaim or a dataVolume"))
@@ -251,55 +334,17 @@ func validateDryRun(d []string) field.ErrorList {
 	return nil
 }
 
-// addHotplugVolume adds a validated request to spec: the volume, and its
-// disk on the SCSI bus. A name some volume or disk has is refused.
-func addHotplugVolume(spec *v1.VirtualMachineInstanceSpec, opts *v1.AddVolumeOptions) error {
-	for _, v := range spec.Volumes {
-		if v.Name == opts.Name {
-			return conflict("name: volume %q already exists", opts.Name)
-		}
+// specErr is the 4xx for a refusal of AddHotplugVolume or
+// RemoveHotplugVolume.
+func specErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, v1.ErrVolumeExists):
+		return conflict("name: %v", err)
+	default:
+		return badRequest("name: %v", err)
 	}
-	for _, d := range spec.Domain.Devices.Disks {
-		if d.Name == opts.Name {
-			return conflict("name: disk %q already exists", opts.Name)
-		}
-	}
-	vol := v1.Volume{Name: opts.Name}
-	if c := opts.VolumeSource.PersistentVolumeClaim; c != nil {
-		vol.PersistentVolumeClaim = c.DeepCopy()
-	} else {
-		vol.DataVolume = opts.VolumeSource.DataVolume.DeepCopy()
-	}
-	disk := *opts.Disk.DeepCopy()
-	disk.Name = opts.Name
-	if disk.Disk == nil {
-		disk.Disk = &v1.DiskTarget{}
-	}
-	disk.Disk.Bus = v1.DiskBusSCSI
-	spec.Volumes = append(spec.Volumes, vol)
-	spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, disk)
-	return nil
-}
-
-// removeHotplugVolume takes a hot-plugged volume and its disk out of spec;
-// a volume the VMI started with stays (the guest cannot lose it).
-func removeHotplugVolume(spec *v1.VirtualMachineInstanceSpec, name string) error {
-	i := slices.IndexFunc(spec.Volumes, func(v v1.Volume) bool { return v.Name == name })
-	if i < 0 {
-		return badRequest("name: the VMI has no volume %q", name)
-	}
-	if !isHotplugVolume(&spec.Volumes[i]) {
-		return badRequest("name: volume %q is not hotpluggable: only hot-plugged volumes can be removed", name)
-	}
-	spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
-	spec.Domain.Devices.Disks = slices.DeleteFunc(spec.Domain.Devices.Disks, func(d v1.Disk) bool { return d.Name == name })
-	return nil
-}
-
-// isHotplugVolume is a volume marked hotpluggable.
-func isHotplugVolume(v *v1.Volume) bool {
-	return (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable) ||
-		(v.DataVolume != nil && v.DataVolume.Hotpluggable)
 }
 
 // validateHotplugUpdate is the VMI webhook's rule for a spec update: only
@@ -307,42 +352,35 @@ func isHotplugVolume(v *v1.Volume) bool {
 // addvolume would accept it; everything else stays as it was created.
 func validateHotplugUpdate(old, cur *v1.VirtualMachineInstanceSpec) field.ErrorList {
 	p := field.NewPath("spec")
-	a, _ := json.Marshal(withoutHotplugVolumes(old))
-	b, _ := json.Marshal(withoutHotplugVolumes(cur))
+	a, _ := json.Marshal(old.WithoutHotplugVolumes())
+	b, _ := json.Marshal(cur.WithoutHotplugVolumes())
 	if string(a) != string(b) {
 		return field.ErrorList{field.Forbidden(p, "a VirtualMachineInstance's spec cannot be changed, but for its hotpluggable volumes")}
 	}
-	var errs field.ErrorList
-	for i := range cur.Volumes {
-		v := &cur.Volumes[i]
-		if !isHotplugVolume(v) {
-			continue
-		}
-		opts := &v1.AddVolumeOptions{Name: v.Name, VolumeSource: &v1.HotplugVolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim, DataVolume: v.DataVolume}}
-		if j := slices.IndexFunc(cur.Domain.Devices.Disks, func(d v1.Disk) bool { return d.Name == v.Name }); j >= 0 {
-			opts.Disk = &cur.Domain.Devices.Disks[j]
-			// addvolume writes the bus; in the spec it is not left to a default.
-			if d := opts.Disk.Disk; d != nil && d.Bus == "" {
-				errs = append(errs, required(p.Child("domain", "devices", "disks").Index(j).Child("disk", "bus"), "scsi, for a hotpluggable volume"))
-			}
-		}
-		for _, e := range validateAddVolume(opts) {
-			e.Field = p.Child("volumes").Index(i).String() + ": " + e.Field
-			errs = append(errs, e)
-		}
-	}
-	return errs
+	return validateHotplugVolumes(p, cur)
 }
 
-// withoutHotplugVolumes is a copy of s without its hotpluggable volumes and
-// their disks.
-func withoutHotplugVolumes(s *v1.VirtualMachineInstanceSpec) *v1.VirtualMachineInstanceSpec {
-	c := s.DeepCopy()
-	hot := map[string]bool{}
-	c.Volumes = slices.DeleteFunc(c.Volumes, func(v v1.Volume) bool {
-		hot[v.Name] = isHotplugVolume(&v)
-		return hot[v.Name]
-	})
-	c.Domain.Devices.Disks = slices.DeleteFunc(c.Domain.Devices.Disks, func(d v1.Disk) bool { return hot[d.Name] })
-	return c
+// validateHotplugVolumes checks each hotpluggable volume of s and its disk
+// as addvolume checks its request; in a spec the disk's bus is written
+// out (scsi), not left to a default.
+func validateHotplugVolumes(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.ErrorList {
+	var errs field.ErrorList
+	disks := p.Child("domain", "devices", "disks")
+	for i := range s.Volumes {
+		v := &s.Volumes[i]
+		if !v.IsHotplug() {
+			continue
+		}
+		vp := p.Child("volumes").Index(i)
+		opts := &v1.AddVolumeOptions{Name: v.Name, VolumeSource: &v1.HotplugVolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim, DataVolume: v.DataVolume}}
+		dp := disks
+		if j := slices.IndexFunc(s.Domain.Devices.Disks, func(d v1.Disk) bool { return d.Name == v.Name }); j >= 0 {
+			opts.Disk, dp = &s.Domain.Devices.Disks[j], disks.Index(j)
+			if d := opts.Disk.Disk; d != nil && d.Bus == "" {
+				errs = append(errs, required(dp.Child("disk", "bus"), "scsi, for a hotpluggable volume"))
+			}
+		}
+		errs = append(errs, validateHotplug(opts, vp.Child("name"), dp, vp)...)
+	}
+	return errs
 }

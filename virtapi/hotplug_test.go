@@ -106,22 +106,22 @@ func TestAddRemoveHotplugVolume(t *testing.T) {
 	s := bootSpec()
 	o := addOpts()
 	o.Disk.Name, o.Disk.Disk.Bus = "", ""
-	require.NoError(t, addHotplugVolume(s, o))
+	require.NoError(t, specErr(s.AddHotplugVolume(o)))
 	require.Len(t, s.Volumes, 2)
 	assert.Equal(t, v1.Volume{Name: "data", VolumeSource: v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "data", Hotpluggable: true}}}, s.Volumes[1])
 	require.Len(t, s.Domain.Devices.Disks, 2)
 	assert.Equal(t, v1.Disk{Name: "data", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}}, s.Domain.Devices.Disks[1])
 
 	// A name in use, by a hot-plugged volume or one the VMI started with.
-	assert.Equal(t, http.StatusConflict, opCode(addHotplugVolume(s, addOpts())))
+	assert.Equal(t, http.StatusConflict, opCode(specErr(s.AddHotplugVolume(addOpts()))))
 	o = addOpts()
 	o.Name, o.Disk.Name = "root", "root"
-	assert.Equal(t, http.StatusConflict, opCode(addHotplugVolume(s, o)))
+	assert.Equal(t, http.StatusConflict, opCode(specErr(s.AddHotplugVolume(o))))
 
 	// Only hot-plugged volumes come out, with their disks.
-	assert.Equal(t, http.StatusBadRequest, opCode(removeHotplugVolume(s, "root")))
-	assert.Equal(t, http.StatusBadRequest, opCode(removeHotplugVolume(s, "absent")))
-	require.NoError(t, removeHotplugVolume(s, "data"))
+	assert.Equal(t, http.StatusBadRequest, opCode(specErr(s.RemoveHotplugVolume("root"))))
+	assert.Equal(t, http.StatusBadRequest, opCode(specErr(s.RemoveHotplugVolume("absent"))))
+	require.NoError(t, specErr(s.RemoveHotplugVolume("data")))
 	assert.Equal(t, bootSpec(), s)
 }
 
@@ -129,7 +129,7 @@ func TestAddRemoveHotplugVolume(t *testing.T) {
 func TestValidateHotplugUpdate(t *testing.T) {
 	withData := func() *v1.VirtualMachineInstanceSpec {
 		s := bootSpec()
-		require.NoError(t, addHotplugVolume(s, addOpts()))
+		require.NoError(t, specErr(s.AddHotplugVolume(addOpts())))
 		return s
 	}
 	for _, tc := range []struct {
@@ -149,7 +149,7 @@ func TestValidateHotplugUpdate(t *testing.T) {
 			s := withData()
 			s.Domain.Devices.Disks[1].Disk.Bus = v1.DiskBusVirtio
 			return s
-		}, "spec.volumes[1]: disk.disk.bus"},
+		}, "spec.domain.devices.disks[1].disk.bus"},
 		{"hot volume without a bus", bootSpec, func() *v1.VirtualMachineInstanceSpec {
 			s := withData()
 			s.Domain.Devices.Disks[1].Disk.Bus = ""
@@ -159,7 +159,7 @@ func TestValidateHotplugUpdate(t *testing.T) {
 			s := withData()
 			s.Domain.Devices.Disks = s.Domain.Devices.Disks[:1]
 			return s
-		}, "spec.volumes[1]: disk"},
+		}, "spec.domain.devices.disks: Required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := validateHotplugUpdate(tc.old(), tc.cur())
@@ -183,7 +183,7 @@ func TestValidateVMIUpdateHotplug(t *testing.T) {
 	}
 	old := bootSpec()
 	cur := bootSpec()
-	require.NoError(t, addHotplugVolume(cur, addOpts()))
+	require.NoError(t, specErr(cur.AddHotplugVolume(addOpts())))
 	update := func(cur *v1.VirtualMachineInstanceSpec) *admissionv1.AdmissionResponse {
 		return validateVMI(&admissionv1.AdmissionRequest{Operation: admissionv1.Update,
 			Object: runtime.RawExtension{Raw: vmi(cur)}, OldObject: runtime.RawExtension{Raw: vmi(old)}})

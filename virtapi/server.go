@@ -87,7 +87,8 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
 	for _, op := range []string{"addvolume", "removevolume"} {
-		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiVolume(op)))
+		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.volumeOp(op, false)))
+		mux.HandleFunc("PUT "+ns+"virtualmachines/{name}/"+op, s.authz("virtualmachines", op, "update", s.volumeOp(op, true)))
 	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
@@ -202,8 +203,10 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	for _, op := range vmiOps {
 		add("virtualmachineinstances/"+op, "update")
 	}
-	add("virtualmachineinstances/addvolume", "update")
-	add("virtualmachineinstances/removevolume", "update")
+	for _, r := range []string{"virtualmachineinstances", "virtualmachines"} {
+		add(r+"/addvolume", "update")
+		add(r+"/removevolume", "update")
+	}
 	add("virtualmachineinstances/console", "get")
 	for _, r := range portForwardResources {
 		add(r, "get")

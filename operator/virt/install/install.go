@@ -423,7 +423,8 @@ func UserRoles() []*rbacv1.ClusterRole {
 		"virtualmachineinstances/portforward", "virtualmachines/portforward", "virtualmachineinstances/vsock",
 		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze",
 		"virtualmachines/expand-spec", "expand-vm-spec",
-		"virtualmachineinstances/addvolume", "virtualmachineinstances/removevolume"}
+		"virtualmachineinstances/addvolume", "virtualmachineinstances/removevolume",
+		"virtualmachines/addvolume", "virtualmachines/removevolume"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt
 	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
