@@ -240,6 +240,9 @@ func (b *builder) rbac() error {
 			// expand-spec reads what a VM's instance type and preference name.
 			{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes", "virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
+			// addvolume checks that the claim or DataVolume exists.
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes"}, Verbs: []string{"get"}},
 		}}
 	b.add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),
