@@ -366,12 +366,21 @@ func validateHotplugUpdate(old, cur *v1.VirtualMachineInstanceSpec) field.ErrorL
 func validateHotplugVolumes(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.ErrorList {
 	var errs field.ErrorList
 	disks := p.Child("domain", "devices", "disks")
+	// The others are checked without the hot-plugged ones: a name both
+	// use is caught here.
+	seen := map[string]bool{}
+	for _, v := range s.Volumes {
+		if !v.IsHotplug() {
+			seen[v.Name] = true
+		}
+	}
 	for i := range s.Volumes {
 		v := &s.Volumes[i]
 		if !v.IsHotplug() {
 			continue
 		}
 		vp := p.Child("volumes").Index(i)
+		errs = append(errs, uniqueName(vp.Child("name"), v.Name, seen, "volume")...)
 		opts := &v1.AddVolumeOptions{Name: v.Name, VolumeSource: &v1.HotplugVolumeSource{PersistentVolumeClaim: v.PersistentVolumeClaim, DataVolume: v.DataVolume}}
 		dp := disks
 		if j := slices.IndexFunc(s.Domain.Devices.Disks, func(d v1.Disk) bool { return d.Name == v.Name }); j >= 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -171,6 +172,20 @@ func TestValidateHotplugUpdate(t *testing.T) {
 			assert.Contains(t, errs[0].Error(), tc.msg)
 		})
 	}
+}
+
+// A hotpluggable volume may not take a name another volume has: the
+// others are checked without it.
+func TestHotplugVolumeNameTaken(t *testing.T) {
+	s := bootSpec()
+	s.Volumes = append(s.Volumes, v1.Volume{Name: "root", VolumeSource: v1.VolumeSource{
+		DataVolume: &v1.DataVolumeSource{Name: "data", Hotpluggable: true}}})
+	s.Domain.Devices.Disks[0].Disk.Bus = v1.DiskBusSCSI
+	var fields []string
+	for _, e := range validateHotplugVolumes(field.NewPath("spec"), s) {
+		fields = append(fields, e.Field+" "+string(e.Type))
+	}
+	assert.Equal(t, []string{"spec.volumes[1].name " + string(field.ErrorTypeDuplicate)}, fields)
 }
 
 // The webhook: an update adding a hot-plugged
