@@ -194,7 +194,8 @@ func (a *vmAction) syncDataVolumes(ctx context.Context) (dvVerdict, *syncError) 
 	vm := a.vm
 	var names []string
 	if vm.Spec.Template != nil {
-		names = dataVolumeNames(&vm.Spec.Template.Spec)
+		// Hot-plugged ones wait for nothing: they come once the VMI runs.
+		names = dataVolumeNames(vm.Spec.Template.Spec.WithoutHotplugVolumes())
 	}
 	if len(names) == 0 && len(vm.Spec.DataVolumeTemplates) == 0 {
 		return dvVerdict{ready: true}, nil

@@ -318,6 +318,25 @@ func setVMIPhase(t *testing.T, vmi *v1.VirtualMachineInstance, phase v1.VirtualM
 	})
 }
 
+// patchVMStatus changes the VM's status as virt-api does (a request
+// appended), with an optimistic lock: a conflict with the controller just
+// means try again on fresh data.
+func patchVMStatus(t *testing.T, ns, name, what string, mutate func(*v1.VirtualMachineStatus)) {
+	t.Helper()
+	waitFor(t, what, func() (bool, string) {
+		cur := &v1.VirtualMachine{}
+		if err := get(t, ns, name, cur); err != nil {
+			return false, err.Error()
+		}
+		orig := cur.DeepCopy()
+		mutate(&cur.Status)
+		if err := k8s.Status().Patch(context.Background(), cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
 // bindPod plays the scheduler: it binds the pod to a node.
 func bindPod(t *testing.T, pod *corev1.Pod, node string) {
 	t.Helper()

@@ -158,6 +158,11 @@ func emptyDirVolume(name string) corev1.Volume {
 // RenderLauncherPod builds the virt-launcher pod for a VMI. It is a pure
 // function of its inputs so that it can be tested without an API server.
 func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*corev1.Pod, error) {
+	// The launcher boots the VMI without its hot-plugged volumes: those
+	// are attached to the running guest, from the node.
+	boot := *vmi
+	boot.Spec = *vmi.Spec.WithoutHotplugVolumes()
+	vmi = &boot
 	guest, err := spec.GuestMemory(&vmi.Spec)
 	if err != nil {
 		return nil, err

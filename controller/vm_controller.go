@@ -125,6 +125,20 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		syncErr = &syncError{reason: ReasonInvalidSpec, err: err}
 	}
 	a := vmAction{r: r, vm: vm, vmi: vmi, status: status}
+	// Volume requests (addvolume/removevolume) before the run strategy: a
+	// template they change comes back with the next pass.
+	if syncErr == nil {
+		done, err := a.applyVolumeRequests(ctx)
+		if err != nil {
+			return ctrl.Result{}, err.err
+		}
+		if a.specChanged {
+			return ctrl.Result{}, nil
+		}
+		if done {
+			status.VolumeRequests = nil
+		}
+	}
 	// The DataVolumes come first, whatever the run strategy.
 	a.dvs, a.dvErr = a.syncDataVolumes(ctx)
 	if syncErr == nil {

@@ -198,17 +198,8 @@ func TestVMStateChangeRequests(t *testing.T) {
 
 	// What virt-api's start subresource will do: queue a Start request.
 	addRequest := func(r ...v1.VirtualMachineStateChangeRequest) {
-		waitFor(t, "queueing a state change request", func() (bool, string) {
-			cur := &v1.VirtualMachine{}
-			if err := get(t, ns, "manual", cur); err != nil {
-				return false, err.Error()
-			}
-			orig := cur.DeepCopy()
-			cur.Status.StateChangeRequests = append(cur.Status.StateChangeRequests, r...)
-			if err := k8s.Status().Patch(ctx, cur, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-				return false, err.Error()
-			}
-			return true, ""
+		patchVMStatus(t, ns, "manual", "queueing a state change request", func(s *v1.VirtualMachineStatus) {
+			s.StateChangeRequests = append(s.StateChangeRequests, r...)
 		})
 	}
 	addRequest(v1.VirtualMachineStateChangeRequest{Action: v1.StartRequest})

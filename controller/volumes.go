@@ -76,12 +76,12 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// readPVCs reads the claim of each of the VMI's PVC volumes, by volume
-// name. A missing claim is an error naming it (ReasonFailedPVCNotFound);
+// readPVCs reads the claim of each of the VMI's PVC volumes but the
+// hot-plugged ones, by volume name. A missing claim is an error naming it (ReasonFailedPVCNotFound);
 // a dataVolume volume's DataVolume must be ready (dataVolumeClaim).
 func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]spec.PVCInfo, *syncError) {
 	out := map[string]spec.PVCInfo{}
-	for _, v := range spec.PVCVolumes(&vmi.Spec) {
+	for _, v := range spec.PVCVolumes(vmi.Spec.WithoutHotplugVolumes()) { // the launcher pod's
 		name, _, _ := spec.VolumeClaim(&v)
 		if v.DataVolume != nil {
 			// A DataVolume's claim, once the DataVolume is ready.
@@ -117,7 +117,7 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 	}
 	c := &pod.Spec.Containers[0]
 	emptyDisk := false
-	for _, v := range vmi.Spec.Volumes {
+	for _, v := range vmi.Spec.WithoutHotplugVolumes().Volumes { // hot-plugged ones come from the node
 		claim, ro, isClaim := spec.VolumeClaim(&v)
 		if (isClaim || v.HostDisk != nil) && taken[v.Name] {
 			return fmt.Errorf("spec.volumes[%s]: the name is taken by the launcher pod's own volume", v.Name)

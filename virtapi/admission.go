@@ -178,15 +178,14 @@ func validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespon
 		return decodeErr(err)
 	}
 	if req.Operation == admissionv1.Update {
-		// The spec of a VMI is fixed once created (the launcher runs it).
+		// The spec of a VMI is fixed once created (the launcher runs it),
+		// but for its hot-plugged volumes (addvolume/removevolume).
 		old := &v1.VirtualMachineInstance{}
 		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
 			return decodeErr(err)
 		}
-		a, _ := json.Marshal(old.Spec)
-		b, _ := json.Marshal(vmi.Spec)
-		if string(a) != string(b) {
-			return deny(field.ErrorList{field.Forbidden(field.NewPath("spec"), "a VirtualMachineInstance's spec cannot be changed")})
+		if errs := validateHotplugUpdate(&old.Spec, &vmi.Spec); len(errs) > 0 {
+			return deny(errs)
 		}
 		return allow()
 	}

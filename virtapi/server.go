@@ -86,6 +86,10 @@ func (s *Server) Handler() http.Handler {
 	for _, op := range vmiOps {
 		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.vmiOp(op)))
 	}
+	for _, op := range []string{"addvolume", "removevolume"} {
+		mux.HandleFunc("PUT "+ns+"virtualmachineinstances/{name}/"+op, s.authz("virtualmachineinstances", op, "update", s.volumeOp(op, false)))
+		mux.HandleFunc("PUT "+ns+"virtualmachines/{name}/"+op, s.authz("virtualmachines", op, "update", s.volumeOp(op, true)))
+	}
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/console", s.authz("virtualmachineinstances", "console", "get", s.console))
 	s.portForwardRoutes(mux, ns)
 	mux.HandleFunc("GET "+ns+"virtualmachineinstances/{name}/vsock", s.authz("virtualmachineinstances", "vsock", "get", s.vsock))
@@ -198,6 +202,10 @@ func (s *Server) discoveryResources(w http.ResponseWriter, _ *http.Request) {
 	}
 	for _, op := range vmiOps {
 		add("virtualmachineinstances/"+op, "update")
+	}
+	for _, r := range []string{"virtualmachineinstances", "virtualmachines"} {
+		add(r+"/addvolume", "update")
+		add(r+"/removevolume", "update")
 	}
 	add("virtualmachineinstances/console", "get")
 	for _, r := range portForwardResources {

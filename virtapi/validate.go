@@ -40,8 +40,13 @@ var MinGuestMemory = resource.MustParse("16Mi")
 // backend provides (SATA, e1000, Hyper-V, EFI and secure boot, a TPM,
 // clock timers, booting a disk without a Linux boot entry) is accepted: the launcher routes such VMIs to QEMU
 // (spec.SelectBackend).
+//
+// Hotpluggable volumes (and their disks) are checked as addvolume checks
+// them, the rest of the spec without them (they are appended, so the
+// indexes of the others stay).
 func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *field.Path, annotations map[string]string) field.ErrorList {
-	var errs field.ErrorList
+	errs := validateHotplugVolumes(p, s)
+	s = s.WithoutHotplugVolumes()
 	for _, f := range v1.UnmodeledFields(s) {
 		errs = append(errs, unsupported(p, f, ""))
 	}

@@ -9,15 +9,11 @@ import (
 )
 
 // validateDataVolumeVolume checks a dataVolume volume: the DataVolume
-// named as Kubernetes names objects, and not hot-pluggable (hotplug is
-// not built).
+// named as Kubernetes names objects (a hotpluggable one is checked by
+// validateHotplugVolumes).
 func validateDataVolumeVolume(vp *field.Path, dv *v1.DataVolumeSource) field.ErrorList {
 	dp := vp.Child("dataVolume")
-	errs := validateObjectName(dp.Child("name"), dv.Name, "the DataVolume in the VMI's namespace")
-	if dv.Hotpluggable {
-		errs = append(errs, unsupported(dp, "hotpluggable", "volumes are attached when the VMI starts"))
-	}
-	return errs
+	return validateObjectName(dp.Child("name"), dv.Name, "the DataVolume in the VMI's namespace")
 }
 
 // validateObjectName: set, and a DNS-1123 subdomain.

@@ -63,9 +63,9 @@ func TestValidateDataVolumeTemplates(t *testing.T) {
 		{name: "another namespace", spec: dvSpecHTTP, mutate: func(vm *v1.VirtualMachine) {
 			vm.Spec.DataVolumeTemplates[0].ObjectMeta.Namespace = "elsewhere"
 		}, want: "spec.dataVolumeTemplates[0].metadata.namespace"},
-		{name: "hotpluggable", spec: dvSpecHTTP, mutate: func(vm *v1.VirtualMachine) {
+		{name: "hotpluggable on a virtio disk", spec: dvSpecHTTP, mutate: func(vm *v1.VirtualMachine) {
 			vm.Spec.Template.Spec.Volumes[0].DataVolume.Hotpluggable = true
-		}, want: "spec.template.spec.volumes[0].dataVolume.hotpluggable: is not supported by kubevmm"},
+		}, want: `spec.template.spec.domain.devices.disks[0].disk.bus: "virtio" is not supported by kubevmm (hot-plugged disks are on the scsi bus)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vm := dvVM(t, tc.spec)

@@ -184,7 +184,7 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "No/Such"}
 			}},
-		{name: "hotpluggable PVC", field: "volumes[0].persistentVolumeClaim.hotpluggable", typ: notSupported,
+		{name: "hotpluggable PVC on a virtio disk", field: "domain.devices.disks[0].disk.bus", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Volumes[0].ContainerDisk, s.Volumes[0].PersistentVolumeClaim = nil, &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c", Hotpluggable: true}
 			}},
@@ -196,9 +196,10 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
 				s.Volumes[0].ContainerDisk, s.Volumes[0].EmptyDisk = nil, &v1.EmptyDiskSource{}
 			}},
-		{name: "hotpluggable dataVolume", field: "volumes[0].dataVolume.hotpluggable", typ: notSupported,
+		{name: "hotpluggable dataVolume badly named", field: "volumes[0].dataVolume.name", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
-				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}
+				s.Volumes[0].ContainerDisk, s.Volumes[0].DataVolume = nil, &v1.DataVolumeSource{Name: "No/Such", Hotpluggable: true}
+				disk(s).Disk.Bus = v1.DiskBusSCSI
 			}},
 		{name: "dataVolume without a name", field: "volumes[0].dataVolume.name", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {

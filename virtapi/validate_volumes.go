@@ -13,16 +13,13 @@ import (
 // or emptyDisk volume: a claim named as Kubernetes names objects, an
 // ephemeral volume with its claim, a hostDisk as KubeVirt checks it
 // (an absolute file path, type Disk or DiskOrCreate, the latter with a
-// capacity), an emptyDisk of some capacity. Hotplug is not supported (no
-// hotplug volumes in kubevmm).
+// capacity), an emptyDisk of some capacity. Hotpluggable volumes are
+// checked apart (validateHotplugVolumes).
 func validateDiskVolume(vp *field.Path, v *v1.Volume) field.ErrorList {
 	var errs field.ErrorList
 	if c := v.PersistentVolumeClaim; c != nil {
 		cp := vp.Child("persistentVolumeClaim")
 		errs = append(errs, validateClaimName(cp.Child("claimName"), c.ClaimName)...)
-		if c.Hotpluggable {
-			errs = append(errs, unsupported(cp, "hotpluggable", "volumes are attached when the VMI starts"))
-		}
 	}
 	if e := v.Ephemeral; e != nil {
 		ep := vp.Child("ephemeral", "persistentVolumeClaim")

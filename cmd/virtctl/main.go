@@ -13,6 +13,7 @@
 //	virtctl [-n NS] ssh|scp [flags] ...  (ssh.go)
 //	virtctl version [-c]
 //	virtctl [-n NS] image-upload dv|pvc NAME --image-path=FILE [--size=SIZE] ...  (imageupload.go)
+//	virtctl [-n NS] addvolume|removevolume VMI --volume-name=NAME [--persist] [--dry-run]  (hotplug.go)
 package main
 
 import (
@@ -78,6 +79,11 @@ usage: virtctl [-n NAMESPACE] [--kubeconfig FILE] COMMAND
                     [--uploadproxy-url=URL] [--storage-class=SC] [--access-mode=MODE]
                     [--volume-mode=block|filesystem] [--block-volume] [--wait-secs=N] [--retry=N]
                     upload a disk image (raw or qcow2, plain, gz or xz) into a DataVolume or PVC
+  addvolume VMI --volume-name=NAME [--persist] [--bus=scsi] [--dry-run]
+                    hot-plug a DataVolume or PVC into a running VMI as a SCSI disk
+                    (--persist: into its VM's spec too)
+  removevolume VMI --volume-name=NAME [--persist] [--dry-run]
+                    unplug a hot-plugged volume
 `)
 }
 
@@ -195,6 +201,8 @@ func (c *apiClient) command(cmd string, rest_ []string, stdin *os.File, stdout i
 		return c.version(rest_, stdout)
 	case "image-upload":
 		return c.imageUpload(rest_, stdout)
+	case "addvolume", "removevolume":
+		return c.volume(cmd, rest_, stdout)
 	default:
 		usage(os.Stderr)
 		return 2, fmt.Errorf("unknown command %q", cmd)

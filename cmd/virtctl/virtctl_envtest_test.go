@@ -303,6 +303,80 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		assert.EqualError(t, err, "guestosinfo manual: no running virt-handler on node node01")
 	})
 
+	t.Run("addvolume, removevolume", func(t *testing.T) {
+		require.NoError(t, c.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "disk1", Namespace: "default"},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}))
+		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "hp", Namespace: "default"}, Spec: tmpl.Spec}
+		require.NoError(t, c.Create(ctx, vmi))
+		getVMI := func() *v1.VirtualMachineInstance {
+			n := &v1.VirtualMachineInstance{}
+			require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hp"}, n))
+			return n
+		}
+		code, _, err := virtctl("addvolume", "hp", "--volume-name=disk1")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "addvolume hp: VMI is not running")
+		vmi.Status.Phase = v1.Running
+		require.NoError(t, c.Status().Update(ctx, vmi))
+
+		code, out, err := virtctl("addvolume", "hp", "--volume-name=disk1", "--dry-run")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "Successfully submitted add volume request to VMI hp for volume disk1\n", out)
+		assert.Equal(t, tmpl.Spec.Volumes, getVMI().Spec.Volumes, "a dry run changes nothing")
+
+		code, _, err = virtctl("addvolume", "hp", "--volume-name=disk1")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		spec := getVMI().Spec
+		assert.Equal(t, []v1.Volume{{Name: "disk1", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "disk1", Hotpluggable: true}}}}, spec.Volumes)
+		assert.Equal(t, []v1.Disk{{Name: "disk1", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusSCSI}}}}, spec.Domain.Devices.Disks)
+
+		for _, tc := range []struct {
+			args []string
+			code int
+			err  string
+		}{
+			{[]string{"addvolume", "hp", "--volume-name=disk1"}, 1, `addvolume hp: name: volume "disk1": a volume or disk of that name exists`},
+			{[]string{"addvolume", "hp", "--volume-name=nope"}, 1, "addvolume hp: volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim default/nope not found"},
+			{[]string{"addvolume", "hp", "--volume-name=Bad_Name"}, 1, "addvolume hp: AddVolumeOptions: "},
+			{[]string{"addvolume", "absent", "--volume-name=disk1"}, 1, `addvolume absent: virtualmachineinstances.kubevirt.io "absent" not found`},
+			{[]string{"addvolume", "hp", "--volume-name=disk1", "--bus=virtio"}, 2, "addvolume: --bus=virtio is not supported by kubevmm's virtctl: hot-plugged disks are on the scsi bus"},
+			{[]string{"addvolume", "hp", "--volume-name=disk1", "--serial=s1"}, 2, "addvolume: --serial is not supported by kubevmm's virtctl"},
+			{[]string{"addvolume", "hp"}, 2, "addvolume: --volume-name is required"},
+			{[]string{"removevolume", "hp", "--volume-name=root"}, 1, `removevolume hp: name: volume "root": no volume of that name`},
+		} {
+			code, out, err := virtctl(tc.args...)
+			assert.Equal(t, tc.code, code, "%v", tc.args)
+			assert.Empty(t, out, "%v", tc.args)
+			require.Error(t, err, "%v", tc.args)
+			assert.Contains(t, err.Error(), tc.err, "%v", tc.args)
+		}
+
+		code, _, err = virtctl("removevolume", "hp", "--volume-name=disk1")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		spec = getVMI().Spec
+		assert.Empty(t, spec.Volumes)
+		assert.Empty(t, spec.Domain.Devices.Disks)
+
+		// --persist: through the VM, a request for virt-controller.
+		newVM("hpvm", v1.RunStrategyAlways)
+		code, out, err = virtctl("addvolume", "hpvm", "--volume-name=disk1", "--persist")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		assert.Equal(t, "Successfully submitted add volume request to VM hpvm for volume disk1\n", out)
+		reqs := get("hpvm").Status.VolumeRequests
+		require.Len(t, reqs, 1)
+		require.NotNil(t, reqs[0].AddVolumeOptions)
+		assert.Equal(t, "disk1", reqs[0].AddVolumeOptions.VolumeSource.PersistentVolumeClaim.ClaimName)
+		code, _, err = virtctl("removevolume", "hpvm", "--volume-name=disk1", "--persist")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, `removevolume hpvm: name: a request for volume "disk1" is pending; try again`)
+	})
+
 	t.Run("reset, softreboot, port-forward", func(t *testing.T) {
 		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "default"}, Spec: tmpl.Spec}
 		require.NoError(t, c.Create(ctx, vmi))

@@ -706,8 +706,10 @@ type VirtualMachineStatus struct {
 	// StateChangeRequests are pending starts/stops, oldest first.
 	// +optional
 	StateChangeRequests []VirtualMachineStateChangeRequest `json:"stateChangeRequests,omitempty"`
+	// VolumeRequests are pending addvolume/removevolume requests, oldest
+	// first.
 	// +optional
-	VolumeRequests []Unmodeled `json:"volumeRequests,omitempty"`
+	VolumeRequests []VirtualMachineVolumeRequest `json:"volumeRequests,omitempty"`
 	// +optional
 	VolumeSnapshotStatuses []Unmodeled `json:"volumeSnapshotStatuses,omitempty"`
 	// +optional

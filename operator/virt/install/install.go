@@ -240,6 +240,9 @@ func (b *builder) rbac() error {
 			// expand-spec reads what a VM's instance type and preference name.
 			{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes", "virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
+			// addvolume checks that the claim or DataVolume exists.
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes"}, Verbs: []string{"get"}},
 		}}
 	b.add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),
@@ -422,7 +425,9 @@ func UserRoles() []*rbacv1.ClusterRole {
 		"virtualmachineinstances/reset", "virtualmachineinstances/softreboot",
 		"virtualmachineinstances/portforward", "virtualmachines/portforward", "virtualmachineinstances/vsock",
 		"virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze",
-		"virtualmachines/expand-spec", "expand-vm-spec"}
+		"virtualmachines/expand-spec", "expand-vm-spec",
+		"virtualmachineinstances/addvolume", "virtualmachineinstances/removevolume",
+		"virtualmachines/addvolume", "virtualmachines/removevolume"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt
 	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
 	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const hotplugDV = `apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: hp-data}
+spec:
+  source: {blank: {}}
+  storage:
+    resources:
+      requests:
+        storage: 64Mi
+`
+
+// TestHotplugVolume: the API half of volume hot-plug on the dev cluster,
+// through the API server, virt-api (subresources, RBAC, the VMI webhook)
+// and virt-controller. `virtctl addvolume --persist` puts a blank
+// DataVolume into the running VMI's spec (a hotpluggable volume, a SCSI
+// disk) and into its VM's template, without a restart and on the same
+// launcher pod; `removevolume --persist` takes it out of both; without
+// --persist only the VMI changes. Bad requests are refused naming what is
+// wrong, and the VMI's spec stays fixed but for its hotpluggable volumes.
+// The guest does not see the disk: the node half (attaching the claim to
+// the running VM) is not built. The VM runs, its guest need not boot.
+func TestHotplugVolume(t *testing.T) {
+	freshNamespace(t)
+	const vm = "testvm"
+	f := filepath.Join(t.TempDir(), "dv.yaml")
+	require.NoError(t, os.WriteFile(f, []byte(hotplugDV), 0o600))
+	kubectl(t, "-n", ns, "apply", "-f", f)
+	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
+	wait(t, "vmi/"+vm, "create", 2*time.Minute)
+	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	pod := kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpath(t, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}")
+
+	const (
+		vmiVolume = `{.spec.volumes[?(@.name=="hp-data")].dataVolume.hotpluggable}/{.spec.domain.devices.disks[?(@.name=="hp-data")].disk.bus}`
+		vmVolume  = `{.spec.template.spec.volumes[?(@.name=="hp-data")].dataVolume.hotpluggable}/{.spec.template.spec.domain.devices.disks[?(@.name=="hp-data")].disk.bus}`
+	)
+	volumes := func() (string, string) { return jsonpath(t, "vmi/"+vm, vmiVolume), jsonpath(t, "vm/"+vm, vmVolume) }
+	waitVolumes := func(what, wantVMI, wantVM string) {
+		t.Helper()
+		until(t, 2*time.Minute, what, func() bool {
+			i, m := volumes()
+			return i == wantVMI && m == wantVM && jsonpath(t, "vm/"+vm, "{.status.volumeRequests}") == ""
+		})
+	}
+
+	t.Run("bad requests are refused by name", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"addvolume", vm, "--volume-name=nope"}, "volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim " + ns + "/nope not found"},
+			{[]string{"addvolume", vm, "--volume-name=hp-data", "--bus=virtio"}, "--bus=virtio is not supported"},
+			{[]string{"addvolume", vm, "--volume-name=hp-data", "--serial=s"}, "--serial is not supported"},
+			{[]string{"removevolume", vm, "--volume-name=hp-data"}, `name: volume "hp-data": no volume of that name`},
+		} {
+			out, err := run(t, "virtctl.sh", append([]string{"-n", ns}, tc.args...)...)
+			require.Error(t, err, "%v: %s", tc.args, out)
+			assert.Contains(t, out, tc.want, "%v", tc.args)
+		}
+	})
+
+	t.Run("addvolume --persist: the VMI and its VM's template", func(t *testing.T) {
+		out := virtctl(t, "addvolume", vm, "--volume-name=hp-data", "--persist")
+		assert.Contains(t, out, "Successfully submitted add volume request to VM testvm for volume hp-data")
+		waitVolumes("hot-plugged volume in the VMI and the VM", "true/scsi", "true/scsi")
+		assert.Empty(t, jsonpath(t, "vm/"+vm, `{.status.conditions[?(@.type=="RestartRequired")].status}`), "no restart needed")
+		assert.Equal(t, "Running", jsonpath(t, "vmi/"+vm, "{.status.phase}"))
+		assert.Equal(t, pod, kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpath(t, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}"),
+			"the same launcher pod")
+
+		out, err := run(t, "virtctl.sh", "-n", ns, "addvolume", vm, "--volume-name=hp-data")
+		require.Error(t, err, out)
+		assert.Contains(t, out, `name: volume "hp-data": a volume or disk of that name exists`)
+	})
+
+	t.Run("the VMI's other spec stays fixed", func(t *testing.T) {
+		out, err := run(t, "kubectl.sh", "-n", ns, "patch", "vmi", vm, "--type=json", "-p", `[{"op":"replace","path":"/spec/domain/memory/guest","value":"256Mi"}]`)
+		require.Error(t, err, out)
+		assert.Contains(t, out, "spec cannot be changed, but for its hotpluggable volumes")
+	})
+
+	t.Run("removevolume --persist", func(t *testing.T) {
+		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
+		waitVolumes("hot-plugged volume gone from the VMI and the VM", "/", "/")
+	})
+
+	t.Run("without --persist only the VMI changes", func(t *testing.T) {
+		out := virtctl(t, "addvolume", vm, "--volume-name=hp-data")
+		assert.Contains(t, out, "Successfully submitted add volume request to VMI testvm for volume hp-data")
+		i, m := volumes()
+		assert.Equal(t, "true/scsi", i)
+		assert.Equal(t, "/", m)
+		virtctl(t, "removevolume", vm, "--volume-name=hp-data")
+		i, _ = volumes()
+		assert.Equal(t, "/", i)
+	})
+}
