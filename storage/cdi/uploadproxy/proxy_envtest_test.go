@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,7 +78,45 @@ func TestProxy(t *testing.T) {
 	require.NoError(t, err)
 	vol := t.TempDir()
 	us := uploadserver.New(uploadserver.Config{Dest: vol, Size: 1 << 20, ScratchDir: t.TempDir(), ClientName: "cdi-uploadproxy"}, log)
-	backend := httptest.NewUnstartedServer(us.Handler())
+	// The upload server's handlers counted as they start and return: the
+	// proxy answers a client that cut its upload short as soon as its
+	// forward fails, before the upload server's handler has seen the
+	// cut and is ready for another.
+	var handlers struct {
+		sync.Mutex
+		started, returned int
+	}
+	ush := us.Handler()
+	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handlers.Lock()
+		handlers.started++
+		handlers.Unlock()
+		defer func() {
+			handlers.Lock()
+			handlers.returned++
+			handlers.Unlock()
+		}()
+		ush.ServeHTTP(w, r)
+	}))
+	// idleAfter waits until a request beyond the first n has reached the
+	// upload server and every one has returned.
+	idleAfter := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+			handlers.Lock()
+			started, returned := handlers.started, handlers.returned
+			handlers.Unlock()
+			if started > n && returned == started {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "the upload server's handlers: %d started, %d returned", started, returned)
+		}
+	}
+	handlerCount := func() int {
+		handlers.Lock()
+		defer handlers.Unlock()
+		return handlers.started
+	}
 	backend.TLS = serverTLS
 	backend.StartTLS()
 	t.Cleanup(backend.Close)
@@ -180,7 +219,8 @@ func TestProxy(t *testing.T) {
 
 	t.Run("cut short, then whole", func(t *testing.T) {
 		// A client that stops halfway: the upload server keeps no disk
-		// and takes the next attempt.
+		// and, once it has seen the cut, takes the next attempt.
+		before := handlerCount()
 		conn, err := net.Dial("tcp", front.Listener.Addr().String())
 		require.NoError(t, err)
 		defer func() { _ = conn.Close() }()
@@ -193,6 +233,7 @@ func TestProxy(t *testing.T) {
 		require.NoError(t, err)
 		_ = resp.Body.Close()
 		require.GreaterOrEqual(t, resp.StatusCode, 400)
+		idleAfter(before)
 		_, err = os.Stat(filepath.Join(vol, uploadserver.DiskImage))
 		require.ErrorIs(t, err, os.ErrNotExist)
 
@@ -201,7 +242,10 @@ func TestProxy(t *testing.T) {
 		<-us.Done
 		got, err := os.ReadFile(filepath.Join(vol, uploadserver.DiskImage))
 		require.NoError(t, err)
-		require.Equal(t, img, got)
+		// The upload, then zeros: disk.img is grown to the claim's usable size.
+		require.Len(t, got, 1<<20)
+		require.True(t, bytes.Equal(img, got[:len(img)]), "disk.img starts with the upload")
+		require.True(t, bytes.Equal(make([]byte, len(got)-len(img)), got[len(img):]), "and reads zeros after it")
 		code, msg = post(sign(signer, "disk", now), strings.NewReader("x"))
 		require.Equal(t, http.StatusConflict, code, msg)
 	})
