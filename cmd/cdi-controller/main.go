@@ -1,6 +1,6 @@
 // Command cdi-controller runs CDI's controllers: DataVolumes
-// (storage/cdi/datavolume), imports (storage/cdi/importcontroller) and
-// uploads (storage/cdi/upload).
+// (storage/cdi/datavolume), imports (storage/cdi/importcontroller),
+// uploads (storage/cdi/upload) and DataSources (storage/cdi/datasource).
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
@@ -83,6 +84,9 @@ func run() error {
 	if err := (&upload.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: uploadImage, PullPolicy: corev1.PullPolicy(pull),
 		Log: slog.Default().With("controller", "cdi-upload")}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the upload controller: %w", err)
+	}
+	if err := (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the DataSource controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
