@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 
 // The DataVolume, upload, clone and DataSource controllers against a real
 // API server (no kubelet: the test plays the pods' parts). A DataVolume
-// cloning a PVC of another namespace gets a target PVC whose upload
+// cloning a PVC gets a target PVC whose upload
 // server accepts only the clone source's certificate; once that server is
 // ready the clone source pod runs in the source's namespace with the
 // source claim read-only and a client certificate of the upload CA; the
@@ -61,7 +62,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 // cloned (event CloneSourceInUse) until that pod is gone. A sourceRef
 // waits for its DataSource to be Ready, then clones its PVC; a clone
 // asking no size takes its source's, and a target smaller than its
-// source fails naming both.
+// source fails naming both, and so does a source in another namespace.
 func TestCloneEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func TestCloneEnvtest(t *testing.T) {
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
-	for _, ns := range []string{"cdi", "golden", "target"} {
+	for _, ns := range []string{"cdi", "golden", "target"} { // target: a clone from golden is refused there
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	ca, err := certs.NewCA("cdi-uploadserver-ca", certs.Config{Duration: 48 * time.Hour, RenewBefore: time.Hour}, time.Now())
@@ -108,12 +109,12 @@ func TestCloneEnvtest(t *testing.T) {
 		Volumes:    []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "fedora"}}}}}}
 	require.NoError(t, k8s.Create(ctx, user))
 
-	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "copy"}, Spec: cdiv1.DataVolumeSpec{
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "copy"}, Spec: cdiv1.DataVolumeSpec{
 		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
 	require.NoError(t, k8s.Create(ctx, dv))
 	getDV := func(name string) *cdiv1.DataVolume {
 		got := &cdiv1.DataVolume{}
-		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: name}, got))
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: name}, got))
 		return got
 	}
 	waitPhase := func(name string, p cdiv1.DataVolumePhase) *cdiv1.DataVolume {
@@ -126,7 +127,7 @@ func TestCloneEnvtest(t *testing.T) {
 	}
 	waitPhase("copy", cdiv1.CloneScheduled)
 	target := &corev1.PersistentVolumeClaim{}
-	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: "copy"}, target))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "copy"}, target))
 	assert.Equal(t, "golden/fedora", target.Annotations[cdiv1.AnnCloneRequest])
 	size := target.Spec.Resources.Requests[corev1.ResourceStorage]
 	assert.GreaterOrEqual(t, size.Value(), int64(1<<30), "no size asked: at least the source's")
@@ -135,7 +136,7 @@ func TestCloneEnvtest(t *testing.T) {
 	// certificate alone; the test makes it ready.
 	server := &corev1.Pod{}
 	waitFor(t, "the upload server", func() (bool, string) {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: "cdi-upload-copy"}, server)
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, server)
 		return err == nil, fmt.Sprint(err)
 	})
 	assert.Contains(t, server.Spec.Containers[0].Args, "--client-name="+clone.ClientName)
@@ -146,7 +147,7 @@ func TestCloneEnvtest(t *testing.T) {
 	// The source is in use: an event, no source pod.
 	waitFor(t, "event CloneSourceInUse", func() (bool, string) {
 		evs := &corev1.EventList{}
-		require.NoError(t, k8s.List(ctx, evs, client.InNamespace("target")))
+		require.NoError(t, k8s.List(ctx, evs, client.InNamespace("golden")))
 		for _, e := range evs.Items {
 			if e.Reason == clonecontroller.ReasonSourceInUse && e.InvolvedObject.Name == "copy" {
 				return true, ""
@@ -165,7 +166,7 @@ func TestCloneEnvtest(t *testing.T) {
 	})
 	ctr := sourcePod.Spec.Containers[0]
 	assert.Equal(t, "registry/cdi-cloner:t", ctr.Image)
-	assert.Contains(t, ctr.Args, "--url=https://cdi-upload-copy.target.svc")
+	assert.Contains(t, ctr.Args, "--url=https://cdi-upload-copy.golden.svc")
 	assert.Contains(t, ctr.Args, "--source-dir=/data")
 	assert.Equal(t, "fedora", sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
 	assert.True(t, sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly)
@@ -194,7 +195,7 @@ func TestCloneEnvtest(t *testing.T) {
 	})
 
 	// sourceRef: waits for the DataSource, then clones its PVC.
-	ref := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "from-ref"}, Spec: cdiv1.DataVolumeSpec{
+	ref := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "from-ref"}, Spec: cdiv1.DataVolumeSpec{
 		SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("golden"), Name: "fedora"}, Storage: &cdiv1.StorageSpec{}}}
 	require.NoError(t, k8s.Create(ctx, ref))
 	waitFor(t, "DataSourceNotFound", func() (bool, string) {
@@ -204,11 +205,11 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "fedora"},
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora"}}}}))
 	waitPhase("from-ref", cdiv1.CloneScheduled)
-	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: "from-ref"}, target))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "from-ref"}, target))
 	assert.Equal(t, "golden/fedora", target.Annotations[cdiv1.AnnCloneRequest])
 
 	// A target smaller than its source fails, naming both.
-	small := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "small"}, Spec: cdiv1.DataVolumeSpec{
+	small := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "small"}, Spec: cdiv1.DataVolumeSpec{
 		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}},
 		PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("100Mi")}}}}}
@@ -217,5 +218,18 @@ func TestCloneEnvtest(t *testing.T) {
 	c := cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady)
 	require.NotNil(t, c)
 	assert.Contains(t, c.Message, "target PVC small requests 100Mi, less than the size of the source PVC golden/fedora (1Gi)")
-	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: "small"}, &corev1.PersistentVolumeClaim{})))
+	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "small"}, &corev1.PersistentVolumeClaim{})))
+
+	// A source in another namespace is refused (no datavolumes/source
+	// authorization check yet), naming the field; no claim is made.
+	other := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "other"}, Spec: cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
+	require.NoError(t, k8s.Create(ctx, other))
+	waitFor(t, "other Failed", func() (bool, string) {
+		got := &cdiv1.DataVolume{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(other), got))
+		c := cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady)
+		return got.Status.Phase == cdiv1.Failed && c != nil && strings.Contains(c.Message, "spec.source.pvc.namespace"), fmt.Sprintf("%s %+v", got.Status.Phase, c)
+	})
+	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(other), &corev1.PersistentVolumeClaim{})))
 }

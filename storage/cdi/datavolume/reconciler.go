@@ -136,6 +136,10 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 		return err
 	}
 	dv, src, wait, err := r.cloneSource(ctx, dv)
+	if inv, ok := err.(invalidError); ok {
+		s.Invalid = inv.msg
+		return nil
+	}
 	if err != nil || wait != nil {
 		s.Waiting = wait
 		return err
