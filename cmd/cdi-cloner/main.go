@@ -31,7 +31,9 @@ func main() {
 
 func run() error {
 	var url, certDir, dir, device, owner string
-	flag.StringVar(&url, "url", "", "the target's upload server (https://cdi-upload-<pvc>.<namespace>.svc)")
+	var serverName string
+	flag.StringVar(&url, "url", "", "the target's upload server (https://ADDRESS:PORT)")
+	flag.StringVar(&serverName, "server-name", "", "the name its certificate must carry (cdi-upload-<pvc>.<namespace>.svc)")
 	flag.StringVar(&certDir, "cert-dir", "/etc/cdi-clone/certs", "tls.crt and tls.key of the client certificate, ca.crt of the server's")
 	flag.StringVar(&dir, "source-dir", "", "the Filesystem source volume's directory (disk.img is read)")
 	flag.StringVar(&device, "block-device", "", "the Block source volume's device")
@@ -47,6 +49,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	tlsCfg.ServerName = serverName
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	p := &importer.Progress{}
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(importer.MetricsPort))

@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"strings"
 	"time"
 
@@ -309,6 +310,16 @@ func (r *Reconciler) create(ctx context.Context, target, src *corev1.PersistentV
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: upload.CASecret}, caSecret); err != nil {
 		return fmt.Errorf("the upload CA (Secret %s/%s): %w", r.Namespace, upload.CASecret, err)
 	}
+	// The upload server's Service by its address: the dev cluster has no
+	// cluster DNS (the certificate is checked against the Service's name).
+	svc := &corev1.Service{}
+	svcKey := types.NamespacedName{Namespace: target.Namespace, Name: uploadproxy.ServerName(target.Name)}
+	if err := r.Client.Get(ctx, svcKey, svc); err != nil {
+		return fmt.Errorf("the upload server's Service %s: %w", svcKey, err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return fmt.Errorf("the upload server's Service %s has no cluster IP", svcKey)
+	}
 	ca := certs.KeyPair{Cert: caSecret.Data[corev1.TLSCertKey], Key: caSecret.Data[corev1.TLSPrivateKeyKey]}
 	leaf, err := certs.NewLeaf(ca, certs.Leaf{CommonName: clone.ClientName, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, clientCert, time.Now())
 	if err != nil {
@@ -318,7 +329,7 @@ func (r *Reconciler) create(ctx context.Context, target, src *corev1.PersistentV
 		Annotations: map[string]string{TargetAnnotation: target.Namespace + "/" + target.Name, cdiv1.AnnCreatedBy: "yes"}}
 	secret := &corev1.Secret{ObjectMeta: *meta.DeepCopy(), Type: corev1.SecretTypeTLS, Data: map[string][]byte{
 		corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, "ca.crt": ca.Cert}}
-	pod := Pod(target, src, *meta.DeepCopy(), r.Image, r.PullPolicy)
+	pod := Pod(target, src, svc.Spec.ClusterIP, *meta.DeepCopy(), r.Image, r.PullPolicy)
 	for _, o := range []client.Object{secret, pod} {
 		if err := r.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating the clone source %T %s/%s: %w", o, meta.Namespace, meta.Name, err)
@@ -329,10 +340,10 @@ func (r *Reconciler) create(ctx context.Context, target, src *corev1.PersistentV
 
 // Pod is the clone source pod: cdi-cloner with the source claim
 // (read-only) and the client certificate, sending to the target's upload
-// server.
-func Pod(target, src *corev1.PersistentVolumeClaim, meta metav1.ObjectMeta, image string, pull corev1.PullPolicy) *corev1.Pod {
-	url := fmt.Sprintf("https://%s.%s.svc", uploadproxy.ServerName(target.Name), target.Namespace)
-	args := []string{"--url=" + url, "--cert-dir=" + certDir, "--owner-uid=" + string(target.UID)}
+// server at its Service's address ip.
+func Pod(target, src *corev1.PersistentVolumeClaim, ip string, meta metav1.ObjectMeta, image string, pull corev1.PullPolicy) *corev1.Pod {
+	args := []string{"--url=https://" + net.JoinHostPort(ip, "443"), fmt.Sprintf("--server-name=%s.%s.svc", uploadproxy.ServerName(target.Name), target.Namespace),
+		"--cert-dir=" + certDir, "--owner-uid=" + string(target.UID)}
 	ctr := corev1.Container{Name: "cdi-clone-source", Image: image, ImagePullPolicy: pull,
 		VolumeMounts: []corev1.VolumeMount{{Name: "certs", MountPath: certDir, ReadOnly: true}},
 		// Root with no capabilities, as the importer: hostpath-csi's

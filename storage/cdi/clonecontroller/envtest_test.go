@@ -166,7 +166,10 @@ func TestCloneEnvtest(t *testing.T) {
 	})
 	ctr := sourcePod.Spec.Containers[0]
 	assert.Equal(t, "registry/cdi-cloner:t", ctr.Image)
-	assert.Contains(t, ctr.Args, "--url=https://cdi-upload-copy.golden.svc")
+	svc := &corev1.Service{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, svc))
+	assert.Contains(t, ctr.Args, "--url=https://"+svc.Spec.ClusterIP+":443", "the Service by address: no cluster DNS")
+	assert.Contains(t, ctr.Args, "--server-name=cdi-upload-copy.golden.svc")
 	assert.Contains(t, ctr.Args, "--source-dir=/data")
 	assert.Equal(t, "fedora", sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
 	assert.True(t, sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly)
