@@ -33,7 +33,7 @@ func validateObjectName(p *field.Path, name, what string) field.ErrorList {
 // used by a dataVolume volume of the template) and each spec by the rules
 // CDI's DataVolume CRD has (api/cdi/v1beta1's CEL rules: exactly one of
 // source and sourceRef, exactly one source, exactly one of pvc and
-// storage with a storage request, the sources kubevmm does not import
+// storage with a storage request unless it clones, the sources kubevmm does not import
 // refused by name), so that a VM is refused at once rather than its
 // DataVolume later. ns is the VM's namespace.
 func validateDataVolumeTemplates(p *field.Path, vm *v1.VirtualMachine, ns string) field.ErrorList {
@@ -90,9 +90,13 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 		errs = append(errs, required(p.Child("source"), "one of source and sourceRef"))
 	case s.Source != nil && s.SourceRef != nil:
 		errs = append(errs, field.Forbidden(p.Child("sourceRef"), "source and sourceRef are mutually exclusive"))
-	case s.SourceRef != nil:
-		errs = append(errs, unsupported(p, "sourceRef", "no DataSource yet"))
+	case s.SourceRef != nil && s.SourceRef.Kind != "DataSource":
+		errs = append(errs, notSupported(p.Child("sourceRef", "kind"), s.SourceRef.Kind, "DataSource"))
+	case s.SourceRef != nil && s.SourceRef.Name == "":
+		errs = append(errs, required(p.Child("sourceRef", "name"), "the DataSource's name"))
 	}
+	// A clone takes its source's size when it asks for none.
+	clone := s.SourceRef != nil || (s.Source != nil && s.Source.PVC != nil)
 	if src := s.Source; src != nil {
 		sp := p.Child("source")
 		kinds := []struct {
@@ -102,7 +106,7 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 			{"http", "", src.HTTP != nil},
 			{"upload", "", src.Upload != nil},
 			{"blank", "", src.Blank != nil},
-			{"pvc", "clone is not built yet", src.PVC != nil},
+			{"pvc", "", src.PVC != nil},
 			{"s3", "", src.S3 != nil},
 			{"gcs", "", src.GCS != nil},
 			{"registry", "not yet", src.Registry != nil},
@@ -116,7 +120,7 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 				continue
 			}
 			n++
-			if i >= 3 {
+			if i >= 4 {
 				errs = append(errs, unsupported(sp, k.name, k.why))
 			}
 		}
@@ -126,19 +130,22 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 		if h := src.HTTP; h != nil && h.URL == "" {
 			errs = append(errs, required(sp.Child("http", "url"), "the image's URL"))
 		}
+		if c := src.PVC; c != nil && c.Name == "" {
+			errs = append(errs, required(sp.Child("pvc", "name"), "the source PVC's name"))
+		}
 	}
 	switch {
 	case (s.PVC == nil) == (s.Storage == nil):
 		errs = append(errs, invalid(p, field.OmitValueType{}, "exactly one of pvc and storage is required"))
 	case s.PVC != nil:
-		if _, ok := s.PVC.Resources.Requests["storage"]; !ok {
+		if _, ok := s.PVC.Resources.Requests["storage"]; !ok && !clone {
 			errs = append(errs, required(p.Child("pvc", "resources", "requests", "storage"), "the claim's size"))
 		}
 		if s.PVC.DataSource != nil || s.PVC.DataSourceRef != nil {
 			errs = append(errs, field.Forbidden(p.Child("pvc", "dataSource"), "the DataVolume's source fills the PVC"))
 		}
 	case s.Storage != nil:
-		if _, ok := s.Storage.Resources.Requests["storage"]; !ok {
+		if _, ok := s.Storage.Resources.Requests["storage"]; !ok && !clone {
 			errs = append(errs, required(p.Child("storage", "resources", "requests", "storage"), "the claim's size"))
 		}
 		if s.Storage.DataSource != nil || s.Storage.DataSourceRef != nil {

@@ -1,6 +1,7 @@
 // Command cdi-controller runs CDI's controllers: DataVolumes
-// (storage/cdi/datavolume), imports (storage/cdi/importcontroller) and
-// uploads (storage/cdi/upload).
+// (storage/cdi/datavolume), imports (storage/cdi/importcontroller),
+// uploads (storage/cdi/upload), clones (storage/cdi/clonecontroller) and
+// DataSources (storage/cdi/datasource).
 package main
 
 import (
@@ -17,6 +18,8 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/storage/cdi/clonecontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
@@ -33,8 +36,9 @@ func run() error {
 	var image, pull, probeAddr, namespace string
 	var leaderElect bool
 	flag.StringVar(&image, "importer-image", "localhost/kubevmm/cdi-importer:devel", "the importer pods' image")
-	var uploadImage string
+	var uploadImage, clonerImage string
 	flag.StringVar(&uploadImage, "uploadserver-image", "localhost/kubevmm/cdi-uploadserver:devel", "the upload server pods' image")
+	flag.StringVar(&clonerImage, "cloner-image", "localhost/kubevmm/cdi-cloner:devel", "the clone source pods' image")
 	flag.StringVar(&pull, "pull-policy", string(corev1.PullIfNotPresent), "the importer pods' pull policy (Always, IfNotPresent, Never)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader election lease (default: $POD_NAMESPACE)")
@@ -83,6 +87,13 @@ func run() error {
 	if err := (&upload.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: uploadImage, PullPolicy: corev1.PullPolicy(pull),
 		Log: slog.Default().With("controller", "cdi-upload")}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the upload controller: %w", err)
+	}
+	if err := (&clonecontroller.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: clonerImage, PullPolicy: corev1.PullPolicy(pull),
+		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: slog.Default().With("controller", "cdi-clone")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the clone controller: %w", err)
+	}
+	if err := (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the DataSource controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)

@@ -5,7 +5,7 @@
 # virt-template-validator, hco-operator, kubevmm-multus, bridge-marker,
 # kubemacpool, cluster-network-addons-operator, cdi-operator,
 # cdi-controller, cdi-importer, cdi-apiserver, cdi-uploadproxy,
-# cdi-uploadserver), imports them into the dev
+# cdi-uploadserver, cdi-cloner), imports them into the dev
 # cluster's containerd and installs kubevmm the documented way: virt-operator
 # (namespace kubevirt, the KubeVirt CRD, its RBAC and Deployment, generated
 # by hack/cluster/manifests -operator; virt-operator makes and rotates the
@@ -24,7 +24,7 @@ set -euo pipefail
 ctr -a "$CONTAINERD_SOCK" version >/dev/null 2>&1 || die "sync.sh: the cluster is not up (make cluster-up)"
 T0=$(now)
 components=()
-for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner hostpath-provisioner-operator kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer cdi-apiserver cdi-uploadproxy cdi-uploadserver; do
+for c in virt-operator hco-operator virt-api virt-controller virt-handler virt-launcher hostpath-provisioner hostpath-provisioner-operator kubevmm-multus bridge-marker kubemacpool cluster-network-addons-operator ssp-operator virt-template-validator cdi-operator cdi-controller cdi-importer cdi-apiserver cdi-uploadproxy cdi-uploadserver cdi-cloner; do
   [ -d "$REPO_DIR/cmd/$c" ] && components+=("$c")
 done
 "$HACK_DIR/cluster/images.sh" "${components[@]}"

@@ -31,20 +31,15 @@ func TestCRDs(t *testing.T) {
 		cdiv1.CDIConfigCRDName:      apiextensionsv1.ClusterScoped,
 		cdiv1.StorageProfileCRDName: apiextensionsv1.ClusterScoped,
 		cdiv1.DataVolumeCRDName:     apiextensionsv1.NamespaceScoped,
+		cdiv1.DataSourceCRDName:     apiextensionsv1.NamespaceScoped,
 	}, got)
 }
 
 // What the API server refuses in a DataVolume without a webhook: each
 // error names the field. Upstream's example DataVolumes are accepted.
 func TestDataVolumeValidation(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
-	ctx := context.Background()
 	storage := `"storage": {"resources": {"requests": {"storage": "1Gi"}}}`
-	tests := []struct {
-		name, spec, wantErr string
-	}{
+	tests := []validationCase{
 		{"upstream http example", `{"source": {"http": {"url": "https://example.org/disk.qcow2"}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
 		{"upstream blank example", `{"source": {"blank": {}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
 		{"upload", `{"source": {"upload": {}}, ` + storage + `}`, ""},
@@ -54,7 +49,12 @@ func TestDataVolumeValidation(t *testing.T) {
 		{"empty source", `{"source": {}, ` + storage + `}`, "spec.source must set exactly one source"},
 		{"no source", `{` + storage + `}`, "one of spec.source and spec.sourceRef is required"},
 		{"source and sourceRef", `{"source": {"blank": {}}, "sourceRef": {"kind": "DataSource", "name": "x"}, ` + storage + `}`, "spec.source and spec.sourceRef are mutually exclusive"},
-		{"sourceRef", `{"sourceRef": {"kind": "DataSource", "name": "x"}, ` + storage + `}`, "spec.sourceRef is not supported"},
+		{"sourceRef", `{"sourceRef": {"kind": "DataSource", "name": "x"}, ` + storage + `}`, ""},
+		{"sourceRef without size", `{"sourceRef": {"kind": "DataSource", "namespace": "golden", "name": "x"}, "storage": {}}`, ""},
+		{"upstream clone example", `{"source": {"pvc": {"namespace": "source-ns", "name": "my-pvc"}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
+		{"clone without size", `{"source": {"pvc": {"namespace": "a", "name": "b"}}, "storage": {}}`, ""},
+		{"clone without name", `{"source": {"pvc": {"namespace": "a"}}, "storage": {}}`, "spec.source.pvc.name"},
+		{"sourceRef of another kind", `{"sourceRef": {"kind": "PersistentVolumeClaim", "name": "x"}, "storage": {}}`, "spec.sourceRef.kind"},
 		{"pvc and storage", `{"source": {"blank": {}}, "pvc": {"resources": {"requests": {"storage": "1Gi"}}}, ` + storage + `}`, "exactly one of spec.pvc and spec.storage is required"},
 		{"neither pvc nor storage", `{"source": {"blank": {}}}`, "exactly one of spec.pvc and spec.storage is required"},
 		{"no size", `{"source": {"blank": {}}, "storage": {"accessModes": ["ReadWriteOnce"]}}`, "spec.storage.resources.requests.storage is required"},
@@ -67,22 +67,46 @@ func TestDataVolumeValidation(t *testing.T) {
 		{"registry not docker", `{"source": {"registry": {"url": "oci-archive:///x.tar"}}, ` + storage + `}`, "spec.source.registry.url"},
 		{"registry bad pullMethod", `{"source": {"registry": {"url": "docker://r/x", "pullMethod": "kubelet"}}, ` + storage + `}`, "spec.source.registry.pullMethod"},
 		{"registry node with secret", `{"source": {"registry": {"url": "docker://r/x", "pullMethod": "node", "secretRef": "s"}}, ` + storage + `}`, "pullMethod node pulls with the node's credentials"},
-		{"clone", `{"source": {"pvc": {"namespace": "a", "name": "b"}}, ` + storage + `}`, "spec.source.pvc (clone) is not supported"},
 		{"snapshot", `{"source": {"snapshot": {"namespace": "a", "name": "b"}}, ` + storage + `}`, "spec.source.snapshot is not supported"},
 		{"vddk", `{"source": {"vddk": {}}, ` + storage + `}`, "spec.source.vddk is not supported"},
 		{"archive", `{"source": {"blank": {}}, "contentType": "archive", ` + storage + `}`, "spec.contentType: only kubevirt"},
 		{"bad checksum", `{"source": {"http": {"url": "http://x", "checksum": "crc:1"}}, ` + storage + `}`, "spec.source.http.checksum"},
 		{"storage dataSource", `{"source": {"blank": {}}, "storage": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "x"}, "resources": {"requests": {"storage": "1Gi"}}}}`, "spec.storage.dataSource and spec.storage.dataSourceRef are not supported"},
 	}
+	createEach(t, "DataVolume", tests)
+}
+
+// A DataSource names a PVC; a snapshot source is refused naming the
+// field, and the PVC's name is required.
+func TestDataSourceValidation(t *testing.T) {
+	tests := []validationCase{
+		{"pvc", `{"source": {"pvc": {"namespace": "golden", "name": "fedora"}}}`, ""},
+		{"pvc without name", `{"source": {"pvc": {"namespace": "golden"}}}`, "spec.source.pvc.name"},
+		{"snapshot", `{"source": {"snapshot": {"namespace": "a", "name": "b"}}}`, "spec.source.snapshot is not supported"},
+		{"no source", `{}`, "spec.source"},
+	}
+	createEach(t, "DataSource", tests)
+}
+
+type validationCase struct{ name, spec, wantErr string }
+
+// createEach creates an object of kind with each case's spec in a fresh
+// API server: created when wantErr is empty, else refused with an error
+// holding it.
+func createEach(t *testing.T, kind string, tests []validationCase) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var spec map[string]any
 			require.NoError(t, json.Unmarshal([]byte(tc.spec), &spec))
-			dv := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-			dv.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("DataVolume"))
-			dv.SetNamespace("default")
-			dv.SetName("dv-" + string(rune('a'+i)))
-			err := k8s.Create(ctx, dv)
+			obj := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+			obj.SetGroupVersionKind(cdiv1.GroupVersion.WithKind(kind))
+			obj.SetNamespace("default")
+			obj.SetName("obj-" + string(rune('a'+i)))
+			err := k8s.Create(ctx, obj)
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return

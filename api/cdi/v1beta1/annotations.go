@@ -42,6 +42,13 @@ const (
 	// from the importer ("45.50%").
 	AnnImportProgress = GroupName + "/storage.import.progress"
 
+	// AnnCloneRequest on a clone target PVC is its source, "namespace/name".
+	AnnCloneRequest = "k8s.io/CloneRequest"
+	// AnnCloneSourcePod is the clone source pod, "namespace/name".
+	AnnCloneSourcePod = GroupName + "/storage.sourceClonePodName"
+	// AnnCloneSourcePhase is the clone source pod's phase.
+	AnnCloneSourcePhase = GroupName + "/storage.clone.sourcePodPhase"
+
 	// AnnCreatedBy marks a pod a CDI controller made.
 	AnnCreatedBy = GroupName + "/storage.createdByController"
 	// AnnSelectedNode is the scheduler's node for a WaitForFirstConsumer

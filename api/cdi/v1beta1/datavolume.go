@@ -39,10 +39,9 @@ type DataVolumeList struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.source) || has(self.sourceRef)",message="one of spec.source and spec.sourceRef is required"
 // +kubebuilder:validation:XValidation:rule="!(has(self.source) && has(self.sourceRef))",message="spec.source and spec.sourceRef are mutually exclusive"
-// +kubebuilder:validation:XValidation:rule="!has(self.sourceRef)",fieldPath=".sourceRef",message="spec.sourceRef is not supported by kubevmm yet (no DataSource)"
 // +kubebuilder:validation:XValidation:rule="has(self.pvc) != has(self.storage)",message="exactly one of spec.pvc and spec.storage is required"
-// +kubebuilder:validation:XValidation:rule="!has(self.pvc) || (has(self.pvc.resources) && has(self.pvc.resources.requests) && 'storage' in self.pvc.resources.requests)",fieldPath=".pvc",message="spec.pvc.resources.requests.storage is required"
-// +kubebuilder:validation:XValidation:rule="!has(self.storage) || (has(self.storage.resources) && has(self.storage.resources.requests) && 'storage' in self.storage.resources.requests)",fieldPath=".storage",message="spec.storage.resources.requests.storage is required"
+// +kubebuilder:validation:XValidation:rule="!has(self.pvc) || has(self.sourceRef) || (has(self.source) && has(self.source.pvc)) || (has(self.pvc.resources) && has(self.pvc.resources.requests) && 'storage' in self.pvc.resources.requests)",fieldPath=".pvc",message="spec.pvc.resources.requests.storage is required (but for a clone, which takes its source's)"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || has(self.sourceRef) || (has(self.source) && has(self.source.pvc)) || (has(self.storage.resources) && has(self.storage.resources.requests) && 'storage' in self.storage.resources.requests)",fieldPath=".storage",message="spec.storage.resources.requests.storage is required (but for a clone, which takes its source's)"
 // +kubebuilder:validation:XValidation:rule="!has(self.pvc) || (!has(self.pvc.dataSource) && !has(self.pvc.dataSourceRef))",fieldPath=".pvc",message="spec.pvc.dataSource and spec.pvc.dataSourceRef are not supported (the DataVolume's source fills the PVC)"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || (!has(self.storage.dataSource) && !has(self.storage.dataSourceRef))",fieldPath=".storage",message="spec.storage.dataSource and spec.storage.dataSourceRef are not supported (the DataVolume's source fills the PVC)"
 // +kubebuilder:validation:XValidation:rule="!has(self.contentType) || self.contentType == 'kubevirt'",fieldPath=".contentType",message="spec.contentType: only kubevirt is supported by kubevmm"
@@ -128,7 +127,6 @@ const PersistentVolumeFromStorageProfile corev1.PersistentVolumeMode = "FromStor
 // +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.s3), has(self.gcs), has(self.registry), has(self.pvc), has(self.upload), has(self.blank), has(self.imageio), has(self.vddk), has(self.snapshot)].filter(x, x).size() == 1",message="spec.source must set exactly one source"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3)",fieldPath=".s3",message="spec.source.s3 is not supported by kubevmm"
 // +kubebuilder:validation:XValidation:rule="!has(self.gcs)",fieldPath=".gcs",message="spec.source.gcs is not supported by kubevmm"
-// +kubebuilder:validation:XValidation:rule="!has(self.pvc)",fieldPath=".pvc",message="spec.source.pvc (clone) is not supported by kubevmm yet"
 // +kubebuilder:validation:XValidation:rule="!has(self.imageio)",fieldPath=".imageio",message="spec.source.imageio is not supported by kubevmm"
 // +kubebuilder:validation:XValidation:rule="!has(self.vddk)",fieldPath=".vddk",message="spec.source.vddk is not supported by kubevmm"
 // +kubebuilder:validation:XValidation:rule="!has(self.snapshot)",fieldPath=".snapshot",message="spec.source.snapshot is not supported by kubevmm yet"
@@ -191,10 +189,13 @@ type DataVolumeSourceHTTP struct {
 	Checksum string `json:"checksum,omitempty"`
 }
 
-// DataVolumeSourcePVC is a PVC to clone.
+// DataVolumeSourcePVC is a PVC to clone; its namespace defaults to the
+// DataVolume's (the DataSource's in a DataSource).
 type DataVolumeSourcePVC struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
 }
 
 // DataVolumeSourceUpload is a PVC filled by an upload.
@@ -244,6 +245,8 @@ const (
 	ImportInProgress     DataVolumePhase = "ImportInProgress"
 	UploadScheduled      DataVolumePhase = "UploadScheduled"
 	UploadReady          DataVolumePhase = "UploadReady"
+	CloneScheduled       DataVolumePhase = "CloneScheduled"
+	CloneInProgress      DataVolumePhase = "CloneInProgress"
 	WaitForFirstConsumer DataVolumePhase = "WaitForFirstConsumer"
 	Succeeded            DataVolumePhase = "Succeeded"
 	Failed               DataVolumePhase = "Failed"

@@ -15,6 +15,7 @@ const (
 	CDIConfigCRDName      = "cdiconfigs." + GroupName
 	StorageProfileCRDName = "storageprofiles." + GroupName
 	DataVolumeCRDName     = "datavolumes." + GroupName
+	DataSourceCRDName     = "datasources." + GroupName
 )
 
 var (
@@ -33,6 +34,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&CDIConfig{}, &CDIConfigList{},
 		&StorageProfile{}, &StorageProfileList{},
 		&DataVolume{}, &DataVolumeList{},
+		&DataSource{}, &DataSourceList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -78,6 +78,7 @@ func ControllerObjects(c Config) []client.Object {
 	read := []string{"get", "list", "watch"}
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes", "datavolumes/status", "datavolumes/finalizers"}, Verbs: all},
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datasources", "datasources/status"}, Verbs: all},
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"cdiconfigs", "storageprofiles"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "pods"}, Verbs: all},
 		// The upload servers' Services and certificate Secrets, and the
@@ -85,10 +86,11 @@ func ControllerObjects(c Config) []client.Object {
 		{APIGroups: []string{""}, Resources: []string{"services", "secrets"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: read},
-		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 	}
-	args := []string{"--importer-image=" + c.image("cdi-importer"), "--uploadserver-image=" + c.image("cdi-uploadserver"), "--pull-policy=" + string(c.PullPolicy),
+	args := []string{"--importer-image=" + c.image("cdi-importer"), "--uploadserver-image=" + c.image("cdi-uploadserver"), "--cloner-image=" + c.image("cdi-cloner"),
+		"--pull-policy=" + string(c.PullPolicy),
 		"--health-probe-bind-address=:8081", "--leader-elect"}
 	return append(rbac(ControllerAccount, ControllerRole, rules), deployment(Controller, ControllerAccount, corev1.Container{
 		Name: "cdi-controller", Image: c.image("cdi-controller"), ImagePullPolicy: c.PullPolicy, Args: args}))

@@ -203,6 +203,12 @@ func annotations(dv *cdiv1.DataVolume) (map[string]string, error) {
 		ann[cdiv1.AnnSource] = cdiv1.SourceNone
 	case src.Upload != nil:
 		ann[cdiv1.AnnUploadRequest] = ""
+	case src.PVC != nil:
+		// Host-assisted clone: the target's upload server takes the
+		// image from the clone source pod (storage/cdi/clonecontroller).
+		key := cloneKey(dv)
+		ann[cdiv1.AnnUploadRequest] = ""
+		ann[cdiv1.AnnCloneRequest] = key.Namespace + "/" + key.Name
 	default:
 		return nil, invalidError{"spec.source: no source kubevmm imports"}
 	}

@@ -23,6 +23,9 @@ type Seen struct {
 	Foreign bool
 	// Progress is what the importer reported ("45.50%"), "" if unread.
 	Progress cdiv1.DataVolumeProgress
+	// Waiting is what the DataVolume waits for before its claim is made
+	// (a DataSource to be Ready, a clone's source claim), nil if nothing.
+	Waiting *Waiting
 }
 
 // Status is the DataVolume's status for what was seen (now stamps
@@ -55,6 +58,12 @@ func Status(dv *cdiv1.DataVolume, s Seen, now metav1.Time) cdiv1.DataVolumeStatu
 		set(cdiv1.DataVolumeRunning, false, "ErrResourceExists", msg)
 		set(cdiv1.DataVolumeReady, false, "ErrResourceExists", msg)
 		return st
+	case s.Claim == nil && s.Waiting != nil:
+		st.Phase = cdiv1.Pending
+		set(cdiv1.DataVolumeBound, false, s.Waiting.Reason, s.Waiting.Message)
+		set(cdiv1.DataVolumeRunning, false, s.Waiting.Reason, s.Waiting.Message)
+		set(cdiv1.DataVolumeReady, false, s.Waiting.Reason, s.Waiting.Message)
+		return st
 	case s.Claim == nil:
 		st.Phase = cdiv1.Pending
 		set(cdiv1.DataVolumeBound, false, "NotFound", "PVC "+dv.Name+" not found")
@@ -77,12 +86,12 @@ func Status(dv *cdiv1.DataVolume, s Seen, now metav1.Time) cdiv1.DataVolumeStatu
 	switch st.Phase {
 	case cdiv1.Succeeded:
 		st.Progress = "100.0%"
-	case cdiv1.ImportInProgress:
+	case cdiv1.ImportInProgress, cdiv1.CloneInProgress:
 		if s.Progress != "" {
 			st.Progress = s.Progress
 		}
 	}
-	if st.Phase != cdiv1.ImportInProgress && st.Phase != cdiv1.Succeeded {
+	if st.Phase != cdiv1.ImportInProgress && st.Phase != cdiv1.CloneInProgress && st.Phase != cdiv1.Succeeded {
 		st.Progress = ProgressNA
 	}
 	if n, err := strconv.ParseInt(ann[cdiv1.AnnPodRestarts], 10, 32); err == nil {
@@ -98,15 +107,22 @@ func Status(dv *cdiv1.DataVolume, s Seen, now metav1.Time) cdiv1.DataVolumeStatu
 }
 
 // phase is the DataVolume's phase from its PVC's annotations (the
-// transfer pod's phase, and its readiness for an upload).
+// transfer pod's phase, its readiness for an upload, a clone source
+// pod's phase).
 func phase(ann map[string]string, bound bool) cdiv1.DataVolumePhase {
 	_, upload := ann[cdiv1.AnnUploadRequest]
+	_, clone := ann[cdiv1.AnnCloneRequest]
 	pod := corev1.PodPhase(ann[cdiv1.AnnPodPhase])
 	switch {
 	case pod == corev1.PodSucceeded:
 		return cdiv1.Succeeded
 	case pod == corev1.PodFailed:
 		return cdiv1.Failed
+	case clone && corev1.PodPhase(ann[cdiv1.AnnCloneSourcePhase]) == corev1.PodRunning:
+		return cdiv1.CloneInProgress
+	case clone:
+		// The target's upload server and the source pod are on their way.
+		return cdiv1.CloneScheduled
 	case upload && pod == corev1.PodRunning && ann[cdiv1.AnnPodReady] == "true":
 		return cdiv1.UploadReady
 	case upload && (pod == corev1.PodRunning || pod == corev1.PodPending):

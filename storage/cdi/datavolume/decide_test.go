@@ -64,6 +64,13 @@ func TestClaim(t *testing.T) {
 	assert.Equal(t, *dv.Spec.PVC, pvc.Spec, "pvc is taken as it is")
 	assert.Equal(t, "none", pvc.Annotations[cdiv1.AnnSource])
 
+	dv.Spec.Source = &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "golden"}}
+	pvc, err = datavolume.Claim(dv, hostpath)
+	require.NoError(t, err)
+	assert.Equal(t, "ns/golden", pvc.Annotations[cdiv1.AnnCloneRequest], "a clone's source, in the DataVolume's namespace by default")
+	assert.Contains(t, pvc.Annotations, cdiv1.AnnUploadRequest, "its upload server takes the image")
+	assert.NotContains(t, pvc.Annotations, cdiv1.AnnSource)
+
 	for _, tc := range []struct {
 		name string
 		dv   *cdiv1.DataVolume
@@ -114,6 +121,16 @@ func TestStatus(t *testing.T) {
 		{"upload ready", datavolume.Seen{Claim: pvc(corev1.ClaimBound, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnPodPhase: "Running",
 			cdiv1.AnnPodReady: "true"})}, cdiv1.UploadReady, "N/A", 0, ""},
 		{"uploaded", datavolume.Seen{Claim: pvc(corev1.ClaimBound, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnPodPhase: "Succeeded"})}, cdiv1.Succeeded, "100.0%", 0, ""},
+		{"waiting for a DataSource", datavolume.Seen{Waiting: &datavolume.Waiting{Reason: datavolume.ReasonDataSourceNotReady, Message: "DataSource golden/fedora is not ready"}},
+			cdiv1.Pending, "N/A", 0, "DataSourceNotReady: DataSource golden/fedora is not ready"},
+		{"clone target, server not ready", datavolume.Seen{Claim: pvc(corev1.ClaimPending, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnCloneRequest: "src/disk",
+			cdiv1.AnnPodPhase: "Running"})}, cdiv1.CloneScheduled, "N/A", 0, ""},
+		{"clone target, server ready", datavolume.Seen{Claim: pvc(corev1.ClaimBound, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnCloneRequest: "src/disk",
+			cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true"})}, cdiv1.CloneScheduled, "N/A", 0, ""},
+		{"cloning", datavolume.Seen{Claim: pvc(corev1.ClaimBound, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnCloneRequest: "src/disk",
+			cdiv1.AnnPodPhase: "Running", cdiv1.AnnPodReady: "true", cdiv1.AnnCloneSourcePhase: "Running"}), Progress: "12.00%"}, cdiv1.CloneInProgress, "12.00%", 0, ""},
+		{"cloned", datavolume.Seen{Claim: pvc(corev1.ClaimBound, map[string]string{cdiv1.AnnUploadRequest: "", cdiv1.AnnCloneRequest: "src/disk",
+			cdiv1.AnnPodPhase: "Succeeded", cdiv1.AnnCloneSourcePhase: "Succeeded"})}, cdiv1.Succeeded, "100.0%", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := datavolume.Status(dv, tc.seen, now)

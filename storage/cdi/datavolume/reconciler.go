@@ -88,7 +88,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		s.Claim = pvc
 		s.Foreign = !metav1.IsControlledBy(pvc, dv)
 	}
-	if s.Claim != nil && !s.Foreign && s.Claim.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodRunning) {
+	if s.Claim != nil && !s.Foreign && (s.Claim.Annotations[cdiv1.AnnPodPhase] == string(corev1.PodRunning) ||
+		s.Claim.Annotations[cdiv1.AnnCloneSourcePhase] == string(corev1.PodRunning)) {
 		// A progress that cannot be read is no error: the last one stays.
 		s.Progress, _ = r.progress(ctx, s.Claim)
 	}
@@ -103,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 		}
 	}
-	if st.Phase == cdiv1.ImportInProgress {
+	if st.Phase == cdiv1.ImportInProgress || st.Phase == cdiv1.CloneInProgress || s.Waiting != nil {
 		return reconcile.Result{RequeueAfter: progressInterval}, nil
 	}
 	return reconcile.Result{}, nil
@@ -129,6 +130,20 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 		return fmt.Errorf("reading CDIConfig %s: %w", cdiv1.CDIConfigName, err)
 	}
 	env.Config = cfg.Status
+	dv, wait, err := r.resolveSource(ctx, dv)
+	if err != nil || wait != nil {
+		s.Waiting = wait
+		return err
+	}
+	dv, src, wait, err := r.cloneSource(ctx, dv)
+	if inv, ok := err.(invalidError); ok {
+		s.Invalid = inv.msg
+		return nil
+	}
+	if err != nil || wait != nil {
+		s.Waiting = wait
+		return err
+	}
 	pvc, err := Claim(dv, env)
 	if inv, ok := err.(invalidError); ok {
 		s.Invalid = inv.msg
@@ -136,6 +151,11 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 	}
 	if err != nil {
 		return err
+	}
+	if src != nil {
+		if s.Invalid = tooSmall(pvc, src); s.Invalid != "" {
+			return nil
+		}
 	}
 	switch err := r.Client.Create(ctx, pvc); {
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
@@ -150,12 +170,18 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 
 // progress reads the running importer's progress metric.
 func (r *Reconciler) progress(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (cdiv1.DataVolumeProgress, error) {
-	name := pvc.Annotations[cdiv1.AnnImportPod]
-	if name == "" {
+	key := client.ObjectKey{Namespace: pvc.Namespace, Name: pvc.Annotations[cdiv1.AnnImportPod]}
+	if ns, name, ok := strings.Cut(pvc.Annotations[cdiv1.AnnCloneSourcePod], "/"); ok {
+		// A clone's progress is its source pod's (cdi-cloner serves it
+		// as the importer does).
+		key = client.ObjectKey{Namespace: ns, Name: name}
+	}
+	if key.Name == "" {
 		return "", nil
 	}
+	name := key.String()
 	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pvc.Namespace, Name: name}, pod); err != nil {
+	if err := r.Client.Get(ctx, key, pod); err != nil {
 		return "", fmt.Errorf("reading pod %s: %w", name, err)
 	}
 	if pod.Status.PodIP == "" {

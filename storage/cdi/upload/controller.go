@@ -49,6 +49,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
@@ -264,7 +265,13 @@ func UsableSize(size int64, overhead float64) int64 {
 }
 
 func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMeta, overhead float64) (*corev1.Pod, error) {
-	args := []string{fmt.Sprintf("--listen=:%d", Port), "--cert-dir=" + certDir, "--client-name=" + ProxyClientName, "--scratch=" + scratchDir}
+	// A clone target takes its image from the clone source only, never
+	// through the proxy.
+	clientName := ProxyClientName
+	if _, ok := pvc.Annotations[cdiv1.AnnCloneRequest]; ok {
+		clientName = clone.ClientName
+	}
+	args := []string{fmt.Sprintf("--listen=:%d", Port), "--cert-dir=" + certDir, "--client-name=" + clientName, "--scratch=" + scratchDir}
 	ctr := corev1.Container{Name: "cdi-upload-server", Image: r.Image, ImagePullPolicy: r.PullPolicy,
 		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: Port}},
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{

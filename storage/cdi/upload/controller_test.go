@@ -4,10 +4,13 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 )
 
 func TestDecide(t *testing.T) {
@@ -63,4 +66,17 @@ func TestUsableSize(t *testing.T) {
 	assert.Equal(t, int64(1009316864), UsableSize(1<<30, 0.06), "0.94 GiB in whole sectors")
 	assert.Equal(t, int64(1<<30), UsableSize(1<<30, 0))
 	assert.Equal(t, int64(0), UsableSize(511, 0))
+}
+
+// An upload target's server takes the proxy's client certificate; a
+// clone target's takes the clone source's alone.
+func TestServerClient(t *testing.T) {
+	r := &Reconciler{Image: "img"}
+	for ann, want := range map[string]string{cdiv1.AnnUploadRequest: ProxyClientName, cdiv1.AnnCloneRequest: clone.ClientName} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns", Annotations: map[string]string{ann: "src/disk"}},
+			Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		pod, err := r.pod(pvc, metav1.ObjectMeta{Name: "cdi-upload-t"}, 0.055)
+		require.NoError(t, err)
+		assert.Contains(t, pod.Spec.Containers[0].Args, "--client-name="+want, ann)
+	}
 }

@@ -1,0 +1,238 @@
+package clonecontroller_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/storage/cdi/clone"
+	"github.com/kubevmm/kubevmm/storage/cdi/clonecontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
+	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
+	"github.com/kubevmm/kubevmm/storage/cdi/upload"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+// waitFor polls until cond holds (a generous bound, no time budget).
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
+}
+
+// The DataVolume, upload, clone and DataSource controllers against a real
+// API server (no kubelet: the test plays the pods' parts). A DataVolume
+// cloning a PVC gets a target PVC whose upload
+// server accepts only the clone source's certificate; once that server is
+// ready the clone source pod runs in the source's namespace with the
+// source claim read-only and a client certificate of the upload CA; the
+// DataVolume goes CloneScheduled, CloneInProgress, Succeeded, and the
+// source pod and Secret are removed. A source used by another pod is not
+// cloned (event CloneSourceInUse) until that pod is gone. A sourceRef
+// waits for its DataSource to be Ready, then clones its PVC; a clone
+// asking no size takes its source's, and a target smaller than its
+// source fails naming both, and so does a source in another namespace.
+func TestCloneEnvtest(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	s := k8s.Scheme()
+	require.NoError(t, cdiv1.AddToScheme(s))
+	for _, ns := range []string{"cdi", "golden", "target"} { // target: a clone from golden is refused there
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	ca, err := certs.NewCA("cdi-uploadserver-ca", certs.Config{Duration: 48 * time.Hour, RenewBefore: time.Hour}, time.Now())
+	require.NoError(t, err)
+	require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: upload.CASecret, Namespace: "cdi"},
+		Data: map[string][]byte{corev1.TLSCertKey: ca.Cert, corev1.TLSPrivateKeyKey: ca.Key}}))
+	require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi",
+		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "kubevirt.io.hostpath-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}))
+	sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi"}}
+	require.NoError(t, k8s.Create(ctx, sp))
+	sp.Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
+	require.NoError(t, k8s.Status().Update(ctx, sp))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
+	require.NoError(t, (&upload.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", Log: discard}).SetupWithManager(mgr))
+	require.NoError(t, (&clonecontroller.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-cloner:t",
+		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: discard}).SetupWithManager(mgr))
+	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	// The golden image's claim, 1Gi, and a pod using it.
+	golden := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "fedora"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	require.NoError(t, k8s.Create(ctx, golden))
+	user := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "virt-launcher-vm"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "x"}},
+		Volumes:    []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "fedora"}}}}}}
+	require.NoError(t, k8s.Create(ctx, user))
+
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "copy"}, Spec: cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
+	require.NoError(t, k8s.Create(ctx, dv))
+	getDV := func(name string) *cdiv1.DataVolume {
+		got := &cdiv1.DataVolume{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: name}, got))
+		return got
+	}
+	waitPhase := func(name string, p cdiv1.DataVolumePhase) *cdiv1.DataVolume {
+		var got *cdiv1.DataVolume
+		waitFor(t, name+" "+string(p), func() (bool, string) {
+			got = getDV(name)
+			return got.Status.Phase == p, fmt.Sprintf("%s %s %+v", got.Status.Phase, got.Status.Progress, got.Status.Conditions)
+		})
+		return got
+	}
+	waitPhase("copy", cdiv1.CloneScheduled)
+	target := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "copy"}, target))
+	assert.Equal(t, "golden/fedora", target.Annotations[cdiv1.AnnCloneRequest])
+	size := target.Spec.Resources.Requests[corev1.ResourceStorage]
+	assert.GreaterOrEqual(t, size.Value(), int64(1<<30), "no size asked: at least the source's")
+
+	// The upload server for the target takes the clone source's
+	// certificate alone; the test makes it ready.
+	server := &corev1.Pod{}
+	waitFor(t, "the upload server", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, server)
+		return err == nil, fmt.Sprint(err)
+	})
+	assert.Contains(t, server.Spec.Containers[0].Args, "--client-name="+clone.ClientName)
+	server.Status.Phase = corev1.PodRunning
+	server.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	require.NoError(t, k8s.Status().Update(ctx, server))
+
+	// The source is in use: an event, no source pod.
+	waitFor(t, "event CloneSourceInUse", func() (bool, string) {
+		evs := &corev1.EventList{}
+		require.NoError(t, k8s.List(ctx, evs, client.InNamespace("golden")))
+		for _, e := range evs.Items {
+			if e.Reason == clonecontroller.ReasonSourceInUse && e.InvolvedObject.Name == "copy" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(evs.Items), " events")
+	})
+	sourcePod := &corev1.Pod{}
+	podKey := client.ObjectKey{Namespace: "golden", Name: clonecontroller.PodName(target)}
+	require.True(t, apierrors.IsNotFound(k8s.Get(ctx, podKey, sourcePod)), "no clone while the source is in use")
+	require.NoError(t, k8s.Delete(ctx, user, client.GracePeriodSeconds(0)))
+
+	waitFor(t, "the clone source pod", func() (bool, string) {
+		err := k8s.Get(ctx, podKey, sourcePod)
+		return err == nil, fmt.Sprint(err)
+	})
+	ctr := sourcePod.Spec.Containers[0]
+	assert.Equal(t, "registry/cdi-cloner:t", ctr.Image)
+	svc := &corev1.Service{}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, svc))
+	assert.Contains(t, ctr.Args, "--url=https://"+svc.Spec.ClusterIP+":443", "the Service by address: no cluster DNS")
+	assert.Contains(t, ctr.Args, "--server-name=cdi-upload-copy.golden.svc")
+	assert.Contains(t, ctr.Args, "--source-dir=/data")
+	assert.Equal(t, "fedora", sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+	assert.True(t, sourcePod.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly)
+	secret := &corev1.Secret{}
+	require.NoError(t, k8s.Get(ctx, podKey, secret))
+	block, _ := pem.Decode(secret.Data[corev1.TLSCertKey])
+	require.NotNil(t, block)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.Equal(t, clone.ClientName, cert.Subject.CommonName)
+	assert.Equal(t, ca.Cert, secret.Data["ca.crt"])
+
+	sourcePod.Status.Phase = corev1.PodRunning
+	require.NoError(t, k8s.Status().Update(ctx, sourcePod))
+	waitPhase("copy", cdiv1.CloneInProgress)
+
+	// The upload server exits once the image is written.
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(server), server))
+	server.Status.Phase = corev1.PodSucceeded
+	require.NoError(t, k8s.Status().Update(ctx, server))
+	got := waitPhase("copy", cdiv1.Succeeded)
+	assert.Equal(t, cdiv1.DataVolumeProgress("100.0%"), got.Status.Progress)
+	waitFor(t, "the clone source removed", func() (bool, string) {
+		errPod, errSecret := k8s.Get(ctx, podKey, &corev1.Pod{}), k8s.Get(ctx, podKey, &corev1.Secret{})
+		return apierrors.IsNotFound(errPod) && apierrors.IsNotFound(errSecret), fmt.Sprint(errPod, errSecret)
+	})
+
+	// sourceRef: waits for the DataSource, then clones its PVC.
+	ref := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "from-ref"}, Spec: cdiv1.DataVolumeSpec{
+		SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("golden"), Name: "fedora"}, Storage: &cdiv1.StorageSpec{}}}
+	require.NoError(t, k8s.Create(ctx, ref))
+	waitFor(t, "DataSourceNotFound", func() (bool, string) {
+		c := cdiv1.FindDataVolumeCondition(getDV("from-ref").Status.Conditions, cdiv1.DataVolumeReady)
+		return c != nil && c.Reason == datavolume.ReasonDataSourceNotFound, fmt.Sprintf("%+v", c)
+	})
+	require.NoError(t, k8s.Create(ctx, &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "fedora"},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora"}}}}))
+	waitPhase("from-ref", cdiv1.CloneScheduled)
+	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "from-ref"}, target))
+	assert.Equal(t, "golden/fedora", target.Annotations[cdiv1.AnnCloneRequest])
+
+	// A target smaller than its source fails, naming both.
+	small := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "small"}, Spec: cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}},
+		PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("100Mi")}}}}}
+	require.NoError(t, k8s.Create(ctx, small))
+	got = waitPhase("small", cdiv1.Failed)
+	c := cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady)
+	require.NotNil(t, c)
+	assert.Contains(t, c.Message, "target PVC small requests 100Mi, less than the size of the source PVC golden/fedora (1Gi)")
+	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "small"}, &corev1.PersistentVolumeClaim{})))
+
+	// A source in another namespace is refused (no datavolumes/source
+	// authorization check yet), naming the field; no claim is made.
+	other := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "other"}, Spec: cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
+	require.NoError(t, k8s.Create(ctx, other))
+	waitFor(t, "other Failed", func() (bool, string) {
+		got := &cdiv1.DataVolume{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(other), got))
+		c := cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady)
+		return got.Status.Phase == cdiv1.Failed && c != nil && strings.Contains(c.Message, "spec.source.pvc.namespace"), fmt.Sprintf("%s %+v", got.Status.Phase, c)
+	})
+	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(other), &corev1.PersistentVolumeClaim{})))
+}

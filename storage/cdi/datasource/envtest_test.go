@@ -1,0 +1,87 @@
+package datasource_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
+	"github.com/kubevmm/kubevmm/test/apiserver"
+)
+
+// The controller against a real API server: a DataSource's Ready follows
+// the DataVolume and PVC it names in another namespace as they come, move
+// through their phases and go, each change seen without touching the
+// DataSource.
+func TestDataSourceEnvtest(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	s := k8s.Scheme()
+	require.NoError(t, cdiv1.AddToScheme(s))
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
+	require.NoError(t, err)
+	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "golden"}}))
+	ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "fedora"},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "img"}}}}
+	require.NoError(t, k8s.Create(ctx, ds))
+	waitReady := func(status corev1.ConditionStatus, reason string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		last := ""
+		for time.Now().Before(deadline) {
+			got := &cdiv1.DataSource{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(ds), got))
+			if c := cdiv1.FindDataSourceCondition(got.Status.Conditions, cdiv1.DataSourceReady); c != nil {
+				if c.Status == status && c.Reason == reason {
+					require.Equal(t, ds.Spec.Source, got.Status.Source)
+					return
+				}
+				last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("Ready %s %s: never; last seen %s", status, reason, last)
+	}
+	waitReady(corev1.ConditionFalse, datasource.ReasonNotFound)
+
+	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "img"},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			Storage: &cdiv1.StorageSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}}}
+	require.NoError(t, k8s.Create(ctx, dv))
+	waitReady(corev1.ConditionFalse, string(cdiv1.Pending))
+	setPhase := func(p cdiv1.DataVolumePhase) {
+		dv.Status.Phase = p
+		require.NoError(t, k8s.Status().Update(ctx, dv))
+	}
+	setPhase(cdiv1.ImportInProgress)
+	waitReady(corev1.ConditionFalse, string(cdiv1.ImportInProgress))
+	setPhase(cdiv1.Succeeded)
+	waitReady(corev1.ConditionTrue, datasource.ReasonReady)
+
+	require.NoError(t, k8s.Delete(ctx, dv))
+	waitReady(corev1.ConditionFalse, datasource.ReasonNotFound)
+	require.NoError(t, k8s.Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "img"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Mi")}}}}))
+	waitReady(corev1.ConditionTrue, datasource.ReasonReady)
+}

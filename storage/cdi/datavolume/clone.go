@@ -1,0 +1,124 @@
+package datavolume
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+)
+
+// The reasons a clone's DataVolume waits for (Pending, its conditions
+// False with the reason, looked at again every waitInterval).
+const (
+	ReasonDataSourceNotFound = "DataSourceNotFound"
+	ReasonDataSourceNotReady = "DataSourceNotReady"
+	ReasonCloneSourceMissing = "CloneSourceNotFound"
+)
+
+// Waiting is why a DataVolume cannot have its claim yet.
+type Waiting struct{ Reason, Message string }
+
+// resolveSource is dv with its sourceRef replaced by the PVC source of
+// the DataSource it names, once that is Ready (nil and why otherwise).
+func (r *Reconciler) resolveSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, *Waiting, error) {
+	ref := dv.Spec.SourceRef
+	if ref == nil {
+		return dv, nil, nil
+	}
+	key := client.ObjectKey{Namespace: ptr.Deref(ref.Namespace, dv.Namespace), Name: ref.Name}
+	ds := &cdiv1.DataSource{}
+	switch err := r.Client.Get(ctx, key, ds); {
+	case apierrors.IsNotFound(err):
+		return nil, &Waiting{ReasonDataSourceNotFound, fmt.Sprintf("DataSource %s not found", key)}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading DataSource %s: %w", key, err)
+	}
+	c := cdiv1.FindDataSourceCondition(ds.Status.Conditions, cdiv1.DataSourceReady)
+	if c == nil || c.Status != corev1.ConditionTrue || ds.Spec.Source.PVC == nil {
+		return nil, &Waiting{ReasonDataSourceNotReady, fmt.Sprintf("DataSource %s is not ready", key)}, nil
+	}
+	out := dv.DeepCopy()
+	out.Spec.SourceRef = nil
+	pvc := *ds.Spec.Source.PVC
+	if pvc.Namespace == "" {
+		pvc.Namespace = ds.Namespace
+	}
+	out.Spec.Source = &cdiv1.DataVolumeSource{PVC: &pvc}
+	return out, nil, nil
+}
+
+// cloneSource reads a clone's source claim and gives dv its size when it
+// asks for none (a copy; dv itself when it is no clone). A source in
+// another namespace is refused.
+func (r *Reconciler) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *Waiting, error) {
+	if dv.Spec.Source == nil || dv.Spec.Source.PVC == nil {
+		return dv, nil, nil, nil
+	}
+	key := cloneKey(dv)
+	if key.Namespace != dv.Namespace {
+		// Cloning from another namespace needs CDI's admission check that
+		// the DataVolume's creator may create datavolumes/source there;
+		// without it any DataVolume author could read any claim.
+		return nil, nil, nil, invalidError{fmt.Sprintf("spec.source.pvc.namespace: cloning from another namespace (%s) is not supported by kubevmm yet (no datavolumes/source authorization check)", key.Namespace)}
+	}
+	src := &corev1.PersistentVolumeClaim{}
+	switch err := r.Client.Get(ctx, key, src); {
+	case apierrors.IsNotFound(err):
+		return nil, nil, &Waiting{ReasonCloneSourceMissing, fmt.Sprintf("source PVC %s not found", key)}, nil
+	case err != nil:
+		return nil, nil, nil, fmt.Errorf("reading the source PVC %s: %w", key, err)
+	}
+	out := dv.DeepCopy()
+	var req *corev1.ResourceList
+	switch {
+	case out.Spec.PVC != nil:
+		req = &out.Spec.PVC.Resources.Requests
+	case out.Spec.Storage != nil:
+		req = &out.Spec.Storage.Resources.Requests
+	}
+	if req != nil {
+		if _, set := (*req)[corev1.ResourceStorage]; !set {
+			if *req == nil {
+				*req = corev1.ResourceList{}
+			}
+			(*req)[corev1.ResourceStorage] = sourceSize(src)
+		}
+	}
+	return out, src, nil, nil
+}
+
+// cloneKey is a clone's source claim, its namespace defaulting to the
+// DataVolume's.
+func cloneKey(dv *cdiv1.DataVolume) client.ObjectKey {
+	p := dv.Spec.Source.PVC
+	ns := p.Namespace
+	if ns == "" {
+		ns = dv.Namespace
+	}
+	return client.ObjectKey{Namespace: ns, Name: p.Name}
+}
+
+// sourceSize is a claim's size: its capacity once bound, else its
+// request.
+func sourceSize(pvc *corev1.PersistentVolumeClaim) resource.Quantity {
+	if q, ok := pvc.Status.Capacity[corev1.ResourceStorage]; ok {
+		return q
+	}
+	return pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+}
+
+// tooSmall says why a clone's claim cannot hold its source ("" if it
+// can).
+func tooSmall(pvc, src *corev1.PersistentVolumeClaim) string {
+	want, got := sourceSize(src), pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if got.Cmp(want) < 0 {
+		return fmt.Sprintf("target PVC %s requests %s, less than the size of the source PVC %s/%s (%s)", pvc.Name, got.String(), src.Namespace, src.Name, want.String())
+	}
+	return ""
+}
