@@ -117,3 +117,24 @@ func (r *Raw) Status(off, n int64) (data bool, length int64, err error) {
 	}
 	return true, min(hole, end) - off, nil
 }
+
+// readerFile is a read-only image file that is only an io.ReaderAt.
+type readerFile struct{ io.ReaderAt }
+
+func (readerFile) WriteAt([]byte, int64) (int, error) { return 0, ErrReadOnly }
+func (readerFile) Sync() error                        { return nil }
+func (readerFile) Close() error                       { return nil }
+
+// OpenQcow2ReaderAt opens, read-only, the size-byte qcow2 image r reads
+// (an image read in place over the network, say); name names it in
+// errors. A backing file is refused: there is nothing to resolve its
+// name against.
+func OpenQcow2ReaderAt(r io.ReaderAt, name string, size int64) (*Qcow2, error) {
+	q, err := newQcow2(readerFile{r}, name, size, true, func(file, _ string) (Disk, error) {
+		return nil, unsupported("backing file %q of an image read in place", file)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return q, nil
+}

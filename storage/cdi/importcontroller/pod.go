@@ -38,9 +38,9 @@ func shorten(name, suffix string) string {
 	return name[:limit-len(suffix)-len(h)-1] + "-" + h + suffix
 }
 
-// needsScratch: the importer asked for scratch space (a qcow2 image,
-// read at random, is downloaded whole first, onto the scratch PVC); a
-// raw one goes straight to the PVC, as upstream's data processor does.
+// needsScratch: the importer asked for scratch space (a qcow2 image it
+// cannot read in place is downloaded whole first, onto the scratch PVC);
+// a raw one goes straight to the PVC, as upstream's data processor does.
 func needsScratch(pvc *corev1.PersistentVolumeClaim) bool {
 	return pvc.Annotations[cdiv1.AnnRequiresScratch] == "true"
 }

@@ -4,7 +4,8 @@
 // controller writes it) gets an importer pod, importer-<pvc>, running
 // cmd/cdi-importer. Scratch space only where it is needed, by upstream's
 // handshake: the first pod has none; an importer that meets an image it
-// must convert through scratch space (qcow2, read at random) ends with
+// must convert through scratch space (a qcow2 one, read at random, that
+// it cannot read in place with range requests) ends with
 // importer.ScratchRequiredMessage, and the controller marks the PVC
 // (cdi.kubevirt.io/storage.import.requiresScratch), deletes the pod and
 // makes it again with a scratch PVC <pvc>-scratch. The pod's state goes

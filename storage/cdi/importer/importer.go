@@ -14,11 +14,15 @@
 // as CDI resizes an imported image, so that a VM sees the size the user
 // asked for. A Block PVC's image is the device, whatever its size.
 //
-// Scratch space, only where it is needed, as upstream's data processor
-// decides: a qcow2 image must be read at random (its tables may follow
-// its data) but arrives as a stream, so it is first written whole into
-// the scratch PVC mounted at ScratchDir. An importer started without
-// scratch space (Options.ScratchDir "") that meets a qcow2 image returns
+// A qcow2 image must be read at random (its tables may follow its data).
+// Where the server serves ranges of it as it is (Accept-Ranges, a known
+// length, not compressed) and no checksum asks for every byte, it is
+// read in place with range requests, as upstream reads one through
+// nbdkit: its tables and data clusters only, no scratch space. Else it
+// arrives as a stream and is first written whole into the scratch PVC
+// mounted at ScratchDir: scratch space only where it is needed, as
+// upstream's data processor decides. An importer started without scratch
+// space (Options.ScratchDir "") that needs some returns
 // ErrScratchRequired; cmd/cdi-importer then ends with
 // ScratchRequiredMessage and the import controller starts it again with
 // a scratch PVC. A source other than http writes its image (raw or
@@ -161,6 +165,11 @@ func (t *target) write(path, from string, p *Progress) error {
 		return err
 	}
 	defer func() { _ = src.Close() }()
+	return t.convert(src, from, p)
+}
+
+// convert writes src onto t, grows and syncs it.
+func (t *target) convert(src block.Disk, from string, p *Progress) error {
 	if int64(src.Size()) > t.usable {
 		return fmt.Errorf("no space: the image from %s is %d bytes, more than the %d bytes usable on the PVC", from, src.Size(), t.usable)
 	}
@@ -254,6 +263,14 @@ func (t *target) fetch(ctx context.Context, o Options) error {
 		return err
 	}
 	img := bufio.NewReaderSize(dec, chunk)
+	head, _ := img.Peek(len(qcow2Magic))
+	qcow2 := bytes.Equal(head, qcow2Magic)
+	if _, compressed := dec.(named); qcow2 && !compressed && inPlace(resp, sum) {
+		// Read where it is, as upstream's nbdkit does: no scratch space,
+		// and only the image's tables and data cross the network.
+		_ = resp.Body.Close()
+		return t.writeInPlace(ctx, o, resp.ContentLength)
+	}
 	// The rest of the body (a compressed stream's trailer) counts.
 	check := func() error {
 		if sum == nil {
@@ -267,7 +284,7 @@ func (t *target) fetch(ctx context.Context, o Options) error {
 		}
 		return nil
 	}
-	if head, _ := img.Peek(len(qcow2Magic)); !bytes.Equal(head, qcow2Magic) {
+	if !qcow2 {
 		// Raw: nothing to convert, so no scratch space.
 		n, err := writeSparse(t.f, img, !t.block, t.usable)
 		switch {
@@ -317,6 +334,12 @@ func get(ctx context.Context, o Options) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	return getRange(ctx, client, o, "")
+}
+
+// getRange requests o's URL, the byte range rng ("first-last") of it if
+// not "": the answer must be the whole image (200) or that range (206).
+func getRange(ctx context.Context, client *http.Client, o Options, rng string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("source URL %q: %w", o.URL, err)
@@ -331,12 +354,20 @@ func get(ctx context.Context, o Options) (*http.Response, error) {
 	if o.AccessKey != "" || o.SecretKey != "" {
 		req.SetBasicAuth(o.AccessKey, o.SecretKey)
 	}
+	want := http.StatusOK
+	if rng != "" {
+		req.Header.Set("Range", "bytes="+rng)
+		want = http.StatusPartialContent
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", o.URL, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != want {
 		_ = resp.Body.Close()
+		if rng != "" {
+			return nil, fmt.Errorf("GET %s bytes %s: HTTP %s", o.URL, rng, resp.Status)
+		}
 		return nil, fmt.Errorf("GET %s: HTTP %s", o.URL, resp.Status)
 	}
 	return resp, nil
@@ -513,6 +544,19 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// checkQcow2 refuses a qcow2 image whose header (head, of a size-byte
+// file) is bad or names a backing file.
+func checkQcow2(head []byte, size int64, url string) error {
+	h, err := block.ParseQcow2Header(head, size)
+	if err != nil {
+		return fmt.Errorf("the qcow2 image from %s: %w", url, err)
+	}
+	if h.BackingFile != "" {
+		return fmt.Errorf("the qcow2 image from %s names a backing file (%s): only standalone images can be imported", url, h.BackingFile)
+	}
+	return nil
+}
+
 // openImage opens the downloaded image: qcow2 by its magic, else raw.
 func openImage(path, url string) (block.Disk, error) {
 	f, err := os.Open(path)
@@ -534,12 +578,8 @@ func openImage(path, url string) (block.Disk, error) {
 		if serr != nil {
 			return nil, fmt.Errorf("the downloaded image: %w", serr)
 		}
-		h, err := block.ParseQcow2Header(b[:n], st.Size())
-		if err != nil {
-			return nil, fmt.Errorf("the qcow2 image from %s: %w", url, err)
-		}
-		if h.BackingFile != "" {
-			return nil, fmt.Errorf("the qcow2 image from %s names a backing file (%s): only standalone images can be imported", url, h.BackingFile)
+		if err := checkQcow2(b[:n], st.Size(), url); err != nil {
+			return nil, err
 		}
 		q, err := block.OpenQcow2(path, true)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -338,16 +339,29 @@ func TestImportQcow2Layouts(t *testing.T) {
 }
 
 // Without scratch space a raw image (plain or compressed) goes straight
-// onto the PVC; a qcow2 one asks for scratch space, writing nothing.
+// onto the PVC, and so does a qcow2 one read in place from a server that
+// serves ranges; a qcow2 one that must be downloaded whole (no ranges,
+// or a checksum over every byte) asks for scratch space, writing
+// nothing.
 func TestImportWithoutScratch(t *testing.T) {
 	dir := t.TempDir()
 	rawPath, raw := rawImage(t, dir)
 	qcowPath := filepath.Join(dir, "disk.qcow2")
 	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	sum := sha256.Sum256(qcow)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.raw.xz"), compress(t, "xz", raw), 0o600))
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/no-ranges.qcow2" {
+			_, _ = w.Write(qcow)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
-	for _, name := range []string{"disk.raw", "disk.raw.xz"} {
+	for _, name := range []string{"disk.raw", "disk.raw.xz", "disk.qcow2"} {
 		t.Run(name, func(t *testing.T) {
 			o := opts(t, srv.URL+"/"+name, 16*mib)
 			o.ScratchDir = ""
@@ -355,13 +369,44 @@ func TestImportWithoutScratch(t *testing.T) {
 			got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(raw, got[:len(raw)]))
+			assert.InDelta(t, 100, o.Progress.Get(), 0.001)
 		})
 	}
-	t.Run("qcow2", func(t *testing.T) {
-		o := opts(t, srv.URL+"/disk.qcow2", 16*mib)
-		o.ScratchDir = ""
-		err := importer.Run(context.Background(), o)
-		require.ErrorIs(t, err, importer.ErrScratchRequired)
-		assert.NoFileExists(t, filepath.Join(o.DataDir, importer.DiskImage))
-	})
+	for name, tc := range map[string]struct{ path, checksum string }{
+		"qcow2 without ranges":  {"/no-ranges.qcow2", ""},
+		"qcow2 with a checksum": {"/disk.qcow2", "sha256:" + hex.EncodeToString(sum[:])},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := opts(t, srv.URL+tc.path, 16*mib)
+			o.ScratchDir, o.Checksum = "", tc.checksum
+			err := importer.Run(context.Background(), o)
+			require.ErrorIs(t, err, importer.ErrScratchRequired)
+			assert.NoFileExists(t, filepath.Join(o.DataDir, importer.DiskImage))
+		})
+	}
+}
+
+// A server whose image changes between range requests is caught, not
+// read as a mix of two images.
+func TestImportInPlaceChanged(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, _ := rawImage(t, dir)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		b := qcow
+		if requests > 2 { // after the first GET and the header's range
+			b = append(slices.Clone(qcow), make([]byte, 4096)...)
+		}
+		http.ServeContent(w, r, "disk.qcow2", time.Time{}, bytes.NewReader(b))
+	}))
+	defer srv.Close()
+	o := opts(t, srv.URL+"/disk.qcow2", 16*mib)
+	err = importer.Run(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has the image changed?")
 }
