@@ -553,22 +553,34 @@ func (q *Qcow2) ReadAt(p []byte, off int64) (int, error) {
 	if rest := q.h.Size - uint64(off); uint64(len(p)) > rest {
 		p, eof = p[:rest], io.EOF
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	// A writable image's mapping changes under writes: its reads hold the
+	// lock throughout. A read-only one's never does: the lock guards
+	// only the L2 cache, and reads (of a file read in place over the
+	// network, say) go on side by side.
+	if !q.ro {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+	}
 	done := 0
 	for done < len(p) {
 		pos := uint64(off) + uint64(done)
 		in := pos % q.cs
 		seg := p[done:min(len(p), done+int(q.cs-in))]
-		m, err := q.lookup(pos / q.cs)
-		if err != nil {
-			return done, err
+		if q.ro {
+			q.mu.Lock()
 		}
-		if m.kind == clusterData {
+		m, err := q.lookup(pos / q.cs)
+		if err == nil && m.kind == clusterData {
 			// One read for a run of clusters that follow each other in
 			// the file too (what qemu-img writes): a converter's large
 			// reads cost one syscall, not one per cluster.
 			seg = p[done : done+q.contiguous(pos+uint64(len(seg)), m.host+in+uint64(len(seg)), len(p)-done-len(seg))+len(seg)]
+		}
+		if q.ro {
+			q.mu.Unlock()
+		}
+		if err != nil {
+			return done, err
 		}
 		if err := q.readCluster(m, pos, in, seg); err != nil {
 			return done, err
