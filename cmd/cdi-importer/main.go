@@ -1,8 +1,10 @@
 // Command cdi-importer fills a PVC from an http(s) image or with a blank
 // image (storage/cdi/importer), configured by the environment the import
 // controller sets. It serves its progress on :8443/metrics while it runs,
-// and ends with a termination message: "Import Complete", or the error
-// (exit status 1; the kubelet restarts it).
+// and ends with a termination message: "Import Complete", the error
+// (exit status 1; the kubelet restarts it), or, for an image that needs
+// scratch space it was not given, importer.ScratchRequiredMessage (exit
+// status 0; the import controller starts it again with scratch space).
 package main
 
 import (
@@ -39,10 +41,16 @@ func main() {
 	}
 	err := run()
 	msg := "Import Complete"
-	if err != nil {
+	switch {
+	case errors.Is(err, importer.ErrScratchRequired):
+		// Not a failure: the controller restarts the import with scratch
+		// space.
+		fmt.Println("cdi-importer:", err)
+		msg, err = importer.ScratchRequiredMessage, nil
+	case err != nil:
 		msg = err.Error()
 		fmt.Fprintln(os.Stderr, "cdi-importer:", err)
-	} else {
+	default:
 		fmt.Println("cdi-importer:", msg)
 	}
 	if werr := os.WriteFile(terminationLog, []byte(msg), 0o600); werr != nil && !errors.Is(werr, os.ErrNotExist) {
@@ -75,7 +83,7 @@ func run() error {
 func options() (importer.Options, error) {
 	o := importer.Options{Source: os.Getenv(importer.EnvSource), URL: os.Getenv(importer.EnvEndpoint), Checksum: os.Getenv(importer.EnvChecksum),
 		AccessKey: os.Getenv(importer.EnvAccessKey), SecretKey: os.Getenv(importer.EnvSecretKey),
-		DataDir: importer.DataDir, BlockPath: importer.BlockPath, ScratchDir: importer.ScratchDir, Progress: &importer.Progress{},
+		DataDir: importer.DataDir, BlockPath: importer.BlockPath, ScratchDir: os.Getenv(importer.EnvScratchDir), Progress: &importer.Progress{},
 		Registry: importer.RegistryOptions{PullMethod: os.Getenv(importer.EnvRegistryPullMethod),
 			Architecture: os.Getenv(importer.EnvRegistryArchitecture), DiskDir: importer.RegistryDiskDir,
 			Insecure: os.Getenv(importer.EnvInsecureTLS) == "true"}}

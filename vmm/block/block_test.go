@@ -147,18 +147,6 @@ func TestQcow2Overlay(t *testing.T) {
 	}
 }
 
-func TestQcow2RefusesCompressedClusters(t *testing.T) {
-	raw := writeFile(t, "src.raw", bytes.Repeat([]byte("compressible "), 100000))
-	img := filepath.Join(t.TempDir(), "c.qcow2")
-	hosttools.Run(t, "qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", raw, img)
-	d, err := block.OpenQcow2(img, true)
-	require.NoError(t, err)
-	defer d.Close()
-	_, err = d.ReadAt(make([]byte, 4096), 0)
-	require.ErrorIs(t, err, block.ErrQcow2Unsupported)
-	assert.Contains(t, err.Error(), "compressed cluster")
-}
-
 // Corrupt or unsupported headers give a clear error, never a panic.
 func TestQcow2BadHeaders(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "good.qcow2")

@@ -58,8 +58,16 @@ func FuzzQcow2(f *testing.F) {
 				}
 			}
 		}
+		// Compressed clusters (convert -c) reach the inflater.
+		raw, p := filepath.Join(dir, "seed.raw"), filepath.Join(dir, "seed-c.qcow2")
+		if os.WriteFile(raw, []byte("compressible compressible compressible"), 0o600) == nil &&
+			exec.Command(qi, "convert", "-c", "-f", "raw", "-O", "qcow2", "-o", "cluster_size=4096", raw, p).Run() == nil {
+			if b, err := os.ReadFile(p); err == nil {
+				f.Add(b, uint32(0), uint16(512))
+			}
+		}
 		// An image naming a backing file reaches the opener.
-		p := filepath.Join(dir, "overlay.qcow2")
+		p = filepath.Join(dir, "overlay.qcow2")
 		if exec.Command(qi, "create", "-q", "-f", "qcow2", "-u", "-b", "base.raw", "-F", "raw", p, "1M").Run() == nil {
 			if b, err := os.ReadFile(p); err == nil {
 				f.Add(b, uint32(0), uint16(512))
@@ -83,6 +91,7 @@ func FuzzQcow2(f *testing.F) {
 			}
 			buf := make([]byte, n)
 			q.ReadAt(buf, int64(off))
+			q.Status(int64(off), int64(n)+1)
 			if !ro {
 				q.WriteAt(buf, int64(off))
 				q.ReadAt(buf, int64(off))

@@ -16,9 +16,10 @@ import (
 // qcow2 (docs/interop/qcow2.txt in QEMU): a header, a two-level table
 // (L1 -> L2 -> data cluster) mapping guest clusters to host clusters, and
 // reference counts for every host cluster. This reader handles versions 2
-// and 3, any cluster size QEMU allows, zero clusters and backing files; it
-// refuses encryption, compression, external data files and extended L2
-// entries with an error that says so. Opened writable, it allocates
+// and 3, any cluster size QEMU allows, zero clusters, zlib-compressed
+// clusters (read only) and backing files; it refuses encryption, other
+// compression types, external data files and extended L2 entries with
+// an error that says so. Opened writable, it allocates
 // clusters at the end of the file and keeps refcounts, L2 and L1 entries
 // consistent, so `qemu-img check` is clean.
 //
@@ -470,6 +471,7 @@ const (
 	clusterUnallocated clusterKind = iota // read from backing file, or zeros
 	clusterZero                           // zeros (host holds a preallocated cluster if off != 0)
 	clusterData
+	clusterCompressed // host is the compressed bytes' offset, clen their length
 )
 
 type mapping struct {
@@ -479,6 +481,7 @@ type mapping struct {
 	l2Off  uint64
 	l2Idx  uint64
 	copied bool
+	clen   uint64
 }
 
 func (q *Qcow2) loadL2(off uint64) ([]uint64, error) {
@@ -521,7 +524,7 @@ func (q *Qcow2) lookup(vc uint64) (mapping, error) {
 	e := l2[i]
 	m := mapping{l2: l2, l2Off: l2Off, l2Idx: i, copied: e&qcowCopied != 0 && l1e&qcowCopied != 0}
 	if e&qcowCompressed != 0 {
-		return mapping{}, unsupported("compressed cluster at guest offset %#x (convert the image with qemu-img convert)", vc*q.cs)
+		return q.compressedMapping(vc, e, m)
 	}
 	m.host = e & qcowOffsetMask
 	switch {
@@ -550,14 +553,32 @@ func (q *Qcow2) ReadAt(p []byte, off int64) (int, error) {
 	if rest := q.h.Size - uint64(off); uint64(len(p)) > rest {
 		p, eof = p[:rest], io.EOF
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	// A writable image's mapping changes under writes: its reads hold the
+	// lock throughout. A read-only one's never does: the lock guards
+	// only the L2 cache, and reads (of a file read in place over the
+	// network, say) go on side by side.
+	if !q.ro {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+	}
 	done := 0
 	for done < len(p) {
 		pos := uint64(off) + uint64(done)
 		in := pos % q.cs
 		seg := p[done:min(len(p), done+int(q.cs-in))]
+		if q.ro {
+			q.mu.Lock()
+		}
 		m, err := q.lookup(pos / q.cs)
+		if err == nil && m.kind == clusterData {
+			// One read for a run of clusters that follow each other in
+			// the file too (what qemu-img writes): a converter's large
+			// reads cost one syscall, not one per cluster.
+			seg = p[done : done+q.contiguous(pos+uint64(len(seg)), m.host+in+uint64(len(seg)), len(p)-done-len(seg))+len(seg)]
+		}
+		if q.ro {
+			q.mu.Unlock()
+		}
 		if err != nil {
 			return done, err
 		}
@@ -579,6 +600,8 @@ func (q *Qcow2) readCluster(m mapping, pos, in uint64, seg []byte) error {
 		}
 	case clusterZero:
 		clear(seg)
+	case clusterCompressed:
+		return q.readCompressed(m, in, seg)
 	default:
 		clear(seg)
 		if q.backing != nil && pos < q.backing.Size() {
@@ -650,6 +673,9 @@ func (q *Qcow2) writeCluster(pos, in uint64, seg []byte, entries *[]entryWrite) 
 	m, err := q.lookup(vc)
 	if err != nil {
 		return err
+	}
+	if m.kind == clusterCompressed {
+		return unsupported("write to a compressed cluster at guest offset %#x", vc*q.cs)
 	}
 	if m.kind == clusterData {
 		if !m.copied {

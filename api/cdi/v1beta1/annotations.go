@@ -18,6 +18,9 @@ const (
 	AnnSecretExtraHeaders = GroupName + "/storage.import.secretExtraHeaders"
 	// AnnChecksum is the expected checksum, "algorithm:hex".
 	AnnChecksum = GroupName + "/storage.import.checksum"
+	// AnnRequiresScratch is "true" once the importer asked for scratch
+	// space: its pod is made again with a scratch PVC.
+	AnnRequiresScratch = GroupName + "/storage.import.requiresScratch"
 	// AnnImportPod is the importer pod's name.
 	AnnImportPod = GroupName + "/storage.import.importPodName"
 	// AnnContentType is the DataVolume's content type.

@@ -50,8 +50,9 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 // kubelet: the test plays the importer pod's part, its progress served
 // by the importer's real metrics handler): a DataVolume gets its PVC and
 // importer pod, its phases follow the pod, its progress the importer's,
-// a failing importer's error and restarts show, and success removes the
-// pod and the scratch PVC. A size that is not positive fails the
+// an importer that asks for scratch space is made again with a scratch
+// PVC, a failing importer's error and restarts show, and success removes
+// the pod and the scratch PVC. A size that is not positive fails the
 // DataVolume; deleting a DataVolume leaves no importer pod.
 func TestDataVolumeEnvtest(t *testing.T) {
 	all, err := crds.All()
@@ -129,9 +130,26 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora"}, pvc))
 	assert.Equal(t, "http://images/fedora.qcow2", pvc.Annotations[cdiv1.AnnEndpoint])
 	assert.Equal(t, corev1.PersistentVolumeFilesystem, *pvc.Spec.VolumeMode, "from the StorageProfile")
+	// Scratch space only once the importer asks for it (a qcow2 image),
+	// as upstream: it ends saying so, and is made again with a scratch
+	// PVC; its Succeeded phase is not the import's.
 	scratch := &corev1.PersistentVolumeClaim{}
+	err = k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora-scratch"}, scratch)
+	assert.True(t, apierrors.IsNotFound(err), "no scratch PVC before the importer asks: %v", err)
+	for _, v := range pod.Spec.Volumes {
+		assert.NotEqual(t, "cdi-scratch-vol", v.Name)
+	}
+	setPod(pod, corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", Message: importer.ScratchRequiredMessage}}}}})
+	first := pod.UID
+	waitFor(t, "an importer pod with scratch space", func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "importer-fedora"}, pod)
+		return err == nil && pod.UID != first, fmt.Sprint(err)
+	})
 	require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora-scratch"}, scratch))
 	assert.True(t, metav1.IsControlledBy(scratch, pvc))
+	assert.Contains(t, pod.Spec.Containers[0].Env, corev1.EnvVar{Name: importer.EnvScratchDir, Value: importer.ScratchDir})
+	assert.NotEqual(t, cdiv1.Succeeded, getDV("fedora").Status.Phase)
 	assert.Equal(t, "fedora", pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
 	assert.Equal(t, corev1.RestartPolicyOnFailure, pod.Spec.RestartPolicy)
 	assert.Equal(t, "localhost/kubevmm/cdi-importer:envtest", pod.Spec.Containers[0].Image)

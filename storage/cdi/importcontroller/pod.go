@@ -19,6 +19,8 @@ import (
 // Container is the importer pod's container.
 const Container = "importer"
 
+const scratchVolume = "cdi-scratch-vol"
+
 // PodName is the importer pod of a PVC: importer-<pvc>, shortened with a
 // hash of the PVC's name where that is too long for a pod's name.
 func PodName(pvc string) string { return shorten("importer-"+pvc, "") }
@@ -36,10 +38,40 @@ func shorten(name, suffix string) string {
 	return name[:limit-len(suffix)-len(h)-1] + "-" + h + suffix
 }
 
-// needsScratch: an http image may be qcow2, which is read at random and
-// so is downloaded whole first, onto the scratch PVC.
+// needsScratch: the importer asked for scratch space (a qcow2 image it
+// cannot read in place is downloaded whole first, onto the scratch PVC);
+// a raw one goes straight to the PVC, as upstream's data processor does.
 func needsScratch(pvc *corev1.PersistentVolumeClaim) bool {
-	return pvc.Annotations[cdiv1.AnnSource] == cdiv1.SourceHTTP || registryPodPull(pvc)
+	// A registry image pulled by the importer is always written to
+	// scratch first: its layers are a stream.
+	return pvc.Annotations[cdiv1.AnnRequiresScratch] == "true" || registryPodPull(pvc)
+}
+
+// ScratchRequired says whether pod's importer ended asking for scratch
+// space (importer.ScratchRequiredMessage), as upstream reads the
+// termination message's scratchSpaceRequired.
+func ScratchRequired(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != Container || cs.State.Terminated == nil {
+			continue
+		}
+		var msg struct {
+			ScratchSpaceRequired bool `json:"scratchSpaceRequired"`
+		}
+		if json.Unmarshal([]byte(cs.State.Terminated.Message), &msg) == nil && msg.ScratchSpaceRequired {
+			return true
+		}
+	}
+	return false
+}
+
+func hasScratch(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == scratchVolume {
+			return true
+		}
+	}
+	return false
 }
 
 // Scratch is the scratch PVC of pvc: as large, in class (pvc's own if
@@ -115,9 +147,10 @@ func Pod(pvc *corev1.PersistentVolumeClaim, c PodConfig) (*corev1.Pod, error) {
 		ctr.VolumeMounts = []corev1.VolumeMount{{Name: "cdi-data-vol", MountPath: importer.DataDir}}
 	}
 	if needsScratch(pvc) {
-		vols = append(vols, corev1.Volume{Name: "cdi-scratch-vol", VolumeSource: corev1.VolumeSource{
+		vols = append(vols, corev1.Volume{Name: scratchVolume, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ScratchName(pvc.Name)}}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "cdi-scratch-vol", MountPath: importer.ScratchDir})
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: scratchVolume, MountPath: importer.ScratchDir})
+		ctr.Env = append(ctr.Env, corev1.EnvVar{Name: importer.EnvScratchDir, Value: importer.ScratchDir})
 	}
 	if cm := ann[cdiv1.AnnCertConfigMap]; cm != "" {
 		vols = append(vols, corev1.Volume{Name: "cdi-cert-vol", VolumeSource: corev1.VolumeSource{

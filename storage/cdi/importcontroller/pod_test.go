@@ -40,7 +40,7 @@ func TestPod(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = m.Name
 	}
-	assert.Equal(t, map[string]string{importer.ScratchDir: "cdi-scratch-vol", importer.CertDir: "cdi-cert-vol",
+	assert.Equal(t, map[string]string{importer.CertDir: "cdi-cert-vol",
 		importer.SecretHeadersDir + "/0": "cdi-extra-headers-0", importer.SecretHeadersDir + "/1": "cdi-extra-headers-1"}, mounts)
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -54,6 +54,16 @@ func TestPod(t *testing.T) {
 		importer.EnvAccessKey: "auth/accessKeyId", importer.EnvSecretKey: "auth/secretKey"}, env)
 	assert.True(t, metav1.IsControlledBy(pod, pvc))
 	assert.Equal(t, corev1.RestartPolicyOnFailure, pod.Spec.RestartPolicy)
+
+	// Once the importer asked for scratch space.
+	pvc.Annotations[cdiv1.AnnRequiresScratch] = "true"
+	pod, err = importcontroller.Pod(pvc, importcontroller.PodConfig{Image: "img", Overhead: 0.06})
+	require.NoError(t, err)
+	c = pod.Spec.Containers[0]
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "cdi-scratch-vol", MountPath: importer.ScratchDir})
+	assert.Contains(t, pod.Spec.Volumes, corev1.Volume{Name: "cdi-scratch-vol", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "disk-scratch"}}})
+	assert.Contains(t, c.Env, corev1.EnvVar{Name: importer.EnvScratchDir, Value: importer.ScratchDir})
 
 	pvc.Annotations[cdiv1.AnnSecretExtraHeaders] = "not json"
 	_, err = importcontroller.Pod(pvc, importcontroller.PodConfig{})
@@ -86,4 +96,25 @@ func TestAnnotations(t *testing.T) {
 				a[cdiv1.AnnRunningCondition], a[cdiv1.AnnRunningConditionReason], a[cdiv1.AnnRunningConditionMessage]})
 		})
 	}
+}
+
+// The importer's request for scratch space is its termination message,
+// upstream's JSON; any other message is not one.
+func TestScratchRequired(t *testing.T) {
+	for _, tc := range []struct {
+		name, msg string
+		want      bool
+	}{
+		{"asked", importer.ScratchRequiredMessage, true},
+		{"done", "Import Complete", false},
+		{"upstream's completion", `{"scratchSpaceRequired":false,"message":"Import Complete"}`, false},
+		{"an error", "GET u: HTTP 404 Not Found", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: tc.msg}}}}}}
+			assert.Equal(t, tc.want, importcontroller.ScratchRequired(pod))
+		})
+	}
+	assert.False(t, importcontroller.ScratchRequired(&corev1.Pod{}), "still running")
 }

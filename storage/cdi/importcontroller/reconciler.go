@@ -2,16 +2,24 @@
 // annotations as upstream's: a PVC annotated with an import source
 // (cdi.kubevirt.io/storage.import.source: http or none, as the DataVolume
 // controller writes it) gets an importer pod, importer-<pvc>, running
-// cmd/cdi-importer, and for http a scratch PVC <pvc>-scratch to download
-// into (a qcow2 image is read at random). The pod's state goes back onto
-// the PVC as annotations (Annotations): its phase, its restarts and the
-// Running condition with the importer's error.
+// cmd/cdi-importer. Scratch space only where it is needed, by upstream's
+// handshake: the first pod has none; an importer that meets an image it
+// must convert through scratch space (a qcow2 one, read at random, that
+// it cannot read in place with range requests) ends with
+// importer.ScratchRequiredMessage, and the controller marks the PVC
+// (cdi.kubevirt.io/storage.import.requiresScratch), deletes the pod and
+// makes it again with a scratch PVC <pvc>-scratch. The pod's state goes
+// back onto the PVC as annotations (Annotations): its phase, its
+// restarts and the Running condition with the importer's error.
 //
 // States of a PVC:
 //
-//	no pod        -> the scratch PVC (http) and the pod are made
+//	no pod        -> the pod is made (and the scratch PVC, once asked for)
+//	pod deleting  -> wait for it to go
 //	pod running   -> annotations follow the pod (a failing importer is
 //	                 restarted by the kubelet: restartPolicy OnFailure)
+//	pod asked for scratch space -> the PVC marked, the pod deleted (its
+//	                 phase, Succeeded, is not recorded)
 //	pod succeeded -> phase Succeeded recorded; the pod and the scratch
 //	                 PVC are deleted
 //	PVC deleted   -> the pod and the scratch PVC are deleted (the pod
@@ -84,6 +92,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !havePod {
 		return reconcile.Result{}, r.start(ctx, pvc)
 	}
+	if pod.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil // its deletion brings us back
+	}
+	if ScratchRequired(pod) {
+		if hasScratch(pod) {
+			// Never recorded as a success: nothing was imported.
+			return reconcile.Result{}, fmt.Errorf("pod %s asked for scratch space and has some", pod.Name)
+		}
+		return reconcile.Result{}, r.restartWithScratch(ctx, pvc, pod)
+	}
 	want := Annotations(pod)
 	if pod.Status.Phase == corev1.PodSucceeded {
 		want[cdiv1.AnnRunningConditionReason], want[cdiv1.AnnRunningCondition] = "Completed", "false"
@@ -137,6 +155,28 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	pvc.Annotations = ann
 	if err := r.Client.Patch(ctx, pvc, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("annotating PVC %s: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+// restartWithScratch marks pvc as needing scratch space, then (on the
+// pass the mark brings, so that the pass the pod's deletion brings sees
+// it) deletes pod, whose importer asked for it: the pass after makes the
+// scratch PVC and the pod again.
+func (r *Reconciler) restartWithScratch(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) error {
+	if pvc.Annotations[cdiv1.AnnRequiresScratch] != "true" {
+		logf.FromContext(ctx).Info("the importer asked for scratch space", "pvc", pvc.Name, "pod", pod.Name)
+		orig := pvc.DeepCopy()
+		pvc.Annotations = maps.Clone(pvc.Annotations)
+		pvc.Annotations[cdiv1.AnnRequiresScratch] = "true"
+		if err := r.Client.Patch(ctx, pvc, client.MergeFrom(orig)); err != nil {
+			return fmt.Errorf("annotating PVC %s: %w", pvc.Name, err)
+		}
+		return nil
+	}
+	logf.FromContext(ctx).Info("restarting the importer with scratch space", "pvc", pvc.Name, "pod", pod.Name)
+	if err := r.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting pod %s: %w", pod.Name, err)
 	}
 	return nil
 }

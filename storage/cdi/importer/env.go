@@ -17,6 +17,9 @@ const (
 	EnvRegistryArchitecture = "IMPORTER_REGISTRY_ARCHITECTURE"
 	// EnvInsecureTLS is "true" for a registry CDIConfig lists as insecure.
 	EnvInsecureTLS = "INSECURE_TLS"
+	// EnvScratchDir is ScratchDir where a scratch PVC is mounted, unset
+	// where none is.
+	EnvScratchDir = "IMPORTER_SCRATCH_DIR"
 
 	// DataDir holds disk.img on a Filesystem PVC.
 	DataDir = "/data"
@@ -36,3 +39,9 @@ const (
 	// each of whose files is a header.
 	SecretHeadersDir = "/extraheaders"
 )
+
+// ScratchRequiredMessage is cdi-importer's termination message (upstream's
+// JSON) when the image needs scratch space it has not got
+// (ErrScratchRequired); it exits 0, and the import controller makes the
+// scratch PVC and starts it again.
+const ScratchRequiredMessage = `{"scratchSpaceRequired":true,"message":"scratch space required"}`

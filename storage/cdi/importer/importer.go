@@ -1,28 +1,42 @@
 // Package importer is CDI's importer (cmd/cdi-importer): it fills a PVC
 // from an http(s) URL, or with a blank image. An http image is raw or
-// qcow2, either possibly gz or xz compressed; it is downloaded
-// (decompressed on the way, its checksum taken over the bytes as served)
-// into the scratch directory, then written as raw into disk.img on a
-// Filesystem PVC or onto a Block PVC's device, zero blocks skipped (a
-// file stays sparse). Nothing larger than the PVC's usable size is
-// written: an image that does not fit is refused, saying so. The qcow2
-// image is read by vmm/block's reader; backing files are refused (an
-// image from the network cannot name a file here).
+// qcow2, either possibly gz or xz compressed; its checksum is taken over
+// the bytes as served. A raw image (decompressed on the way) is written
+// as it arrives into disk.img on a Filesystem PVC or onto a Block PVC's
+// device, zero blocks skipped (a file stays sparse). Nothing larger than
+// the PVC's usable size is written: an image that does not fit is
+// refused, saying so. A qcow2 image is read by vmm/block's reader;
+// backing files are refused (an image from the network cannot name a
+// file here).
 //
 // disk.img is then grown, sparse, to the PVC's usable size (its size less
 // CDIConfig's filesystem overhead, at most the free space, in whole MiB),
 // as CDI resizes an imported image, so that a VM sees the size the user
 // asked for. A Block PVC's image is the device, whatever its size.
 //
-// Scratch space: the scratch PVC is mounted at ScratchDir (/scratch); an
-// image that must be read at random (qcow2, whose tables may follow its
-// data) but arrives as a stream is first written whole there. A source
-// other than http does the same by writing the image (raw or qcow2,
-// decompressed) to a file under ScratchDir and calling WriteImage, which
-// converts it onto the PVC and grows it as above.
+// A qcow2 image must be read at random (its tables may follow its data).
+// Where the server serves ranges of it as it is (Accept-Ranges, a known
+// length, not compressed) and no checksum asks for every byte, it is
+// read in place with range requests, as upstream reads one through
+// nbdkit: its tables and data clusters only, no scratch space. Else it
+// arrives as a stream and is first written whole into the scratch PVC
+// mounted at ScratchDir: scratch space only where it is needed, as
+// upstream's data processor decides. An importer started without scratch
+// space (Options.ScratchDir "") that needs some returns
+// ErrScratchRequired; cmd/cdi-importer then ends with
+// ScratchRequiredMessage and the import controller starts it again with
+// a scratch PVC. A source other than http writes its image (raw or
+// qcow2, decompressed) to a file under ScratchDir and calls WriteImage,
+// which converts it onto the PVC and grows it as above.
+//
+// The conversion reads the image's allocation (qcow2 L1/L2 tables, a raw
+// file's holes) so that holes and zero clusters are skipped unread, and
+// copies the data in pieces of up to copyPiece bytes with copyWorkers
+// writes in flight, as qemu-img convert does with -m.
 package importer
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -41,6 +55,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +68,20 @@ import (
 // DiskImage is the image's name on a Filesystem PVC.
 const DiskImage = "disk.img"
 
-// chunk is the unit of copying and of zero detection.
+// chunk is the unit of streaming and of zero detection in a stream.
 const chunk = 1 << 20
+
+const (
+	// copyPiece is the largest read and write of a conversion.
+	copyPiece = 4 << 20
+	// copyWorkers is how many pieces are read and written at once: a
+	// write waits on the page cache or the disk, another goes on.
+	copyWorkers = 4
+)
+
+// ErrScratchRequired is Run's error when the image must be converted
+// through scratch space and Options.ScratchDir is "".
+var ErrScratchRequired = errors.New("scratch space required")
 
 // Options are one import's.
 type Options struct {
@@ -74,7 +101,8 @@ type Options struct {
 	// CAs are PEM certificates trusted besides the system's.
 	CAs [][]byte
 	// DataDir, BlockPath and ScratchDir are where the PVC and the scratch
-	// space are (a Block PVC when BlockPath exists).
+	// space are (a Block PVC when BlockPath exists; no scratch space when
+	// ScratchDir is "").
 	DataDir, BlockPath, ScratchDir string
 	// Progress, if set, counts the share of the download done, in percent.
 	Progress *Progress
@@ -110,12 +138,23 @@ func Run(ctx context.Context, o Options) error {
 	default:
 		return fmt.Errorf("unknown source %q (want http, registry or none)", o.Source)
 	}
-	img, done, err := fetch(ctx, o)
-	if err != nil {
+	if o.Source == SourceRegistry {
+		// An image's layers are streamed, never read in place: the disk
+		// goes onto scratch (pod) or is read where the node put it (node).
+		img, done, err := fetchRegistry(ctx, o)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return t.write(img, o.URL, o.Progress)
+	}
+	if err := t.fetch(ctx, o); err != nil {
+		if !t.block {
+			_ = os.Remove(t.f.Name()) // a partial image must not look like one
+		}
 		return err
 	}
-	defer done()
-	return t.write(img, o.URL, o.Progress)
+	return nil
 }
 
 // WriteImage writes the raw or qcow2 image at path (a file in the scratch
@@ -138,15 +177,26 @@ func (t *target) write(path, from string, p *Progress) error {
 		return err
 	}
 	defer func() { _ = src.Close() }()
+	return t.convert(src, from, p)
+}
+
+// convert writes src onto t, grows and syncs it.
+func (t *target) convert(src block.Disk, from string, p *Progress) error {
 	if int64(src.Size()) > t.usable {
 		return fmt.Errorf("no space: the image from %s is %d bytes, more than the %d bytes usable on the PVC", from, src.Size(), t.usable)
 	}
 	if err := copySparse(t, src, from); err != nil {
 		return err
 	}
+	return t.finish(int64(src.Size()), p)
+}
+
+// finish grows disk.img past the n bytes of the image written and syncs
+// it.
+func (t *target) finish(n int64, p *Progress) error {
 	if !t.block {
 		// Grown as CDI resizes: the guest sees the size asked for.
-		if err := t.f.Truncate(max(int64(src.Size()), t.grown())); err != nil {
+		if err := t.f.Truncate(max(n, t.grown())); err != nil {
 			return fmt.Errorf("sizing %s: %w", t.f.Name(), err)
 		}
 	}
@@ -203,53 +253,75 @@ func openTarget(o Options) (*target, error) {
 	return &target{f: f, usable: usable}, nil
 }
 
-// download fetches the image into the scratch directory, decompressed,
-// checking the checksum of the bytes as served; it returns the file.
-func download(ctx context.Context, o Options) (string, error) {
+// fetch downloads the image, decompressed, checking the checksum of the
+// bytes as served: a raw image straight onto t, a qcow2 one into the
+// scratch directory and then converted onto t.
+func (t *target) fetch(ctx context.Context, o Options) error {
 	want, sum, err := parseChecksum(o.Checksum)
 	if err != nil {
-		return "", err
+		return err
 	}
-	client, err := httpClient(o.CAs)
+	resp, err := get(ctx, o)
 	if err != nil {
-		return "", err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
-	if err != nil {
-		return "", fmt.Errorf("source URL %q: %w", o.URL, err)
-	}
-	for _, h := range o.Headers {
-		k, v, ok := strings.Cut(h, ":")
-		if !ok {
-			return "", fmt.Errorf("extra header %q: want \"Name: value\"", h)
-		}
-		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
-	}
-	if o.AccessKey != "" || o.SecretKey != "" {
-		req.SetBasicAuth(o.AccessKey, o.SecretKey)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("GET %s: %w", o.URL, err)
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: HTTP %s", o.URL, resp.Status)
-	}
 	var body io.Reader = &counting{r: resp.Body, total: resp.ContentLength, p: o.Progress}
 	if sum != nil {
 		body = io.TeeReader(body, sum)
 	}
-	img, err := decompress(body, o.URL)
+	dec, err := decompress(body, o.URL)
 	if err != nil {
-		return "", err
+		return err
+	}
+	img := bufio.NewReaderSize(dec, chunk)
+	head, _ := img.Peek(len(qcow2Magic))
+	qcow2 := bytes.Equal(head, qcow2Magic)
+	if _, compressed := dec.(named); qcow2 && !compressed && inPlace(resp, sum) {
+		// Read where it is, as upstream's nbdkit does: no scratch space,
+		// and only the image's tables and data cross the network.
+		_ = resp.Body.Close()
+		return t.writeInPlace(ctx, o, resp.ContentLength)
+	}
+	// The rest of the body (a compressed stream's trailer) counts.
+	check := func() error {
+		if sum == nil {
+			return nil
+		}
+		if _, err := io.Copy(io.Discard, body); err != nil {
+			return fmt.Errorf("downloading %s: %w", o.URL, err)
+		}
+		if got := hex.EncodeToString(sum.Sum(nil)); got != want {
+			return fmt.Errorf("checksum mismatch: %s of %s is %s, want %s", strings.Split(o.Checksum, ":")[0], o.URL, got, want)
+		}
+		return nil
+	}
+	if !qcow2 {
+		// Raw: nothing to convert, so no scratch space.
+		n, err := writeSparse(t.f, img, !t.block, t.usable)
+		switch {
+		case errors.Is(err, errTooLarge):
+			return fmt.Errorf("no space: the image from %s is larger than the %d bytes usable on the PVC", o.URL, t.usable)
+		case errors.Is(err, unix.ENOSPC):
+			return fmt.Errorf("no space left on the PVC writing the image from %s: %w", o.URL, err)
+		case err != nil:
+			return fmt.Errorf("downloading %s: %w", o.URL, err)
+		}
+		if err := check(); err != nil {
+			return err
+		}
+		return t.finish(n, o.Progress)
+	}
+	if o.ScratchDir == "" {
+		return fmt.Errorf("the qcow2 image from %s is converted through scratch space: %w", o.URL, ErrScratchRequired)
 	}
 	path := filepath.Join(o.ScratchDir, "image")
+	defer func() { _ = os.Remove(path) }()
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
-		return "", fmt.Errorf("creating the scratch image: %w", err)
+		return fmt.Errorf("creating the scratch image: %w", err)
 	}
-	n, err := writeSparse(f, img)
+	n, err := writeSparse(f, img, true, -1)
 	if err == nil {
 		err = f.Truncate(n)
 	}
@@ -257,24 +329,60 @@ func download(ctx context.Context, o Options) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		_ = os.Remove(path)
 		if errors.Is(err, unix.ENOSPC) {
-			return "", fmt.Errorf("no space on the scratch PVC for the image from %s: %w", o.URL, err)
+			return fmt.Errorf("no space on the scratch PVC for the image from %s: %w", o.URL, err)
 		}
-		return "", fmt.Errorf("downloading %s: %w", o.URL, err)
+		return fmt.Errorf("downloading %s: %w", o.URL, err)
 	}
-	if sum != nil {
-		// The rest of the body (a compressed stream's trailer) counts.
-		if _, err := io.Copy(io.Discard, body); err != nil {
-			_ = os.Remove(path)
-			return "", fmt.Errorf("downloading %s: %w", o.URL, err)
-		}
-		if got := hex.EncodeToString(sum.Sum(nil)); got != want {
-			_ = os.Remove(path)
-			return "", fmt.Errorf("checksum mismatch: %s of %s is %s, want %s", strings.Split(o.Checksum, ":")[0], o.URL, got, want)
-		}
+	if err := check(); err != nil {
+		return err
 	}
-	return path, nil
+	return t.write(path, o.URL, o.Progress)
+}
+
+// get requests o's URL with its headers, credentials and CAs.
+func get(ctx context.Context, o Options) (*http.Response, error) {
+	client, err := httpClient(o.CAs)
+	if err != nil {
+		return nil, err
+	}
+	return getRange(ctx, client, o, "")
+}
+
+// getRange requests o's URL, the byte range rng ("first-last") of it if
+// not "": the answer must be the whole image (200) or that range (206).
+func getRange(ctx context.Context, client *http.Client, o Options, rng string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("source URL %q: %w", o.URL, err)
+	}
+	for _, h := range o.Headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			return nil, fmt.Errorf("extra header %q: want \"Name: value\"", h)
+		}
+		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	if o.AccessKey != "" || o.SecretKey != "" {
+		req.SetBasicAuth(o.AccessKey, o.SecretKey)
+	}
+	want := http.StatusOK
+	if rng != "" {
+		req.Header.Set("Range", "bytes="+rng)
+		want = http.StatusPartialContent
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", o.URL, err)
+	}
+	if resp.StatusCode != want {
+		_ = resp.Body.Close()
+		if rng != "" {
+			return nil, fmt.Errorf("GET %s bytes %s: HTTP %s", o.URL, rng, resp.Status)
+		}
+		return nil, fmt.Errorf("GET %s: HTTP %s", o.URL, resp.Status)
+	}
+	return resp, nil
 }
 
 func parseChecksum(s string) (string, hash.Hash, error) {
@@ -388,14 +496,22 @@ func (n named) Read(b []byte) (int, error) {
 	return c, err
 }
 
-// writeSparse copies r into f, skipping the chunks of zeros; it returns
-// how many bytes r had.
-func writeSparse(f *os.File, r io.Reader) (int64, error) {
+// errTooLarge: a stream is longer than its limit.
+var errTooLarge = errors.New("the image is larger than its limit")
+
+// writeSparse copies r into f, skipping the chunks of zeros if skip (a
+// file reads zeros where nothing was written; a device may hold old
+// data); it returns how many bytes r had. More than limit bytes (if not
+// negative) is errTooLarge, nothing past it written.
+func writeSparse(f *os.File, r io.Reader, skip bool, limit int64) (int64, error) {
 	buf := make([]byte, chunk)
 	var off int64
 	for {
 		n, err := fill(r, buf)
-		if n > 0 && !allZero(buf[:n]) {
+		if limit >= 0 && off+int64(n) > limit {
+			return off, errTooLarge
+		}
+		if n > 0 && (!skip || !allZero(buf[:n])) {
 			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
 				return off, werr
 			}
@@ -440,6 +556,19 @@ func allZero(b []byte) bool {
 	return true
 }
 
+// checkQcow2 refuses a qcow2 image whose header (head, of a size-byte
+// file) is bad or names a backing file.
+func checkQcow2(head []byte, size int64, url string) error {
+	h, err := block.ParseQcow2Header(head, size)
+	if err != nil {
+		return fmt.Errorf("the qcow2 image from %s: %w", url, err)
+	}
+	if h.BackingFile != "" {
+		return fmt.Errorf("the qcow2 image from %s names a backing file (%s): only standalone images can be imported", url, h.BackingFile)
+	}
+	return nil
+}
+
 // openImage opens the downloaded image: qcow2 by its magic, else raw.
 func openImage(path, url string) (block.Disk, error) {
 	f, err := os.Open(path)
@@ -461,12 +590,8 @@ func openImage(path, url string) (block.Disk, error) {
 		if serr != nil {
 			return nil, fmt.Errorf("the downloaded image: %w", serr)
 		}
-		h, err := block.ParseQcow2Header(b[:n], st.Size())
-		if err != nil {
-			return nil, fmt.Errorf("the qcow2 image from %s: %w", url, err)
-		}
-		if h.BackingFile != "" {
-			return nil, fmt.Errorf("the qcow2 image from %s names a backing file (%s): only standalone images can be imported", url, h.BackingFile)
+		if err := checkQcow2(b[:n], st.Size(), url); err != nil {
+			return nil, err
 		}
 		q, err := block.OpenQcow2(path, true)
 		if err != nil {
@@ -481,25 +606,97 @@ func openImage(path, url string) (block.Disk, error) {
 	return d, nil
 }
 
-// copySparse writes src onto t: a file's zero chunks are skipped (they
-// read as zeros), a device's are zeroed (they may hold old data).
+// statuser is an image that says where its data and zeros are
+// (block.Qcow2 and block.Raw).
+type statuser interface {
+	Status(off, n int64) (data bool, length int64, err error)
+}
+
+// copySparse writes src onto t: its data read and written in pieces by
+// copyWorkers goroutines, each at its offset; its zero runs skipped
+// unread on a file (they read as zeros) and zeroed on a device (it may
+// hold old data). A data piece that is all zeros is skipped on a file
+// too.
 func copySparse(t *target, src block.Disk, from string) error {
-	buf := make([]byte, chunk)
-	size := int64(src.Size())
-	for off := int64(0); off < size; off += chunk {
-		n := min(chunk, size-off)
-		if _, err := src.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+	st, ok := src.(statuser)
+	if !ok {
+		return fmt.Errorf("the image from %s: %T cannot say where its data is", from, src)
+	}
+	type piece struct {
+		off, n int64
+		data   bool
+	}
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		stop  = make(chan struct{})
+		work  = make(chan piece)
+	)
+	fail := func(err error) { once.Do(func() { first = err; close(stop) }) }
+	for range copyWorkers {
+		wg.Go(func() {
+			buf := make([]byte, copyPiece)
+			for p := range work {
+				if err := t.copyPiece(src, buf[:p.n], p.off, p.data, from); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	err := func() error {
+		size := int64(src.Size()) //nolint:gosec // an image's size fits int64
+		for off := int64(0); off < size; {
+			data, n, err := st.Status(off, size-off)
+			if err != nil {
+				return fmt.Errorf("reading the image from %s at %d: %w", from, off, err)
+			}
+			if n <= 0 {
+				return fmt.Errorf("reading the image from %s at %d: no allocation status", from, off)
+			}
+			if !data && !t.block {
+				off += n
+				continue
+			}
+			end := off + n
+			for p := off; p < end; p += copyPiece {
+				select {
+				case work <- piece{p, min(copyPiece, end-p), data}:
+				case <-stop:
+					return nil
+				}
+			}
+			off = end
+		}
+		return nil
+	}()
+	close(work)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	return first
+}
+
+// copyPiece writes the len(buf) bytes of src at off onto t: read if data,
+// else zeros.
+func (t *target) copyPiece(src block.Disk, buf []byte, off int64, data bool, from string) error {
+	if data {
+		if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("reading the image from %s at %d: %w", from, off, err)
 		}
-		if !t.block && allZero(buf[:n]) {
-			continue
+		if !t.block && allZero(buf) {
+			return nil
 		}
-		if _, err := t.f.WriteAt(buf[:n], off); err != nil {
-			if errors.Is(err, unix.ENOSPC) {
-				return fmt.Errorf("no space left on the PVC writing the image from %s: %w", from, err)
-			}
-			return fmt.Errorf("writing the image at %d: %w", off, err)
+	} else {
+		clear(buf)
+	}
+	if _, err := t.f.WriteAt(buf, off); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("no space left on the PVC writing the image from %s: %w", from, err)
 		}
+		return fmt.Errorf("writing the image at %d: %w", off, err)
 	}
 	return nil
 }

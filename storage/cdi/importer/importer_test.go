@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,7 +163,7 @@ func TestImportErrors(t *testing.T) {
 		{"backing file", "/overlay.qcow2", "", 16 * mib, "names a backing file"},
 		{"corrupt gz", "/corrupt.gz", "", 16 * mib, "the gz image from " + srv.URL + "/corrupt.gz is corrupt"},
 		{"empty", "/empty", "", 16 * mib, "is empty"},
-		{"no space", "/disk.raw", "", 8 * mib, "no space: the image from " + srv.URL + "/disk.raw is 8388608 bytes, more than the"},
+		{"no space", "/disk.raw", "", 8 * mib, "no space: the image from " + srv.URL + "/disk.raw is larger than the 7884800 bytes usable on the PVC"},
 		{"checksum mismatch", "/disk.raw", "sha256:" + strings.Repeat("0", 64), 16 * mib, "checksum mismatch: sha256 of " + srv.URL + "/disk.raw is " + hex.EncodeToString(sum[:])},
 		{"unknown checksum", "/disk.raw", "crc32:00", 16 * mib, `unknown algorithm "crc32"`},
 		{"unreachable", "", "", 16 * mib, "GET http://127.0.0.1:1/x: "},
@@ -286,3 +288,125 @@ func TestWriteImage(t *testing.T) {
 }
 
 func allZero(b []byte) bool { return bytes.Equal(b, make([]byte, len(b))) }
+
+// qcow2 images as qemu-img and qemu-io make them, imported over http:
+// disk.img holds what qemu-img convert makes of each, sparse.
+func TestImportQcow2Layouts(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, _ := rawImage(t, dir)
+	// mk runs each command with the image's path in place of "IMG".
+	mk := func(name string, cmds ...[]string) string {
+		p := filepath.Join(dir, name)
+		for _, c := range cmds {
+			args := slices.Clone(c[1:])
+			args[slices.Index(args, "IMG")] = p
+			hosttools.Run(t, c[0], args...)
+		}
+		return p
+	}
+	images := map[string]string{
+		// What cloud images ship: every cluster deflated.
+		"compressed": mk("c.qcow2", []string{"qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", rawPath, "IMG"}),
+		// Zero clusters over allocated ones, and between them.
+		"zero clusters": mk("z.qcow2", []string{"qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=4096", "IMG", "8M"},
+			[]string{"qemu-io", "-f", "qcow2", "-c", "write -P 0x11 0 1M", "-c", "write -z 256k 256k", "-c", "write -P 0x22 3M 8k", "-c", "write -z 5M 1M", "IMG"}),
+		// 512-byte clusters: an L2 table per 32 KiB, written where the
+		// writes left off, between data clusters and after them.
+		"L2 tables between data": mk("l2.qcow2", []string{"qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=512", "IMG", "8M"},
+			[]string{"qemu-io", "-f", "qcow2", "-c", "write -P 0x33 7M 100k", "-c", "write -P 0x44 0 3k", "-c", "write -P 0x55 2M 33k", "-c", "write -P 0x66 64k 1k", "IMG"}),
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	for name, img := range images {
+		t.Run(name, func(t *testing.T) {
+			want := filepath.Join(t.TempDir(), "want.raw")
+			hosttools.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", img, want)
+			wantB, err := os.ReadFile(want)
+			require.NoError(t, err)
+			o := opts(t, srv.URL+"/"+filepath.Base(img), 16*mib)
+			require.NoError(t, importer.Run(context.Background(), o))
+			path := filepath.Join(o.DataDir, importer.DiskImage)
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Len(t, got, 15*mib)
+			assert.True(t, bytes.Equal(wantB, got[:len(wantB)]), "disk.img starts with qemu-img's conversion")
+			assert.True(t, allZero(got[len(wantB):]))
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(path, &st))
+			assert.LessOrEqual(t, st.Blocks*512, int64(2*mib), "zeros are not written")
+		})
+	}
+}
+
+// Without scratch space a raw image (plain or compressed) goes straight
+// onto the PVC, and so does a qcow2 one read in place from a server that
+// serves ranges; a qcow2 one that must be downloaded whole (no ranges,
+// or a checksum over every byte) asks for scratch space, writing
+// nothing.
+func TestImportWithoutScratch(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, raw := rawImage(t, dir)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	sum := sha256.Sum256(qcow)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.raw.xz"), compress(t, "xz", raw), 0o600))
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/no-ranges.qcow2" {
+			_, _ = w.Write(qcow)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	for _, name := range []string{"disk.raw", "disk.raw.xz", "disk.qcow2"} {
+		t.Run(name, func(t *testing.T) {
+			o := opts(t, srv.URL+"/"+name, 16*mib)
+			o.ScratchDir = ""
+			require.NoError(t, importer.Run(context.Background(), o))
+			got, err := os.ReadFile(filepath.Join(o.DataDir, importer.DiskImage))
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(raw, got[:len(raw)]))
+			assert.InDelta(t, 100, o.Progress.Get(), 0.001)
+		})
+	}
+	for name, tc := range map[string]struct{ path, checksum string }{
+		"qcow2 without ranges":  {"/no-ranges.qcow2", ""},
+		"qcow2 with a checksum": {"/disk.qcow2", "sha256:" + hex.EncodeToString(sum[:])},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := opts(t, srv.URL+tc.path, 16*mib)
+			o.ScratchDir, o.Checksum = "", tc.checksum
+			err := importer.Run(context.Background(), o)
+			require.ErrorIs(t, err, importer.ErrScratchRequired)
+			assert.NoFileExists(t, filepath.Join(o.DataDir, importer.DiskImage))
+		})
+	}
+}
+
+// A server whose image changes between range requests is caught, not
+// read as a mix of two images.
+func TestImportInPlaceChanged(t *testing.T) {
+	dir := t.TempDir()
+	rawPath, _ := rawImage(t, dir)
+	qcowPath := filepath.Join(dir, "disk.qcow2")
+	hosttools.Run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", rawPath, qcowPath)
+	qcow, err := os.ReadFile(qcowPath)
+	require.NoError(t, err)
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		b := qcow
+		if requests > 2 { // after the first GET and the header's range
+			b = append(slices.Clone(qcow), make([]byte, 4096)...)
+		}
+		http.ServeContent(w, r, "disk.qcow2", time.Time{}, bytes.NewReader(b))
+	}))
+	defer srv.Close()
+	o := opts(t, srv.URL+"/disk.qcow2", 16*mib)
+	err = importer.Run(context.Background(), o)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has the image changed?")
+}

@@ -38,14 +38,7 @@ type RegistryOptions struct {
 
 // fetch is the image to convert, as a local file, and what to do with it
 // once converted.
-func fetch(ctx context.Context, o Options) (string, func(), error) {
-	if o.Source != SourceRegistry {
-		img, err := download(ctx, o)
-		if err != nil {
-			return "", nil, err
-		}
-		return img, func() { _ = os.Remove(img) }, nil
-	}
+func fetchRegistry(ctx context.Context, o Options) (string, func(), error) {
 	ref, err := registry.ParseURL(o.URL)
 	if err != nil {
 		return "", nil, err
@@ -106,7 +99,7 @@ func pull(ctx context.Context, o Options, ref registry.Ref) (string, error) {
 		if err != nil {
 			return fmt.Errorf("creating the scratch image: %w", err)
 		}
-		n, err := writeSparse(f, img)
+		n, err := writeSparse(f, img, true, -1)
 		if err == nil {
 			err = f.Truncate(n)
 		}

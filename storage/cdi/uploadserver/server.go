@@ -5,9 +5,9 @@
 // an image to its claim), or the device of a Block volume.
 //
 // Accepted: raw, qcow2 (converted with vmm/block's reader, which checks
-// every table against the file; a backing file is refused: it would name
-// a file on this node; so are compressed clusters, which the reader does
-// not decode), each plain, gzip or xz compressed. A qcow2 image
+// every table against the file and reads compressed clusters; a backing
+// file is refused: it would name a file on this node), each plain, gzip
+// or xz compressed. A qcow2 image
 // is first received whole into the scratch directory (its tables may
 // come after its data), then converted.
 //
