@@ -42,6 +42,11 @@ import (
 // Entries virt-handler moved past AttachedToNode are its own: they are
 // kept as they are, including a removed volume's until it detached it.
 
+// The attachment pod's owner reference blocks the launcher pod's deletion
+// (foreground), which OwnerReferencesPermissionEnforcement lets only
+// those who may update the owner's finalizers set.
+// +kubebuilder:rbac:groups="",resources=pods/finalizers,verbs=update
+
 // HotplugLabelValue is the AppLabel value of attachment pods (KubeVirt's).
 const HotplugLabelValue = "hotplug-disk"
 
