@@ -70,6 +70,9 @@ func (r *VMIReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.NewPredicateFuncs(isLauncherPod))).
 		// A claim that appears (or changes) moves the VMIs using it.
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmisOfClaim)).
+		// An attachment pod that runs moves its volumes to AttachedToNode.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(vmiOfAttachmentPod),
+			builder.WithPredicates(predicate.NewPredicateFuncs(isAttachmentPod))).
 		Complete(r)
 }
 
@@ -115,6 +118,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 	var syncErr *syncError
 	var requeue time.Duration
+	var hp *hotplugState
 	// The claims decide the pod's volumes and LiveMigratable. From the
 	// cache: a claim it has not seen yet comes back through the watch.
 	pvcs, pvcErr := readPVCs(ctx, r.Client, vmi)
@@ -139,12 +143,15 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if syncErr == nil {
 			syncErr = r.deleteMigratedSource(ctx, vmi, pods, pod)
 		}
+		if syncErr == nil && vmi.Status.Phase == v1.Running && pod != nil && !spec.PodDown(pod) && pod.Spec.NodeName != "" {
+			hp, syncErr = r.syncHotplug(ctx, vmi, pod)
+		}
 	}
 
 	if syncErr == nil {
 		syncErr = imagePullError(pod)
 	}
-	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), pvcs, syncErr); err != nil {
+	if err := r.updateStatus(ctx, vmi, pod, migrationTargetPod(vmi, pods), pvcs, hp, syncErr); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -324,8 +331,11 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 
 // updateStatus derives the VMI status from the pods it observed (decide)
 // and writes what changed: the node label, then the status (write).
-func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError) error {
+func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, hp *hotplugState, syncErr *syncError) error {
 	st := decideVMIStatus(vmi, pod, target, pvcs, syncErr, r.now())
+	if hp != nil {
+		st.VolumeStatus = decideVolumeStatus(vmi, hp.claims, hp.pods)
+	}
 	// The node label follows status.nodeName, which virt-handler moves to
 	// the target's node when a migration completes: the label is what
 	// the handlers' caches select on.

@@ -3,6 +3,7 @@
 //
 //	virt-launcher install DIR           copy this binary into DIR
 //	virt-launcher copy SRC DST [...]     copy files out of an image
+//	virt-launcher wait                  wait for SIGTERM (a hotplug attachment pod's container)
 package main
 
 import (
@@ -29,8 +30,14 @@ func main() {
 			}
 		case "copy":
 			err = launcher.CopyFiles(os.Args[2:])
+		case "wait":
+			// The attachment pod only holds its claims on the node.
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			fmt.Println("virt-launcher: waiting for SIGTERM")
+			<-ctx.Done()
+			stop()
 		default:
-			err = fmt.Errorf("unknown subcommand %q (install, copy; none runs the VMI)", os.Args[1])
+			err = fmt.Errorf("unknown subcommand %q (install, copy, wait; none runs the VMI)", os.Args[1])
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "virt-launcher:", err)

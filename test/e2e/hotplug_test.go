@@ -29,8 +29,10 @@ spec:
 // launcher pod; `removevolume --persist` takes it out of both; without
 // --persist only the VMI changes. Bad requests are refused naming what is
 // wrong, and the VMI's spec stays fixed but for its hotpluggable volumes.
-// The guest does not see the disk: the node half (attaching the claim to
-// the running VM) is not built. The VM runs, its guest need not boot.
+// virt-controller's attachment pod binds and publishes the claim on the
+// VMI's node (volumeStatus AttachedToNode) and goes with the volume. The
+// guest does not see the disk: virt-handler attaching the published claim
+// to the running VM is not built. The VM runs, its guest need not boot.
 func TestHotplugVolume(t *testing.T) {
 	freshNamespace(t)
 	const vm = "testvm"
@@ -85,6 +87,19 @@ func TestHotplugVolume(t *testing.T) {
 		assert.Contains(t, out, `name: volume "hp-data": a volume or disk of that name exists`)
 	})
 
+	t.Run("the attachment pod publishes the claim on the VMI's node", func(t *testing.T) {
+		// Its claim waits for a first consumer: the attachment pod is it,
+		// and the kubelet publishes the volume once the pod runs.
+		until(t, 3*time.Minute, "hp-data AttachedToNode", func() bool {
+			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].phase}`) == "AttachedToNode"
+		})
+		attach := jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].hotplugVolume.attachPodName}`)
+		require.NotEmpty(t, attach)
+		assert.Equal(t, jsonpath(t, "vmi/"+vm, "{.status.nodeName}"), jsonpath(t, "pod/"+attach, "{.spec.nodeName}"))
+		assert.Equal(t, "Running", jsonpath(t, "pod/"+attach, "{.status.phase}"))
+		assert.Equal(t, pod, jsonpath(t, "pod/"+attach, `{.metadata.ownerReferences[?(@.controller==true)].uid}`), "owned by the launcher pod")
+	})
+
 	t.Run("the VMI's other spec stays fixed", func(t *testing.T) {
 		out, err := run(t, "kubectl.sh", "-n", ns, "patch", "vmi", vm, "--type=json", "-p", `[{"op":"replace","path":"/spec/domain/memory/guest","value":"256Mi"}]`)
 		require.Error(t, err, out)
@@ -94,6 +109,10 @@ func TestHotplugVolume(t *testing.T) {
 	t.Run("removevolume --persist", func(t *testing.T) {
 		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume gone from the VMI and the VM", "/", "/")
+		until(t, 2*time.Minute, "no volumeStatus and no attachment pod", func() bool {
+			return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" &&
+				kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io=hotplug-disk", "-o", "name") == ""
+		})
 	})
 
 	t.Run("without --persist only the VMI changes", func(t *testing.T) {

@@ -310,7 +310,7 @@ type VirtualMachineInstanceStatus struct {
 	// +optional
 	ActivePods map[types.UID]string `json:"activePods,omitempty"`
 	// +optional
-	VolumeStatus []Unmodeled `json:"volumeStatus,omitempty"`
+	VolumeStatus []VolumeStatus `json:"volumeStatus,omitempty"`
 	// +optional
 	KernelBootStatus *Unmodeled `json:"kernelBootStatus,omitempty"`
 	// +optional
