@@ -33,6 +33,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&CDIConfig{}, &CDIConfigList{},
 		&StorageProfile{}, &StorageProfileList{},
 		&DataVolume{}, &DataVolumeList{},
+		&DataImportCron{}, &DataImportCronList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
