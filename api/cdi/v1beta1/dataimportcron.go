@@ -124,7 +124,7 @@ type ImportStatus struct {
 // DataImportCronSourceFormat is what the imports are kept as.
 type DataImportCronSourceFormat string
 
-// DataImportCronSourceFormatPvc: the imports are PVCs.
+// DataImportCronSourceFormatPvc is the format of imports kept as PVCs.
 const DataImportCronSourceFormatPvc DataImportCronSourceFormat = "pvc"
 
 // DataImportCronConditionType is a DataImportCron condition's type.
