@@ -32,20 +32,15 @@ func TestCRDs(t *testing.T) {
 		cdiv1.StorageProfileCRDName: apiextensionsv1.ClusterScoped,
 		cdiv1.DataVolumeCRDName:     apiextensionsv1.NamespaceScoped,
 		cdiv1.DataImportCronCRDName: apiextensionsv1.NamespaceScoped,
+		cdiv1.DataSourceCRDName:     apiextensionsv1.NamespaceScoped,
 	}, got)
 }
 
 // What the API server refuses in a DataVolume without a webhook: each
 // error names the field. Upstream's example DataVolumes are accepted.
 func TestDataVolumeValidation(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
-	ctx := context.Background()
 	storage := `"storage": {"resources": {"requests": {"storage": "1Gi"}}}`
-	tests := []struct {
-		name, spec, wantErr string
-	}{
+	tests := []validationCase{
 		{"upstream http example", `{"source": {"http": {"url": "https://example.org/disk.qcow2"}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
 		{"upstream blank example", `{"source": {"blank": {}}, "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "500Mi"}}}}`, ""},
 		{"upload", `{"source": {"upload": {}}, ` + storage + `}`, ""},
@@ -68,15 +63,40 @@ func TestDataVolumeValidation(t *testing.T) {
 		{"bad checksum", `{"source": {"http": {"url": "http://x", "checksum": "crc:1"}}, ` + storage + `}`, "spec.source.http.checksum"},
 		{"storage dataSource", `{"source": {"blank": {}}, "storage": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "x"}, "resources": {"requests": {"storage": "1Gi"}}}}`, "spec.storage.dataSource and spec.storage.dataSourceRef are not supported"},
 	}
+	createEach(t, "DataVolume", tests)
+}
+
+// A DataSource names a PVC; a snapshot source is refused naming the
+// field, and the PVC's name is required.
+func TestDataSourceValidation(t *testing.T) {
+	tests := []validationCase{
+		{"pvc", `{"source": {"pvc": {"namespace": "golden", "name": "fedora"}}}`, ""},
+		{"pvc without name", `{"source": {"pvc": {"namespace": "golden"}}}`, "spec.source.pvc.name"},
+		{"snapshot", `{"source": {"snapshot": {"namespace": "a", "name": "b"}}}`, "spec.source.snapshot is not supported"},
+		{"no source", `{}`, "spec.source"},
+	}
+	createEach(t, "DataSource", tests)
+}
+
+type validationCase struct{ name, spec, wantErr string }
+
+// createEach creates an object of kind with each case's spec in a fresh
+// API server: created when wantErr is empty, else refused with an error
+// holding it.
+func createEach(t *testing.T, kind string, tests []validationCase) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var spec map[string]any
 			require.NoError(t, json.Unmarshal([]byte(tc.spec), &spec))
-			dv := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-			dv.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("DataVolume"))
-			dv.SetNamespace("default")
-			dv.SetName("dv-" + string(rune('a'+i)))
-			err := k8s.Create(ctx, dv)
+			obj := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+			obj.SetGroupVersionKind(cdiv1.GroupVersion.WithKind(kind))
+			obj.SetNamespace("default")
+			obj.SetName("obj-" + string(rune('a'+i)))
+			err := k8s.Create(ctx, obj)
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return

@@ -1,8 +1,9 @@
 // Package v1beta1 holds the cdi.kubevirt.io/v1beta1 API of the
 // Containerized Data Importer: the cluster-scoped CDI CR (from which the
 // CDI operator, operator/cdi, deploys cdi-controller), CDIConfig (the
-// singleton `config`), StorageProfile (one per StorageClass) and
-// DataVolume (a PVC and how to fill it).
+// singleton `config`), StorageProfile (one per StorageClass),
+// DataVolume (a PVC and how to fill it) and DataSource (a PVC that
+// DataVolumes clone by name, through their sourceRef).
 //
 // Field names and JSON tags are upstream's
 // (kubevirt/containerized-data-importer). What the API server can check

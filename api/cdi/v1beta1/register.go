@@ -15,6 +15,7 @@ const (
 	CDIConfigCRDName      = "cdiconfigs." + GroupName
 	StorageProfileCRDName = "storageprofiles." + GroupName
 	DataVolumeCRDName     = "datavolumes." + GroupName
+	DataSourceCRDName     = "datasources." + GroupName
 )
 
 var (
@@ -34,6 +35,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&StorageProfile{}, &StorageProfileList{},
 		&DataVolume{}, &DataVolumeList{},
 		&DataImportCron{}, &DataImportCronList{},
+		&DataSource{}, &DataSourceList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -78,6 +78,7 @@ func ControllerObjects(c Config) []client.Object {
 	read := []string{"get", "list", "watch"}
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes", "datavolumes/status", "datavolumes/finalizers"}, Verbs: all},
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datasources", "datasources/status"}, Verbs: all},
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"cdiconfigs", "storageprofiles"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "pods"}, Verbs: all},
 		// The upload servers' Services and certificate Secrets, and the
