@@ -47,8 +47,7 @@ func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
 // the validator available itself), running as its service account with
 // the RBAC it is deployed with: an SSP deploys the Template CRD, the
 // common instance types, preferences and templates and the validator;
-// edits and deletions are reverted; unknown fields and
-// dataImportCronTemplates are refused by name; a second SSP is refused;
+// edits and deletions are reverted; unknown fields are refused by name; a second SSP is refused;
 // pausing stops it; TektonTasks get their Deprecated condition; deleting
 // the SSP removes what it deployed outside its namespace.
 func TestSSPEnvtest(t *testing.T) {
@@ -215,10 +214,7 @@ func TestSSPEnvtest(t *testing.T) {
 		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":{"type":"Old"},"commonTemplates":{"somethingNew":true}}}`)
 		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded,
 			"True/Degraded: not supported by kubevmm: spec.commonTemplates.somethingNew, spec.tlsSecurityProfile")
-		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":null,"commonTemplates":{"somethingNew":null,`+
-			`"dataImportCronTemplates":[{"metadata":{"name":"fedora-image-cron"},"spec":{"managedDataSource":"fedora"}}]}}}`)
-		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded, "True/Degraded: spec.commonTemplates.dataImportCronTemplates: 1 DataImportCronTemplates")
-		patch(cr.Name, ns, `{"spec":{"commonTemplates":{"dataImportCronTemplates":null}}}`)
+		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":null,"commonTemplates":{"somethingNew":null}}}`)
 		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded, "False/Degraded")
 	})
 
