@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -57,6 +59,33 @@ func TestRenderLauncherPodBootFiles(t *testing.T) {
 	pod, err = RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
 	require.NoError(t, err)
 	assert.Empty(t, pod.Spec.InitContainers)
+}
+
+// A containerDisk image is pulled as the VMI asks, else as KubeVirt
+// defaults: Always for :latest (or no tag), IfNotPresent otherwise.
+func TestContainerDiskPullPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		image string
+		set   corev1.PullPolicy
+		want  corev1.PullPolicy
+	}{
+		{"10.200.0.1:5000/kubevmm/guest:v1", "", corev1.PullIfNotPresent},
+		{"10.200.0.1:5000/kubevmm/guest", "", corev1.PullAlways},
+		{"10.200.0.1:5000/kubevmm/guest:latest", "", corev1.PullAlways},
+		{"registry:5000/guest@sha256:" + strings.Repeat("a", 64), "", corev1.PullIfNotPresent},
+		{"registry:5000/guest:latest", corev1.PullNever, corev1.PullNever},
+		{"localhost/kubevmm/test-bootdisk:devel", corev1.PullIfNotPresent, corev1.PullIfNotPresent},
+	} {
+		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "ns", UID: "uid"},
+			Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))}},
+				Volumes: []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{
+					ContainerDisk: &v1.ContainerDiskSource{Image: tc.image, ImagePullPolicy: tc.set}}}}}}
+		pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1", ImagePullPolicy: corev1.PullNever})
+		require.NoError(t, err)
+		require.Len(t, pod.Spec.InitContainers, 2)
+		assert.Equal(t, corev1.PullNever, pod.Spec.InitContainers[0].ImagePullPolicy, "the launcher image's own")
+		assert.Equal(t, tc.want, pod.Spec.InitContainers[1].ImagePullPolicy, "%s %q", tc.image, tc.set)
+	}
 }
 
 // A cloud-init volume's Secrets (user data, network data, SSH keys

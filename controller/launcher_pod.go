@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -383,11 +384,17 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 	}}
 	binMount := corev1.VolumeMount{Name: binVolume, MountPath: spec.BinDir, ReadOnly: true}
 	copyCmd := spec.BinDir + "/virt-launcher"
-	pull := func(p corev1.PullPolicy) corev1.PullPolicy {
-		if p == "" {
-			return corev1.PullIfNotPresent
+	// The user's policy, else KubeVirt's (and the kubelet's) default:
+	// Always for :latest or no tag, IfNotPresent otherwise.
+	pull := func(p corev1.PullPolicy, image string) corev1.PullPolicy {
+		if p != "" {
+			return p
 		}
-		return p
+		name := image[strings.LastIndex(image, "/")+1:]
+		if i := strings.LastIndex(name, ":"); !strings.Contains(name, "@") && (i < 0 || name[i+1:] == "latest") {
+			return corev1.PullAlways
+		}
+		return corev1.PullIfNotPresent
 	}
 	secret := func(name string) {
 		if name != "" {
@@ -424,7 +431,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 			cmd = append(cmd, kb.InitrdPath, spec.KernelBootDir+"/"+spec.InitrdFile)
 		}
 		inits = append(inits, corev1.Container{
-			Name: "kernel-boot", Image: kb.Image, ImagePullPolicy: pull(kb.ImagePullPolicy), Command: cmd,
+			Name: "kernel-boot", Image: kb.Image, ImagePullPolicy: pull(kb.ImagePullPolicy, kb.Image), Command: cmd,
 			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: kernelVolume, MountPath: spec.KernelBootDir}},
 			SecurityContext: sc, Resources: small,
 		})
@@ -438,7 +445,7 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 			src = "/disk"
 		}
 		inits = append(inits, corev1.Container{
-			Name: "volume" + v.Name, Image: v.ContainerDisk.Image, ImagePullPolicy: pull(v.ContainerDisk.ImagePullPolicy),
+			Name: "volume" + v.Name, Image: v.ContainerDisk.Image, ImagePullPolicy: pull(v.ContainerDisk.ImagePullPolicy, v.ContainerDisk.Image),
 			Command:         []string{copyCmd, "copy", src, spec.ContainerDiskFile(v.Name)},
 			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: diskVolume, MountPath: spec.ContainerDiskDir}},
 			SecurityContext: sc, Resources: small,

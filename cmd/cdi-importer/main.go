@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +27,16 @@ import (
 const terminationLog = "/dev/termination-log"
 
 func main() {
+	// `cdi-importer install DIR`: the init container of a node-pulled
+	// registry import copies this (static) binary into the emptyDir from
+	// which the containerDisk image's container runs it.
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		if err := install(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "cdi-importer install:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	err := run()
 	msg := "Import Complete"
 	if err != nil {
@@ -64,7 +75,9 @@ func run() error {
 func options() (importer.Options, error) {
 	o := importer.Options{Source: os.Getenv(importer.EnvSource), URL: os.Getenv(importer.EnvEndpoint), Checksum: os.Getenv(importer.EnvChecksum),
 		AccessKey: os.Getenv(importer.EnvAccessKey), SecretKey: os.Getenv(importer.EnvSecretKey),
-		DataDir: importer.DataDir, BlockPath: importer.BlockPath, ScratchDir: importer.ScratchDir, Progress: &importer.Progress{}}
+		DataDir: importer.DataDir, BlockPath: importer.BlockPath, ScratchDir: importer.ScratchDir, Progress: &importer.Progress{},
+		Registry: importer.RegistryOptions{PullMethod: os.Getenv(importer.EnvRegistryPullMethod),
+			Architecture: os.Getenv(importer.EnvRegistryArchitecture), DiskDir: importer.RegistryDiskDir}}
 	var err error
 	if o.Size, err = strconv.ParseInt(os.Getenv(importer.EnvImageSize), 10, 64); err != nil || o.Size <= 0 {
 		return o, fmt.Errorf("%s=%q: want a positive byte count", importer.EnvImageSize, os.Getenv(importer.EnvImageSize))
@@ -113,4 +126,27 @@ func options() (importer.Options, error) {
 		return o, fmt.Errorf("certConfigMap: %w", err)
 	}
 	return o, nil
+}
+
+// install copies this executable into dir.
+func install(dir string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = src.Close() }() // read only
+	dst := filepath.Join(dir, filepath.Base(self))
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("copying to %s: %w", dst, err)
+	}
+	return out.Close()
 }

@@ -34,6 +34,7 @@ if alive kube-apiserver "$K8S_BIN/kube-apiserver" && alive kubelet "$K8S_BIN/kub
 fi
 # The kubelet before the apiserver: a connected kubelet can stall the
 # apiserver's shutdown.
+stop registry "$REGISTRY_BIN_DIR/registry-$REGISTRY_VERSION serve"
 stop kube-proxy "$K8S_BIN/kube-proxy"
 stop socat "socat TCP-LISTEN:$API_PORT"
 stop kubelet "$K8S_BIN/kubelet"
@@ -92,5 +93,5 @@ if [ -d "$pool" ]; then
   done
   rm -rf "$pool"
 fi
-rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/kubelet" "$CLUSTER_DIR/cni" "$CLUSTER_DIR/containerd/state"
+rm -rf "$CLUSTER_DIR/registry" "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/kubelet" "$CLUSTER_DIR/cni" "$CLUSTER_DIR/containerd/state"
 log "down.sh: cluster down in $(since "$T0") s"

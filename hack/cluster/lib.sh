@@ -44,6 +44,12 @@ SERVICE_CIDR=10.96.0.0/24
 SERVICE_API_IP=10.96.0.1
 API_PORT=6443
 
+# The dev registry (hack/cluster/registry.sh): the distribution registry,
+# built once into $REGISTRY_BIN_DIR, listening on the node IP.
+REGISTRY_VERSION=v3.1.2
+REGISTRY_BIN_DIR=$KUBEVMM_CACHE/registry
+REGISTRY_ADDR=$NODE_IP:5000
+
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO_DIR=$(cd "$HACK_DIR/.." && pwd)
 CONF_DIR=$HACK_DIR/cluster/conf

@@ -112,7 +112,8 @@ start kube-proxy "$B/kube-proxy" "$B/kube-proxy" --kubeconfig="$P/kube-proxy.kub
   --hostname-override="$NODE_NAME" --proxy-mode=iptables --cluster-cidr="$POD_CIDR" \
   --bind-address="$NODE_IP" --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 \
   --nodeport-addresses="$NODE_IP/32" --conntrack-max-per-core=0
-phase "node components started"
+"$HACK_DIR/cluster/registry.sh" start
+phase "node components and registry ($REGISTRY_ADDR) started"
 
 node_ready() {
   kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
@@ -122,7 +123,7 @@ wait_for "node $NODE_NAME Ready" 300 node_ready
 wait_for "default service account" 120 kubectl_admin get serviceaccount default -n default
 phase "node $NODE_NAME Ready"
 
-for n in etcd kube-apiserver containerd kube-scheduler kube-controller-manager kubelet socat kube-proxy; do
+for n in etcd kube-apiserver containerd kube-scheduler kube-controller-manager kubelet socat kube-proxy registry; do
   printf '  %-24s pid %s\n' "$n" "$(cat "$CLUSTER_DIR/$n.pid")"
 done
 log "up.sh: cluster up in $(since "$T0") s. Use hack/kubectl.sh, or export KUBECONFIG=$KUBECONFIG_ADMIN"

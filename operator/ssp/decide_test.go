@@ -276,8 +276,8 @@ func TestDecideTektonTasks(t *testing.T) {
 func TestDecideGoldenImages(t *testing.T) {
 	now := metav1.Now()
 	spec := cdiv1.DataImportCronSpec{Schedule: "0 */12 * * *", ManagedDataSource: "fedora",
-		Template: cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.UnsupportedSource{
-			RawExtension: runtime.RawExtension{Raw: []byte(`{"url":"docker://registry:5000/fedora:latest"}`)}}}}}}
+		Template: cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{
+			URL: ptr.To("docker://registry:5000/fedora:latest")}}}}}
 	s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", UID: "u"}, Spec: sspv1beta3.SSPSpec{
 		CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "openshift", DataImportCronTemplates: []sspv1beta3.DataImportCronTemplate{
 			{ObjectMeta: metav1.ObjectMeta{Name: "fedora-image-cron", Labels: map[string]string{"a": "b"}}, Spec: spec},

@@ -128,7 +128,6 @@ const PersistentVolumeFromStorageProfile corev1.PersistentVolumeMode = "FromStor
 // +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.s3), has(self.gcs), has(self.registry), has(self.pvc), has(self.upload), has(self.blank), has(self.imageio), has(self.vddk), has(self.snapshot)].filter(x, x).size() == 1",message="spec.source must set exactly one source"
 // +kubebuilder:validation:XValidation:rule="!has(self.s3)",fieldPath=".s3",message="spec.source.s3 is not supported by kubevmm"
 // +kubebuilder:validation:XValidation:rule="!has(self.gcs)",fieldPath=".gcs",message="spec.source.gcs is not supported by kubevmm"
-// +kubebuilder:validation:XValidation:rule="!has(self.registry)",fieldPath=".registry",message="spec.source.registry is not supported by kubevmm yet"
 // +kubebuilder:validation:XValidation:rule="!has(self.pvc)",fieldPath=".pvc",message="spec.source.pvc (clone) is not supported by kubevmm yet"
 // +kubebuilder:validation:XValidation:rule="!has(self.imageio)",fieldPath=".imageio",message="spec.source.imageio is not supported by kubevmm"
 // +kubebuilder:validation:XValidation:rule="!has(self.vddk)",fieldPath=".vddk",message="spec.source.vddk is not supported by kubevmm"
@@ -141,7 +140,7 @@ type DataVolumeSource struct {
 	// +optional
 	GCS *UnsupportedSource `json:"gcs,omitempty"`
 	// +optional
-	Registry *UnsupportedSource `json:"registry,omitempty"`
+	Registry *DataVolumeSourceRegistry `json:"registry,omitempty"`
 	// +optional
 	PVC *DataVolumeSourcePVC `json:"pvc,omitempty"`
 	// +optional

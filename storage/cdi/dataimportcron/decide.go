@@ -22,6 +22,7 @@
 package dataimportcron
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -32,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/registry"
 )
 
 // CronLabel is on every DataVolume and DataSource a cron makes, naming
@@ -292,7 +294,8 @@ func validDigest(d string) bool {
 }
 
 // importDataVolume is the cron's template named name, labelled with the
-// cron, its registry URL pinned to digest.
+// cron, its registry URL pinned to digest: what it imports cannot move
+// under it.
 func importDataVolume(c *cdiv1.DataImportCron, name, digest string) (*cdiv1.DataVolume, error) {
 	t := c.Spec.Template.DeepCopy()
 	dv := &cdiv1.DataVolume{
@@ -305,30 +308,17 @@ func importDataVolume(c *cdiv1.DataImportCron, name, digest string) (*cdiv1.Data
 		dv.Labels = map[string]string{}
 	}
 	dv.Labels[CronLabel] = c.Name
-	u, err := registryURL(&dv.Spec)
+	src := dv.Spec.Source
+	if src == nil || src.Registry == nil || src.Registry.URL == nil {
+		return nil, errors.New("spec.template.spec.source.registry.url is required")
+	}
+	ref, err := registry.ParseURL(*src.Registry.URL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("spec.template.spec.source.registry.url: %w", err)
 	}
-	return dv, setRegistryURL(&dv.Spec, PinURL(u, digest))
-}
-
-// PinURL is a docker:// image reference with its tag or digest replaced
-// by digest: what the import reads cannot move under it.
-func PinURL(ref, digest string) string {
-	scheme, rest, ok := strings.Cut(ref, "://")
-	if !ok {
-		scheme, rest = "", ref
-	}
-	rest, _, _ = strings.Cut(rest, "@")
-	// A tag follows the last path element's colon; an earlier colon is
-	// the registry's port.
-	if i := strings.LastIndex(rest, ":"); i > strings.LastIndex(rest, "/") {
-		rest = rest[:i]
-	}
-	if scheme != "" {
-		rest = scheme + "://" + rest
-	}
-	return rest + "@" + digest
+	ref.Tag, ref.Digest = "", digest
+	src.Registry.URL = ptrTo(ref.String())
+	return dv, nil
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -1,7 +1,6 @@
 package dataimportcron_test
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -32,8 +30,8 @@ func newCron() *cdiv1.DataImportCron {
 			ManagedDataSource: "fedora",
 			Template: cdiv1.DataVolume{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
-				Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.UnsupportedSource{
-					RawExtension: runtime.RawExtension{Raw: []byte(`{"url": "docker://registry:5000/fedora:latest", "pullMethod": "node"}`)}}}},
+				Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{
+					URL: ptr.To("docker://registry:5000/fedora:latest"), PullMethod: ptr.To(cdiv1.RegistryPullNode)}}},
 			},
 		},
 	}
@@ -183,10 +181,10 @@ func TestDecide(t *testing.T) {
 				assert.Equal(t, tc.create, d.Create.Name)
 				assert.Equal(t, "os-images", d.Create.Namespace)
 				assert.Equal(t, map[string]string{"a": "b", dataimportcron.CronLabel: "fedora-cron"}, d.Create.Labels)
-				var reg map[string]string
-				require.NoError(t, json.Unmarshal(d.Create.Spec.Source.Registry.Raw, &reg))
-				assert.Equal(t, map[string]string{"url": "docker://registry:5000/fedora@" + tc.current[0].Digest, "pullMethod": "node"}, reg,
+				assert.Equal(t, &cdiv1.DataVolumeSourceRegistry{URL: ptr.To("docker://registry:5000/fedora@" + tc.current[0].Digest),
+					PullMethod: ptr.To(cdiv1.RegistryPullNode)}, d.Create.Spec.Source.Registry,
 					"the URL pinned to the digest read, the rest of the template kept")
+				assert.Equal(t, "docker://registry:5000/fedora:latest", *c.Spec.Template.Spec.Source.Registry.URL, "the cron's template is not modified")
 			}
 			assert.Equal(t, tc.delete, d.Delete)
 			assert.Equal(t, tc.dsPVC, d.DataSourcePVC)
@@ -247,18 +245,6 @@ func TestDecideDeletion(t *testing.T) {
 			assert.Equal(t, tc.delete != nil, d.DeleteDataSource)
 			assert.Nil(t, d.Create)
 		})
-	}
-}
-
-func TestPinURL(t *testing.T) {
-	for ref, want := range map[string]string{
-		"docker://quay.io/containerdisks/fedora:latest": "docker://quay.io/containerdisks/fedora@" + d1,
-		"docker://registry:5000/fedora":                 "docker://registry:5000/fedora@" + d1,
-		"docker://registry:5000/a/b:v1":                 "docker://registry:5000/a/b@" + d1,
-		"docker://registry:5000/a/b@" + d2:              "docker://registry:5000/a/b@" + d1,
-		"registry.local/fedora:v2":                      "registry.local/fedora@" + d1,
-	} {
-		assert.Equal(t, want, dataimportcron.PinURL(ref, d1), ref)
 	}
 }
 

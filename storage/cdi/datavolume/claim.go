@@ -197,6 +197,8 @@ func annotations(dv *cdiv1.DataVolume) (map[string]string, error) {
 				ann[k] = string(b)
 			}
 		}
+	case src.Registry != nil:
+		registryAnnotations(ann, src.Registry)
 	case src.Blank != nil:
 		ann[cdiv1.AnnSource] = cdiv1.SourceNone
 	case src.Upload != nil:

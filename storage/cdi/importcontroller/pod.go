@@ -39,7 +39,7 @@ func shorten(name, suffix string) string {
 // needsScratch: an http image may be qcow2, which is read at random and
 // so is downloaded whole first, onto the scratch PVC.
 func needsScratch(pvc *corev1.PersistentVolumeClaim) bool {
-	return pvc.Annotations[cdiv1.AnnSource] == cdiv1.SourceHTTP
+	return pvc.Annotations[cdiv1.AnnSource] == cdiv1.SourceHTTP || registryPodPull(pvc)
 }
 
 // Scratch is the scratch PVC of pvc: as large, in class (pvc's own if
@@ -132,13 +132,17 @@ func Pod(pvc *corev1.PersistentVolumeClaim, c PodConfig) (*corev1.Pod, error) {
 			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", importer.SecretHeadersDir, i), ReadOnly: true})
 		}
 	}
-	return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(pvc.Name), Namespace: pvc.Namespace,
 			Labels:          map[string]string{datavolume.AppLabel: datavolume.AppName, "cdi.kubevirt.io": "importer"},
 			Annotations:     map[string]string{cdiv1.AnnCreatedBy: "yes"},
 			OwnerReferences: []metav1.OwnerReference{owner(pvc)}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}, Volumes: vols, RestartPolicy: corev1.RestartPolicyOnFailure,
-			PriorityClassName: ann[cdiv1.AnnPriorityClassName], TerminationGracePeriodSeconds: ptr.To(int64(5))}}, nil
+			PriorityClassName: ann[cdiv1.AnnPriorityClassName], TerminationGracePeriodSeconds: ptr.To(int64(5))}}
+	if ann[cdiv1.AnnSource] == cdiv1.SourceRegistry {
+		registryPod(pod, pvc, c)
+	}
+	return pod, nil
 }
 
 // Annotations are what pod says of the import, as the PVC annotations

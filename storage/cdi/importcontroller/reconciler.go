@@ -48,7 +48,7 @@ type Reconciler struct {
 func importing(pvc *corev1.PersistentVolumeClaim) bool {
 	_, upload := pvc.Annotations[cdiv1.AnnUploadRequest]
 	src := pvc.Annotations[cdiv1.AnnSource]
-	return !upload && (src == cdiv1.SourceHTTP || src == cdiv1.SourceNone)
+	return !upload && (src == cdiv1.SourceHTTP || src == cdiv1.SourceNone || src == cdiv1.SourceRegistry)
 }
 
 // Reconcile is one pass over a PVC.

@@ -11,6 +11,10 @@ const (
 	EnvExtraHeaders = "IMPORTER_EXTRA_HEADERS"
 	EnvAccessKey    = "IMPORTER_ACCESS_KEY_ID"
 	EnvSecretKey    = "IMPORTER_SECRET_KEY"
+	// EnvRegistryPullMethod and EnvRegistryArchitecture are a registry
+	// import's pull method (pod or node) and platform.
+	EnvRegistryPullMethod   = "IMPORTER_REGISTRY_IMPORT_METHOD"
+	EnvRegistryArchitecture = "IMPORTER_REGISTRY_ARCHITECTURE"
 
 	// DataDir holds disk.img on a Filesystem PVC.
 	DataDir = "/data"
@@ -20,6 +24,12 @@ const (
 	ScratchDir = "/scratch"
 	// CertDir holds the certConfigMap's CA certificates.
 	CertDir = "/certs"
+	// RegistryDiskDir is where a containerDisk image keeps its disk: a
+	// node-pulled registry import runs in that image.
+	RegistryDiskDir = "/disk"
+	// InstallDir is the emptyDir through which a node-pulled registry
+	// import gets this binary into the containerDisk image's container.
+	InstallDir = "/kubevmm-bin"
 	// SecretHeadersDir holds one directory per secretExtraHeaders Secret,
 	// each of whose files is a header.
 	SecretHeadersDir = "/extraheaders"

@@ -46,8 +46,10 @@ const chunk = 1 << 20
 
 // Options are one import's.
 type Options struct {
-	// Source is "http" or "none" (blank).
+	// Source is "http", "registry" or "none" (blank).
 	Source, URL string
+	// Registry is a registry source's.
+	Registry RegistryOptions
 	// Checksum is "algorithm:hex" ("" for none).
 	Checksum string
 	// Size is the PVC's requested size in bytes; Overhead the share of a
@@ -93,15 +95,15 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("sizing blank %s to %d bytes: %w", t.f.Name(), size, err)
 		}
 		return t.f.Sync()
-	case "http":
+	case "http", SourceRegistry:
 	default:
-		return fmt.Errorf("unknown source %q (want http or none)", o.Source)
+		return fmt.Errorf("unknown source %q (want http, registry or none)", o.Source)
 	}
-	img, err := download(ctx, o)
+	img, done, err := fetch(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.Remove(img) }()
+	defer done()
 	src, err := openImage(img, o.URL)
 	if err != nil {
 		return err
