@@ -17,6 +17,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/storage/cdi/dataimportcron"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
@@ -83,6 +84,10 @@ func run() error {
 	if err := (&upload.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: uploadImage, PullPolicy: corev1.PullPolicy(pull),
 		Log: slog.Default().With("controller", "cdi-upload")}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the upload controller: %w", err)
+	}
+	if err := (&dataimportcron.Reconciler{Client: mgr.GetClient(), Digest: dataimportcron.RegistryDigest(mgr.GetAPIReader()),
+		Log: slog.Default().With("controller", "dataimportcron")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the DataImportCron controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)

@@ -151,6 +151,12 @@ func Decide(o Observed, now metav1.Time) (Decision, error) {
 			return Decision{}, err
 		}
 	}
+	if !o.Polled {
+		// The last poll's error stands until the next poll.
+		if u := cdiv1.FindDataImportCronCondition(st.Conditions, cdiv1.DataImportCronUpToDate); u != nil && u.Reason == ReasonDigestError {
+			pollErr = u.Message
+		}
+	}
 	running, failed := current(&st, byName, d.Create != nil, now)
 	if failed != "" {
 		pollErr = failed

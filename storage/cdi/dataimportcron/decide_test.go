@@ -128,6 +128,15 @@ func TestDecide(t *testing.T) {
 				Imports: []cdiv1.DataVolume{dv(name1, cdiv1.Succeeded, t0)}},
 			dsPVC: name1, upToDate: corev1.ConditionFalse, progressing: corev1.ConditionFalse, reason: dataimportcron.ReasonDigestError,
 			current: []cdiv1.ImportStatus{{DataVolumeName: name1, Digest: d1}}},
+		{name: "the last poll's error stands until the next poll",
+			cron: func(c *cdiv1.DataImportCron) {
+				imported(c, name1, d1)
+				c.Status.Conditions = []cdiv1.DataImportCronCondition{{Type: cdiv1.DataImportCronUpToDate,
+					ConditionState: cdiv1.ConditionState{Status: corev1.ConditionFalse, Reason: dataimportcron.ReasonDigestError, Message: "connection refused"}}}
+			},
+			obs:   dataimportcron.Observed{Imports: []cdiv1.DataVolume{dv(name1, cdiv1.Succeeded, t0)}, Next: next},
+			dsPVC: name1, upToDate: corev1.ConditionFalse, progressing: corev1.ConditionFalse, reason: dataimportcron.ReasonDigestError,
+			current: []cdiv1.ImportStatus{{DataVolumeName: name1, Digest: d1}}},
 		{name: "a malformed digest from the registry is refused",
 			obs:      dataimportcron.Observed{Polled: true, Digest: "sha256:../../x", Next: next},
 			upToDate: corev1.ConditionFalse, progressing: corev1.ConditionFalse, reason: dataimportcron.ReasonDigestError},
