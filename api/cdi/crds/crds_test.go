@@ -128,6 +128,8 @@ func TestDataImportCronValidation(t *testing.T) {
 	tests := []struct {
 		name, spec, wantErr string
 	}{
+		{"upstream example", cron(`{"registry": {"url": "docker://quay.io/kubevirt/fedora-cloud-registry-disk-demo:latest", "pullMethod": "node"}}`,
+			`, "garbageCollect": "Outdated", "importsToKeep": 0, "retentionPolicy": "None"`), ""},
 		{"http source", cron(`{"http": {"url": "http://x/d.img"}}`, ""), "spec.template.spec.source.registry is required"},
 		{"blank source", cron(`{"blank": {}}`, ""), "spec.template.spec.source.registry is required"},
 		{"negative importsToKeep", cron(`{"http": {"url": "http://x"}}`, `, "importsToKeep": -1`), "spec.importsToKeep"},
@@ -145,6 +147,10 @@ func TestDataImportCronValidation(t *testing.T) {
 			c.SetNamespace("default")
 			c.SetName("cron-" + string(rune('a'+i)))
 			err := k8s.Create(ctx, c)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.wantErr)
 		})
