@@ -21,8 +21,8 @@ func registryPodPull(pvc *corev1.PersistentVolumeClaim) bool {
 // CDI, the kubelet pulls the image: the importer container runs the
 // containerDisk image itself, with the cdi-importer binary an init
 // container copied into an emptyDir, and reads the disk from the image's
-// /disk/ (as a member of its owner's group, 107: the importer runs as root
-// without capabilities, and a containerDisk's disk is 107's, 0440 here).
+// /disk/ (also as a member of group 107: the importer runs as root without
+// capabilities, and a containerDisk's disk is 107's, possibly 0440).
 // No scratch space: the disk is already a local file.
 func registryPod(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, c PodConfig) {
 	ann := pvc.Annotations

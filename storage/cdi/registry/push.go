@@ -22,7 +22,8 @@ import (
 const DiskOwner = 107
 
 // PushContainerDisk pushes a containerDisk image to ref: one gzip layer
-// holding disk/<name> (the bytes of src, owned 107:107, mode 0440), a
+// holding disk/<name> (the bytes of src, owned 107:107, mode 0444: the launcher's
+// user, whoever it is, reads it), a
 // linux/<architecture> config and an OCI manifest. It returns the
 // manifest's digest. The layer is built in a temporary file beside
 // nothing of the caller's (os.TempDir), since its digest must be known
@@ -113,8 +114,8 @@ func writeDiskLayer(w io.Writer, name string, src *os.File) (string, error) {
 		Uid: DiskOwner, Gid: DiskOwner, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 		return "", err
 	}
-	if err := t.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: DiskDir + "/" + name, Mode: 0o440,
-		Size: st.Size(), Uid: DiskOwner, Gid: DiskOwner, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+	if err := t.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: DiskDir + "/" + name,
+		Mode: 0o444, Size: st.Size(), Uid: DiskOwner, Gid: DiskOwner, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 		return "", err
 	}
 	if _, err := io.Copy(t, io.NewSectionReader(src, 0, st.Size())); err != nil {

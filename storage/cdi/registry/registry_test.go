@@ -125,6 +125,7 @@ func TestLayerOwnership(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "disk/x.img", h.Name)
 	assert.Equal(t, []int{107, 107}, []int{h.Uid, h.Gid})
+	assert.Equal(t, int64(0o444), h.Mode, "readable by the launcher's user, whoever it is")
 	got, err := io.ReadAll(tr)
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
