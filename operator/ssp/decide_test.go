@@ -310,8 +310,10 @@ func TestDecideGoldenImages(t *testing.T) {
 	assert.Equal(t, "DataImportCron", d.Objects[len(d.Objects)-1].GetKind(), "the crons last: their CRD is CDI's")
 	assert.Equal(t, []client.ObjectKey{{Namespace: sspv1beta3.GoldenImagesNamespace, Name: "dropped"}, {Namespace: "my-images", Name: "old"}}, d.Prune)
 
-	// No template in kubevirt-os-images: the namespace is not made.
-	s.Spec.CommonTemplates.DataImportCronTemplates = s.Spec.CommonTemplates.DataImportCronTemplates[1:]
+	// Every template names its namespace (as HCO's do, which makes it):
+	// the namespace is not made.
+	s.Spec.CommonTemplates.DataImportCronTemplates[0].Namespace = sspv1beta3.GoldenImagesNamespace
 	d = Decide(o, opts, now)
 	assert.Nil(t, find(d.Objects, "Namespace", sspv1beta3.GoldenImagesNamespace))
+	assert.NotNil(t, find(d.Objects, "DataImportCron", "fedora-image-cron"))
 }

@@ -17,10 +17,12 @@ var dataImportCronGVK = cdiv1.GroupVersion.WithKind("DataImportCron")
 
 // goldenImages is one DataImportCron per dataImportCronTemplate (in
 // GoldenImagesNamespace when the template names none), preceded by that
-// namespace when a template uses it. A template naming another namespace
-// needs it to exist (HCO creates its commonBootImageNamespace).
+// namespace when a template was defaulted to it. A template naming its
+// namespace needs it to exist: HCO names and creates its
+// commonBootImageNamespace (one creator, one set of labels).
 func goldenImages(s *sspv1beta3.SSP) []client.Object {
 	var out []client.Object
+	defaulted := false
 	for _, t := range s.Spec.CommonTemplates.DataImportCronTemplates {
 		c := &cdiv1.DataImportCron{
 			TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.GroupVersion.String(), Kind: dataImportCronGVK.Kind},
@@ -28,16 +30,14 @@ func goldenImages(s *sspv1beta3.SSP) []client.Object {
 			Spec:       *t.Spec.DeepCopy(),
 		}
 		if c.Namespace == "" {
-			c.Namespace = sspv1beta3.GoldenImagesNamespace
+			c.Namespace, defaulted = sspv1beta3.GoldenImagesNamespace, true
 		}
 		out = append(out, c)
 	}
-	for _, o := range out {
-		if o.GetNamespace() == sspv1beta3.GoldenImagesNamespace {
-			ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-				ObjectMeta: metav1.ObjectMeta{Name: sspv1beta3.GoldenImagesNamespace}}
-			return append([]client.Object{ns}, out...)
-		}
+	if defaulted {
+		ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: sspv1beta3.GoldenImagesNamespace}}
+		return append([]client.Object{ns}, out...)
 	}
 	return out
 }
