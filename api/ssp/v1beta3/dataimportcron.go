@@ -14,6 +14,8 @@ const GoldenImagesNamespace = "kubevirt-os-images"
 // DataImportCronTemplate is a golden image's DataImportCron as the SSP
 // deploys it: its name, namespace (GoldenImagesNamespace when empty),
 // labels and annotations, and its spec.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.metadata) && has(self.metadata.name) && size(self.metadata.name) > 0",message="a dataImportCronTemplate needs metadata.name"
 type DataImportCronTemplate struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
