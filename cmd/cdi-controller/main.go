@@ -19,6 +19,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/storage/cdi/clonecontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/dataimportcron"
 	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
@@ -94,6 +95,10 @@ func run() error {
 	}
 	if err := (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the DataSource controller: %w", err)
+	}
+	if err := (&dataimportcron.Reconciler{Client: mgr.GetClient(), Digest: dataimportcron.RegistryDigest(mgr.GetAPIReader()),
+		Log: slog.Default().With("controller", "dataimportcron")}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the DataImportCron controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)

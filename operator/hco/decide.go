@@ -50,9 +50,12 @@ var Operands = []Operand{
 	{GVK: schema.GroupVersionKind{Group: "networkaddonsoperator.network.kubevirt.io", Version: "v1", Kind: "NetworkAddonsConfig"},
 		CRD: "networkaddonsconfigs.networkaddonsoperator.network.kubevirt.io", Name: "cluster",
 		JSONPatchAnnotation: "networkaddonsconfigs.kubevirt.io/jsonpatch"},
-	{GVK: schema.GroupVersionKind{Group: "ssp.kubevirt.io", Version: "v1beta3", Kind: "SSP"}, CRD: "ssps.ssp.kubevirt.io",
+	{GVK: schema.GroupVersionKind{Group: "ssp.kubevirt.io", Version: "v1beta3", Kind: "SSP"}, CRD: sspOperandCRD,
 		Name: "ssp-kubevirt-hyperconverged", Namespaced: true, JSONPatchAnnotation: "ssp.kubevirt.io/jsonpatch"},
 }
+
+// sspOperandCRD is the SSP's CRD: the golden images need it.
+const sspOperandCRD = "ssps.ssp.kubevirt.io"
 
 // Labels and annotations on every operand.
 const (
@@ -204,6 +207,11 @@ func applyDecision(o Observed, st *hcov1.HyperConvergedStatus) (Decision, error)
 	hc := o.HCO
 	d := Decision{Action: Apply}
 	st.RelatedObjects = nil
+	st.DataImportCronTemplates = goldenImages(&hc.Spec)
+	if len(st.DataImportCronTemplates) > 0 && o.CRDs[sspOperandCRD] {
+		// Before the SSP, whose crons go there.
+		d.Objects = append(d.Objects, bootImageNamespaceObject(hc))
+	}
 	for _, op := range Operands {
 		if !o.CRDs[op.CRD] {
 			continue // its operator is not installed (yet): made once it is
@@ -407,10 +415,7 @@ func desired(hc *hcov1.HyperConverged, op Operand) (*unstructured.Unstructured, 
 	case "NetworkAddonsConfig":
 		spec, err = networkSpec(&hc.Spec)
 	case "SSP":
-		spec = map[string]any{
-			"commonTemplates":   map[string]any{"namespace": ptr.Deref(hc.Spec.WorkloadSources.CommonTemplatesNamespace, DefaultCommonTemplatesNamespace)},
-			"templateValidator": map[string]any{"replicas": int64(templateValidatorReplicas)},
-		}
+		spec, err = sspSpec(&hc.Spec)
 	}
 	if err != nil {
 		return nil, err
@@ -588,6 +593,25 @@ func networkSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
 	selfSign := map[string]any{"caRotateInterval": cs.CA.Duration.String(), "caOverlapInterval": cs.CA.RenewBefore.String(),
 		"certRotateInterval": cs.Server.Duration.String(), "certOverlapInterval": cs.Server.RenewBefore.String()}
 	return map[string]any{"multus": map[string]any{}, "linuxBridge": map[string]any{}, "kubeMacPool": pool, "selfSignConfiguration": selfSign}, nil
+}
+
+// sspSpec is the SSP's spec: the common templates' namespace, the golden
+// images and the validator's replicas.
+func sspSpec(s *hcov1.HyperConvergedSpec) (map[string]any, error) {
+	common := map[string]any{"namespace": ptr.Deref(s.WorkloadSources.CommonTemplatesNamespace, DefaultCommonTemplatesNamespace)}
+	if g := goldenImages(s); len(g) > 0 {
+		tmpls := make([]any, len(g))
+		for i := range g {
+			m, err := toMap(g[i].DataImportCronTemplate)
+			if err != nil {
+				return nil, err
+			}
+			unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
+			tmpls[i] = m
+		}
+		common["dataImportCronTemplates"] = tmpls
+	}
+	return map[string]any{"commonTemplates": common, "templateValidator": map[string]any{"replicas": int64(templateValidatorReplicas)}}, nil
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -243,6 +243,29 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 		return cond(hc, hcov1.ConditionAvailable) == "False/SSPNotAvailable" && len(hc.Status.RelatedObjects) == 2, fmt.Sprint(hc.Status)
 	})
 
+	// Golden images: the template, its name kept through the HCO's CRD,
+	// reaches the SSP in the boot image namespace, which the HCO makes.
+	require.NoError(t, k8s.Patch(ctx, get(), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"workloadSources":{"dataImportCronTemplates":[`+
+		`{"metadata":{"name":"fedora-image-cron"},"spec":{"schedule":"@daily","managedDataSource":"fedora","template":{"spec":{"source":{"registry":`+
+		`{"url":"docker://10.200.0.1:5000/fedora:latest"}},"storage":{"resources":{"requests":{"storage":"1Gi"}}}}}}}]}}}`))))
+	apiserver.WaitFor(t, "the golden image in the SSP and the status", func() (bool, string) {
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ssp-kubevirt-hyperconverged"}, ssp))
+		tmpls, _, _ := unstructured.NestedSlice(ssp.Object, "spec", "commonTemplates", "dataImportCronTemplates")
+		nsErr := k8s.Get(ctx, client.ObjectKey{Name: hcov1.DefaultCommonBootImageNamespace}, &corev1.Namespace{})
+		st := get().Status.DataImportCronTemplates
+		if len(tmpls) != 1 || nsErr != nil || len(st) != 1 {
+			return false, fmt.Sprint(tmpls, nsErr, st)
+		}
+		md, _ := tmpls[0].(map[string]any)["metadata"].(map[string]any)
+		return md["name"] == "fedora-image-cron" && md["namespace"] == hcov1.DefaultCommonBootImageNamespace && st[0].Name == "fedora-image-cron",
+			fmt.Sprint(md, st)
+	})
+	err = k8s.Patch(ctx, get(), client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"workloadSources":{"dataImportCronTemplates":[`+
+		`{"spec":{"schedule":"@daily","managedDataSource":"fedora","template":{"spec":{"source":{"registry":`+
+		`{"url":"docker://10.200.0.1:5000/fedora:latest"}},"storage":{"resources":{"requests":{"storage":"1Gi"}}}}}}}]}}}`)))
+	require.Error(t, err, "a template without a name")
+	assert.Contains(t, err.Error(), "metadata.name")
+
 	// Uninstall: refused while a VM exists (BlockUninstallIfWorkloadsExist).
 	err = k8s.Delete(ctx, get())
 	require.Error(t, err)

@@ -94,6 +94,8 @@ type Observed struct {
 	// Remaining counts what was deployed for the SSP outside its
 	// namespace that still exists (read while it is deleted only).
 	Remaining int
+	// DataImportCrons are the golden images' crons deployed for the SSP.
+	DataImportCrons []client.ObjectKey
 }
 
 // Decision is what to do and the status to write.
@@ -105,6 +107,9 @@ type Decision struct {
 	// which Objects renews, and why.
 	CertsDue time.Time
 	Renewed  []string
+	// Prune are deployed DataImportCrons no template names any more
+	// (Deploy).
+	Prune []client.ObjectKey
 }
 
 // Decide is the operator's logic, a pure function of what was read (now
@@ -155,10 +160,6 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 	if len(o.UnknownFields) > 0 {
 		return failed("not supported by kubevmm: spec." + strings.Join(o.UnknownFields, ", spec."))
 	}
-	if n := len(s.Spec.CommonTemplates.DataImportCronTemplates); n > 0 {
-		return failed(fmt.Sprintf("spec.commonTemplates.dataImportCronTemplates: %d DataImportCronTemplates, not supported by kubevmm yet: "+
-			"golden images need CDI (DataImportCron, DataSource), which kubevmm does not have; remove the list", n))
-	}
 	if !o.NamespaceExists {
 		return failed(fmt.Sprintf("spec.commonTemplates.namespace: namespace %q does not exist", s.Spec.CommonTemplates.Namespace))
 	}
@@ -182,7 +183,7 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 		conds(corev1.ConditionFalse, corev1.ConditionTrue, corev1.ConditionFalse,
 			fmt.Sprintf("Deployment %s/%s: not every replica is available", s.Namespace, ValidatorName))
 	}
-	return Decision{Action: Deploy, Objects: objs, Status: st, CertsDue: plan.Due, Renewed: plan.Renewed}
+	return Decision{Action: Deploy, Objects: objs, Status: st, CertsDue: plan.Due, Renewed: plan.Renewed, Prune: pruned(s, o.DataImportCrons)}
 }
 
 // paused: the SSP carries the paused annotation, true (upstream reads it
@@ -193,7 +194,7 @@ func paused(s *sspv1beta3.SSP) bool {
 
 // desired is every object to apply, in an order that applies: the
 // Template CRD, the instance types and preferences, the common templates,
-// then the validator. Each is labelled and annotated with the SSP; those
+// the validator, then the golden images' DataImportCrons. Each is labelled and annotated with the SSP; those
 // in the SSP's namespace are owned by it too.
 func desired(s *sspv1beta3.SSP, opts Options, cp certs.Plan) ([]*unstructured.Unstructured, error) {
 	crd, err := templatecrds.CRD()
@@ -216,6 +217,8 @@ func desired(s *sspv1beta3.SSP, opts Options, cp certs.Plan) ([]*unstructured.Un
 	// The Secrets before the webhooks that trust their bundle.
 	all = append(all, certSecrets(cp, s.Namespace)...)
 	all = append(all, validator(s, opts, cp.Bundle)...)
+	// Last: the crons' CRD is CDI's, which may not be served yet.
+	all = append(all, goldenImages(s)...)
 	owner := metav1.OwnerReference{APIVersion: sspv1beta3.GroupVersion.String(), Kind: "SSP", Name: s.Name, UID: s.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	out := make([]*unstructured.Unstructured, 0, len(all))

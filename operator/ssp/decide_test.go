@@ -15,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/api/conditions"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -81,11 +83,6 @@ func TestDecide(t *testing.T) {
 			conds: map[sspv1beta3.ConditionType]string{
 				sspv1beta3.ConditionDegraded:  "True/Degraded: not supported by kubevmm: spec.cluster, spec.tlsSecurityProfile",
 				sspv1beta3.ConditionAvailable: "False/Available", sspv1beta3.ConditionProgressing: "False/Progressing"}},
-		{name: "dataImportCronTemplates", spec: sspv1beta3.SSPSpec{CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "openshift",
-			DataImportCronTemplates: []runtime.RawExtension{{Raw: []byte(`{"metadata":{"name":"fedora-image-cron"}}`)}}}},
-			obs: ready, action: Nothing, phase: sspv1beta3.PhaseDeploying,
-			conds: map[sspv1beta3.ConditionType]string{
-				sspv1beta3.ConditionDegraded: "True/Degraded: spec.commonTemplates.dataImportCronTemplates: 1 DataImportCronTemplates, not supported by kubevmm yet"}},
 		{name: "no templates namespace", obs: with(ready, func(o *Observed) { o.NamespaceExists = false }), action: Nothing, phase: sspv1beta3.PhaseDeploying,
 			conds: map[sspv1beta3.ConditionType]string{
 				sspv1beta3.ConditionDegraded: `True/Degraded: spec.commonTemplates.namespace: namespace "openshift" does not exist`}},
@@ -272,4 +269,52 @@ func TestDecideTektonTasks(t *testing.T) {
 	// Deciding again changes nothing: no write.
 	tt.Status = st
 	assert.Equal(t, st, DecideTektonTasks(tt, metav1.NewTime(now.Add(1e9))))
+}
+
+// Each dataImportCronTemplate is a DataImportCron, labelled and annotated
+// as what the SSP deployed, in kubevirt-os-images (which is created) unless
+// the template names its namespace; crons dropped from the list are pruned.
+func TestDecideGoldenImages(t *testing.T) {
+	now := metav1.Now()
+	spec := cdiv1.DataImportCronSpec{Schedule: "0 */12 * * *", ManagedDataSource: "fedora",
+		Template: cdiv1.DataVolume{Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Registry: &cdiv1.DataVolumeSourceRegistry{
+			URL: ptr.To("docker://registry:5000/fedora:latest")}}}}}
+	s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", UID: "u"}, Spec: sspv1beta3.SSPSpec{
+		CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "openshift", DataImportCronTemplates: []sspv1beta3.DataImportCronTemplate{
+			{ObjectMeta: metav1.ObjectMeta{Name: "fedora-image-cron", Labels: map[string]string{"a": "b"}}, Spec: spec},
+			{ObjectMeta: metav1.ObjectMeta{Name: "centos-image-cron", Namespace: "my-images"}, Spec: spec},
+		}}}}
+	o := Observed{SSP: s, Active: true, NamespaceExists: true, CertStrategy: defaultStrategy, DataImportCrons: []client.ObjectKey{
+		{Namespace: sspv1beta3.GoldenImagesNamespace, Name: "fedora-image-cron"},
+		{Namespace: sspv1beta3.GoldenImagesNamespace, Name: "dropped"},
+		{Namespace: "my-images", Name: "old"},
+	}}
+	d := Decide(o, opts, now)
+	require.Equal(t, Deploy, d.Action)
+	assert.True(t, strings.HasPrefix(cond(d.Status, sspv1beta3.ConditionDegraded), "False/"), "templates are no longer refused")
+	ns := find(d.Objects, "Namespace", sspv1beta3.GoldenImagesNamespace)
+	require.NotNil(t, ns, "the golden images' namespace is made")
+	assert.Equal(t, ManagedBy, ns.GetLabels()[ManagedByLabel])
+	fedora := find(d.Objects, "DataImportCron", "fedora-image-cron")
+	require.NotNil(t, fedora)
+	assert.Equal(t, sspv1beta3.GoldenImagesNamespace, fedora.GetNamespace())
+	assert.Equal(t, map[string]string{"a": "b", ManagedByLabel: ManagedBy}, fedora.GetLabels())
+	assert.Equal(t, "kubevirt/ssp", fedora.GetAnnotations()[AnnotationPrimaryResource])
+	assert.Empty(t, fedora.GetOwnerReferences(), "in another namespace than the SSP's: found by label, not owned")
+	ds, _, _ := unstructured.NestedString(fedora.Object, "spec", "managedDataSource")
+	assert.Equal(t, "fedora", ds)
+	url, _, _ := unstructured.NestedString(fedora.Object, "spec", "template", "spec", "source", "registry", "url")
+	assert.Equal(t, "docker://registry:5000/fedora:latest", url)
+	centos := find(d.Objects, "DataImportCron", "centos-image-cron")
+	require.NotNil(t, centos)
+	assert.Equal(t, "my-images", centos.GetNamespace())
+	assert.Equal(t, "DataImportCron", d.Objects[len(d.Objects)-1].GetKind(), "the crons last: their CRD is CDI's")
+	assert.Equal(t, []client.ObjectKey{{Namespace: sspv1beta3.GoldenImagesNamespace, Name: "dropped"}, {Namespace: "my-images", Name: "old"}}, d.Prune)
+
+	// Every template names its namespace (as HCO's do, which makes it):
+	// the namespace is not made.
+	s.Spec.CommonTemplates.DataImportCronTemplates[0].Namespace = sspv1beta3.GoldenImagesNamespace
+	d = Decide(o, opts, now)
+	assert.Nil(t, find(d.Objects, "Namespace", sspv1beta3.GoldenImagesNamespace))
+	assert.NotNil(t, find(d.Objects, "DataImportCron", "fedora-image-cron"))
 }

@@ -23,6 +23,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdicrds "github.com/kubevmm/kubevmm/api/cdi/crds"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/api/conditions"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -48,13 +50,16 @@ func condition(s *sspv1beta3.SSP, t sspv1beta3.ConditionType) string {
 // the validator available itself), running as its service account with
 // the RBAC it is deployed with: an SSP deploys the Template CRD, the
 // common instance types, preferences and templates and the validator;
-// edits and deletions are reverted; unknown fields and
-// dataImportCronTemplates are refused by name; a second SSP is refused;
+// edits and deletions are reverted; dataImportCronTemplates become
+// DataImportCrons (reverted, pruned); unknown fields are refused by name; a second SSP is refused;
 // pausing stops it; TektonTasks get their Deprecated condition; deleting
 // the SSP removes what it deployed outside its namespace.
 func TestSSPEnvtest(t *testing.T) {
 	crds, err := sspcrds.All()
 	require.NoError(t, err)
+	cdi, err := cdicrds.All()
+	require.NoError(t, err)
+	crds = append(crds, cdi...)
 	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(crds...))
 	ctx := context.Background()
 	s := k8s.Scheme()
@@ -62,6 +67,7 @@ func TestSSPEnvtest(t *testing.T) {
 	require.NoError(t, sspv1beta3.AddToScheme(s))
 	require.NoError(t, tektonv1alpha1.AddToScheme(s))
 	require.NoError(t, templatev1.AddToScheme(s))
+	require.NoError(t, cdiv1.AddToScheme(s))
 	for _, n := range []string{ns, "other"} {
 		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}))
 	}
@@ -216,11 +222,33 @@ func TestSSPEnvtest(t *testing.T) {
 		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":{"type":"Old"},"commonTemplates":{"somethingNew":true}}}`)
 		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded,
 			"True/Degraded: not supported by kubevmm: spec.commonTemplates.somethingNew, spec.tlsSecurityProfile")
-		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":null,"commonTemplates":{"somethingNew":null,`+
-			`"dataImportCronTemplates":[{"metadata":{"name":"fedora-image-cron"},"spec":{"managedDataSource":"fedora"}}]}}}`)
-		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded, "True/Degraded: spec.commonTemplates.dataImportCronTemplates: 1 DataImportCronTemplates")
-		patch(cr.Name, ns, `{"spec":{"commonTemplates":{"dataImportCronTemplates":null}}}`)
+		patch(cr.Name, ns, `{"spec":{"tlsSecurityProfile":null,"commonTemplates":{"somethingNew":null}}}`)
 		waitCond(cr.Name, ns, sspv1beta3.ConditionDegraded, "False/Degraded")
+	})
+
+	t.Run("golden images", func(t *testing.T) {
+		patch(cr.Name, ns, `{"spec":{"commonTemplates":{"dataImportCronTemplates":[{"metadata":{"name":"fedora-image-cron"},`+
+			`"spec":{"schedule":"0 */12 * * *","managedDataSource":"fedora","template":{"spec":{"source":{"registry":{"url":"docker://10.200.0.1:5000/fedora:latest"}},`+
+			`"storage":{"resources":{"requests":{"storage":"1Gi"}}}}}}}]}}}`)
+		key := client.ObjectKey{Namespace: sspv1beta3.GoldenImagesNamespace, Name: "fedora-image-cron"}
+		dic := &cdiv1.DataImportCron{}
+		apiserver.WaitFor(t, "the DataImportCron in kubevirt-os-images", func() (bool, string) {
+			err := k8s.Get(ctx, key, dic)
+			return err == nil, fmt.Sprint(err)
+		})
+		assert.Equal(t, ssp.ManagedBy, dic.Labels[ssp.ManagedByLabel])
+		assert.Equal(t, "fedora", dic.Spec.ManagedDataSource)
+		require.NoError(t, k8s.Patch(ctx, dic, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"schedule":"* * * * *"}}`)),
+			client.FieldOwner("someone")))
+		apiserver.WaitFor(t, "the schedule reverted", func() (bool, string) {
+			require.NoError(t, k8s.Get(ctx, key, dic))
+			return dic.Spec.Schedule == "0 */12 * * *", dic.Spec.Schedule
+		})
+		patch(cr.Name, ns, `{"spec":{"commonTemplates":{"dataImportCronTemplates":null}}}`)
+		apiserver.WaitFor(t, "the DataImportCron removed with its template", func() (bool, string) {
+			err := k8s.Get(ctx, key, dic)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
 	})
 
 	t.Run("a second SSP is refused", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspcrds "github.com/kubevmm/kubevmm/api/ssp/crds"
@@ -61,7 +62,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			// the templates' namespace; the KubeVirt CR, whose
 			// certificateRotateStrategy the certificates follow.
 			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
-			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: read},
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: append([]string{"create", "patch"}, read...)},
+			// The golden images' crons.
+			{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"dataimportcrons"}, Verbs: all},
 			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"kubevirts"}, Verbs: read},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -2,9 +2,12 @@
 // (ssp.kubevirt.io/v1beta3) into the Template CRD
 // (template.openshift.io/v1), the common cluster instance types and
 // preferences (operator/ssp/instancetypes), the common templates
-// (operator/ssp/templates) in spec.commonTemplates.namespace, and
+// (operator/ssp/templates) in spec.commonTemplates.namespace,
 // virt-template-validator (its RBAC, Deployment, Service and webhooks) in
-// the SSP's namespace. It also answers TektonTasks CRs (the deprecated
+// the SSP's namespace, and the golden images: one CDI DataImportCron per
+// spec.commonTemplates.dataImportCronTemplates entry (in
+// kubevirt-os-images, which it creates, unless the entry names another
+// namespace), deleted when dropped from the list. It also answers TektonTasks CRs (the deprecated
 // tekton-tasks-operator's) as a documented no-op (TektonTasksReconciler).
 //
 // One level-triggered reconciler: read (the SSP, the others, the stored
@@ -26,8 +29,8 @@
 //	Deployed  -> Deploying   a replica is no longer available, or the spec changed
 //	any       -> Deleting    deletionTimestamp set: the webhooks, the
 //	                         validator's cluster RBAC, the common templates,
-//	                         instance types and preferences are deleted, kind
-//	                         by kind (the Template CRD stays: users' templates
+//	                         instance types, preferences and DataImportCrons
+//	                         are deleted, kind by kind (the Template CRD stays: users' templates
 //	                         live in it)
 //	Deleting  -> Deleted     nothing deployed is left: finalizer removed
 //
@@ -36,8 +39,8 @@
 // caBundle by certs.MakePlan, with the KubeVirt CR's lifetimes); the
 // operator requeues itself for the next one due and logs each renewal.
 //
-// A spec that sets a field kubevmm does not implement, a non-empty
-// dataImportCronTemplates, a missing templates namespace or a KubeVirt
+// A spec that sets a field kubevmm does not implement, a missing
+// templates namespace or a KubeVirt
 // certificateRotateStrategy that cannot be used leave the phase and make
 // the SSP Degraded, naming the cause; nothing is applied until it is fixed. A second SSP (not the
 // oldest) is Degraded and ignored. The annotation kubevirt.io/operator.paused
@@ -90,6 +93,7 @@ var cleanupOrder = []schema.GroupVersionKind{
 	templatev1.GroupVersion.WithKind(templatev1.Kind),
 	v1beta1.GroupVersion.WithKind(v1beta1.KindClusterInstancetype),
 	v1beta1.GroupVersion.WithKind(v1beta1.KindClusterPreference),
+	dataImportCronGVK,
 }
 
 // watched are the built-in kinds the operator deploys: a change of one of
@@ -106,7 +110,7 @@ var watched = []schema.GroupVersionKind{
 // CRD itself and virt-operator the instance types', so they are watched
 // once a deploy found them served (a watch of a kind not served would
 // stop the operator from starting).
-var watchedLater = cleanupOrder[3:]
+var watchedLater = cleanupOrder[3:6]
 
 var managed = client.MatchingLabels{ManagedByLabel: ManagedBy}
 
@@ -124,6 +128,9 @@ type Reconciler struct {
 	enqueue     handler.EventHandler
 	pred        predicate.Predicate
 	watchingAll bool
+	// watchingCrons: DataImportCrons are watched, from the first applied
+	// (their CRD is CDI's, and may never be served).
+	watchingCrons bool
 }
 
 // Reconcile is one pass: read, decide, write.
@@ -170,6 +177,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				}
 			}
 			r.watchingAll = true
+		}
+		if requeue == 0 && !r.watchingCrons && len(s.Spec.CommonTemplates.DataImportCronTemplates) > 0 {
+			if err := r.ctrl.Watch(source.Kind[client.Object](r.cache, metadataOf(dataImportCronGVK), r.enqueue, r.pred)); err != nil {
+				return reconcile.Result{}, fmt.Errorf("watching DataImportCrons: %w", err)
+			}
+			r.watchingCrons = true
+		}
+		for _, k := range d.Prune {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(dataImportCronGVK)
+			u.SetNamespace(k.Namespace)
+			u.SetName(k.Name)
+			if err := r.Client.Delete(ctx, u); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, fmt.Errorf("deleting DataImportCron %s: %w", k, err)
+			}
+			log.Info("golden image's DataImportCron removed", "dataImportCron", k)
 		}
 	case Cleanup:
 		if err := r.cleanup(ctx, s); err != nil {
@@ -253,6 +276,13 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 	o.Certs = storedCerts(data[0], data[1])
 	if o.CertStrategy, o.CertStrategyErr, err = r.certStrategy(ctx); err != nil {
 		return o, err
+	}
+	crons, err := r.owned(ctx, s, dataImportCronGVK)
+	if err != nil {
+		return o, err
+	}
+	for i := range crons {
+		o.DataImportCrons = append(o.DataImportCrons, client.ObjectKeyFromObject(&crons[i]))
 	}
 	d := &appsv1.Deployment{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ValidatorName}, d); {

@@ -31,6 +31,7 @@ func TestCRDs(t *testing.T) {
 		cdiv1.CDIConfigCRDName:      apiextensionsv1.ClusterScoped,
 		cdiv1.StorageProfileCRDName: apiextensionsv1.ClusterScoped,
 		cdiv1.DataVolumeCRDName:     apiextensionsv1.NamespaceScoped,
+		cdiv1.DataImportCronCRDName: apiextensionsv1.NamespaceScoped,
 		cdiv1.DataSourceCRDName:     apiextensionsv1.NamespaceScoped,
 	}, got)
 }
@@ -107,6 +108,49 @@ func createEach(t *testing.T, kind string, tests []validationCase) {
 			obj.SetNamespace("default")
 			obj.SetName("obj-" + string(rune('a'+i)))
 			err := k8s.Create(ctx, obj)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+// What the API server refuses in a DataImportCron, each error naming the
+// field: CDI imports golden images from registries only.
+func TestDataImportCronValidation(t *testing.T) {
+	all, err := crds.All()
+	require.NoError(t, err)
+	_, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	ctx := context.Background()
+	storage := `"storage": {"resources": {"requests": {"storage": "1Gi"}}}`
+	cron := func(source, extra string) string {
+		return `{"template": {"spec": {"source": ` + source + `, ` + storage + `}}, "schedule": "* * * * *", "managedDataSource": "fedora"` + extra + `}`
+	}
+	tests := []struct {
+		name, spec, wantErr string
+	}{
+		{"upstream example", cron(`{"registry": {"url": "docker://quay.io/kubevirt/fedora-cloud-registry-disk-demo:latest", "pullMethod": "node"}}`,
+			`, "garbageCollect": "Outdated", "importsToKeep": 0, "retentionPolicy": "None"`), ""},
+		{"http source", cron(`{"http": {"url": "http://x/d.img"}}`, ""), "spec.template.spec.source.registry is required"},
+		{"blank source", cron(`{"blank": {}}`, ""), "spec.template.spec.source.registry is required"},
+		{"negative importsToKeep", cron(`{"http": {"url": "http://x"}}`, `, "importsToKeep": -1`), "spec.importsToKeep"},
+		{"unknown garbageCollect", cron(`{"http": {"url": "http://x"}}`, `, "garbageCollect": "Sometimes"`), "spec.garbageCollect"},
+		{"unknown retentionPolicy", cron(`{"http": {"url": "http://x"}}`, `, "retentionPolicy": "Some"`), "spec.retentionPolicy"},
+		{"no schedule", `{"template": {"spec": {"source": {"blank": {}}, ` + storage + `}}, "managedDataSource": "x"}`, "spec.schedule"},
+		{"no managedDataSource", `{"template": {"spec": {"source": {"blank": {}}, ` + storage + `}}, "schedule": "@daily"}`, "spec.managedDataSource"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var spec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(tc.spec), &spec))
+			c := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+			c.SetGroupVersionKind(cdiv1.GroupVersion.WithKind("DataImportCron"))
+			c.SetNamespace("default")
+			c.SetName("cron-" + string(rune('a'+i)))
+			err := k8s.Create(ctx, c)
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				return

@@ -2,8 +2,10 @@
 // Containerized Data Importer: the cluster-scoped CDI CR (from which the
 // CDI operator, operator/cdi, deploys cdi-controller), CDIConfig (the
 // singleton `config`), StorageProfile (one per StorageClass),
-// DataVolume (a PVC and how to fill it) and DataSource (a PVC that
-// DataVolumes clone by name, through their sourceRef).
+// DataVolume (a PVC and how to fill it), DataSource (a PVC that
+// DataVolumes clone by name, through their sourceRef) and DataImportCron
+// (a registry image imported on a schedule, its DataSource kept on the
+// newest import).
 //
 // Field names and JSON tags are upstream's
 // (kubevirt/containerized-data-importer). What the API server can check

@@ -34,6 +34,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&CDIConfig{}, &CDIConfigList{},
 		&StorageProfile{}, &StorageProfileList{},
 		&DataVolume{}, &DataVolumeList{},
+		&DataImportCron{}, &DataImportCronList{},
 		&DataSource{}, &DataSourceList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

@@ -8,7 +8,7 @@
 package crd
 
 //go:generate go tool controller-gen object paths=../v1/... paths=../v1beta1/...
-//go:generate go tool controller-gen crd paths=../v1/... paths=../v1beta1/... output:crd:artifacts:config=.
+//go:generate go tool controller-gen crd:generateEmbeddedObjectMeta=true paths=../v1/... paths=../v1beta1/... output:crd:artifacts:config=.
 
 import (
 	_ "embed"

@@ -5,6 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubevmm/kubevmm/api/conditions"
+	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 )
 
 // Name is the one name a HyperConverged CR may have.
@@ -181,10 +182,25 @@ type WorkloadSourcesConfig struct {
 	// (default "openshift", as upstream).
 	// +optional
 	CommonTemplatesNamespace *string `json:"commonTemplatesNamespace,omitempty"`
-	// EnableCommonBootImageImport: kubevmm ships no common boot images,
-	// so there is nothing to import either way.
+	// EnableCommonBootImageImport (default true) imports the built-in
+	// golden images; kubevmm's built-in list is empty (upstream's point at
+	// quay.io), so only dataImportCronTemplates are imported either way.
 	// +optional
 	EnableCommonBootImageImport *bool `json:"enableCommonBootImageImport,omitempty"`
+	// CommonBootImageNamespace is where the golden images' DataImportCrons
+	// (and their DataSources and imports) go, created by the HCO; default
+	// kubevirt-os-images.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	CommonBootImageNamespace *string `json:"commonBootImageNamespace,omitempty"`
+	// DataImportCronTemplates are golden images, passed to the SSP's
+	// commonTemplates.dataImportCronTemplates in
+	// commonBootImageNamespace. At most 64 (the CEL cost budget).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	DataImportCronTemplates []sspv1beta3.DataImportCronTemplate `json:"dataImportCronTemplates,omitempty"`
 }
 
 // SecurityConfig holds the certificates' lifetimes.
@@ -263,6 +279,11 @@ type HyperConvergedStatus struct {
 	// SystemHealthStatus is healthy, warning or error.
 	// +optional
 	SystemHealthStatus string `json:"systemHealthStatus,omitempty"`
+	// DataImportCronTemplates are the golden images passed to the SSP.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	DataImportCronTemplates []DataImportCronTemplateStatus `json:"dataImportCronTemplates,omitempty"`
 }
 
 // Version is a component's version.

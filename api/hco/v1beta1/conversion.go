@@ -38,7 +38,8 @@ func ToV1(in *HyperConverged) *hcov1.HyperConverged {
 		out.Spec.Networking = &hcov1.NetworkingConfig{KubeMacPoolConfiguration: s.KubeMacPoolConfiguration}
 	}
 	out.Spec.WorkloadSources = hcov1.WorkloadSourcesConfig{CommonTemplatesNamespace: s.CommonTemplatesNamespace,
-		EnableCommonBootImageImport: s.EnableCommonBootImageImport}
+		EnableCommonBootImageImport: s.EnableCommonBootImageImport, CommonBootImageNamespace: s.CommonBootImageNamespace,
+		DataImportCronTemplates: s.DataImportCronTemplates}
 	out.Spec.Security.CertConfig = s.CertConfig
 	out.Spec.Deployment = hcov1.DeploymentConfig{UninstallStrategy: s.UninstallStrategy, DeployVMConsoleProxy: s.DeployVMConsoleProxy}
 	return out
@@ -71,6 +72,8 @@ func FromV1(in *hcov1.HyperConverged) *HyperConverged {
 	}
 	out.Spec.CommonTemplatesNamespace = s.WorkloadSources.CommonTemplatesNamespace
 	out.Spec.EnableCommonBootImageImport = s.WorkloadSources.EnableCommonBootImageImport
+	out.Spec.CommonBootImageNamespace = s.WorkloadSources.CommonBootImageNamespace
+	out.Spec.DataImportCronTemplates = s.WorkloadSources.DataImportCronTemplates
 	out.Spec.CertConfig = s.Security.CertConfig
 	out.Spec.UninstallStrategy = s.Deployment.UninstallStrategy
 	out.Spec.DeployVMConsoleProxy = s.Deployment.DeployVMConsoleProxy

@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 )
 
 // HyperConverged is hco.kubevirt.io/v1beta1's form of hcov1.HyperConverged.
@@ -55,6 +56,14 @@ type HyperConvergedSpec struct {
 	CommonTemplatesNamespace *string `json:"commonTemplatesNamespace,omitempty"`
 	// +optional
 	EnableCommonBootImageImport *bool `json:"enableCommonBootImageImport,omitempty"`
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	CommonBootImageNamespace *string `json:"commonBootImageNamespace,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	DataImportCronTemplates []sspv1beta3.DataImportCronTemplate `json:"dataImportCronTemplates,omitempty"`
 	// +optional
 	CertConfig hcov1.CertConfig `json:"certConfig,omitempty"`
 	// +kubebuilder:validation:Enum=RemoveWorkloads;BlockUninstallIfWorkloadsExist

@@ -6,6 +6,7 @@ package v1beta1
 
 import (
 	"github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -113,6 +114,18 @@ func (in *HyperConvergedSpec) DeepCopyInto(out *HyperConvergedSpec) {
 		in, out := &in.EnableCommonBootImageImport, &out.EnableCommonBootImageImport
 		*out = new(bool)
 		**out = **in
+	}
+	if in.CommonBootImageNamespace != nil {
+		in, out := &in.CommonBootImageNamespace, &out.CommonBootImageNamespace
+		*out = new(string)
+		**out = **in
+	}
+	if in.DataImportCronTemplates != nil {
+		in, out := &in.DataImportCronTemplates, &out.DataImportCronTemplates
+		*out = make([]v1beta3.DataImportCronTemplate, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	in.CertConfig.DeepCopyInto(&out.CertConfig)
 	if in.DeployVMConsoleProxy != nil {

@@ -3,7 +3,6 @@ package v1beta3
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kubevmm/kubevmm/api/conditions"
 )
@@ -86,12 +85,14 @@ type CommonTemplates struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace"`
-	// DataImportCronTemplates are the golden images' DataImportCrons. They
-	// need CDI, which kubevmm does not have yet: a non-empty list is
-	// refused (Degraded), naming the field.
+	// DataImportCronTemplates are the golden images' DataImportCrons: the
+	// operator keeps one DataImportCron per entry (created, drift
+	// reverted, deleted when dropped from the list). At most 64: the
+	// entries' CEL rules (DataVolume's) have a cost budget per list.
 	// +optional
 	// +listType=atomic
-	DataImportCronTemplates []runtime.RawExtension `json:"dataImportCronTemplates,omitempty"`
+	// +kubebuilder:validation:MaxItems=64
+	DataImportCronTemplates []DataImportCronTemplate `json:"dataImportCronTemplates,omitempty"`
 }
 
 // SSPStatus is what the operator observed (upstream's lifecycle status).

@@ -79,7 +79,10 @@ func ControllerObjects(c Config) []client.Object {
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes", "datavolumes/status", "datavolumes/finalizers"}, Verbs: all},
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datasources", "datasources/status"}, Verbs: all},
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"dataimportcrons", "dataimportcrons/status", "dataimportcrons/finalizers"}, Verbs: all},
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"cdiconfigs", "storageprofiles"}, Verbs: read},
+		// A DataImportCron's registry certConfigMap.
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "pods"}, Verbs: all},
 		// The upload servers' Services and certificate Secrets, and the
 		// upload CA they are signed with.

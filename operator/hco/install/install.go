@@ -78,6 +78,8 @@ func Objects(c Config) ([]client.Object, error) {
 			{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"cdis"}, Verbs: rw},
 			{APIGroups: []string{"networkaddonsoperator.network.kubevirt.io"}, Resources: []string{"networkaddonsconfigs"}, Verbs: rw},
 			{APIGroups: []string{"ssp.kubevirt.io"}, Resources: []string{"ssps"}, Verbs: rw},
+			// The golden images' namespace (commonBootImageNamespace).
+			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			// Whether an operand's operator is installed.
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: ro},
 			// The webhook's certificate, which it makes, and the CA
