@@ -19,12 +19,25 @@ import (
 // goldenNS is the HCO's default commonBootImageNamespace.
 const goldenNS = "kubevirt-os-images"
 
+// goldenCloneDV clones the golden image's DataSource.
+const goldenCloneDV = `apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: golden-clone
+spec:
+  sourceRef:
+    kind: DataSource
+    name: golden
+  storage: {}
+`
+
 // TestGoldenImages: a containerDisk pushed to the dev registry as :v1 and
 // named by a dataImportCronTemplate of the HyperConverged CR becomes a
 // DataImportCron in kubevirt-os-images (HCO -> SSP -> CDI); its import
 // Succeeds and the DataSource points at that PVC, which holds v1's bytes.
 // :v2 pushed under the same tag is imported at the next tick and the
-// DataSource follows; dropping the template removes the cron and, with
+// DataSource follows, is Ready, and a DataVolume with a sourceRef to it
+// clones v2; dropping the template removes the cron and, with
 // retentionPolicy None, its DataSource and imports.
 func TestGoldenImages(t *testing.T) {
 	gk := func(args ...string) string {
@@ -36,6 +49,7 @@ func TestGoldenImages(t *testing.T) {
 			out, _ := run(t, "kubectl.sh", "-n", goldenNS, "get", "dataimportcron,datasource,dv,pvc,pods", "-o", "yaml")
 			t.Logf("golden images at failure:\n%s", out)
 		}
+		_, _ = run(t, "kubectl.sh", "-n", goldenNS, "delete", "dv/golden-clone", "--ignore-not-found")
 		hcoKubectl(t, "patch", hcoName, "--type=merge", "-p", `{"spec":{"workloadSources":{"dataImportCronTemplates":null}}}`)
 		_, _ = run(t, "kubectl.sh", "-n", goldenNS, "delete", "configmap", "registry-ca", "--ignore-not-found")
 	})
@@ -109,6 +123,21 @@ func TestGoldenImages(t *testing.T) {
 	d2, v2 := push()
 	require.NotEqual(t, d1, d2)
 	imported(d2, v2)
+
+	// The golden image serves VMs' disks: the DataSource is Ready and a
+	// DataVolume with a sourceRef to it (beside it: a clone from another
+	// namespace needs the datavolumes/source check) clones v2.
+	gk("wait", "datasource/golden", "--for=condition=Ready", "--timeout=2m")
+	f := filepath.Join(t.TempDir(), "clone.yaml")
+	require.NoError(t, os.WriteFile(f, []byte(goldenCloneDV), 0o600))
+	gk("apply", "-f", f)
+	gk("wait", "dv/golden-clone", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=5m")
+	pv := gk("get", "pvc/golden-clone", "-o", "jsonpath={.spec.volumeName}")
+	got, err := os.ReadFile(filepath.Join(hostpathPool(t), "csi", pv, "disk.img"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(got), len(v2))
+	assert.True(t, bytes.Equal(v2, got[:len(v2)]), "the clone holds v2's bytes")
+	gk("delete", "dv/golden-clone", "--wait=true", "--timeout=2m")
 
 	hcoKubectl(t, "patch", hcoName, "--type=merge", "-p", `{"spec":{"workloadSources":{"dataImportCronTemplates":null}}}`)
 	var left string
