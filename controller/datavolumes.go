@@ -40,7 +40,8 @@ import (
 //     launcher pod exactly as a persistentVolumeClaim volume; the pod
 //     waits until the DataVolume is ready.
 //
-// Clone sources are not built yet (CDI's admission refuses them).
+// A clone (source.pvc, sourceRef) is one more way of filling: the VM is
+// Provisioning through CloneScheduled and CloneInProgress.
 
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,10 @@ import (
 )
 
 // dvVM is the test guest (as vm.yaml, kernelBoot) with its one disk, vda,
-// a DataVolume from the VM's dataVolumeTemplates importing %q over HTTP.
+// a DataVolume from the VM's dataVolumeTemplates cloning the DataSource
+// golden (cdiDataSource) into a ReadWriteMany claim of
+// hostpath-csi-shared, at the source's size, so that the VM is
+// LiveMigratable.
 const dvVM = `apiVersion: kubevirt.io/v1
 kind: VirtualMachine
 metadata:
@@ -25,13 +29,12 @@ spec:
       name: dvvm-root
       labels: {kubevmm.io/e2e: datavolume}
     spec:
-      source:
-        http:
-          url: %q
+      sourceRef:
+        kind: DataSource
+        name: golden
       storage:
-        resources:
-          requests:
-            storage: 128Mi
+        storageClassName: hostpath-csi-shared
+        accessModes: [ReadWriteMany]
   template:
     spec:
       terminationGracePeriodSeconds: 30
@@ -60,24 +63,33 @@ spec:
         dataVolume: {name: dvvm-root}
 `
 
-// TestDataVolumeVM: a VM whose disk is a dataVolumeTemplate importing a
-// "golden" raw image over HTTP (the test guest boots with kernelBoot and
-// has no root filesystem image, so the golden image is a raw disk with a
-// header). The VM is Provisioning while the DataVolume imports, the
-// DataVolume is the VM's (controller reference, the template's label);
-// the guest reads the imported header on vda, writes a marker, and after
-// `virtctl restart` (a new VMI and launcher pod) reads both back; deleting
-// the VM deletes its DataVolume and claim. Clone sources are not built
-// yet, so the image is imported rather than cloned. Two guest boots.
+// TestDataVolumeVM: a VM whose root disk is a dataVolumeTemplate cloned
+// from a golden image (issue 11's must-show). The golden raw image (the
+// test guest boots with kernelBoot and has no root filesystem image, so
+// it is a raw disk with a header) is imported once into a DataVolume, a
+// DataSource over its claim is Ready, and the VM's template has a
+// sourceRef to it, its claim ReadWriteMany on hostpath-csi-shared. The VM
+// is Provisioning while its DataVolume clones, the DataVolume is the VM's
+// (controller reference, the template's label); the guest reads the
+// golden header on vda, writes a marker, and after `virtctl restart` (a
+// new VMI and launcher pod) reads both back. The VMI is LiveMigratable,
+// `virtctl migrate` succeeds, the VMI runs in the target pod, and the
+// guest there reads the marker and writes a second one, which reaches the
+// claim's disk.img; deleting the VM deletes its DataVolume and claim. Two
+// guest boots (the first and the restart's).
 func TestDataVolumeVM(t *testing.T) {
 	freshNamespace(t)
 	const vm, dv = "dvvm", "dvvm-root"
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,dv,pvc", "-o", "yaml")
-			t.Logf("VM, DataVolume, claim at failure:\n%s", out)
+			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,vmim,dv,pvc,datasources,pods", "-o", "wide")
+			t.Logf("at failure:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,vmim,dv,pvc", "-o", "yaml")
+			t.Logf("VM, VMI, migrations, DataVolumes, claims at failure:\n%s", out)
 			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "deploy/virt-controller", "--tail=60")
 			t.Logf("virt-controller:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "cdi", "logs", "deploy/cdi-deployment", "--tail=60")
+			t.Logf("cdi-controller:\n%s", out)
 		}
 	})
 	out, err := run(t, "cluster/images.sh", "cdi-e2e-http")
@@ -90,27 +102,36 @@ func TestDataVolumeVM(t *testing.T) {
 	applyYAML(t, "images", fmt.Sprintf(cdiServer, dir))
 	wait(t, "pod/images", "condition=Ready", 3*time.Minute)
 	url := "http://" + jsonpath(t, "pod/images", "{.status.podIP}") + ":8080/golden.raw"
+	applyYAML(t, "golden", fmt.Sprintf(cdiStorageDV, "golden", url, "128Mi"))
+	wait(t, "dv/golden", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
+	applyYAML(t, "datasource", cdiDataSource)
+	wait(t, "datasource/golden", "condition=Ready", 2*time.Minute)
 
-	applyYAML(t, "vm", fmt.Sprintf(dvVM, url))
+	applyYAML(t, "vm", dvVM)
 	// Read as a user would, until the VMI exists: the VM is Provisioning
-	// before (the importer pod takes its time to start).
-	var seen []string
+	// while its DataVolume clones (the clone's pods take their time).
+	var seen, phases []string
 	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		s := jsonpath(t, "vm/"+vm, "{.status.printableStatus}")
 		if len(seen) == 0 || seen[len(seen)-1] != s {
 			seen = append(seen, s)
 		}
+		if out, err := run(t, "kubectl.sh", "-n", ns, "get", "dv", dv, "-o", "jsonpath={.status.phase}"); err == nil && (len(phases) == 0 || phases[len(phases)-1] != out) {
+			phases = append(phases, out)
+		}
 		if out, err := run(t, "kubectl.sh", "-n", ns, "get", "vmi", vm, "-o", "name"); err == nil && out != "" {
 			break
 		}
 	}
-	t.Logf("VM statuses seen: %q", seen)
+	t.Logf("VM statuses seen: %q; DataVolume phases seen: %q", seen, phases)
 	assert.Contains(t, seen, "Provisioning")
+	assert.True(t, slices.Contains(phases, "CloneScheduled") || slices.Contains(phases, "CloneInProgress"), "the DataVolume clones")
 	assert.Equal(t, "Succeeded", jsonpath(t, "dv/"+dv, "{.status.phase}"), "the VMI comes once the DataVolume succeeded")
 
 	t.Run("the DataVolume is the VM's", func(t *testing.T) {
 		assert.Equal(t, "VirtualMachine/"+vm+"/true", jsonpath(t, "dv/"+dv, "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].controller}"))
 		assert.Equal(t, "datavolume", jsonpath(t, "dv/"+dv, `{.metadata.labels.kubevmm\.io/e2e}`))
+		assert.Equal(t, "hostpath-csi-shared [\"ReadWriteMany\"]", jsonpath(t, "pvc/"+dv, "{.spec.storageClassName} {.spec.accessModes}"))
 	})
 
 	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
@@ -120,7 +141,7 @@ func TestDataVolumeVM(t *testing.T) {
 	out = consoleRunThenIn(t, ns, vm,
 		"echo DV-$((6*7)) | dd of=/dev/vda bs=512 seek=8 conv=fsync 2>/dev/null && echo READ-$(dd if=/dev/vda bs=10 count=1 2>/dev/null)-END-$((2+3))",
 		"END-5", nil, "", 3*time.Minute)
-	assert.Contains(t, out, "READ-GOLDEN-IMG-END-5", "the guest reads the imported image")
+	assert.Contains(t, out, "READ-GOLDEN-IMG-END-5", "the guest reads the cloned image")
 
 	virtctl(t, "restart", vm)
 	// The old VMI goes first: poll for the new one (kubectl wait fails on
@@ -143,9 +164,37 @@ func TestDataVolumeVM(t *testing.T) {
 		"END-5", nil, "", 3*time.Minute)
 	assert.Contains(t, out, "READ-GOLDEN-IMG-DV-42-END-5", "the disk kept the image and the guest's write across the restart")
 
+	// virt-controller sets LiveMigratable once it has seen the claim.
+	cond := `{.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`
+	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Second)
+	}
+	require.True(t, strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpath(t, "vmi/"+vm, cond))
+	virtctl(t, "migrate", vm)
+	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	require.NotEmpty(t, mig)
+	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+	assert.Equal(t, "true", jsonpath(t, "vmi/"+vm, "{.status.migrationState.completed}"))
+	target := jsonpath(t, "vmi/"+vm, "{.status.migrationState.targetPod}")
+	require.NotEmpty(t, target)
+	assert.NotEqual(t, jsonpath(t, "vmi/"+vm, "{.status.migrationState.sourcePod}"), target)
+	assert.Equal(t, "Running", jsonpath(t, "pod/"+target, "{.status.phase}"), "the VMI runs in the target pod")
+	assert.Equal(t, "Running", jsonpath(t, "vmi/"+vm, "{.status.phase}"))
+
+	out = consoleRunThenIn(t, ns, vm,
+		"echo AFTER-$((6*7)) | dd of=/dev/vda bs=512 seek=16 conv=fsync 2>/dev/null && echo READ-$(dd if=/dev/vda bs=10 count=1 2>/dev/null)-$(dd if=/dev/vda bs=1 skip=4096 count=5 2>/dev/null)-END-$((2+3))",
+		"END-5", nil, "", 3*time.Minute)
+	assert.Contains(t, out, "READ-GOLDEN-IMG-DV-42-END-5", "the migrated guest reads the image and its marker")
+	t.Run("the target's write is in the claim's disk.img", func(t *testing.T) {
+		b, err := os.ReadFile(diskImage(t, dv))
+		require.NoError(t, err)
+		require.Greater(t, len(b), 8192+9)
+		assert.Equal(t, "AFTER-42\n", string(b[8192:8192+9]))
+	})
+
 	t.Run("deleting the VM deletes its DataVolume and claim", func(t *testing.T) {
 		kubectl(t, "-n", ns, "delete", "vm/"+vm, "--wait=true", "--timeout=180s")
 		kubectl(t, "-n", ns, "wait", "--for=delete", "dv/"+dv, "pvc/"+dv, "--timeout=180s")
-		assert.Empty(t, strings.TrimSpace(kubectl(t, "-n", ns, "get", "dv", "-o", "name")))
+		assert.Equal(t, "datavolume.cdi.kubevirt.io/golden", strings.TrimSpace(kubectl(t, "-n", ns, "get", "dv", "-o", "name")), "only the golden DataVolume is left")
 	})
 }

@@ -113,6 +113,22 @@ func sourceSize(pvc *corev1.PersistentVolumeClaim) resource.Quantity {
 	return pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 }
 
+// sizeAsSource gives the claim pvc of a clone whose DataVolume asks for
+// no size its source's size: Claim grew a `storage` request by the
+// filesystem overhead, but a Filesystem source's size already holds its
+// own. Only a Block source cloned to a Filesystem claim keeps the growth:
+// its image needs the room the filesystem takes.
+func sizeAsSource(pvc, src *corev1.PersistentVolumeClaim) {
+	if filesystem(pvc) && !filesystem(src) {
+		return
+	}
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = sourceSize(src)
+}
+
+func filesystem(pvc *corev1.PersistentVolumeClaim) bool {
+	return ptr.Deref(pvc.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeFilesystem
+}
+
 // tooSmall says why a clone's claim cannot hold its source ("" if it
 // can).
 func tooSmall(pvc, src *corev1.PersistentVolumeClaim) string {

@@ -203,6 +203,21 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(err), "%v", err)
 	})
 
+	t.Run("a clone that asks for no size is its source's size", func(t *testing.T) {
+		// fedora's claim already holds the filesystem overhead: the
+		// clone's is not grown by it again.
+		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "fedora-clone"}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}))
+		clone := &corev1.PersistentVolumeClaim{}
+		waitFor(t, "the clone's claim", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora-clone"}, clone)
+			return err == nil, fmt.Sprint(err)
+		})
+		want, got := pvc.Spec.Resources.Requests[corev1.ResourceStorage], clone.Spec.Resources.Requests[corev1.ResourceStorage]
+		assert.Equal(t, int64(1090<<20), want.Value(), "1Gi grown by the overhead")
+		assert.Equal(t, want.Value(), got.Value())
+	})
+
 	t.Run("a size that is not positive", func(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "negative"}, Spec: cdiv1.DataVolumeSpec{
 			Source:  &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},

@@ -135,6 +135,7 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 		s.Waiting = wait
 		return err
 	}
+	asked, _ := Size(dv)
 	dv, src, wait, err := r.cloneSource(ctx, dv)
 	if inv, ok := err.(invalidError); ok {
 		s.Invalid = inv.msg
@@ -153,6 +154,9 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 		return err
 	}
 	if src != nil {
+		if asked.IsZero() {
+			sizeAsSource(pvc, src)
+		}
 		if s.Invalid = tooSmall(pvc, src); s.Invalid != "" {
 			return nil
 		}
