@@ -113,7 +113,10 @@ func TestCDIRegistry(t *testing.T) {
 	size := int64(len(want)) + 64<<20
 	kubectl(t, "-n", ns, "create", "configmap", "registry-ca", "--from-file=ca.crt="+caPath)
 	applyYAML(t, "dv-pod", fmt.Sprintf(registryDV, "registry-pod", "docker://"+devRegistry+"/kubevmm/test-bootdisk@"+d, "pod", "      certConfigMap: registry-ca\n", size))
-	applyYAML(t, "dv-node", fmt.Sprintf(registryDV, "registry-node", "docker://"+image, "node", "", size))
+	// By digest too: containerd keeps the images it pulled across dev
+	// clusters, and guest-disk.sh remakes the disk (new filesystem UUIDs)
+	// each e2e, so the tag would name last run's image on the node.
+	applyYAML(t, "dv-node", fmt.Sprintf(registryDV, "registry-node", "docker://"+devRegistry+"/kubevmm/test-bootdisk@"+d, "node", "", size))
 	applyYAML(t, "dv-down", fmt.Sprintf(registryDV, "registry-down", "docker://10.200.0.1:5999/kubevmm/none:v1", "pod", "", int64(64<<20)))
 	applyYAML(t, "vmi", fmt.Sprintf(registryVMI, image))
 
