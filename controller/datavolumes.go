@@ -43,6 +43,9 @@ import (
 // Clone sources are not built yet (CDI's admission refuses them).
 
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create
+// virt-api authorized the VM's creator for a clone from another namespace;
+// CDI's webhook asks virt-controller, which creates the DataVolume.
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 
 // Reasons on the VM's Failure and the VMI's Synchronized conditions.
 const (
