@@ -29,6 +29,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
+	"github.com/kubevmm/kubevmm/storage/cdi/serve"
 	testapi "github.com/kubevmm/kubevmm/test/apiserver"
 )
 
@@ -55,7 +56,12 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, cdiv1.AddToScheme(admin.Scheme()))
 	wo := env.WebhookInstallOptions
-	s := &apiserver.Server{Client: admin, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	// cdi-apiserver's own client (its scheme must know DataSources).
+	scheme, err := serve.Scheme()
+	require.NoError(t, err)
+	webhookClient, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	s := &apiserver.Server{Client: webhookClient, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(wo.LocalServingCertDir, "tls.crt"), filepath.Join(wo.LocalServingCertDir, "tls.key"))
 	require.NoError(t, err)
 	ln, err := tls.Listen("tcp", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)),
