@@ -40,11 +40,11 @@ import (
 //     launcher pod exactly as a persistentVolumeClaim volume; the pod
 //     waits until the DataVolume is ready.
 //
-// Clone sources are not built yet (CDI's admission refuses them).
+// A template cloning from another namespace was authorized by virt-api
+// for the VM's creator (api/cdi/cloneauth); CDI's DataVolume webhook asks
+// virt-controller, which creates the DataVolume, hence datavolumes/source.
 
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create
-// virt-api authorized the VM's creator for a clone from another namespace;
-// CDI's webhook asks virt-controller, which creates the DataVolume.
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 
 // Reasons on the VM's Failure and the VMI's Synchronized conditions.
