@@ -42,8 +42,12 @@ import (
 //
 // A clone (source.pvc, sourceRef) is one more way of filling: the VM is
 // Provisioning through CloneScheduled and CloneInProgress.
+// A template cloning from another namespace was authorized by virt-api
+// for the VM's creator (api/cdi/cloneauth); CDI's DataVolume webhook asks
+// virt-controller, which creates the DataVolume, hence datavolumes/source.
 
 // +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=cdi.kubevirt.io,resources=datavolumes/source,verbs=create
 
 // Reasons on the VM's Failure and the VMI's Synchronized conditions.
 const (

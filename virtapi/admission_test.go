@@ -18,16 +18,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 )
 
 // review posts an AdmissionReview for obj to the server's path, as the
 // API server does, and returns the response.
 func review(t *testing.T, path string, op admissionv1.Operation, obj []byte) *admissionv1.AdmissionResponse {
 	t.Helper()
-	srv := httptest.NewServer((&Server{}).Handler())
+	scheme, err := kvscheme.New()
+	require.NoError(t, err)
+	// An empty cluster: a dataVolumeTemplate's sourceRef names a missing
+	// DataSource, which the clone authorization admits.
+	srv := httptest.NewServer((&Server{Client: fake.NewClientBuilder().WithScheme(scheme).Build()}).Handler())
 	defer srv.Close()
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},

@@ -66,7 +66,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
 	mux.HandleFunc("POST "+PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
 	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMI) })
-	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVM) })
+	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
+		s.admission(w, r, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			return s.validateVMClones(r.Context(), req)
+		})
+	})
 	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Prometheus scrapes the same HTTPS port, as KubeVirt's virt-api

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,6 +149,11 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.APIServiceName}, svc))
 		bundle, _, _ := unstructured.NestedString(svc.Object, "spec", "caBundle")
 		assert.Equal(t, base64.StdEncoding.EncodeToString(ca), bundle, "the API server trusts cdi-apiserver by the upload CA")
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.DataVolumeWebhook}, vwc))
+		require.Len(t, vwc.Webhooks, 1)
+		assert.Equal(t, ca, vwc.Webhooks[0].ClientConfig.CABundle, "the DataVolume webhook is cdi-apiserver, trusted by the upload CA")
+		assert.Equal(t, admissionregistrationv1.Fail, *vwc.Webhooks[0].FailurePolicy, "no clone slips past a cdi-apiserver that is down")
 	})
 
 	t.Run("CDIConfig", func(t *testing.T) {
@@ -199,6 +206,14 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: install.Namespace, Name: install.Controller}, dep))
 			img := dep.Spec.Template.Spec.Containers[0].Image
 			return img == "localhost/kubevmm/cdi-controller:envtest", img
+		})
+		require.NoError(t, k8s.Patch(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: install.DataVolumeWebhook}},
+			client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"}]`))))
+		apiserver.WaitFor(t, "the DataVolume webhook's failurePolicy back", func() (bool, string) {
+			vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.DataVolumeWebhook}, vwc))
+			p := *vwc.Webhooks[0].FailurePolicy
+			return p == admissionregistrationv1.Fail, string(p)
 		})
 		// A new generation: no kube-controller-manager here to roll it.
 		waitCond(name, cdiv1.ConditionProgressing, "True/DeployStarted")

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -212,7 +213,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&cdiv1.CDIConfig{}).
 		Owns(&cdiv1.StorageProfile{})
-	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}} {
+	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
 	b = b.Watches(&storagev1.StorageClass{}, kit.EnqueueAll(mgr.GetClient(), &cdiv1.CDIList{}))

@@ -50,7 +50,7 @@ func (c Config) image(name string) string { return c.ImageRegistry + "/" + name 
 type Component func(Config) []client.Object
 
 // Components are what the operator deploys beside the CRDs, in order.
-var Components = []Component{ControllerObjects, APIServerObjects, UploadProxyObjects}
+var Components = []Component{ControllerObjects, APIServerObjects, UploadProxyObjects, CloneAuthObjects}
 
 // Objects are the CRDs the operator installs (all but CDI's, which comes
 // with the operator) and every component.

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 )
@@ -69,7 +70,9 @@ func httpsComponent(c Config, name, account, svc string, args []string, mounts f
 // the APIService (trusting c.UploadCA) and the role that lets namespace
 // editors request upload tokens.
 func APIServerObjects(c Config) []client.Object {
-	out := rbac(APIServer, APIServer, nil)
+	// The DataVolume webhook reads the DataSources a sourceRef names.
+	out := rbac(APIServer, APIServer, []rbacv1.PolicyRule{
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datasources"}, Verbs: []string{"get"}}})
 	out = append(out,
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: APIServer + "-auth-delegator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},

@@ -243,6 +243,8 @@ func (b *builder) rbac() error {
 			// addvolume checks that the claim or DataVolume exists.
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
 			{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes"}, Verbs: []string{"get"}},
+			// A dataVolumeTemplate's sourceRef: where its DataSource's claim is.
+			{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datasources"}, Verbs: []string{"get"}},
 		}}
 	b.add(apiRole,
 		crb("kubevirt-controller", "kubevirt-controller", "kubevirt-controller"),

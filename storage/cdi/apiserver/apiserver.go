@@ -57,6 +57,7 @@ func (s *Server) Handler() http.Handler {
 				Kind: "UploadTokenRequest", Verbs: []string{"create"}}}})
 	})
 	mux.HandleFunc("POST "+gv+"/namespaces/{namespace}/"+uploadv1.Resource, s.createToken)
+	mux.HandleFunc("POST "+ValidateDataVolumePath, s.validateDataVolume)
 	return mux
 }
 

@@ -55,18 +55,13 @@ func (r *Reconciler) resolveSource(ctx context.Context, dv *cdiv1.DataVolume) (*
 
 // cloneSource reads a clone's source claim and gives dv its size when it
 // asks for none (a copy; dv itself when it is no clone). A source in
-// another namespace is refused.
+// another namespace was authorized at admission (cdi-apiserver's
+// DataVolume webhook, api/cdi/cloneauth).
 func (r *Reconciler) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *Waiting, error) {
 	if dv.Spec.Source == nil || dv.Spec.Source.PVC == nil {
 		return dv, nil, nil, nil
 	}
 	key := cloneKey(dv)
-	if key.Namespace != dv.Namespace {
-		// Cloning from another namespace needs CDI's admission check that
-		// the DataVolume's creator may create datavolumes/source there;
-		// without it any DataVolume author could read any claim.
-		return nil, nil, nil, invalidError{fmt.Sprintf("spec.source.pvc.namespace: cloning from another namespace (%s) is not supported by kubevmm yet (no datavolumes/source authorization check)", key.Namespace)}
-	}
 	src := &corev1.PersistentVolumeClaim{}
 	switch err := r.Client.Get(ctx, key, src); {
 	case apierrors.IsNotFound(err):

@@ -11,22 +11,42 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 )
 
 // grace is how long open requests have to end at shutdown.
 const grace = 5 * time.Second
 
+// Scheme is what the services read: client-go's types and CDI's (the
+// DataVolume webhook reads DataSources).
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("registering client-go's types: %w", err)
+	}
+	if err := cdiv1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("registering cdi.kubevirt.io/v1beta1 types: %w", err)
+	}
+	return s, nil
+}
+
 // Client is an API client from the kubeconfig (in a pod, its service
-// account) with client-go's scheme.
+// account) with Scheme's types.
 func Client() (client.Client, error) {
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	s, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}

@@ -1,0 +1,71 @@
+package install
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
+	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
+)
+
+// The clone authorization's names (upstream's).
+const (
+	// DataVolumeWebhook is the ValidatingWebhookConfiguration sending
+	// DataVolume creates to cdi-apiserver.
+	DataVolumeWebhook = "cdi-api-datavolume-validate"
+	// The user roles, aggregated into admin, edit and view.
+	AdminRole = "cdi.kubevirt.io:admin"
+	EditRole  = "cdi.kubevirt.io:edit"
+	ViewRole  = "cdi.kubevirt.io:view"
+)
+
+// cloneCondition: a sourceRef (its DataSource may name a claim anywhere)
+// or a pvc source in another namespace.
+const cloneCondition = `has(object.spec.sourceRef) || (has(object.spec.source) && has(object.spec.source.pvc) && ` +
+	`has(object.spec.source.pvc.namespace) && object.spec.source.pvc.namespace != "" && object.spec.source.pvc.namespace != request.namespace)`
+
+// CloneAuthObjects are the DataVolume webhook (cdi-apiserver refuses a
+// clone from another namespace unless its creator may create
+// datavolumes/source there; failurePolicy Fail, so that no clone slips
+// past an apiserver that is down) and CDI's user roles, aggregated as
+// upstream's: admin and edit may create DataVolumes and DataSources and
+// clone (datavolumes/source), view reads CDI's objects.
+func CloneAuthObjects(c Config) []client.Object {
+	rules := []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{cdiv1.GroupName}, APIVersions: []string{cdiv1.GroupVersion.Version},
+			Resources: []string{"datavolumes"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)}}}
+	webhook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeWebhook},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "datavolume-validate.cdi.kubevirt.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: c.UploadCA,
+				Service: &admissionregistrationv1.ServiceReference{Namespace: Namespace, Name: APIServerService,
+					Path: ptr.To(apiserver.ValidateDataVolumePath), Port: ptr.To[int32](443)}},
+			Rules: rules, FailurePolicy: ptr.To(admissionregistrationv1.Fail), SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			// Only what may clone from another namespace: other DataVolumes
+			// (imports, uploads, blanks) do not wait on cdi-apiserver.
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "clones-from-another-namespace", Expression: cloneCondition}},
+		}},
+	}
+	role := func(name, aggregate string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+		return &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-" + aggregate: "true"}}, Rules: rules}
+	}
+	read := []string{"get", "list", "watch"}
+	write := []rbacv1.PolicyRule{
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes", "datasources"}, Verbs: []string{"*"}},
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datavolumes/" + cloneauth.SourceSubresource}, Verbs: []string{"create"}},
+		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"cdiconfigs", "storageprofiles"}, Verbs: read},
+	}
+	return []client.Object{webhook,
+		role(AdminRole, "admin", write...),
+		role(EditRole, "edit", write...),
+		role(ViewRole, "view", rbacv1.PolicyRule{APIGroups: []string{cdiv1.GroupName},
+			Resources: []string{"datavolumes", "datasources", "cdiconfigs", "storageprofiles"}, Verbs: read}),
+	}
+}

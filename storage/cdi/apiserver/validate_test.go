@@ -1,0 +1,49 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// The DataVolume webhook's bad input: what is no AdmissionReview is a
+// 400, an undecodable DataVolume is refused saying so, and an update (the
+// webhook registers creates only) is admitted; none reaches the API.
+func TestValidateDataVolumeBadInput(t *testing.T) {
+	h := (&Server{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	post := func(body []byte) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, ValidateDataVolumePath, bytes.NewReader(body)))
+		return w
+	}
+	review := func(req admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		b, err := json.Marshal(admissionv1.AdmissionReview{Request: &req})
+		require.NoError(t, err)
+		w := post(b)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		var out admissionv1.AdmissionReview
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &out))
+		require.NotNil(t, out.Response)
+		assert.Equal(t, req.UID, out.Response.UID)
+		return out.Response
+	}
+
+	assert.Equal(t, http.StatusBadRequest, post([]byte("{")).Code)
+	assert.Equal(t, http.StatusBadRequest, post([]byte("{}")).Code, "a review with no request")
+
+	resp := review(admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(`{"spec":3}`)}})
+	assert.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, "cannot decode the DataVolume")
+
+	resp = review(admissionv1.AdmissionRequest{UID: "2", Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(`{"spec":3}`)}})
+	assert.True(t, resp.Allowed)
+}
