@@ -179,12 +179,15 @@ func TestCDIClone(t *testing.T) {
 		assert.Contains(t, out, fmt.Sprintf("may not clone PVC %s/golden", ns))
 
 		applyYAML(t, "cloner", fmt.Sprintf(cdiCloner, ns))
-		// RBAC's authorizer hears of the binding shortly after it is made.
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
-			if out, err = create(); err == nil {
-				break
-			}
+		// RBAC's authorizer hears of the binding shortly after it is made:
+		// wait until it allows it, then the same DataVolume is admitted.
+		var can string
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && can != "yes"; time.Sleep(time.Second) {
+			can, _ = run(t, "kubectl.sh", "auth", "can-i", "--as=someone", "-n", ns, "create", "datavolumes.cdi.kubevirt.io", "--subresource=source")
+			can = strings.TrimSpace(can)
 		}
+		require.Equal(t, "yes", can, "someone may create datavolumes/source in %s", ns)
+		out, err = create()
 		require.NoError(t, err, out)
 		kubectl(t, "-n", target, "wait", "dv/cross", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=300s")
 		pv := kubectl(t, "-n", target, "get", "pvc/cross", "-o", "jsonpath={.spec.volumeName}")
