@@ -20,14 +20,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
 
 // review posts an AdmissionReview for obj to the server's path, as the
-// API server does, and returns the response.
+// API server does, and returns the response. The HotplugVolumes gate is on:
+// these check specs (the gate itself: hotplug_gate_test.go).
 func review(t *testing.T, path string, op admissionv1.Operation, obj []byte) *admissionv1.AdmissionResponse {
 	t.Helper()
-	srv := httptest.NewServer((&Server{}).Handler())
+	gates := func() (clusterconfig.ClusterConfig, error) {
+		return clusterconfig.ClusterConfig{DeveloperConfiguration: clusterconfig.DeveloperConfiguration{
+			FeatureGates: []string{clusterconfig.FeatureGateHotplugVolumes}}}, nil
+	}
+	srv := httptest.NewServer((&Server{Config: gates}).Handler())
 	defer srv.Close()
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
