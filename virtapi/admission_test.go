@@ -21,19 +21,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 )
 
 // review posts an AdmissionReview for obj to the server's path, as the
-// API server does, and returns the response.
+// API server does, and returns the response. The HotplugVolumes gate is on:
+// these check specs (the gate itself: hotplug_gate_test.go).
 func review(t *testing.T, path string, op admissionv1.Operation, obj []byte) *admissionv1.AdmissionResponse {
 	t.Helper()
 	scheme, err := kvscheme.New()
 	require.NoError(t, err)
+	gates := func() (clusterconfig.ClusterConfig, error) {
+		return clusterconfig.ClusterConfig{DeveloperConfiguration: clusterconfig.DeveloperConfiguration{
+			FeatureGates: []string{clusterconfig.FeatureGateHotplugVolumes}}}, nil
+	}
 	// An empty cluster: a dataVolumeTemplate's sourceRef names a missing
 	// DataSource, which the clone authorization admits.
-	srv := httptest.NewServer((&Server{Client: fake.NewClientBuilder().WithScheme(scheme).Build()}).Handler())
+	srv := httptest.NewServer((&Server{Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Config: gates}).Handler())
 	defer srv.Close()
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},

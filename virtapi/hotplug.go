@@ -53,6 +53,10 @@ func (s *Server) volumeOp(op string, vm bool) func(http.ResponseWriter, *http.Re
 			writeErr(w, badRequest("reading the %s body (at most %d bytes): %v", op, maxVolumeBody, err))
 			return
 		}
+		if err := s.hotplugGate(op); err != nil {
+			writeErr(w, err)
+			return
+		}
 		var do func() error
 		switch op {
 		case "addvolume":

@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/version"
@@ -58,6 +59,9 @@ type Server struct {
 	UserHeaders  []string
 	GroupHeaders []string
 	Log          logr.Logger
+	// Config is the cluster configuration (KubeVirt's feature gates),
+	// asked per request; nil: none enabled.
+	Config func() (clusterconfig.ClusterConfig, error)
 }
 
 // Handler is every route.
@@ -65,11 +69,13 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
 	mux.HandleFunc("POST "+PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
-	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMI) })
+	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) {
+		s.admission(w, r, s.gateHotplugSpecs(false, validateVMI))
+	})
 	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
-		s.admission(w, r, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		s.admission(w, r, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			return s.validateVMClones(r.Context(), req)
-		})
+		}))
 	})
 	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })

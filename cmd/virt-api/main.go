@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/virtapi"
@@ -31,11 +32,12 @@ func main() {
 }
 
 func run() error {
-	var addr, certDir, handlerCertDir, namespace string
+	var addr, certDir, handlerCertDir, namespace, configPath string
 	flag.StringVar(&addr, "listen", ":8443", "HTTPS address")
 	flag.StringVar(&certDir, "cert-dir", "/etc/virt-api/certs", "tls.crt and tls.key of the serving certificate")
 	flag.StringVar(&handlerCertDir, "handler-cert-dir", "/etc/virt-api/handler-client", "tls.crt, tls.key and ca.crt for talking to virt-handler")
 	flag.StringVar(&namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the kubevmm components")
+	flag.StringVar(&configPath, "config", "", "cluster configuration (the ConfigMap kubevmm-config virt-operator renders: KubeVirt's developerConfiguration.featureGates), re-read when it changes; empty: no feature gate")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -75,6 +77,10 @@ func run() error {
 		ProxyCAs: fp.CAs, ProxyNames: fp.Names,
 		UserHeaders: fp.UserHeaders, GroupHeaders: fp.GroupHeaders,
 		Log: log,
+	}
+	if configPath != "" {
+		f := &clusterconfig.ConfigFile{Path: configPath}
+		s.Config = f.Get
 	}
 	srv := &http.Server{
 		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,

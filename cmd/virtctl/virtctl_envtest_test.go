@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 	"github.com/kubevmm/kubevmm/virtapi"
@@ -56,6 +58,10 @@ func hostIP(t *testing.T) string {
 	t.Skip("no non-loopback IPv4 address for virt-api's endpoint")
 	return ""
 }
+
+// hotplugGate is the cluster's HotplugVolumes feature gate (the KubeVirt
+// CR's) as virt-api sees it; the hotplug subtest toggles it.
+var hotplugGate atomic.Bool
 
 // cluster starts the API server and virt-api behind it, and returns a
 // kubeconfig for virtctl and a client.
@@ -92,6 +98,14 @@ func cluster(t *testing.T) (string, client.Client) {
 	require.NoError(t, err)
 	s := &virtapi.Server{Client: c, Namespace: "kubevirt", ProxyCAs: proxyCAs, ProxyNames: []string{"front-proxy-client"},
 		UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}, Log: logr.Discard()}
+	hotplugGate.Store(true)
+	s.Config = func() (clusterconfig.ClusterConfig, error) {
+		var c clusterconfig.ClusterConfig
+		if hotplugGate.Load() {
+			c.DeveloperConfiguration.FeatureGates = []string{clusterconfig.FeatureGateHotplugVolumes}
+		}
+		return c, nil
+	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
 	go srv.ServeTLS(ln, "", "")
@@ -319,6 +333,18 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		assert.EqualError(t, err, "addvolume hp: VMI is not running")
 		vmi.Status.Phase = v1.Running
 		require.NoError(t, c.Status().Update(ctx, vmi))
+
+		// Without KubeVirt's HotplugVolumes gate, both are refused as
+		// KubeVirt refuses them, and the VMI is left as it was.
+		hotplugGate.Store(false)
+		code, _, err = virtctl("addvolume", "hp", "--volume-name=disk1")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "addvolume hp: Unable to Add Volume because HotplugVolumes feature gate is not enabled.")
+		code, _, err = virtctl("removevolume", "hp", "--volume-name=disk1")
+		assert.Equal(t, 1, code)
+		assert.EqualError(t, err, "removevolume hp: Unable to Remove Volume because HotplugVolumes feature gate is not enabled.")
+		assert.Equal(t, tmpl.Spec.Volumes, getVMI().Spec.Volumes)
+		hotplugGate.Store(true)
 
 		code, out, err := virtctl("addvolume", "hp", "--volume-name=disk1", "--dry-run")
 		require.NoError(t, err)

@@ -64,7 +64,9 @@ kubectl_admin -n cdi rollout status deployment/cdi-operator --timeout=180s >/dev
 # kubevirt-kubevirt-hyperconverged. The dev cluster has one node: without
 # the KubeVirt feature gate SameNodeLiveMigration a migration's target pod
 # could never be scheduled there; the HCO has no field for it, the
-# jsonpatch annotation is the escape hatch. Guest kernels run emulated
+# jsonpatch annotation is the escape hatch. HotplugVolumes (KubeVirt's gate)
+# lets addvolume/removevolume through virt-api, for e2e TestHotplugVolume.
+# Guest kernels run emulated
 # here: migrations get upstream's old 150 s per GiB, not 20.
 hco_cr() {
   kubectl_admin apply --server-side --force-conflicts -f - >/dev/null <<YAML
@@ -74,7 +76,7 @@ metadata:
   name: kubevirt-hyperconverged
   namespace: $ns
   annotations:
-    kubevirt.kubevirt.io/jsonpatch: '[{"op":"add","path":"/spec/configuration/developerConfiguration","value":{"featureGates":["SameNodeLiveMigration"]}}]'
+    kubevirt.kubevirt.io/jsonpatch: '[{"op":"add","path":"/spec/configuration/developerConfiguration","value":{"featureGates":["SameNodeLiveMigration","HotplugVolumes"]}}]'
 spec:
   virtualization:
     liveMigrationConfig:

@@ -300,17 +300,21 @@ func (b *builder) controlPlane() error {
 		Ports:     []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTP, 8081),
 		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: configDir, ReadOnly: true}}}
+	// virt-api reads the feature gates (HotplugVolumes) from the same file.
 	va := corev1.Container{Name: VirtAPIName, Image: b.image("virt-api"), ImagePullPolicy: pull,
+		Args:      []string{"--config", configDir + "/" + configFile},
 		Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}},
 		Env:       []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
 		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTPS, 8443),
 		VolumeMounts: []corev1.VolumeMount{{Name: "certs", MountPath: "/etc/virt-api/certs", ReadOnly: true},
-			{Name: "handler-client", MountPath: "/etc/virt-api/handler-client", ReadOnly: true}}}
+			{Name: "handler-client", MountPath: "/etc/virt-api/handler-client", ReadOnly: true},
+			{Name: "config", MountPath: configDir, ReadOnly: true}}}
+	configVol := corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName}}}}
 	b.add(
 		cm,
-		b.deploy(VirtControllerName, "kubevirt-controller", vc, []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName}}}}}),
-		b.deploy(VirtAPIName, "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", SecretAPICerts), secretVol("handler-client", SecretAPIClient)}),
+		b.deploy(VirtControllerName, "kubevirt-controller", vc, []corev1.Volume{configVol}),
+		b.deploy(VirtAPIName, "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", SecretAPICerts), secretVol("handler-client", SecretAPIClient), configVol}),
 		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: b.meta(VirtAPIName), Spec: corev1.ServiceSpec{
 			Selector: appLabels(VirtAPIName), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},
 	)
