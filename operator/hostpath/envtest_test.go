@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,8 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/conditions"
 	"github.com/kubevmm/kubevmm/api/hostpathprovisioner/crd"
@@ -29,23 +26,6 @@ import (
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
-
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 // The operator against a real API server (no kubelet and no garbage
 // collector: the test reports the DaemonSet ready itself, and checks the
@@ -59,7 +39,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestHostPathProvisionerEnvtest(t *testing.T) {
 	hppCRD, err := crd.HostPathProvisioner()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, hppCRD) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(hppCRD))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, apiextensionsv1.AddToScheme(s))
@@ -74,15 +54,11 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 	}
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + hostpath.OperatorName}
-	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	require.NoError(t, err)
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &hostpath.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: hostpath.Options{Version: "envtest",
 		Image: "localhost/kubevmm/hostpath-provisioner:envtest", PullPolicy: corev1.PullIfNotPresent, KubeletRoot: "/var/lib/kubelet"}}
 	require.NoError(t, r.SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	get := func(name string) *hppv1.HostPathProvisioner {
 		out := &hppv1.HostPathProvisioner{}
@@ -95,7 +71,7 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 	}
 	waitCond := func(name string, ct hppv1.ConditionType, prefix string) *hppv1.HostPathProvisioner {
 		var cur *hppv1.HostPathProvisioner
-		waitFor(t, fmt.Sprintf("%s %s %s", name, ct, prefix), func() (bool, string) {
+		apiserver.WaitFor(t, fmt.Sprintf("%s %s %s", name, ct, prefix), func() (bool, string) {
 			cur = get(name)
 			c := "none"
 			if cond := conditions.Find(cur.Status.Conditions, ct); cond != nil {
@@ -177,7 +153,7 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 				[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"hostpath-provisioner","image":"elsewhere/hpp:old"}]}}}}`)),
 			client.FieldOwner("someone")))
 		require.NoError(t, k8s.Delete(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt.io.hostpath-provisioner"}}))
-		waitFor(t, "the image and the CSIDriver back", func() (bool, string) {
+		apiserver.WaitFor(t, "the image and the CSIDriver back", func() (bool, string) {
 			img := ds().Spec.Template.Spec.Containers[0].Image
 			derr := k8s.Get(ctx, client.ObjectKey{Name: "kubevirt.io.hostpath-provisioner"}, &storagev1.CSIDriver{})
 			return img == "localhost/kubevmm/hostpath-provisioner:envtest" && derr == nil, fmt.Sprintf("image %s, CSIDriver: %v", img, derr)
@@ -186,11 +162,11 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 
 	t.Run("a pool's change reaches the driver", func(t *testing.T) {
 		patch(h.Name, `{"spec":{"storagePools":[{"name":"local","path":"/var/hpvolumes"}]}}`)
-		waitFor(t, "pool ssd gone from the DaemonSet", func() (bool, string) {
+		apiserver.WaitFor(t, "pool ssd gone from the DaemonSet", func() (bool, string) {
 			args := ds().Spec.Template.Spec.Containers[0].Args
 			return !strings.Contains(strings.Join(args, " "), "ssd"), strings.Join(args, " ")
 		})
-		waitFor(t, "pool ssd gone from the status", func() (bool, string) {
+		apiserver.WaitFor(t, "pool ssd gone from the status", func() (bool, string) {
 			st := get(h.Name).Status.StoragePoolStatuses
 			return len(st) == 1 && st[0].Name == "local", fmt.Sprint(st)
 		})

@@ -20,8 +20,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -33,22 +31,6 @@ import (
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
-
-// waitFor polls until cond holds (a generous bound, no time budget).
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 // The DataVolume, upload, clone and DataSource controllers against a real
 // API server (no kubelet: the test plays the pods' parts). A DataVolume
@@ -67,7 +49,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestCloneEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
@@ -87,18 +69,14 @@ func TestCloneEnvtest(t *testing.T) {
 		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
 	require.NoError(t, k8s.Status().Update(ctx, sp))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
+	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	require.NoError(t, (&upload.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", Log: discard}).SetupWithManager(mgr))
 	require.NoError(t, (&clonecontroller.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-cloner:t",
 		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: discard}).SetupWithManager(mgr))
 	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	// The golden image's claim, 1Gi, and a pod using it.
 	golden := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "fedora"},
@@ -120,7 +98,7 @@ func TestCloneEnvtest(t *testing.T) {
 	}
 	waitPhase := func(name string, p cdiv1.DataVolumePhase) *cdiv1.DataVolume {
 		var got *cdiv1.DataVolume
-		waitFor(t, name+" "+string(p), func() (bool, string) {
+		apiserver.WaitFor(t, name+" "+string(p), func() (bool, string) {
 			got = getDV(name)
 			return got.Status.Phase == p, fmt.Sprintf("%s %s %+v", got.Status.Phase, got.Status.Progress, got.Status.Conditions)
 		})
@@ -136,7 +114,7 @@ func TestCloneEnvtest(t *testing.T) {
 	// The upload server for the target takes the clone source's
 	// certificate alone; the test makes it ready.
 	server := &corev1.Pod{}
-	waitFor(t, "the upload server", func() (bool, string) {
+	apiserver.WaitFor(t, "the upload server", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, server)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -146,7 +124,7 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Status().Update(ctx, server))
 
 	// The source is in use: an event, no source pod.
-	waitFor(t, "event CloneSourceInUse", func() (bool, string) {
+	apiserver.WaitFor(t, "event CloneSourceInUse", func() (bool, string) {
 		evs := &corev1.EventList{}
 		require.NoError(t, k8s.List(ctx, evs, client.InNamespace("golden")))
 		for _, e := range evs.Items {
@@ -161,7 +139,7 @@ func TestCloneEnvtest(t *testing.T) {
 	require.True(t, apierrors.IsNotFound(k8s.Get(ctx, podKey, sourcePod)), "no clone while the source is in use")
 	require.NoError(t, k8s.Delete(ctx, user, client.GracePeriodSeconds(0)))
 
-	waitFor(t, "the clone source pod", func() (bool, string) {
+	apiserver.WaitFor(t, "the clone source pod", func() (bool, string) {
 		err := k8s.Get(ctx, podKey, sourcePod)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -193,7 +171,7 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Status().Update(ctx, server))
 	got := waitPhase("copy", cdiv1.Succeeded)
 	assert.Equal(t, cdiv1.DataVolumeProgress("100.0%"), got.Status.Progress)
-	waitFor(t, "the clone source removed", func() (bool, string) {
+	apiserver.WaitFor(t, "the clone source removed", func() (bool, string) {
 		errPod, errSecret := k8s.Get(ctx, podKey, &corev1.Pod{}), k8s.Get(ctx, podKey, &corev1.Secret{})
 		return apierrors.IsNotFound(errPod) && apierrors.IsNotFound(errSecret), fmt.Sprint(errPod, errSecret)
 	})
@@ -202,7 +180,7 @@ func TestCloneEnvtest(t *testing.T) {
 	ref := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "from-ref"}, Spec: cdiv1.DataVolumeSpec{
 		SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("golden"), Name: "fedora"}, Storage: &cdiv1.StorageSpec{}}}
 	require.NoError(t, k8s.Create(ctx, ref))
-	waitFor(t, "DataSourceNotFound", func() (bool, string) {
+	apiserver.WaitFor(t, "DataSourceNotFound", func() (bool, string) {
 		c := cdiv1.FindDataVolumeCondition(getDV("from-ref").Status.Conditions, cdiv1.DataVolumeReady)
 		return c != nil && c.Reason == datavolume.ReasonDataSourceNotFound, fmt.Sprintf("%+v", c)
 	})
@@ -228,7 +206,7 @@ func TestCloneEnvtest(t *testing.T) {
 	other := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "other"}, Spec: cdiv1.DataVolumeSpec{
 		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
 	require.NoError(t, k8s.Create(ctx, other))
-	waitFor(t, "target/other's claim", func() (bool, string) {
+	apiserver.WaitFor(t, "target/other's claim", func() (bool, string) {
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(other), pvc)
 		return err == nil, fmt.Sprint(err)

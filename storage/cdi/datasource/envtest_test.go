@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -28,17 +25,13 @@ import (
 func TestDataSourceEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
+	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "golden"}}))
 	ds := &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "fedora"},
@@ -46,21 +39,16 @@ func TestDataSourceEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, ds))
 	waitReady := func(status corev1.ConditionStatus, reason string) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		last := ""
-		for time.Now().Before(deadline) {
-			got := &cdiv1.DataSource{}
+		got := &cdiv1.DataSource{}
+		apiserver.WaitFor(t, fmt.Sprintf("Ready %s %s", status, reason), func() (bool, string) {
 			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(ds), got))
-			if c := cdiv1.FindDataSourceCondition(got.Status.Conditions, cdiv1.DataSourceReady); c != nil {
-				if c.Status == status && c.Reason == reason {
-					require.Equal(t, ds.Spec.Source, got.Status.Source)
-					return
-				}
-				last = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+			c := cdiv1.FindDataSourceCondition(got.Status.Conditions, cdiv1.DataSourceReady)
+			if c == nil {
+				return false, "no Ready condition"
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("Ready %s %s: never; last seen %s", status, reason, last)
+			return c.Status == status && c.Reason == reason, fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		})
+		require.Equal(t, ds.Spec.Source, got.Status.Source)
 	}
 	waitReady(corev1.ConditionFalse, datasource.ReasonNotFound)
 

@@ -18,8 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
@@ -28,23 +26,6 @@ import (
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
-
-// waitFor polls until cond holds. There is no time budget to meet, only a
-// generous upper bound after which the test fails with the last state seen.
-func waitFor(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("waiting for %s: never happened; last seen: %s", what, last)
-}
 
 // The DataVolume and import controllers against a real API server (no
 // kubelet: the test plays the importer pod's part, its progress served
@@ -57,7 +38,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 func TestDataVolumeEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, func(e *envtest.Environment) { e.CRDs = append(e.CRDs, all...) })
+	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
@@ -79,15 +60,11 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
 	require.NoError(t, k8s.Status().Update(ctx, sp))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: s, Metrics: metricsserver.Options{BindAddress: "0"}})
-	require.NoError(t, err)
+	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient(), MetricsPort: ln.Addr().(*net.TCPAddr).Port}).SetupWithManager(mgr))
 	require.NoError(t, (&importcontroller.Reconciler{Client: mgr.GetClient(), Image: "localhost/kubevmm/cdi-importer:envtest",
 		PullPolicy: corev1.PullNever}).SetupWithManager(mgr))
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	apiserver.Run(t, mgr)
 
 	getDV := func(name string) *cdiv1.DataVolume {
 		dv := &cdiv1.DataVolume{}
@@ -96,7 +73,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	}
 	waitPhase := func(name string, p cdiv1.DataVolumePhase) *cdiv1.DataVolume {
 		var dv *cdiv1.DataVolume
-		waitFor(t, name+" "+string(p), func() (bool, string) {
+		apiserver.WaitFor(t, name+" "+string(p), func() (bool, string) {
 			dv = getDV(name)
 			return dv.Status.Phase == p, fmt.Sprintf("%s %s %+v", dv.Status.Phase, dv.Status.Progress, dv.Status.Conditions)
 		})
@@ -104,7 +81,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	}
 	getPod := func(name string) *corev1.Pod {
 		pod := &corev1.Pod{}
-		waitFor(t, "pod "+name, func() (bool, string) {
+		apiserver.WaitFor(t, "pod "+name, func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, pod)
 			return err == nil, fmt.Sprint(err)
 		})
@@ -142,7 +119,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	setPod(pod, corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", Message: importer.ScratchRequiredMessage}}}}})
 	first := pod.UID
-	waitFor(t, "an importer pod with scratch space", func() (bool, string) {
+	apiserver.WaitFor(t, "an importer pod with scratch space", func() (bool, string) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "importer-fedora"}, pod)
 		return err == nil && pod.UID != first, fmt.Sprint(err)
 	})
@@ -161,12 +138,12 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	progress.Set(12.5)
 	setPod(pod, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "importer",
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}})
-	waitFor(t, "progress 12.50%", func() (bool, string) {
+	apiserver.WaitFor(t, "progress 12.50%", func() (bool, string) {
 		dv := getDV("fedora")
 		return dv.Status.Phase == cdiv1.ImportInProgress && dv.Status.Progress == "12.50%", string(dv.Status.Phase) + " " + string(dv.Status.Progress)
 	})
 	progress.Set(60)
-	waitFor(t, "progress 60.00%", func() (bool, string) {
+	apiserver.WaitFor(t, "progress 60.00%", func() (bool, string) {
 		dv := getDV("fedora")
 		return dv.Status.Progress == "60.00%", string(dv.Status.Progress)
 	})
@@ -176,7 +153,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		RestartCount: 2, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
 			Message: "GET http://images/fedora.qcow2: HTTP 404 Not Found"}}}}})
-	waitFor(t, "the importer's error", func() (bool, string) {
+	apiserver.WaitFor(t, "the importer's error", func() (bool, string) {
 		dv := getDV("fedora")
 		c := cdiv1.FindDataVolumeCondition(dv.Status.Conditions, cdiv1.DataVolumeRunning)
 		return c != nil && dv.Status.RestartCount == 2 && c.Status == corev1.ConditionFalse && c.Reason == "Error" &&
@@ -188,8 +165,8 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	got := waitPhase("fedora", cdiv1.Succeeded)
 	assert.Equal(t, cdiv1.DataVolumeProgress("100.0%"), got.Status.Progress)
 	assert.Equal(t, corev1.ConditionTrue, cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady).Status)
-	waitFor(t, "the importer pod gone", gone(pod))
-	waitFor(t, "the scratch PVC gone", gone(scratch))
+	apiserver.WaitFor(t, "the importer pod gone", gone(pod))
+	apiserver.WaitFor(t, "the scratch PVC gone", gone(scratch))
 
 	t.Run("blank", func(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "blank"}, Spec: cdiv1.DataVolumeSpec{
@@ -209,7 +186,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "fedora-clone"}, Spec: cdiv1.DataVolumeSpec{
 			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}))
 		clone := &corev1.PersistentVolumeClaim{}
-		waitFor(t, "the clone's claim", func() (bool, string) {
+		apiserver.WaitFor(t, "the clone's claim", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "fedora-clone"}, clone)
 			return err == nil, fmt.Sprint(err)
 		})
@@ -244,7 +221,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		// No garbage collector here either: the DataVolume's PVC is
 		// deleted as it would delete it.
 		require.NoError(t, k8s.Delete(ctx, pvc))
-		waitFor(t, "the importer pod gone", gone(pod))
+		apiserver.WaitFor(t, "the importer pod gone", gone(pod))
 		require.NoError(t, k8s.Patch(ctx, pvc, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`))))
 	})
 }
