@@ -141,19 +141,45 @@ func (s *ConditionState) stamp(old *ConditionState, now metav1.Time) {
 
 // SetCondition sets or replaces the condition of c's type (see stamp).
 func SetCondition(conds []Condition, c Condition, now metav1.Time) []Condition {
-	if old := FindCondition(conds, c.Type); old != nil {
-		c.stamp(&old.ConditionState, now)
-		*old = c
-		return conds
-	}
-	c.stamp(nil, now)
-	return append(conds, c)
+	return setCondition[Condition, *Condition](conds, c, now)
 }
 
 // FindCondition is the condition of type t, nil if none.
 func FindCondition(conds []Condition, t ConditionType) *Condition {
+	return findCondition[Condition, *Condition](conds, t)
+}
+
+// kindCondition is one kind's condition (Condition, DataVolumeCondition,
+// DataSourceCondition, DataImportCronCondition): a type of its own and
+// the ConditionState they share, set and found by the same two functions.
+type kindCondition[C any, T comparable] interface {
+	*C
+	conditionType() T
+	state() *ConditionState
+}
+
+func (s *ConditionState) state() *ConditionState { return s }
+
+func (c Condition) conditionType() ConditionType                             { return c.Type }
+func (c DataVolumeCondition) conditionType() DataVolumeConditionType         { return c.Type }
+func (c DataSourceCondition) conditionType() DataSourceConditionType         { return c.Type }
+func (c DataImportCronCondition) conditionType() DataImportCronConditionType { return c.Type }
+
+// setCondition sets or replaces the condition of c's type, stamped.
+func setCondition[C any, PC kindCondition[C, T], T comparable](conds []C, c C, now metav1.Time) []C {
+	if old := findCondition[C, PC](conds, PC(&c).conditionType()); old != nil {
+		PC(&c).state().stamp(PC(old).state(), now)
+		*old = c
+		return conds
+	}
+	PC(&c).state().stamp(nil, now)
+	return append(conds, c)
+}
+
+// findCondition is the condition of type t, nil if none.
+func findCondition[C any, PC kindCondition[C, T], T comparable](conds []C, t T) *C {
 	for i := range conds {
-		if conds[i].Type == t {
+		if PC(&conds[i]).conditionType() == t {
 			return &conds[i]
 		}
 	}

@@ -147,23 +147,10 @@ type DataImportCronCondition struct {
 // SetDataImportCronCondition sets or replaces the condition of c's type
 // (see stamp).
 func SetDataImportCronCondition(conds []DataImportCronCondition, c DataImportCronCondition, now metav1.Time) []DataImportCronCondition {
-	for i := range conds {
-		if conds[i].Type == c.Type {
-			c.stamp(&conds[i].ConditionState, now)
-			conds[i] = c
-			return conds
-		}
-	}
-	c.stamp(nil, now)
-	return append(conds, c)
+	return setCondition[DataImportCronCondition, *DataImportCronCondition](conds, c, now)
 }
 
 // FindDataImportCronCondition is the condition of type t, nil if none.
 func FindDataImportCronCondition(conds []DataImportCronCondition, t DataImportCronConditionType) *DataImportCronCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
+	return findCondition[DataImportCronCondition, *DataImportCronCondition](conds, t)
 }

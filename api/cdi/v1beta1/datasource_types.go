@@ -75,21 +75,10 @@ type DataSourceCondition struct {
 // SetDataSourceCondition sets or replaces the condition of c's type (see
 // stamp).
 func SetDataSourceCondition(conds []DataSourceCondition, c DataSourceCondition, now metav1.Time) []DataSourceCondition {
-	if old := FindDataSourceCondition(conds, c.Type); old != nil {
-		c.stamp(&old.ConditionState, now)
-		*old = c
-		return conds
-	}
-	c.stamp(nil, now)
-	return append(conds, c)
+	return setCondition[DataSourceCondition, *DataSourceCondition](conds, c, now)
 }
 
 // FindDataSourceCondition is the condition of type t, nil if none.
 func FindDataSourceCondition(conds []DataSourceCondition, t DataSourceConditionType) *DataSourceCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
+	return findCondition[DataSourceCondition, *DataSourceCondition](conds, t)
 }

@@ -272,21 +272,10 @@ type DataVolumeCondition struct {
 // SetDataVolumeCondition sets or replaces the condition of c's type (see
 // stamp).
 func SetDataVolumeCondition(conds []DataVolumeCondition, c DataVolumeCondition, now metav1.Time) []DataVolumeCondition {
-	if old := FindDataVolumeCondition(conds, c.Type); old != nil {
-		c.stamp(&old.ConditionState, now)
-		*old = c
-		return conds
-	}
-	c.stamp(nil, now)
-	return append(conds, c)
+	return setCondition[DataVolumeCondition, *DataVolumeCondition](conds, c, now)
 }
 
 // FindDataVolumeCondition is the condition of type t, nil if none.
 func FindDataVolumeCondition(conds []DataVolumeCondition, t DataVolumeConditionType) *DataVolumeCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
+	return findCondition[DataVolumeCondition, *DataVolumeCondition](conds, t)
 }
