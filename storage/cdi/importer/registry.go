@@ -36,8 +36,9 @@ type RegistryOptions struct {
 	Timeout time.Duration
 }
 
-// fetch is the image to convert, as a local file, and what to do with it
-// once converted.
+// fetchRegistry is a registry source's image to convert, as a local file
+// (pulled onto scratch, or in place in the node-pulled image), and what to
+// do with it once converted.
 func fetchRegistry(ctx context.Context, o Options) (string, func(), error) {
 	ref, err := registry.ParseURL(o.URL)
 	if err != nil {
