@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,9 +14,7 @@ import (
 // then printed by runcmd) and the metadata's hostname, and says so on its
 // console, which is read through virtctl as a user would.
 func TestCloudInit(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	const cins = "kubevmm-e2e-cloudinit"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", cins}, args...)...) }
 	kubectl(t, "delete", "namespace", cins, "--ignore-not-found", "--wait=true", "--timeout=180s")

@@ -327,13 +327,22 @@ func strangerHandshake(pid int, addr string) ([]byte, error) {
 	return fb.got, err
 }
 
+// requireE2E skips the test outside `make e2e`: `make test` runs this
+// package too, with no dev cluster (and perhaps a stale one's files in the
+// cache). Every test here calls it, or freshNamespace, first
+// (test/arch's TestE2ETestsRequireCluster checks).
+func requireE2E(t *testing.T) {
+	t.Helper()
+	if os.Getenv(envFlag) == "" {
+		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
+	}
+}
+
 // freshNamespace skips the test outside `make e2e`, and gives it the e2e
 // namespace, new, deleted after it unless it failed (then its state is
 // logged and left for a look).
 func freshNamespace(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	kubectl(t, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=180s")
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {

@@ -40,6 +40,7 @@ spec:
 // clones v2; dropping the template removes the cron and, with
 // retentionPolicy None, its DataSource and imports.
 func TestGoldenImages(t *testing.T) {
+	requireE2E(t)
 	gk := func(args ...string) string {
 		t.Helper()
 		return kubectl(t, append([]string{"-n", goldenNS}, args...)...)

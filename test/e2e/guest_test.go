@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,9 +26,7 @@ import (
 // again; `virtctl reset` shows the kernel starting once more, still
 // Running. `virtctl version` reports a semver server version.
 func TestPortForwardAndReset(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	const gns, vmi = "kubevmm-e2e-guest", "echo"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", gns}, args...)...) }
 	vc := func(args ...string) string {

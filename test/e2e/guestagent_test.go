@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +22,7 @@ const agentNS = "kubevmm-e2e-agent"
 // stop` shuts the guest down through the agent, which the guest logs on
 // its console before it powers off within its grace period.
 func TestGuestAgent(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	k := func(args ...string) string {
 		t.Helper()
 		return kubectl(t, append([]string{"-n", agentNS}, args...)...)

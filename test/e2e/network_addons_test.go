@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,9 +21,7 @@ const nacJSONPatch = "networkaddonsconfigs.kubevirt.io/jsonpatch"
 // annotation: the HCO owns the CR's spec) removes kubemacpool and putting
 // it back restores it. The HCO's annotation is removed at the end.
 func TestNetworkAddons(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	const nac = "networkaddonsconfig/cluster"
 	addons := func(args ...string) string {
 		return kubectl(t, append([]string{"-n", "cluster-network-addons"}, args...)...)

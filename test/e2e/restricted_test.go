@@ -71,9 +71,7 @@ func seccompStatus(t *testing.T, pid int) (mode, filters string) {
 // virt-api's subresources nor virt-handler's API answer a client without
 // their certificates, whatever user it claims to be.
 func TestRestrictedNamespace(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	k := func(args ...string) string {
 		t.Helper()
 		return kubectl(t, append([]string{"-n", restrictedNS}, args...)...)

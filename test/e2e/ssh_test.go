@@ -24,9 +24,7 @@ import (
 // out unchanged, and --local-ssh runs OpenSSH's ssh with virtctl
 // port-forward --stdio as its ProxyCommand.
 func TestSSH(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	const sns, vmi = "kubevmm-e2e-ssh", "ssh"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", sns}, args...)...) }
 	kubectl(t, "delete", "namespace", sns, "--ignore-not-found", "--wait=true", "--timeout=180s")

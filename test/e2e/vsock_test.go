@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,9 +26,7 @@ import (
 // logs that it ignores the button, and the VMI is stopped hard, which an
 // event says.
 func TestVsockAndHardStop(t *testing.T) {
-	if os.Getenv(envFlag) == "" {
-		t.Skipf("%s is not set: run `make e2e` (it brings up the dev cluster and deploys kubevmm)", envFlag)
-	}
+	requireE2E(t)
 	const vns, vmi = "kubevmm-e2e-vsock", "vsock"
 	const grace = 5 * time.Second // the VMI's terminationGracePeriodSeconds
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", vns}, args...)...) }
