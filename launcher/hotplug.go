@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/kubevmm/kubevmm/launcher/qemu"
@@ -46,13 +47,43 @@ func (s *switchVM) AttachVolume(r api.VolumeRequest) (api.Volume, error) {
 	return v.AttachVolume(r)
 }
 
-// DetachVolume unplugs one.
+// AttachVolumeFile hot-plugs the image open at f, which virt-handler
+// opened where this pod cannot see (api.ServeVolumeFiles): the backend
+// reopens it by its /proc link, and f is kept open until the volume is
+// detached, so the link stays valid for the backend's reopen on a retry.
+func (s *switchVM) AttachVolumeFile(r api.VolumeRequest, f *os.File) (api.Volume, error) {
+	r.Path = api.FilePath(f)
+	v, err := s.AttachVolume(r)
+	if err != nil {
+		_ = f.Close()
+		return v, err
+	}
+	s.hpMu.Lock()
+	defer s.hpMu.Unlock()
+	if s.hpFiles == nil {
+		s.hpFiles = map[string]*os.File{}
+	}
+	s.hpFiles[r.Name] = f
+	return v, nil
+}
+
+// DetachVolume unplugs one, and closes its handed-over image.
 func (s *switchVM) DetachVolume(name string) (api.Volume, error) {
 	v, err := s.volumes()
 	if err != nil {
 		return api.Volume{}, err
 	}
-	return v.DetachVolume(name)
+	vol, err := v.DetachVolume(name)
+	if err != nil {
+		return vol, err
+	}
+	s.hpMu.Lock()
+	defer s.hpMu.Unlock()
+	if f := s.hpFiles[name]; f != nil {
+		_ = f.Close()
+		delete(s.hpFiles, name)
+	}
+	return vol, nil
 }
 
 // Volumes lists them.

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
@@ -31,7 +33,8 @@ func TestEveryVMIHasASCSIController(t *testing.T) {
 // a VMI that runs on QEMU, through the same requests our VMM serves.
 func TestQEMUHotplugVolumes(t *testing.T) {
 	needQEMU(t)
-	r := startRun(t, qemuVMI(), testPaths(t), Watchdog{})
+	p := testPaths(t)
+	r := startRun(t, qemuVMI(), p, Watchdog{})
 	r.waitInfo(t, "Running", func(i api.Info) bool { return i.State == api.StateRunning })
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.raw"), filepath.Join(dir, "b.raw")
@@ -71,4 +74,25 @@ func TestQEMUHotplugVolumes(t *testing.T) {
 	va, err = r.c.AttachVolume(ctx, api.VolumeRequest{Name: "vol-a", Path: a})
 	require.NoError(t, err)
 	assert.Equal(t, 0, va.Target, "the freed target is used again")
+
+	// An image handed over as an open descriptor on the hot-plug socket,
+	// as virt-handler does with a claim published for another pod: QEMU
+	// opens it by the launcher's /proc link, and the launcher lets go of
+	// it once detached.
+	cPath := filepath.Join(dir, "c.raw")
+	require.NoError(t, os.WriteFile(cPath, make([]byte, 4<<20), 0o644))
+	f, err := os.OpenFile(cPath, os.O_RDWR, 0)
+	require.NoError(t, err)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(p.SocketDir, spec.HotplugSocket), Net: "unix"})
+	require.NoError(t, err)
+	vc, err := api.SendVolumeFile(ctx, conn, api.VolumeRequest{Name: "vol-c"}, f)
+	_ = conn.Close()
+	_ = f.Close()
+	require.NoError(t, err)
+	assert.Equal(t, 2, vc.Target)
+	assert.Equal(t, uint64(4<<20), vc.SizeBytes)
+	assert.ErrorIs(t, open(cPath), block.ErrLocked, "QEMU holds the handed-over image")
+	_, err = r.c.DetachVolume(ctx, "vol-c")
+	require.NoError(t, err)
+	assert.NoError(t, open(cPath), "let go once detached")
 }

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,14 +115,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// A stale exit record belongs to an earlier launcher of this VMI.
 	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
 	sw := &switchVM{name: string(backendName), reason: why, rebootResets: cfg.RebootResets}
-	srv, err := listenWhenWritable(ctx, o.Paths.SocketDir, sw, logf)
+	stopServing, err := serve(ctx, o.Paths.SocketDir, sw, log, logf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil
 		}
 		return 1, err
 	}
-	defer srv.Close()
+	defer stopServing()
 
 	// The taps are virt-handler's to create, in this pod's network
 	// namespace; until they exist there is nothing to attach the NICs to
@@ -347,6 +348,45 @@ func listenWhenWritable(ctx context.Context, dir string, vm api.VM, logf func(st
 		case <-time.After(tapPollInterval):
 		}
 	}
+}
+
+// serve serves the control API and takes hot-plugged volumes' images
+// once the socket directory is ours; the function returned stops both.
+func serve(ctx context.Context, dir string, sw *switchVM, log *slog.Logger, logf func(string, ...any)) (func(), error) {
+	srv, err := listenWhenWritable(ctx, dir, sw, logf)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := listenVolumeFiles(dir, sw, log)
+	if err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return func() {
+		_ = hp.Close()
+		_ = srv.Close()
+	}, nil
+}
+
+// listenVolumeFiles takes the images of hot-plugged volumes virt-handler
+// opened (spec.HotplugSocket), once the socket directory is ours.
+func listenVolumeFiles(dir string, sw *switchVM, log *slog.Logger) (*net.UnixListener, error) {
+	path := filepath.Join(dir, spec.HotplugSocket)
+	_ = os.Remove(path)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("hot-plug socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("hot-plug socket: %w", err)
+	}
+	go func() {
+		if err := api.ServeVolumeFiles(l, sw.AttachVolumeFile); err != nil {
+			log.Warn("hot-plug socket", "error", err)
+		}
+	}()
+	return l, nil
 }
 
 func lingerUntil(ctx context.Context, d time.Duration) {

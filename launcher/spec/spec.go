@@ -98,6 +98,9 @@ const GuestCID = 3
 const (
 	// ControlSocket is the VMM control API (vmm/api) in the socket dir.
 	ControlSocket = "vmm.sock"
+	// HotplugSocket takes hot-plugged volumes' images from virt-handler,
+	// as open descriptors (vmm/api.ServeVolumeFiles).
+	HotplugSocket = "hotplug.sock"
 	// ConsoleSocket is the guest's serial console in the socket dir.
 	ConsoleSocket = "console.sock"
 	// VsockSocket is the host end of the guest's vsock device (our VMM

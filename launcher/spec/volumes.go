@@ -161,6 +161,8 @@ func disksNotMigratable(s *v1.VirtualMachineInstanceSpec, pvcs map[string]PVCInf
 		v := vols[d.Name]
 		switch {
 		case v == nil:
+		case v.IsHotplug():
+			return "volume " + d.Name + " is hot-plugged: kubevmm does not carry hot-plugged volumes over a migration yet"
 		case v.ContainerDisk != nil && (d.Disk == nil || !d.Disk.ReadOnly):
 			return "disk " + d.Name + " is a writable containerDisk: its data is local to the launcher pod and kubevmm has no block migration"
 		case v.EmptyDisk != nil:

@@ -102,6 +102,8 @@ func TestLiveMigratableDisks(t *testing.T) {
 		{"DataVolume on an RWX claim", withVolume(dv, false), map[string]PVCInfo{"vol": {ClaimName: "dv-claim", Shared: true}}, ""},
 		{"DataVolume on an RWO claim", withVolume(dv, false), map[string]PVCInfo{"vol": {ClaimName: "dv-claim"}}, "volume vol: PVC dv-claim is not shared, live migration requires ReadWriteMany"},
 		{"DataVolume not read", withVolume(dv, false), nil, "volume vol: PVC dv was not read"},
+		{"hot-plugged DataVolume on an RWX claim", withVolume(v1.VolumeSource{DataVolume: &v1.DataVolumeSource{Name: "dv", Hotpluggable: true}}, false),
+			map[string]PVCInfo{"vol": {ClaimName: "dv-claim", Shared: true}}, "volume vol is hot-plugged: kubevmm does not carry hot-plugged volumes over a migration yet"},
 		{"emptyDisk", withVolume(v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Gi")}}, false), nil, "disk vol is an emptyDisk"},
 		{"writable containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, false), nil, "disk vol is a writable containerDisk"},
 		{"read-only containerDisk", withVolume(v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "i"}}, true), nil, ""},
