@@ -37,7 +37,7 @@ import (
 // AttachedToNode:
 //
 //	Pending (claim or DataVolume not ready, or its pod not running)
-//	  --pod Running--> AttachedToNode --virt-handler--> MountedToPod -> Ready
+//	  --pod Running--> AttachedToNode --virt-handler attaches it--> Ready
 //
 // Entries virt-handler moved past AttachedToNode are its own: they are
 // kept as they are, including a removed volume's until it detached it.
@@ -342,9 +342,6 @@ func decideVolumeStatus(vmi *v1.VirtualMachineInstance, hc hotplugClaims, pods [
 			s.Message = fmt.Sprintf("Created hotplug attachment pod %s, for volume %s", pod.Name, v.Name)
 			if pod.Status.Phase == corev1.PodRunning {
 				s.Phase = v1.HotplugVolumeAttachedToNode
-				// Where the volume stops today: say so, rather than
-				// let AttachedToNode read as on its way to the guest.
-				s.Message += MessageGuestAttachNotBuilt
 			}
 		}
 		out = append(out, s)
@@ -358,12 +355,6 @@ func decideVolumeStatus(vmi *v1.VirtualMachineInstance, hc hotplugClaims, pods [
 	}
 	return out
 }
-
-// MessageGuestAttachNotBuilt ends an AttachedToNode volume's message:
-// virt-handler's half (the published claim handed to the launcher and
-// attached to the guest, MountedToPod, Ready) is not built, so the volume
-// stays published on the node and the guest does not see it.
-const MessageGuestAttachNotBuilt = "; attaching it to the guest (virt-handler) is not built yet: the guest does not see it"
 
 // isAttachmentPod selects attachment pods for the VMI controller's watch.
 func isAttachmentPod(o client.Object) bool {

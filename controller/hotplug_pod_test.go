@@ -65,7 +65,7 @@ func TestDecideVolumeStatusKeepsHandlersEntries(t *testing.T) {
 	require.Len(t, got, 3)
 	assert.Equal(t, ready, got[0])
 	assert.Equal(t, v1.VolumeStatus{Name: "new", Phase: v1.HotplugVolumeAttachedToNode, Reason: ReasonSuccessfulCreate,
-		Message:                   "Created hotplug attachment pod hp-volume-a, for volume new; attaching it to the guest (virt-handler) is not built yet: the guest does not see it",
+		Message:                   "Created hotplug attachment pod hp-volume-a, for volume new",
 		PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{ClaimName: "new", VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)},
 		HotplugVolume:             &v1.HotplugVolumeStatus{AttachPodName: "hp-volume-a", AttachPodUID: "a"}}, got[1])
 	assert.Equal(t, "removed-mounted", got[2].Name)

@@ -64,8 +64,11 @@ const (
 // handler simply reconciles every VMI again: the launchers run on,
 // untouched, and the status is rebuilt from what they say.
 type VMIReconciler struct {
-	Client   client.Client
-	NodeName string
+	Client client.Client
+	// APIReader reads what the manager's cache does not hold (the claims
+	// of hot-plugged volumes).
+	APIReader client.Reader
+	NodeName  string
 	// PodsDir is the kubelet's pods directory, where the launcher pods'
 	// socket directories are (see socketDir).
 	PodsDir  string
@@ -187,6 +190,13 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	if err != nil && !errors.Is(err, errNoSocket) {
 		logger.V(1).Info("launcher does not answer", "error", err.Error())
 	}
+	if obs.answered && live && hasHotplug(vmi) {
+		obs.volumes, err = l.volumes(ctx)
+		obs.volumesKnown = err == nil
+		if err != nil {
+			logger.Info("asking the launcher for its hot-plugged volumes", "error", err.Error())
+		}
+	}
 
 	if obs.answered {
 		// This node is the source of a migration in flight: drive it. Once
@@ -223,7 +233,7 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 
 	// Decide, then write.
 	p := decide(obs)
-	if err := r.apply(ctx, vmi, l, info, p); err != nil {
+	if err := r.apply(ctx, obs, l, p); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: p.requeue}, nil
@@ -252,6 +262,10 @@ type observation struct {
 	live     bool
 	answered bool
 	now      metav1.Time
+	// volumes are the hot-plugged volumes the launcher has attached, when
+	// volumesKnown (asked only of a live launcher whose VMI has some).
+	volumes      []api.Volume
+	volumesKnown bool
 }
 
 // plan is what one pass does, decided from an observation alone.
@@ -261,8 +275,9 @@ type plan struct {
 	// served its lease (started if need be: a restarted handler);
 	// stopDHCP: its guest or pod is gone.
 	serveDHCP, stopDHCP bool
-	shutdown            bool // the VMI is deleted: ask the guest to shut down (agent or power button)
-	stopGuest           bool // the VMI's grace period is over: stop the guest
+	shutdown            bool        // the VMI is deleted: ask the guest to shut down (agent or power button)
+	hotplug             hotplugPlan // volumes to attach to or detach from the guest
+	stopGuest           bool        // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
 	status *v1.VirtualMachineInstanceStatus
@@ -303,6 +318,9 @@ func decide(o observation) plan {
 		return plan{}
 	default:
 		p.requeue = runningPoll
+		if o.volumesKnown && o.vmi.DeletionTimestamp == nil {
+			p.hotplug = planHotplug(o.vmi, o.volumes)
+		}
 		if o.vmi.DeletionTimestamp != nil && o.live {
 			// The guest is asked to shut down (agent or power button), gets its grace
 			// period to power off, then it is stopped (see package
@@ -324,7 +342,8 @@ func decide(o observation) plan {
 
 // apply carries out the plan: the actions on the launcher, then the VMI's
 // backend annotation and status, and the event of a phase change.
-func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn, info api.Info, p plan) error {
+func (r *VMIReconciler) apply(ctx context.Context, o observation, l launcherConn, p plan) error {
+	vmi, info := o.vmi, o.info
 	if p.setupNetwork {
 		if err := r.setupNetwork(ctx, vmi, l); err != nil {
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
@@ -355,6 +374,16 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 	if p.status == nil {
 		return nil
 	}
+	// A volume that failed to attach or detach is tried again on the next
+	// pass (the error's backoff); the others' status is written first.
+	var hotplugErr error
+	if o.volumesKnown && p.status.Phase == v1.Running {
+		attached := o.volumes
+		if !p.hotplug.empty() {
+			attached, hotplugErr = r.syncHotplug(ctx, vmi, o.pod, l, o.volumes, p.hotplug)
+		}
+		hotplugStatus(p.status, vmi, attached)
+	}
 	if err := r.syncBackendAnnotation(ctx, vmi, info); err != nil {
 		return err
 	}
@@ -381,7 +410,7 @@ func (r *VMIReconciler) apply(ctx context.Context, vmi *v1.VirtualMachineInstanc
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonGuestFailed, "Stop", "The guest failed: %s", why)
 		}
 	}
-	return nil
+	return hotplugErr
 }
 
 // statusFromInfo derives the status from what the launcher said.

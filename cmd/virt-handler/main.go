@@ -152,7 +152,7 @@ func newManager(o options) (ctrl.Manager, error) {
 // addControllers sets up the VMI, migration target and node controllers.
 func addControllers(mgr ctrl.Manager, o options, migTLS *handler.MigrationTLS, migrations *handler.MigrationServer, kick chan event.GenericEvent) error {
 	if err := (&handler.VMIReconciler{
-		Client: mgr.GetClient(), NodeName: o.nodeName, PodsDir: o.podsDir,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, PodsDir: o.podsDir,
 		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)

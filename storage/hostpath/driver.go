@@ -607,7 +607,12 @@ func (d *Driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 		if !mounted {
 			break
 		}
-		if err := unix.Unmount(target, 0); err != nil {
+		// Lazily: a VM's hot-plugged volume is held open by its launcher
+		// through the mount of the attachment pod that published it
+		// (virt-handler opened it there), and that pod may go first when
+		// another pod publishes the volume; the data is on the node's
+		// file system either way, and the mount lasts while it is open.
+		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
 			return nil, status.Errorf(codes.Internal, "unmounting %s: %v", target, err)
 		}
 	}

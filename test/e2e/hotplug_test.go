@@ -19,20 +19,30 @@ spec:
     resources:
       requests:
         storage: 64Mi
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: hp-block}
+spec:
+  volumeMode: Block
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 16Mi}}
 `
 
-// TestHotplugVolume: the API half of volume hot-plug on the dev cluster,
-// through the API server, virt-api (subresources, RBAC, the VMI webhook)
-// and virt-controller. `virtctl addvolume --persist` puts a blank
-// DataVolume into the running VMI's spec (a hotpluggable volume, a SCSI
-// disk) and into its VM's template, without a restart and on the same
-// launcher pod; `removevolume --persist` takes it out of both; without
+// TestHotplugVolume: volume hot-plug on the dev cluster, through the API
+// server, virt-api (subresources, RBAC, the VMI webhook), virt-controller
+// (the attachment pod that has the kubelet publish the claim on the VMI's
+// node), virt-handler (which opens the published image and hands it to
+// the launcher) and the VMM's SCSI controller. `virtctl addvolume
+// --persist` puts a blank DataVolume into the running VMI's spec and its
+// VM's template without a restart and on the same launcher pod; the
+// booted guest sees a new SCSI disk (sda, its serial the volume's name),
+// volumeStatus Ready with that target; the guest writes it;
+// `removevolume --persist` takes it out of both specs and the guest sees
+// the disk go; added again, the guest reads back what it wrote. Without
 // --persist only the VMI changes. Bad requests are refused naming what is
 // wrong, and the VMI's spec stays fixed but for its hotpluggable volumes.
-// virt-controller's attachment pod binds and publishes the claim on the
-// VMI's node (volumeStatus AttachedToNode) and goes with the volume. The
-// guest does not see the disk: virt-handler attaching the published claim
-// to the running VM is not built. The VM runs, its guest need not boot.
+// One guest boot.
 func TestHotplugVolume(t *testing.T) {
 	freshNamespace(t)
 	const vm = "testvm"
@@ -42,6 +52,7 @@ func TestHotplugVolume(t *testing.T) {
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
 	wait(t, "vmi/"+vm, "create", 2*time.Minute)
 	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	consoleUntil(t, ns, vm, marker, 15*time.Minute)
 	pod := kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpath(t, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}")
 
 	const (
@@ -63,6 +74,8 @@ func TestHotplugVolume(t *testing.T) {
 			want string
 		}{
 			{[]string{"addvolume", vm, "--volume-name=nope"}, "volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim " + ns + "/nope not found"},
+			// virt-handler hands the guest a Filesystem claim's disk.img only.
+			{[]string{"addvolume", vm, "--volume-name=hp-block"}, "volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim " + ns + "/hp-block is volumeMode Block: only Filesystem claims can be hot-plugged"},
 			{[]string{"addvolume", vm, "--volume-name=hp-data", "--bus=virtio"}, "--bus=virtio is not supported"},
 			{[]string{"addvolume", vm, "--volume-name=hp-data", "--serial=s"}, "--serial is not supported"},
 			{[]string{"removevolume", vm, "--volume-name=hp-data"}, `name: volume "hp-data": no volume of that name`},
@@ -87,17 +100,36 @@ func TestHotplugVolume(t *testing.T) {
 		assert.Contains(t, out, `name: volume "hp-data": a volume or disk of that name exists`)
 	})
 
-	t.Run("the attachment pod publishes the claim on the VMI's node", func(t *testing.T) {
-		// Its claim waits for a first consumer: the attachment pod is it,
-		// and the kubelet publishes the volume once the pod runs.
-		until(t, 3*time.Minute, "hp-data AttachedToNode", func() bool {
-			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].phase}`) == "AttachedToNode"
+	// ready waits for the volume to reach the guest: its attachment pod
+	// runs on the VMI's node (owned by the launcher pod) and virt-handler
+	// attached the published claim.
+	ready := func(t *testing.T) {
+		t.Helper()
+		until(t, 3*time.Minute, "hp-data Ready", func() bool {
+			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].phase}`) == "Ready"
 		})
+		assert.Equal(t, "sda", jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].target}`))
 		attach := jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].hotplugVolume.attachPodName}`)
 		require.NotEmpty(t, attach)
 		assert.Equal(t, jsonpath(t, "vmi/"+vm, "{.status.nodeName}"), jsonpath(t, "pod/"+attach, "{.spec.nodeName}"))
 		assert.Equal(t, "Running", jsonpath(t, "pod/"+attach, "{.status.phase}"))
 		assert.Equal(t, pod, jsonpath(t, "pod/"+attach, `{.metadata.ownerReferences[?(@.controller==true)].uid}`), "owned by the launcher pod")
+	}
+
+	t.Run("the guest sees the new disk and writes it", func(t *testing.T) {
+		// Its claim waits for a first consumer: the attachment pod is it,
+		// and the kubelet publishes the volume once the pod runs.
+		ready(t)
+		// Computed by the guest's shell, so the echoed command line cannot
+		// match what is waited for.
+		out := consoleRunThenIn(t, ns, vm,
+			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo SDA-$(cat /sys/block/sda/size)-$(tail -c +5 /sys/block/sda/device/vpd_pg80)-END$((1+1))",
+			"END2", nil, "", 2*time.Minute)
+		assert.Regexp(t, `SDA-\d+-hp-data-END2`, out, "the disk, its serial the volume's name")
+		out = consoleRunThenIn(t, ns, vm,
+			"echo HP-$((6*7)) | dd of=/dev/sda conv=fsync 2>/dev/null && echo WROTE-$((1+2))",
+			"WROTE-3", nil, "", time.Minute)
+		assert.Contains(t, out, "WROTE-3")
 	})
 
 	t.Run("the VMI's other spec stays fixed", func(t *testing.T) {
@@ -106,13 +138,28 @@ func TestHotplugVolume(t *testing.T) {
 		assert.Contains(t, out, "spec cannot be changed, but for its hotpluggable volumes")
 	})
 
-	t.Run("removevolume --persist", func(t *testing.T) {
+	t.Run("removevolume --persist: the guest sees the disk go", func(t *testing.T) {
 		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume gone from the VMI and the VM", "/", "/")
 		until(t, 2*time.Minute, "no volumeStatus and no attachment pod", func() bool {
 			return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" &&
 				kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io=hotplug-disk", "-o", "name") == ""
 		})
+		out := consoleRunThenIn(t, ns, vm, "while [ -e /sys/block/sda ]; do sleep 1; done; echo GONE-$((2+2))", "GONE-4", nil, "", 2*time.Minute)
+		assert.Contains(t, out, "GONE-4")
+	})
+
+	t.Run("plugged in again: the guest reads what it wrote", func(t *testing.T) {
+		virtctl(t, "addvolume", vm, "--volume-name=hp-data", "--persist")
+		waitVolumes("hot-plugged volume back in the VMI and the VM", "true/scsi", "true/scsi")
+		ready(t)
+		out := consoleRunThenIn(t, ns, vm,
+			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo READ-$(head -c 5 /dev/sda)-END$((2+3))",
+			"END5", nil, "", 2*time.Minute)
+		assert.Contains(t, out, "READ-HP-42-END5")
+		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
+		waitVolumes("hot-plugged volume gone again", "/", "/")
+		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" })
 	})
 
 	t.Run("without --persist only the VMI changes", func(t *testing.T) {

@@ -342,7 +342,9 @@ func (b *builder) handler() error {
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{
-			{Name: "kubelet-pods", MountPath: "/var/lib/kubelet/pods"},
+			// HostToContainer: the kubelet's CSI mounts of hot-plugged
+			// volumes, made after the handler started, show here.
+			{Name: "kubelet-pods", MountPath: "/var/lib/kubelet/pods", MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)},
 			{Name: "seccomp", MountPath: "/var/lib/kubelet/seccomp"},
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
