@@ -49,8 +49,9 @@ func (s *switchVM) AttachVolume(r api.VolumeRequest) (api.Volume, error) {
 
 // AttachVolumeFile hot-plugs the image open at f, which virt-handler
 // opened where this pod cannot see (api.ServeVolumeFiles): the backend
-// reopens it by its /proc link, and f is kept open until the volume is
-// detached, so the link stays valid for the backend's reopen on a retry.
+// opens it by f's /proc link. f stays open until the volume is detached,
+// as the link is the image's only name here and QEMU reopens an image by
+// its name (to change its locks or permissions) while it is attached.
 func (s *switchVM) AttachVolumeFile(r api.VolumeRequest, f *os.File) (api.Volume, error) {
 	r.Path = api.FilePath(f)
 	v, err := s.AttachVolume(r)

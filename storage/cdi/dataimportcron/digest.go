@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +16,9 @@ import (
 
 // RegistryDigest is the DigestFunc of a cluster: the registry client
 // with the template's secretRef (accessKeyId, secretKey) and
-// certConfigMap (every value a PEM CA), read from the cron's namespace.
+// certConfigMap (every value a PEM CA), read from the cron's namespace,
+// insecure for a registry CDIConfig's insecureRegistries lists (as the
+// importer pod that pulls it is).
 func RegistryDigest(c client.Reader) DigestFunc {
 	return func(ctx context.Context, namespace string, src *cdiv1.DataVolumeSource) (string, error) {
 		if src == nil || src.Registry == nil || src.Registry.URL == nil {
@@ -51,6 +54,11 @@ func RegistryDigest(c client.Reader) DigestFunc {
 				o.CAs = append(o.CAs, []byte(cm.Data[k]))
 			}
 		}
+		cfg := &cdiv1.CDIConfig{}
+		if err := c.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cfg); client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("reading CDIConfig %s: %w", cdiv1.CDIConfigName, err)
+		}
+		o.Insecure = slices.Contains(cfg.Spec.InsecureRegistries, ref.Host)
 		rc, err := registry.New(o)
 		if err != nil {
 			return "", err

@@ -104,14 +104,16 @@ func TestDataImportCronEnvtest(t *testing.T) {
 		t.Helper()
 		name := dataimportcron.ImportName("fedora", digest)
 		dv := &cdiv1.DataVolume{}
-		apiserver.WaitFor(t, "DataVolume "+name, func() (bool, string) {
+		// The controller creates the DataVolume, then writes the cron's
+		// status: wait for both.
+		apiserver.WaitFor(t, "DataVolume "+name+" and the cron ImportRunning", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, dv)
-			return err == nil, fmt.Sprint(err, " ", upToDate(getCron()))
+			u := upToDate(getCron())
+			return err == nil && strings.HasPrefix(u, "False/"+dataimportcron.ReasonImportRunning), fmt.Sprint(err, " ", u)
 		})
 		assert.Equal(t, "docker://"+reg.Addr+"/kubevmm/fedora@"+digest, *dv.Spec.Source.Registry.URL, "pinned to the digest")
 		assert.Equal(t, "registry-ca", *dv.Spec.Source.Registry.CertConfigMap)
 		assert.Equal(t, "fedora", dv.Labels[dataimportcron.CronLabel])
-		assert.True(t, strings.HasPrefix(upToDate(getCron()), "False/"+dataimportcron.ReasonImportRunning), upToDate(getCron()))
 		dv.Status.Phase = cdiv1.Succeeded
 		require.NoError(t, k8s.Status().Update(ctx, dv))
 		apiserver.WaitFor(t, "the DataSource on "+name, func() (bool, string) {
@@ -153,6 +155,47 @@ func TestDataImportCronEnvtest(t *testing.T) {
 			return strings.HasPrefix(u, "False/"+dataimportcron.ReasonDigestError) && strings.Contains(u, "127.0.0.1:1"), u
 		})
 		require.NoError(t, k8s.Delete(ctx, bad))
+	})
+
+	t.Run("an insecure registry once CDIConfig lists it", func(t *testing.T) {
+		plain := registrytest.Start(t, registrytest.Options{PlainHTTP: true})
+		prc, err := registry.New(registry.Options{Insecure: true})
+		require.NoError(t, err)
+		url := "docker://" + plain.Addr + "/kubevmm/plain:latest"
+		pref, err := registry.ParseURL(url)
+		require.NoError(t, err)
+		p := filepath.Join(t.TempDir(), "disk.img")
+		require.NoError(t, os.WriteFile(p, []byte("plain"), 0o600))
+		f, err := os.Open(p)
+		require.NoError(t, err)
+		defer f.Close()
+		_, err = prc.PushContainerDisk(ctx, pref, "disk.img", f)
+		require.NoError(t, err)
+		digest, err := prc.Digest(ctx, pref)
+		require.NoError(t, err)
+
+		pc := newCron("plain", url)
+		require.NoError(t, k8s.Create(ctx, pc))
+		defer func() { _ = k8s.Delete(ctx, pc) }()
+		state := func() string {
+			c := &cdiv1.DataImportCron{}
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pc), c))
+			return upToDate(c)
+		}
+		apiserver.WaitFor(t, "UpToDate False: TLS to a plain registry", func() (bool, string) {
+			u := state()
+			return strings.HasPrefix(u, "False/"+dataimportcron.ReasonDigestError), u
+		})
+		conf := &cdiv1.CDIConfig{ObjectMeta: metav1.ObjectMeta{Name: cdiv1.CDIConfigName}, Spec: cdiv1.CDIConfigSpec{InsecureRegistries: []string{plain.Addr}}}
+		require.NoError(t, k8s.Create(ctx, conf))
+		defer func() { _ = k8s.Delete(ctx, conf) }()
+		skew.Add(int64(25 * time.Hour))
+		require.NoError(t, k8s.Patch(ctx, pc, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"tick":"1"}}}`))))
+		name := dataimportcron.ImportName("plain", digest)
+		apiserver.WaitFor(t, "DataVolume "+name, func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cdiv1.DataVolume{})
+			return err == nil, fmt.Sprint(err, " ", state())
+		})
 	})
 
 	t.Run("deletion with retentionPolicy None", func(t *testing.T) {
