@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -49,9 +48,6 @@ type switchVM struct {
 	// rebootResets says the guest's own reboot boots it again in this VM
 	// (rebootPolicy Reboot), as a reboot through the agent needs.
 	rebootResets bool
-
-	hpMu    sync.Mutex
-	hpFiles map[string]*os.File // hot-plugged volumes' images virt-handler handed over, by name
 }
 
 var (

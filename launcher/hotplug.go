@@ -21,6 +21,7 @@ import (
 // host opens next time.
 
 var (
+	_ fileVolumeVM = (*kubevmmBackend)(nil)
 	_ api.VolumeVM = (*switchVM)(nil)
 	_ api.VolumeVM = (*kubevmmBackend)(nil)
 	_ api.VolumeVM = (*qemuBackend)(nil)
@@ -47,44 +48,39 @@ func (s *switchVM) AttachVolume(r api.VolumeRequest) (api.Volume, error) {
 	return v.AttachVolume(r)
 }
 
-// AttachVolumeFile hot-plugs the image open at f, which virt-handler
-// opened where this pod cannot see (api.ServeVolumeFiles): the backend
-// opens it by f's /proc link. f stays open until the volume is detached,
-// as the link is the image's only name here and QEMU reopens an image by
-// its name (to change its locks or permissions) while it is attached.
-func (s *switchVM) AttachVolumeFile(r api.VolumeRequest, f *os.File) (api.Volume, error) {
-	r.Path = api.FilePath(f)
-	v, err := s.AttachVolume(r)
-	if err != nil {
-		_ = f.Close()
-		return v, err
-	}
-	s.hpMu.Lock()
-	defer s.hpMu.Unlock()
-	if s.hpFiles == nil {
-		s.hpFiles = map[string]*os.File{}
-	}
-	s.hpFiles[r.Name] = f
-	return v, nil
+// fileVolumeVM is a backend that takes a hot-plugged volume's image as
+// an open file (both do).
+type fileVolumeVM interface {
+	// AttachVolumeFile is AttachVolume for the image open at f; the
+	// caller keeps and closes f.
+	AttachVolumeFile(api.VolumeRequest, *os.File) (api.Volume, error)
 }
 
-// DetachVolume unplugs one, and closes its handed-over image.
+// AttachVolumeFile hot-plugs the image open at f, which virt-handler
+// opened where this pod cannot see (api.ServeVolumeFiles), and closes f:
+// the backend holds its own copy of the descriptor. It is never reopened
+// by a path: a Block claim's device node is not one this pod's container
+// may open.
+func (s *switchVM) AttachVolumeFile(r api.VolumeRequest, f *os.File) (api.Volume, error) {
+	defer func() { _ = f.Close() }()
+	b, err := s.get()
+	if err != nil {
+		return api.Volume{}, err
+	}
+	v, ok := b.(fileVolumeVM)
+	if !ok {
+		return api.Volume{}, fmt.Errorf("%w: this backend takes no hot-plugged volumes", api.ErrConflict)
+	}
+	return v.AttachVolumeFile(r, f)
+}
+
+// DetachVolume unplugs one.
 func (s *switchVM) DetachVolume(name string) (api.Volume, error) {
 	v, err := s.volumes()
 	if err != nil {
 		return api.Volume{}, err
 	}
-	vol, err := v.DetachVolume(name)
-	if err != nil {
-		return vol, err
-	}
-	s.hpMu.Lock()
-	defer s.hpMu.Unlock()
-	if f := s.hpFiles[name]; f != nil {
-		_ = f.Close()
-		delete(s.hpFiles, name)
-	}
-	return vol, nil
+	return v.DetachVolume(name)
 }
 
 // Volumes lists them.

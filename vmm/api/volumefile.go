@@ -22,10 +22,11 @@ import (
 //	client: VolumeRequest as JSON (Path unused), with exactly one descriptor
 //	server: VolumeFileReply as JSON, then closes
 //
-// The server attaches the image by the descriptor and keeps it open until
-// the volume is detached (DELETE /v1/vm/volumes/{name}). Nothing but the
-// descriptor names the file, so the server never opens a path the client
-// chose.
+// The server attaches the image by the descriptor itself (a duplicate of
+// it stays open until the volume is detached, DELETE
+// /v1/vm/volumes/{name}); it never reopens it by a path, which for a
+// block device its device cgroup may forbid, and never opens a path the
+// client chose.
 
 // VolumeFileReply answers a volume file request.
 type VolumeFileReply struct {
@@ -67,8 +68,8 @@ func SendVolumeFile(ctx context.Context, c *net.UnixConn, req VolumeRequest, f *
 	return *rep.Volume, nil
 }
 
-// AttachFile attaches the image open at f; it owns f from then on (closed
-// on failure, or when the volume is detached).
+// AttachFile attaches the image open at f, and closes f: what is
+// attached holds its own duplicate.
 type AttachFile func(VolumeRequest, *os.File) (Volume, error)
 
 // ServeVolumeFiles answers volume file requests on l until it is closed.
@@ -171,12 +172,4 @@ func checkVolumeFile(f *os.File) error {
 		return fmt.Errorf("the descriptor is no regular file nor block device (mode %#o)", m)
 	}
 	return nil
-}
-
-// FilePath is the path by which this process (and a child of it in the
-// same PID namespace, such as QEMU) reopens the file open at f: its
-// /proc magic link, which names the file whatever mount namespace it is
-// in.
-func FilePath(f *os.File) string {
-	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // SectorSize is the unit of virtio-blk addressing.
@@ -76,4 +77,14 @@ func Open(path string, opt Options) (Disk, error) {
 		return OpenQcow2(path, opt.ReadOnly)
 	}
 	return nil, fmt.Errorf("open %s: unknown image format %q", path, opt.Format)
+}
+
+// OpenFile is Open for an image already open at f (see OpenRawFile):
+// raw only, as a qcow2's backing file would have to be opened by name.
+func OpenFile(f *os.File, opt Options) (Disk, error) {
+	switch opt.Format {
+	case FormatRaw, "":
+		return OpenRawFile(f, opt.ReadOnly)
+	}
+	return nil, fmt.Errorf("%w: a %s image handed over as a descriptor: only raw ones are", ErrQcow2Unsupported, opt.Format)
 }

@@ -151,3 +151,36 @@ func TestImageLockedByAnotherProcess(t *testing.T) {
 	require.NoError(t, err, "the lock ended with the process")
 	d.Close()
 }
+
+// An image handed over as an open descriptor: its disk holds its own
+// duplicate (the caller's may close), is locked as a path's open would
+// be, and a read-only descriptor is refused for a writable disk.
+func TestOpenFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "disk.raw")
+	require.NoError(t, os.WriteFile(p, make([]byte, 1<<20), 0o644))
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	d, err := block.OpenFile(f, block.Options{})
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.Equal(t, uint64(1<<20), d.Size())
+	_, err = d.WriteAt([]byte("kept"), 0)
+	require.NoError(t, err, "the caller's close leaves the disk's own descriptor")
+	_, err = block.Open(p, block.Options{})
+	assert.ErrorIs(t, err, block.ErrLocked, "locked as a path's open")
+	require.NoError(t, d.Close())
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, "kept", string(b[:4]))
+
+	ro, err := os.Open(p)
+	require.NoError(t, err)
+	defer ro.Close()
+	_, err = block.OpenFile(ro, block.Options{})
+	assert.ErrorContains(t, err, "the descriptor is read-only")
+	d, err = block.OpenFile(ro, block.Options{ReadOnly: true})
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	_, err = block.OpenFile(ro, block.Options{Format: block.FormatQcow2, ReadOnly: true})
+	assert.ErrorIs(t, err, block.ErrQcow2Unsupported)
+}

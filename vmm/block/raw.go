@@ -31,6 +31,35 @@ func OpenRaw(path string, readOnly bool) (*Raw, error) {
 	return &Raw{f: f, size: uint64(end), ro: readOnly}, nil
 }
 
+// OpenRawFile opens the raw image already open at f (a descriptor handed
+// over by a process that could open what this one cannot, such as a
+// block device outside this process's device cgroup) and locks it. The
+// image holds its own duplicate of f: the caller keeps and closes f.
+func OpenRawFile(f *os.File, readOnly bool) (*Raw, error) {
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open raw image %s: %w", f.Name(), err)
+	}
+	if !readOnly && fl&unix.O_ACCMODE == unix.O_RDONLY {
+		return nil, fmt.Errorf("open raw image %s: the descriptor is read-only", f.Name())
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open raw image %s: %w", f.Name(), err)
+	}
+	d := os.NewFile(uintptr(fd), f.Name())
+	if err := lockFile(d, !readOnly); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("open raw image: %w", err)
+	}
+	end, err := d.Seek(0, io.SeekEnd)
+	if err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("size of raw image %s: %w", f.Name(), err)
+	}
+	return &Raw{f: d, size: uint64(end), ro: readOnly}, nil
+}
+
 // Size is the image size in bytes.
 func (r *Raw) Size() uint64 { return r.size }
 

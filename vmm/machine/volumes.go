@@ -12,7 +12,8 @@ import (
 // SCSI controller (Config.SCSI).
 var ErrNoSCSI = errors.New("the VM has no SCSI controller for hot-plugged volumes")
 
-// AttachVolume opens the image v names (and locks it, as a disk's) and
+// AttachVolume opens the image v names, or the file v holds open (and
+// locks it, as a disk's) and
 // plugs it into the running guest's SCSI controller at the lowest free
 // target: the guest is told to rescan it and sees a new disk. The caller
 // serialises hot-plug with snapshots and migrations (the runner does).
@@ -23,7 +24,13 @@ func (m *Machine) AttachVolume(v scsi.Volume) (scsi.Attached, error) {
 	if v.Format == "" {
 		v.Format = block.FormatRaw
 	}
-	disk, err := block.Open(v.Path, block.Options{Format: v.Format, ReadOnly: v.ReadOnly})
+	var disk block.Disk
+	var err error
+	if v.File != nil {
+		disk, err = block.OpenFile(v.File, block.Options{Format: v.Format, ReadOnly: v.ReadOnly})
+	} else {
+		disk, err = block.Open(v.Path, block.Options{Format: v.Format, ReadOnly: v.ReadOnly})
+	}
 	if err != nil {
 		return scsi.Attached{}, fmt.Errorf("%w: volume %q: %w", scsi.ErrBadVolume, v.Name, err)
 	}

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/block"
@@ -15,6 +16,20 @@ var _ api.VolumeVM = (*Runner)(nil)
 // AttachVolume implements api.VolumeVM. Hot-plug is serialised with
 // snapshots and refused during a migration: both carry the volumes.
 func (r *Runner) AttachVolume(req api.VolumeRequest) (api.Volume, error) {
+	return r.attachVolume(req, nil)
+}
+
+// AttachVolumeFile is AttachVolume for an image already open at f (see
+// api.ServeVolumeFiles); the caller keeps and closes f. req.Path, if set,
+// only names it.
+func (r *Runner) AttachVolumeFile(req api.VolumeRequest, f *os.File) (api.Volume, error) {
+	if req.Path == "" {
+		req.Path = f.Name()
+	}
+	return r.attachVolume(req, f)
+}
+
+func (r *Runner) attachVolume(req api.VolumeRequest, f *os.File) (api.Volume, error) {
 	format := block.FormatRaw
 	if req.Format != "" {
 		f, err := block.ParseFormat(req.Format)
@@ -28,7 +43,7 @@ func (r *Runner) AttachVolume(req api.VolumeRequest) (api.Volume, error) {
 	if err := r.checkRunning("attach a volume"); err != nil {
 		return api.Volume{}, err
 	}
-	at, err := r.m.AttachVolume(scsi.Volume{Name: req.Name, Path: req.Path, Format: format, ReadOnly: req.ReadOnly})
+	at, err := r.m.AttachVolume(scsi.Volume{Name: req.Name, Path: req.Path, Format: format, ReadOnly: req.ReadOnly, File: f})
 	return apiVolume(at), volumeErr(err)
 }
 

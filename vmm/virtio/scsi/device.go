@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -102,6 +103,10 @@ type Volume struct {
 	Path     string
 	Format   block.Format
 	ReadOnly bool
+	// File, when set, is the image already open (a descriptor handed over
+	// by a process that could open what this one cannot); Path then only
+	// names it. The caller keeps and closes it.
+	File *os.File `json:"-"`
 }
 
 // Attached is a volume and where the guest finds it.
