@@ -24,12 +24,14 @@ import (
 // Hot-plugged volumes, virt-handler's half (virt-controller's, the
 // attachment pod that has the kubelet publish the claim on this node, is
 // controller/hotplug_pod.go). The launcher cannot see a claim published
-// for another pod; virt-handler can, through the kubelet's pods directory
-// (mounted with HostToContainer propagation, so it sees the kubelet's CSI
-// mounts made after it started). It opens the claim's image there and
-// hands the open descriptor to the launcher (spec.HotplugSocket), which
-// attaches it to the guest's SCSI controller; a hot-plugged volume gone
-// from the spec is detached. volumeStatus phases written here:
+// for another pod; virt-handler can, through the kubelet's pods and plugins
+// directories (mounted with HostToContainer propagation, so it sees the
+// kubelet's CSI mounts made after it started). It opens the claim's image
+// there (a Filesystem claim's disk.img, a Block claim's device) and hands
+// the open descriptor to the launcher (spec.HotplugSocket), which attaches
+// it to the guest's SCSI controller as it is: the launcher's container may
+// not open that device node itself. A hot-plugged volume gone from the
+// spec is detached. volumeStatus phases written here:
 //
 //	AttachedToNode --attached to the guest--> Ready (target sdX, size)
 //	(gone from the spec) --detached--> entry dropped
@@ -207,9 +209,6 @@ const hotplugTimeout = 30 * time.Second
 // attachVolume opens the volume's image where the kubelet published it
 // for the attachment pod and hands it to the launcher.
 func (r *VMIReconciler) attachVolume(ctx context.Context, vmi *v1.VirtualMachineInstance, pod *corev1.Pod, l launcherConn, a hotplugAttach) (api.Volume, error) {
-	if a.block {
-		return api.Volume{}, errors.New("hot-plugging a Block claim is not supported: only Filesystem claims")
-	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: a.claim}, pvc); err != nil {
 		return api.Volume{}, fmt.Errorf("reading PVC %s: %w", a.claim, err)
@@ -221,7 +220,13 @@ func (r *VMIReconciler) attachVolume(ctx context.Context, vmi *v1.VirtualMachine
 	if pod != nil && pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsGroup != nil {
 		gid = int(*pod.Spec.SecurityContext.RunAsGroup)
 	}
-	f, err := openPublishedImage(r.PodsDir, a.podUID, pvc.Spec.VolumeName, spec.DiskImgSize(pvc), gid)
+	var f *os.File
+	var err error
+	if a.block {
+		f, err = openPublishedDevice(r.PluginsDir, a.podUID, pvc.Spec.VolumeName)
+	} else {
+		f, err = openPublishedImage(r.PodsDir, a.podUID, pvc.Spec.VolumeName, spec.DiskImgSize(pvc), gid)
+	}
 	if err != nil {
 		return api.Volume{}, err
 	}
@@ -244,8 +249,8 @@ func (r *VMIReconciler) attachVolume(ctx context.Context, vmi *v1.VirtualMachine
 // free, as the launcher does), group gid, as KubeVirt does for a claim
 // with no image yet.
 func openPublishedImage(podsDir string, podUID types.UID, pv string, size int64, gid int) (*os.File, error) {
-	if strings.ContainsAny(string(podUID), "/.") || strings.ContainsAny(pv, "/") || pv == ".." || pv == "." {
-		return nil, fmt.Errorf("pod UID %q or PV %q is no name", podUID, pv)
+	if err := checkNames(podUID, pv); err != nil {
+		return nil, err
 	}
 	root, err := unix.Open(podsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -273,6 +278,48 @@ func openPublishedImage(podsDir string, podUID types.UID, pv string, size int64,
 		return nil, fmt.Errorf("%s is not a regular file with one link", where)
 	}
 	return f, nil
+}
+
+// csiBlockPublish is where, below the kubelet's plugins directory, CSI
+// publishes a Block PV for a pod: <PV>/<pod UID>, the device node the
+// driver bind-mounted there (the pod's volumeDevices entry is the
+// kubelet's symlink to it).
+const csiBlockPublish = "kubernetes.io/csi/volumeDevices/publish"
+
+// openPublishedDevice opens a Block PV's device as the kubelet published it
+// for pod podUID, below the plugins directory and through no symlink.
+func openPublishedDevice(pluginsDir string, podUID types.UID, pv string) (*os.File, error) {
+	if err := checkNames(podUID, pv); err != nil {
+		return nil, err
+	}
+	root, err := unix.Open(pluginsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", pluginsDir, err)
+	}
+	defer unix.Close(root)
+	rel := filepath.Join(csiBlockPublish, pv, string(podUID))
+	where := filepath.Join(pluginsDir, rel)
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDWR | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: beneath})
+	if err != nil {
+		return nil, fmt.Errorf("the published device %s: %w (is the kubelet's plugins directory mounted with HostToContainer propagation?)", where, err)
+	}
+	f := os.NewFile(uintptr(fd), where)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s is not a block device", where)
+	}
+	return f, nil
+}
+
+// checkNames refuses a pod UID or PV name that is not one path element.
+func checkNames(podUID types.UID, pv string) error {
+	for _, n := range []string{string(podUID), pv} {
+		if n == "" || n == "." || n == ".." || strings.Contains(n, "/") {
+			return fmt.Errorf("pod UID %q or PV %q is no name", podUID, pv)
+		}
+	}
+	return nil
 }
 
 // diskImg is a Filesystem claim's VM image (KubeVirt's name).

@@ -163,3 +163,31 @@ func TestOpenPublishedImage(t *testing.T) {
 		})
 	}
 }
+
+func TestOpenPublishedDeviceRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		podUID string
+		setup  func(t *testing.T, target string)
+		want   string
+	}{
+		{"a regular file", "pod-uid", func(t *testing.T, target string) {
+			require.NoError(t, os.WriteFile(target, nil, 0o600))
+		}, "is not a block device"},
+		{"a symlink to a device", "pod-uid", func(t *testing.T, target string) {
+			require.NoError(t, os.Symlink("/dev/null", target))
+		}, "the published device"},
+		{"nothing published", "pod-uid", func(*testing.T, string) {}, "the published device"},
+		{"the pod UID a path", "..", func(*testing.T, string) {}, "is no name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plugins := t.TempDir()
+			dir := filepath.Join(plugins, csiBlockPublish, "pv-1")
+			require.NoError(t, os.MkdirAll(dir, 0o750))
+			tc.setup(t, filepath.Join(dir, "pod-uid"))
+			_, err := openPublishedDevice(plugins, types.UID(tc.podUID), "pv-1")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

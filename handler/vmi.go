@@ -71,7 +71,10 @@ type VMIReconciler struct {
 	NodeName  string
 	// PodsDir is the kubelet's pods directory, where the launcher pods'
 	// socket directories are (see socketDir).
-	PodsDir  string
+	PodsDir string
+	// PluginsDir is the kubelet's plugins directory, where CSI publishes
+	// Block volumes for pods (hot-plugged volumes: openPublishedDevice).
+	PluginsDir string
 	Recorder events.EventRecorder
 	// Kick re-queues a VMI at once (after a pause/unpause the server did).
 	Kick chan event.GenericEvent

@@ -228,26 +228,7 @@ func (s *Server) checkHotplugSource(ctx context.Context, ns string, src *v1.Hotp
 	if err != nil {
 		return fmt.Errorf("looking up %s %s/%s: %w", kind, ns, key, err)
 	}
-	// virt-handler hands the guest a Filesystem claim's disk.img only.
-	block := false
-	switch o := obj.(type) {
-	case *corev1.PersistentVolumeClaim:
-		block = isBlock(o.Spec.VolumeMode)
-	case *cdiv1.DataVolume:
-		block = (o.Spec.PVC != nil && isBlock(o.Spec.PVC.VolumeMode)) || (o.Spec.Storage != nil && isBlock(o.Spec.Storage.VolumeMode))
-		pvc := &corev1.PersistentVolumeClaim{}
-		if err := s.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: key}, pvc); err == nil {
-			block = block || isBlock(pvc.Spec.VolumeMode)
-		}
-	}
-	if block {
-		return badRequest("%s: %s %s/%s is volumeMode Block: only Filesystem claims can be hot-plugged", path, kind, ns, key)
-	}
 	return nil
-}
-
-func isBlock(m *corev1.PersistentVolumeMode) bool {
-	return m != nil && *m == corev1.PersistentVolumeBlock
 }
 
 // validateAddVolume checks an addvolume body on its own: a volume name, a

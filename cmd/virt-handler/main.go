@@ -44,15 +44,16 @@ func main() {
 
 // options are virt-handler's flags.
 type options struct {
-	nodeName, podsDir, seccompDir, pluginDir string
-	certDir, podIP, probeAddr, metricsAddr   string
-	devices                                  int
+	nodeName, podsDir, seccompDir, pluginDir, kubeletPlugins string
+	certDir, podIP, probeAddr, metricsAddr                   string
+	devices                                                  int
 }
 
 func run() error {
 	var o options
 	flag.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node (default $NODE_NAME)")
 	flag.StringVar(&o.podsDir, "kubelet-pods-dir", "/var/lib/kubelet/pods", "the kubelet's pods directory (<kubelet root>/pods), where the launcher pods' socket directories (emptyDirs) are")
+	flag.StringVar(&o.kubeletPlugins, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "the kubelet's plugins directory (<kubelet root>/plugins), where CSI publishes Block volumes for pods")
 	flag.StringVar(&o.seccompDir, "seccomp-dir", "/var/lib/kubelet/seccomp", "the kubelet's seccomp directory (<kubelet root>/seccomp), where the launcher pods' profile goes")
 	flag.StringVar(&o.pluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
 	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
@@ -152,7 +153,7 @@ func newManager(o options) (ctrl.Manager, error) {
 // addControllers sets up the VMI, migration target and node controllers.
 func addControllers(mgr ctrl.Manager, o options, migTLS *handler.MigrationTLS, migrations *handler.MigrationServer, kick chan event.GenericEvent) error {
 	if err := (&handler.VMIReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, PodsDir: o.podsDir,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: o.nodeName, PodsDir: o.podsDir, PluginsDir: o.kubeletPlugins,
 		Recorder: mgr.GetEventRecorder("virt-handler"), Kick: kick, MigrationTLS: migTLS,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the VMI controller: %w", err)

@@ -152,7 +152,9 @@ func TestCDIClone(t *testing.T) {
 		applyYAML(t, "datasource", cdiDataSource)
 		wait(t, "datasource/golden", "condition=Ready", 2*time.Minute)
 		applyYAML(t, "from-datasource", cdiSourceRefDV)
+		start := time.Now()
 		wait(t, "dv/from-datasource", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
+		t.Logf("the clone took %s; events:\n%s", time.Since(start).Round(time.Second), kubectl(t, "-n", ns, "get", "events", "--sort-by=.lastTimestamp"))
 		sameImage(t, "from-datasource")
 	})
 
@@ -182,14 +184,21 @@ func TestCDIClone(t *testing.T) {
 		// RBAC's authorizer hears of the binding shortly after it is made:
 		// wait until it allows it, then the same DataVolume is admitted.
 		var can string
+		asked := time.Now()
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && can != "yes"; time.Sleep(time.Second) {
 			can, _ = run(t, "kubectl.sh", "auth", "can-i", "--as=someone", "-n", ns, "create", "datavolumes.cdi.kubevirt.io", "--subresource=source")
 			can = strings.TrimSpace(can)
 		}
 		require.Equal(t, "yes", can, "someone may create datavolumes/source in %s", ns)
+		t.Logf("RBAC allowed it after %s", time.Since(asked).Round(time.Second))
 		out, err = create()
 		require.NoError(t, err, out)
+		start := time.Now()
 		kubectl(t, "-n", target, "wait", "dv/cross", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=300s")
+		// This clone has taken minutes under load where it takes seconds
+		// alone: what happened, for the log.
+		t.Logf("the clone took %s; events:\n%s\n%s", time.Since(start).Round(time.Second),
+			kubectl(t, "-n", target, "get", "events", "--sort-by=.lastTimestamp"), kubectl(t, "-n", ns, "get", "events", "--sort-by=.lastTimestamp"))
 		pv := kubectl(t, "-n", target, "get", "pvc/cross", "-o", "jsonpath={.spec.volumeName}")
 		require.NotEmpty(t, pv)
 		got, err := os.ReadFile(filepath.Join(hostpathPool(t), "csi", pv, "disk.img"))

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +40,9 @@ spec:
 // booted guest sees a new SCSI disk (sda, its serial the volume's name),
 // volumeStatus Ready with that target; the guest writes it;
 // `removevolume --persist` takes it out of both specs and the guest sees
-// the disk go; added again, the guest reads back what it wrote. Without
-// --persist only the VMI changes. Bad requests are refused naming what is
+// the disk go; added again, the guest reads back what it wrote. A Block
+// claim is written by the guest through its device, and the write is in
+// the pool's volume file. Without --persist only the VMI changes. Bad requests are refused naming what is
 // wrong, and the VMI's spec stays fixed but for its hotpluggable volumes.
 // One guest boot.
 func TestHotplugVolume(t *testing.T) {
@@ -74,8 +76,6 @@ func TestHotplugVolume(t *testing.T) {
 			want string
 		}{
 			{[]string{"addvolume", vm, "--volume-name=nope"}, "volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim " + ns + "/nope not found"},
-			// virt-handler hands the guest a Filesystem claim's disk.img only.
-			{[]string{"addvolume", vm, "--volume-name=hp-block"}, "volumeSource.persistentVolumeClaim.claimName: PersistentVolumeClaim " + ns + "/hp-block is volumeMode Block: only Filesystem claims can be hot-plugged"},
 			{[]string{"addvolume", vm, "--volume-name=hp-data", "--bus=virtio"}, "--bus=virtio is not supported"},
 			{[]string{"addvolume", vm, "--volume-name=hp-data", "--serial=s"}, "--serial is not supported"},
 			{[]string{"removevolume", vm, "--volume-name=hp-data"}, `name: volume "hp-data": no volume of that name`},
@@ -160,6 +160,28 @@ func TestHotplugVolume(t *testing.T) {
 		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume gone again", "/", "/")
 		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" })
+	})
+
+	t.Run("a Block claim: the guest writes its device", func(t *testing.T) {
+		// The claim's device is handed over as an open descriptor: the
+		// launcher's container may not open the device node itself.
+		virtctl(t, "addvolume", vm, "--volume-name=hp-block")
+		until(t, 3*time.Minute, "hp-block Ready", func() bool {
+			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-block")].phase}`) == "Ready"
+		})
+		assert.Equal(t, "sda", jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-block")].target}`))
+		out := consoleRunThenIn(t, ns, vm,
+			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo BLK-$(cat /sys/block/sda/size)-$(tail -c +5 /sys/block/sda/device/vpd_pg80)-END$((3+4)); "+
+				"echo HPB-$((6*7)) | dd of=/dev/sda conv=fsync 2>/dev/null && echo WROTE-$((2+6))",
+			"WROTE-8", nil, "", 2*time.Minute)
+		assert.Contains(t, out, "BLK-32768-hp-block-END7", "16Mi, its serial the volume's name")
+		b, err := os.ReadFile(filepath.Join(hostpathPool(t), "csi", jsonpath(t, "pvc/hp-block", "{.spec.volumeName}")))
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(string(b), "HPB-42\n"), "the guest's write is in the pool's Block volume file")
+		virtctl(t, "removevolume", vm, "--volume-name=hp-block")
+		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" })
+		out = consoleRunThenIn(t, ns, vm, "while [ -e /sys/block/sda ]; do sleep 1; done; echo GONE-$((4+5))", "GONE-9", nil, "", 2*time.Minute)
+		assert.Contains(t, out, "GONE-9")
 	})
 
 	t.Run("without --persist only the VMI changes", func(t *testing.T) {

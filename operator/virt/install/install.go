@@ -331,13 +331,15 @@ func (b *builder) handler() error {
 	// masquerade network, and serves the kubelet device plugins. It reaches
 	// the launchers' sockets in the kubelet's pods directory (their
 	// emptyDirs; the launcher pods have no host path) and installs their
-	// seccomp profile in the kubelet's seccomp directory.
+	// seccomp profile in the kubelet's seccomp directory. It opens hot-plugged
+	// volumes where the kubelet published them for their attachment pods.
 	vh := corev1.Container{Name: VirtHandlerName, Image: b.image("virt-handler"), ImagePullPolicy: b.c.PullPolicy,
 		Env: []corev1.EnvVar{
 			{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		},
-		Args:      []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods", "--seccomp-dir=/var/lib/kubelet/seccomp"},
+		Args: []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods",
+			"--kubelet-plugins-dir=/var/lib/kubelet/plugins", "--seccomp-dir=/var/lib/kubelet/seccomp"},
 		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}, {Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
@@ -345,6 +347,8 @@ func (b *builder) handler() error {
 			// HostToContainer: the kubelet's CSI mounts of hot-plugged
 			// volumes, made after the handler started, show here.
 			{Name: "kubelet-pods", MountPath: "/var/lib/kubelet/pods", MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)},
+			// Where CSI publishes a Block volume's device for a pod.
+			{Name: "kubelet-plugins", MountPath: "/var/lib/kubelet/plugins", ReadOnly: true, MountPropagation: ptr.To(corev1.MountPropagationHostToContainer)},
 			{Name: "seccomp", MountPath: "/var/lib/kubelet/seccomp"},
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
@@ -359,6 +363,7 @@ func (b *builder) handler() error {
 					TerminationGracePeriodSeconds: ptr.To(int64(5)),
 					Volumes: []corev1.Volume{
 						hostPath("kubelet-pods", b.c.KubeletRoot+"/pods", corev1.HostPathDirectory),
+						hostPath("kubelet-plugins", b.c.KubeletRoot+"/plugins", corev1.HostPathDirectory),
 						hostPath("seccomp", b.c.KubeletRoot+"/seccomp", corev1.HostPathDirectoryOrCreate),
 						hostPath("device-plugins", b.c.PluginDir, corev1.HostPathDirectory),
 						secretVol("certs", SecretHandlerCerts),
