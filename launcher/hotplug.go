@@ -98,6 +98,24 @@ const qemuHotplugTimeout = 30 * time.Second
 
 // AttachVolume plugs the volume in at the lowest free target.
 func (q *qemuBackend) AttachVolume(r api.VolumeRequest) (api.Volume, error) {
+	return q.attach(r, qemu.SCSIDisk{Path: r.Path})
+}
+
+// AttachVolumeFile plugs in the image open at f as AttachVolume does, by
+// the descriptor itself (QEMU gets a copy), so that a block device this
+// process may not open by name can be attached. f stays the caller's to
+// close. r.Path, if set, names the volume's image; else f's name does.
+func (q *qemuBackend) AttachVolumeFile(r api.VolumeRequest, f *os.File) (api.Volume, error) {
+	path := r.Path
+	if path == "" {
+		path = f.Name()
+	}
+	return q.attach(r, qemu.SCSIDisk{Path: path, File: f})
+}
+
+// attach plugs disk (its image: Path, or File named by Path) in for r at
+// the lowest free target.
+func (q *qemuBackend) attach(r api.VolumeRequest, disk qemu.SCSIDisk) (api.Volume, error) {
 	format := block.FormatRaw
 	if r.Format != "" {
 		f, err := block.ParseFormat(r.Format)
@@ -122,11 +140,12 @@ func (q *qemuBackend) AttachVolume(r api.VolumeRequest) (api.Volume, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), qemuHotplugTimeout)
 	defer cancel()
-	size, err := q.vm.AttachSCSIDisk(ctx, qemu.SCSIDisk{Target: target, Path: r.Path, Format: qemu.DiskFormat(format), ReadOnly: r.ReadOnly, Serial: r.Name})
+	disk.Target, disk.Format, disk.ReadOnly, disk.Serial = target, qemu.DiskFormat(format), r.ReadOnly, r.Name
+	size, err := q.vm.AttachSCSIDisk(ctx, disk)
 	if err != nil {
 		return api.Volume{}, fmt.Errorf("volume %q: %w", r.Name, err)
 	}
-	v := &api.Volume{Name: r.Name, Path: r.Path, Format: string(format), ReadOnly: r.ReadOnly, Target: target, SizeBytes: size}
+	v := &api.Volume{Name: r.Name, Path: disk.Path, Format: string(format), ReadOnly: r.ReadOnly, Target: target, SizeBytes: size}
 	q.hotplugged[target] = v
 	return *v, nil
 }

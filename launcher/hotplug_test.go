@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/launcher/qemu"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/block"
@@ -95,4 +96,54 @@ func TestQEMUHotplugVolumes(t *testing.T) {
 	_, err = r.c.DetachVolume(ctx, "vol-c")
 	require.NoError(t, err)
 	assert.NoError(t, open(cPath), "let go once detached")
+}
+
+// TestQEMUAttachVolumeFile: the QEMU backend plugs in an image by its open
+// descriptor with AttachVolume's rules, reports the image as the request
+// names it (else by the file's name), and leaves the file to its caller.
+func TestQEMUAttachVolumeFile(t *testing.T) {
+	needQEMU(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), qemuHotplugTimeout)
+	defer cancel()
+	vm, err := qemu.Start(ctx, qemu.Config{Name: "attach-file", CPUs: 1, MemoryMiB: 64, Accel: qemu.AccelTCG, StartPaused: true, SCSI: true, RunDir: filepath.Join(dir, "run")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = vm.Kill(context.Background()) })
+	q := &qemuBackend{vm: vm}
+
+	img := filepath.Join(dir, "a.raw")
+	require.NoError(t, os.WriteFile(img, make([]byte, 2<<20), 0o644))
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+
+	v, err := q.AttachVolumeFile(api.VolumeRequest{Name: "vol-a"}, f)
+	require.NoError(t, err)
+	assert.Equal(t, api.Volume{Name: "vol-a", Path: img, Format: "raw", Target: 0, SizeBytes: 2 << 20}, v)
+	_, err = q.AttachVolumeFile(api.VolumeRequest{Name: "vol-a"}, f)
+	assert.ErrorIs(t, err, api.ErrBadRequest)
+	assert.ErrorContains(t, err, "attached already")
+	_, err = q.AttachVolumeFile(api.VolumeRequest{Name: "vol-b", Format: "vmdk"}, f)
+	assert.ErrorIs(t, err, api.ErrBadRequest)
+
+	b := filepath.Join(dir, "b.raw")
+	require.NoError(t, os.WriteFile(b, make([]byte, 1<<20), 0o644))
+	fb, err := os.OpenFile(b, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer fb.Close()
+	v, err = q.AttachVolumeFile(api.VolumeRequest{Name: "vol-b", Path: "/claims/b/disk.img", ReadOnly: true}, fb)
+	require.NoError(t, err)
+	assert.Equal(t, api.Volume{Name: "vol-b", Path: "/claims/b/disk.img", Format: "raw", ReadOnly: true, Target: 1, SizeBytes: 1 << 20}, v)
+
+	for _, name := range []string{"vol-a", "vol-b"} {
+		_, err = q.DetachVolume(name)
+		require.NoError(t, err)
+	}
+	vols, err := q.Volumes()
+	require.NoError(t, err)
+	assert.Empty(t, vols)
+	for _, f := range []*os.File{f, fb} {
+		_, err = f.Stat()
+		assert.NoError(t, err, "%s is still open: the caller closes it", f.Name())
+	}
 }

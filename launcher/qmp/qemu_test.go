@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -130,6 +131,45 @@ func TestRealQEMU(t *testing.T) {
 		}
 		_, err := c.QueryStatus(testCtx(t, generous))
 		require.NoError(t, err, "monitor usable after refusals")
+	})
+
+	t.Run("passing a file with add-fd", func(t *testing.T) {
+		ctx := testCtx(t, generous)
+		f, err := os.CreateTemp(t.TempDir(), "passed")
+		require.NoError(t, err)
+		defer f.Close()
+		var added struct {
+			FdsetID int64 `json:"fdset-id"`
+			FD      int   `json:"fd"`
+		}
+		require.NoError(t, c.ExecuteWithFile(ctx, "add-fd", map[string]any{"opaque": "passed-file"}, &added, f))
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", cmd.Process.Pid, added.FD))
+		require.NoError(t, err)
+		assert.Equal(t, f.Name(), link, "QEMU holds the file we passed")
+
+		var sets []struct {
+			FdsetID int64 `json:"fdset-id"`
+			FDs     []struct {
+				FD     int    `json:"fd"`
+				Opaque string `json:"opaque"`
+			} `json:"fds"`
+		}
+		require.NoError(t, c.Execute(ctx, "query-fdsets", nil, &sets))
+		require.Len(t, sets, 1)
+		assert.Equal(t, added.FdsetID, sets[0].FdsetID)
+		require.Len(t, sets[0].FDs, 1)
+		assert.Equal(t, added.FD, sets[0].FDs[0].FD)
+		assert.Equal(t, "passed-file", sets[0].FDs[0].Opaque)
+
+		_, err = f.WriteString("still ours")
+		require.NoError(t, err, "the caller's file stays open")
+		// QEMU (7.2) closes a removed descriptor only while the guest
+		// runs; a paused one keeps it until the next cleanup.
+		require.NoError(t, c.Execute(ctx, "cont", nil, nil))
+		defer func() { require.NoError(t, c.Execute(ctx, "stop", nil, nil)) }()
+		require.NoError(t, c.Execute(ctx, "remove-fd", map[string]any{"fdset-id": added.FdsetID}, nil))
+		require.NoError(t, c.Execute(ctx, "query-fdsets", nil, &sets))
+		assert.Empty(t, sets)
 	})
 
 	t.Run("one client at a time, then reconnect", func(t *testing.T) {

@@ -19,9 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrClosed is matched (errors.Is) by every error caused by the monitor
@@ -248,6 +252,36 @@ func (c *Client) Close() error {
 // monitor that ended is a *ClosedError; ctx ending first gives ctx's error,
 // and the eventual reply, if any, is discarded.
 func (c *Client) Execute(ctx context.Context, cmd string, args any, reply any) error {
+	return c.execute(ctx, cmd, args, reply, nil)
+}
+
+// ExecuteWithFile is Execute for a command that takes a descriptor (add-fd,
+// getfd): f is passed along with the command line (SCM_RIGHTS on the same
+// write, as QMP requires), which needs a unix socket connection. QEMU gets
+// its own copy; f stays the caller's to close.
+func (c *Client) ExecuteWithFile(ctx context.Context, cmd string, args, reply any, f *os.File) error {
+	if _, ok := c.conn.(*net.UnixConn); !ok {
+		return fmt.Errorf("qmp %s: monitor %s: passing a file needs a unix socket connection, not %T", cmd, c.name, c.conn)
+	}
+	if f == nil {
+		return fmt.Errorf("qmp %s: no file to pass", cmd)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("qmp %s: file %s: %w", cmd, f.Name(), err)
+	}
+	var rights []byte
+	if err := rc.Control(func(fd uintptr) { rights = unix.UnixRights(int(fd)) }); err != nil {
+		return fmt.Errorf("qmp %s: file %s: %w", cmd, f.Name(), err)
+	}
+	err = c.execute(ctx, cmd, args, reply, rights)
+	// The descriptor must stay open until the kernel has taken it.
+	runtime.KeepAlive(f)
+	return err
+}
+
+// execute runs cmd, its line carrying rights (SCM_RIGHTS) when not nil.
+func (c *Client) execute(ctx context.Context, cmd string, args, reply any, rights []byte) error {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -269,7 +303,7 @@ func (c *Client) Execute(ctx context.Context, cmd string, args any, reply any) e
 	if err != nil {
 		return fmt.Errorf("qmp %s: encoding arguments: %w", cmd, err)
 	}
-	if err := c.send(ctx, append(line, '\n')); err != nil {
+	if err := c.send(ctx, append(line, '\n'), rights); err != nil {
 		return fmt.Errorf("qmp %s: %w", cmd, err)
 	}
 
@@ -305,9 +339,9 @@ func (c *Client) Execute(ctx context.Context, cmd string, args any, reply any) e
 	}
 }
 
-// send writes one command line. A write that fails or times out part-way
-// leaves the stream in an unknown state, so the connection is ended.
-func (c *Client) send(ctx context.Context, line []byte) error {
+// send writes one command line, with rights attached when not nil. A write that fails or times out part-way leaves the stream in an
+// unknown state, so the connection is ended.
+func (c *Client) send(ctx context.Context, line, rights []byte) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("not sent to monitor %s: %w", c.name, context.Cause(ctx))
 	}
@@ -325,7 +359,7 @@ func (c *Client) send(ctx context.Context, line []byte) error {
 		_ = c.conn.SetWriteDeadline(time.Unix(1, 0)) // interrupts the write
 		close(fired)
 	})
-	n, err := c.conn.Write(line)
+	n, err := c.write(line, rights)
 	if !stop() {
 		// ctx ended during the write: clear the deadline for later writes
 		// once the func that set it is done.
@@ -346,6 +380,22 @@ func (c *Client) send(ctx context.Context, line []byte) error {
 		return c.Err()
 	}
 	return nil
+}
+
+// write writes line; the rights, if any, go with its first bytes.
+func (c *Client) write(line, rights []byte) (int, error) {
+	if rights == nil {
+		return c.conn.Write(line)
+	}
+	n, _, err := c.conn.(*net.UnixConn).WriteMsgUnix(line, rights, nil)
+	if err == nil && n < len(line) {
+		// A stream socket may take part of the line; the rights went with
+		// that part, the rest is plain data.
+		var m int
+		m, err = c.conn.Write(line[n:])
+		n += m
+	}
+	return n, err
 }
 
 // read is the single reader of the connection: it routes replies to their

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -344,4 +346,39 @@ func TestArgumentsThatDoNotEncode(t *testing.T) {
 	assert.Contains(t, err.Error(), "encoding arguments")
 	var syntax *json.UnsupportedTypeError
 	assert.True(t, errors.As(err, &syntax))
+}
+
+// TestExecuteWithFileNeedsUnixSocket: a client on a connection that cannot
+// carry descriptors says so, sends nothing, and stays usable.
+func TestExecuteWithFileNeedsUnixSocket(t *testing.T) {
+	client, server := net.Pipe()
+	t.Cleanup(func() { server.Close() })
+	conn := &fakeConn{t: t, conn: server, dec: json.NewDecoder(server)}
+	type result struct {
+		c   *Client
+		err error
+	}
+	dialed := make(chan result, 1)
+	go func() {
+		c, err := NewClient(testCtx(t, generous), client, "pipe")
+		dialed <- result{c, err}
+	}()
+	conn.handshake()
+	r := <-dialed
+	require.NoError(t, r.err)
+	c := r.c
+	t.Cleanup(func() { c.Close() })
+
+	f, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	defer f.Close()
+	err = c.ExecuteWithFile(testCtx(t, generous), "add-fd", nil, nil, f)
+	require.ErrorContains(t, err, "unix socket")
+	require.ErrorContains(t, err, "pipe")
+
+	done := execAsync(testCtx(t, generous), c, "query-status", nil, nil)
+	cmd := conn.recv()
+	assert.Equal(t, "query-status", cmd.Execute, "nothing was sent for the refused command")
+	conn.reply(cmd.ID, map[string]any{"running": true, "status": "running"})
+	require.NoError(t, <-done)
 }
