@@ -22,6 +22,7 @@ import (
 
 var (
 	_ fileVolumeVM = (*kubevmmBackend)(nil)
+	_ fileVolumeVM = (*qemuBackend)(nil)
 	_ api.VolumeVM = (*switchVM)(nil)
 	_ api.VolumeVM = (*kubevmmBackend)(nil)
 	_ api.VolumeVM = (*qemuBackend)(nil)

@@ -78,8 +78,8 @@ func TestQEMUHotplugVolumes(t *testing.T) {
 
 	// An image handed over as an open descriptor on the hot-plug socket,
 	// as virt-handler does with a claim published for another pod: QEMU
-	// opens it by the launcher's /proc link, and the launcher lets go of
-	// it once detached.
+	// gets the descriptor itself (add-fd), never a path, and lets go of it
+	// once detached.
 	cPath := filepath.Join(dir, "c.raw")
 	require.NoError(t, os.WriteFile(cPath, make([]byte, 4<<20), 0o644))
 	f, err := os.OpenFile(cPath, os.O_RDWR, 0)
