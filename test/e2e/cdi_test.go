@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
@@ -101,7 +102,9 @@ func requireImage(t *testing.T, path string, want []byte, size int64) {
 // 100%; a 404, an unreachable server and a corrupt qcow2 say so in the
 // Running condition, are retried (restartCount), and leave no pod once
 // deleted; a DataVolume with two sources or none is refused naming the
-// field, one with a negative size fails naming it.
+// field, one with a negative size fails naming it. The qcow2 import also
+// succeeds in a namespace enforcing the restricted PodSecurity level, its
+// disk.img written by user 107.
 func TestCDIImport(t *testing.T) {
 	freshNamespace(t)
 	t.Cleanup(func() {
@@ -214,6 +217,36 @@ func TestCDIImport(t *testing.T) {
 		st, err := os.Stat(diskImage(t, "blank-image-datavolume"))
 		require.NoError(t, err)
 		assert.Equal(t, int64(470<<20), st.Size(), "500Mi less the 6% filesystem overhead")
+	})
+
+	t.Run("restricted namespace", func(t *testing.T) {
+		// CDI's importer (with scratch space for the qcow2) is admitted
+		// where the restricted PodSecurity level is enforced, and
+		// writes the claim as user 107.
+		const rns = "kubevmm-e2e-cdi-restricted"
+		kubectl(t, "delete", "namespace", rns, "--ignore-not-found", "--wait=true", "--timeout=180s")
+		kubectl(t, "create", "namespace", rns)
+		t.Cleanup(func() {
+			if t.Failed() {
+				out, _ := run(t, "kubectl.sh", "-n", rns, "get", "dv,pvc,pods,events", "-o", "wide")
+				t.Logf("%s at failure:\n%s", rns, out)
+				return
+			}
+			kubectl(t, "delete", "namespace", rns, "--wait=true", "--timeout=180s")
+		})
+		kubectl(t, "label", "namespace", rns, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
+		f := filepath.Join(t.TempDir(), "restricted.yaml")
+		require.NoError(t, os.WriteFile(f, []byte(fmt.Sprintf(cdiStorageDV, "restricted", base+"/disk.qcow2", "100Mi")), 0o600))
+		kubectl(t, "-n", rns, "apply", "-f", f)
+		kubectl(t, "-n", rns, "wait", "dv/restricted", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=300s")
+		pv := kubectl(t, "-n", rns, "get", "pvc/restricted", "-o", "jsonpath={.spec.volumeName}")
+		require.NotEmpty(t, pv)
+		img := filepath.Join(hostpathPool(t), "csi", pv, "disk.img")
+		st, err := os.Stat(img)
+		require.NoError(t, err)
+		assert.Equal(t, uint32(podsecurity.UID), st.Sys().(*syscall.Stat_t).Uid, "disk.img's owner")
+		require.GreaterOrEqual(t, st.Size(), int64(100<<20))
+		requireImage(t, img, want, st.Size())
 	})
 
 	t.Run("negative size", func(t *testing.T) {

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
@@ -23,9 +25,12 @@ import (
 // Succeeded and its disk.img holds what `qemu-img convert -O raw` makes
 // of the file, grown to the size asked for. The proxy answers 401 to an expired token and to one
 // signed by another key, 503 to a token for a PVC that is not an upload
-// target, 400 without a token.
+// target, 400 without a token. The namespace enforces the restricted
+// PodSecurity level: the upload server runs as user 107.
 func TestCDIUpload(t *testing.T) {
 	freshNamespace(t)
+	// The upload server pod passes the restricted level.
+	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "dv,pvc,pods", "-o", "wide")
@@ -60,6 +65,9 @@ func TestCDIUpload(t *testing.T) {
 	assert.Equal(t, "Succeeded", jsonpath(t, "dv/uploaded", "{.status.phase}"))
 	// Grown to the size asked for (the claim is that plus the overhead).
 	requireImage(t, diskImage(t, "uploaded"), want, 100<<20)
+	st, err := os.Stat(diskImage(t, "uploaded"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(podsecurity.UID), st.Sys().(*syscall.Stat_t).Uid, "written as user 107")
 	// The upload server is gone with its job.
 	out, _ = run(t, "kubectl.sh", "-n", ns, "get", "pod/cdi-upload-uploaded")
 	assert.Contains(t, out, "NotFound")

@@ -58,6 +58,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
@@ -345,12 +346,9 @@ func Pod(target, src *corev1.PersistentVolumeClaim, ip string, meta metav1.Objec
 	args := []string{"--url=https://" + net.JoinHostPort(ip, "443"), fmt.Sprintf("--server-name=%s.%s.svc", uploadproxy.ServerName(target.Name), target.Namespace),
 		"--cert-dir=" + certDir, "--owner-uid=" + string(target.UID)}
 	ctr := corev1.Container{Name: "cdi-clone-source", Image: image, ImagePullPolicy: pull,
-		VolumeMounts: []corev1.VolumeMount{{Name: "certs", MountPath: certDir, ReadOnly: true}},
-		// Root with no capabilities, as the importer: hostpath-csi's
-		// volumes are root's, mode 0750.
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsUser: ptr.To(int64(0)),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "certs", MountPath: certDir, ReadOnly: true}},
+		SecurityContext: podsecurity.Container(),
+		Resources:       corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
 	}
 	if src.Spec.VolumeMode != nil && *src.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 		args = append(args, "--block-device="+sourceDevice)
@@ -361,6 +359,7 @@ func Pod(target, src *corev1.PersistentVolumeClaim, ip string, meta metav1.Objec
 	}
 	ctr.Args = args
 	return &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{
+		SecurityContext:               podsecurity.Pod(),
 		RestartPolicy:                 corev1.RestartPolicyOnFailure,
 		TerminationGracePeriodSeconds: ptr.To(int64(5)),
 		Containers:                    []corev1.Container{ctr},

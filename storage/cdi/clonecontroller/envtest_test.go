@@ -53,8 +53,11 @@ func TestCloneEnvtest(t *testing.T) {
 	ctx := context.Background()
 	s := k8s.Scheme()
 	require.NoError(t, cdiv1.AddToScheme(s))
+	// The claims' namespaces enforce the restricted PodSecurity level: the
+	// API server's admission refuses a source or upload pod that breaks it.
+	restricted := map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 	for _, ns := range []string{"cdi", "golden", "target"} { // target: clones from golden
-		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: restricted}}))
 	}
 	ca, err := certs.NewCA("cdi-uploadserver-ca", certs.Config{Duration: 48 * time.Hour, RenewBefore: time.Hour}, time.Now())
 	require.NoError(t, err)
@@ -84,8 +87,11 @@ func TestCloneEnvtest(t *testing.T) {
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	require.NoError(t, k8s.Create(ctx, golden))
 	user := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "virt-launcher-vm"}, Spec: corev1.PodSpec{
-		Containers: []corev1.Container{{Name: "c", Image: "x"}},
-		Volumes:    []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "fedora"}}}}}}
+		// The namespace's level, as a launcher's.
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		Containers: []corev1.Container{{Name: "c", Image: "x", SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "fedora"}}}}}}
 	require.NoError(t, k8s.Create(ctx, user))
 
 	dv := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "copy"}, Spec: cdiv1.DataVolumeSpec{

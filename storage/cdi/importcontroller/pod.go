@@ -14,6 +14,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 )
 
 // Container is the importer pod's container.
@@ -110,8 +111,8 @@ type PodConfig struct {
 	InsecureRegistries []string
 }
 
-// Pod is the importer pod that fills pvc. It runs as root: hostpath-csi's
-// volumes are root's, mode 0750 (every capability is dropped). A failing
+// Pod is the importer pod that fills pvc, as user 107 without
+// capabilities (podsecurity: the claims are the group's). A failing
 // import exits non-zero and the kubelet restarts it (OnFailure); its
 // termination message is the error.
 func Pod(pvc *corev1.PersistentVolumeClaim, c PodConfig) (*corev1.Pod, error) {
@@ -138,8 +139,7 @@ func Pod(pvc *corev1.PersistentVolumeClaim, c PodConfig) (*corev1.Pod, error) {
 	ctr := corev1.Container{Name: Container, Image: c.Image, ImagePullPolicy: c.PullPolicy, Env: env, Resources: c.Resources,
 		Ports:                    []corev1.ContainerPort{{Name: "metrics", ContainerPort: importer.MetricsPort, Protocol: corev1.ProtocolTCP}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		SecurityContext: &corev1.SecurityContext{RunAsUser: ptr.To(int64(0)), AllowPrivilegeEscalation: ptr.To(false),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}}
+		SecurityContext:          podsecurity.Container()}
 	vols := []corev1.Volume{{Name: "cdi-data-vol", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}}}
 	if ptr.Deref(pvc.Spec.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock {
 		ctr.VolumeDevices = []corev1.VolumeDevice{{Name: "cdi-data-vol", DevicePath: importer.BlockPath}}
@@ -173,7 +173,7 @@ func Pod(pvc *corev1.PersistentVolumeClaim, c PodConfig) (*corev1.Pod, error) {
 			Labels:          map[string]string{datavolume.AppLabel: datavolume.AppName, "cdi.kubevirt.io": "importer"},
 			Annotations:     map[string]string{cdiv1.AnnCreatedBy: "yes"},
 			OwnerReferences: []metav1.OwnerReference{owner(pvc)}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}, Volumes: vols, RestartPolicy: corev1.RestartPolicyOnFailure,
+		Spec: corev1.PodSpec{SecurityContext: podsecurity.Pod(), Containers: []corev1.Container{ctr}, Volumes: vols, RestartPolicy: corev1.RestartPolicyOnFailure,
 			PriorityClassName: ann[cdiv1.AnnPriorityClassName], TerminationGracePeriodSeconds: ptr.To(int64(5))}}
 	if ann[cdiv1.AnnSource] == cdiv1.SourceRegistry {
 		registryPod(pod, pvc, c)

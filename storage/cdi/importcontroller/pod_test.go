@@ -14,6 +14,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/test/podsecuritytest"
 )
 
 func TestNames(t *testing.T) {
@@ -117,4 +118,36 @@ func TestScratchRequired(t *testing.T) {
 		})
 	}
 	assert.False(t, importcontroller.ScratchRequired(&corev1.Pod{}), "still running")
+}
+
+// Every importer pod passes the restricted PodSecurity level, running as
+// user 107 with the claim's files group 107's (fsGroup): a Filesystem or
+// Block claim, with scratch space, and a registry import whose importer
+// runs in the user's image.
+func TestPodsAreRestricted(t *testing.T) {
+	http := func(mode corev1.PersistentVolumeMode, scratch bool) *corev1.PersistentVolumeClaim {
+		pvc := registryPVC("", "https://x/d.qcow2")
+		pvc.Annotations[cdiv1.AnnSource] = "http"
+		pvc.Spec.VolumeMode = ptr.To(mode)
+		if scratch {
+			pvc.Annotations[cdiv1.AnnRequiresScratch] = "true"
+		}
+		return pvc
+	}
+	for name, pvc := range map[string]*corev1.PersistentVolumeClaim{
+		"http filesystem":     http(corev1.PersistentVolumeFilesystem, false),
+		"http block, scratch": http(corev1.PersistentVolumeBlock, true),
+		"registry pod pull":   registryPVC("pod", "docker://r:5000/guest:v1"),
+		"registry node pull":  registryPVC("node", "docker://r:5000/guest:v1"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod, err := importcontroller.Pod(pvc, importcontroller.PodConfig{Image: "img"})
+			require.NoError(t, err)
+			podsecuritytest.RequireRestricted(t, pod)
+			sc := pod.Spec.SecurityContext
+			assert.Equal(t, int64(107), *sc.RunAsUser)
+			assert.Equal(t, int64(107), *sc.RunAsGroup)
+			assert.Equal(t, int64(107), *sc.FSGroup, "the claim's files are the group's")
+		})
+	}
 }

@@ -22,8 +22,7 @@ func registryPodPull(pvc *corev1.PersistentVolumeClaim) bool {
 // CDI, the kubelet pulls the image: the importer container runs the
 // containerDisk image itself, with the cdi-importer binary an init
 // container copied into an emptyDir, and reads the disk from the image's
-// /disk/ (also as a member of group 107: the importer runs as root without
-// capabilities, and a containerDisk's disk is 107's, possibly 0440).
+// /disk/ as user 107, a containerDisk's disk's owner (possibly 0440).
 // No scratch space: the disk is already a local file.
 func registryPod(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, c PodConfig) {
 	ann := pvc.Annotations
@@ -51,7 +50,6 @@ func registryPod(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, c PodConfig
 	ctr.Image, ctr.ImagePullPolicy = image, pullPolicy(image)
 	ctr.Command = []string{importer.InstallDir + "/cdi-importer"}
 	ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: bin, MountPath: importer.InstallDir, ReadOnly: true})
-	pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{registry.DiskOwner}}
 }
 
 // pullPolicy is the kubelet's default for an image: Always for :latest

@@ -73,7 +73,8 @@ func TestRegistryNodePull(t *testing.T) {
 		assert.Equal(t, corev1.PullNever, ic.ImagePullPolicy)
 		assert.Equal(t, []string{"/usr/bin/cdi-importer", "install", importer.InstallDir}, ic.Command)
 		assert.Equal(t, map[string]string{importer.DataDir: "cdi-data-vol", importer.InstallDir: "cdi-importer-bin"}, mountsOf(c), "no scratch space")
-		assert.Equal(t, []int64{107}, pod.Spec.SecurityContext.SupplementalGroups, "the disk's group reads it")
+		assert.Equal(t, int64(107), *pod.Spec.SecurityContext.RunAsUser, "the containerDisk's owner reads its disk")
+		assert.Equal(t, c.SecurityContext, ic.SecurityContext, "the installer is confined as the importer")
 	}
 }
 

@@ -59,12 +59,20 @@ func fetchRegistry(ctx context.Context, o Options) (string, func(), error) {
 }
 
 // nodeDisk is the one regular file in the disk directory of the image
-// this process runs in.
+// this process runs in. The importer runs as user 107: a disk that user
+// cannot read fails saying so, at once.
 func nodeDisk(dir string, ref registry.Ref) (string, error) {
+	unreadable := func(err error) error {
+		return fmt.Errorf("image %s: the importer cannot read its disk (a containerDisk's disk must be readable by user 107, KubeVirt's qemu user, as hack/containerdisk pushes it): %w",
+			ref, err)
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("image %s: %w", ref, registry.ErrNoDisk)
+		}
+		if errors.Is(err, os.ErrPermission) {
+			return "", unreadable(err)
 		}
 		return "", fmt.Errorf("image %s: %w", ref, err)
 	}
@@ -78,7 +86,15 @@ func nodeDisk(dir string, ref registry.Ref) (string, error) {
 		return "", fmt.Errorf("image %s: %w", ref, registry.ErrNoDisk)
 	}
 	sort.Strings(names)
-	return filepath.Join(dir, names[0]), nil
+	path := filepath.Join(dir, names[0])
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrPermission) {
+		return "", unreadable(err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", ref, err)
+	}
+	return path, f.Close()
 }
 
 // pull streams the image's disk into the scratch directory (a qcow2 is

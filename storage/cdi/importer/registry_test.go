@@ -5,13 +5,16 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 	"github.com/kubevmm/kubevmm/storage/cdi/registry"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/test/registrytest"
@@ -82,6 +85,35 @@ func TestImportRegistry(t *testing.T) {
 		check(t, o)
 		_, err := os.Stat(filepath.Join(o.Registry.DiskDir, "disk.qcow2"))
 		require.NoError(t, err, "the image's own disk is left alone")
+	})
+	t.Run("node, disk unreadable by 107", func(t *testing.T) {
+		// As the pod's user 107 would: this thread's filesystem user is
+		// 107 (which drops root's file capabilities) while the importer
+		// runs. The thread stays locked: the goroutine's end retires it.
+		base, err := os.MkdirTemp("", "importer-unreadable")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = os.RemoveAll(base) })
+		o := ropts(t, url)
+		o.Registry.PullMethod = "node"
+		o.DataDir, o.Registry.DiskDir = filepath.Join(base, "data"), filepath.Join(base, "disk")
+		for _, d := range []string{base, o.DataDir, o.Registry.DiskDir} {
+			require.NoError(t, os.MkdirAll(d, 0o755))
+			require.NoError(t, os.Chmod(d, 0o777))
+		}
+		b, err := os.ReadFile(qcowPath)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(o.Registry.DiskDir, "disk.qcow2"), b, 0o400))
+		runtime.LockOSThread()
+		prev, err := unix.SetfsuidRetUid(podsecurity.UID)
+		require.NoError(t, err)
+		defer func() { _, _ = unix.SetfsuidRetUid(prev) }() // before the cleanups, which run on this thread
+		now, err := unix.SetfsuidRetUid(-1)
+		require.NoError(t, err)
+		require.Equal(t, podsecurity.UID, now, "the thread's filesystem user")
+		err = importer.Run(context.Background(), o)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "the importer cannot read its disk (a containerDisk's disk must be readable by user 107")
+		assert.ErrorIs(t, err, os.ErrPermission)
 	})
 	for _, tc := range []struct {
 		name, url, wantErr string

@@ -51,6 +51,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
+	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
 
@@ -276,12 +277,9 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: Port}},
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: "/healthz", Port: intstr.FromInt(Port), Scheme: corev1.URISchemeHTTPS}}, PeriodSeconds: 2},
-		VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: scratchDir}, {Name: "certs", MountPath: certDir, ReadOnly: true}},
-		// Root with no capabilities, as the importer: hostpath-csi's
-		// volumes are root's, mode 0750.
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsUser: ptr.To(int64(0)),
-			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "scratch", MountPath: scratchDir}, {Name: "certs", MountPath: certDir, ReadOnly: true}},
+		SecurityContext: podsecurity.Container(),
+		Resources:       corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("64Mi")}},
 	}
 	if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 		args = append(args, "--block-device="+blockDevice)
@@ -299,6 +297,7 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 	}
 	ctr.Args = args
 	return &corev1.Pod{ObjectMeta: meta, Spec: corev1.PodSpec{
+		SecurityContext:               podsecurity.Pod(),
 		RestartPolicy:                 corev1.RestartPolicyOnFailure,
 		TerminationGracePeriodSeconds: ptr.To(int64(5)),
 		Containers:                    []corev1.Container{ctr},

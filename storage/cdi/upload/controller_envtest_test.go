@@ -75,6 +75,12 @@ func TestUploadServerLifecycle(t *testing.T) {
 	c := startEnvtest(t)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}}))
+	// The claims' namespace enforces the restricted PodSecurity level: the
+	// API server's admission refuses an upload pod that breaks it.
+	def := &corev1.Namespace{}
+	require.NoError(t, c.Get(ctx, types.NamespacedName{Name: "default"}, def))
+	def.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+	require.NoError(t, c.Update(ctx, def))
 	ca, err := certs.NewCA("cdi-uploadserver-ca", certs.Config{Duration: 48 * time.Hour, RenewBefore: time.Hour}, time.Now())
 	require.NoError(t, err)
 	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: CASecret, Namespace: "cdi"},

@@ -11,6 +11,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
+	"github.com/kubevmm/kubevmm/test/podsecuritytest"
 )
 
 func TestDecide(t *testing.T) {
@@ -78,5 +79,22 @@ func TestServerClient(t *testing.T) {
 		pod, err := r.pod(pvc, metav1.ObjectMeta{Name: "cdi-upload-t"}, 0.055)
 		require.NoError(t, err)
 		assert.Contains(t, pod.Spec.Containers[0].Args, "--client-name="+want, ann)
+	}
+}
+
+// The upload server pod passes the restricted PodSecurity level and runs
+// as user 107, the claim's files group 107's (fsGroup), for a Filesystem
+// claim and a Block one.
+func TestPodRestricted(t *testing.T) {
+	r := &Reconciler{Image: "img"}
+	for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeFilesystem, corev1.PersistentVolumeBlock} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns", Annotations: map[string]string{cdiv1.AnnUploadRequest: ""}},
+			Spec: corev1.PersistentVolumeClaimSpec{VolumeMode: &mode,
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		pod, err := r.pod(pvc, metav1.ObjectMeta{Name: "cdi-upload-t"}, 0.055)
+		require.NoError(t, err)
+		podsecuritytest.RequireRestricted(t, pod)
+		sc := pod.Spec.SecurityContext
+		assert.Equal(t, []int64{107, 107, 107}, []int64{*sc.RunAsUser, *sc.RunAsGroup, *sc.FSGroup}, mode)
 	}
 }
