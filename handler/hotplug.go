@@ -252,13 +252,8 @@ func openPublishedImage(podsDir string, podUID types.UID, pv string, size int64,
 	if err := checkNames(podUID, pv); err != nil {
 		return nil, err
 	}
-	root, err := unix.Open(podsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", podsDir, err)
-	}
-	defer unix.Close(root)
 	dirRel := filepath.Join(string(podUID), csiPlugin, pv, "mount")
-	dir, err := unix.Openat2(root, dirRel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: beneath})
+	dir, err := openBeneath(podsDir, dirRel, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, fmt.Errorf("the published volume %s: %w (is the kubelet's pods directory mounted with HostToContainer propagation?)", filepath.Join(podsDir, dirRel), err)
 	}
@@ -292,14 +287,9 @@ func openPublishedDevice(pluginsDir string, podUID types.UID, pv string) (*os.Fi
 	if err := checkNames(podUID, pv); err != nil {
 		return nil, err
 	}
-	root, err := unix.Open(pluginsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", pluginsDir, err)
-	}
-	defer unix.Close(root)
 	rel := filepath.Join(csiBlockPublish, pv, string(podUID))
 	where := filepath.Join(pluginsDir, rel)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDWR | unix.O_CLOEXEC | unix.O_NOFOLLOW, Resolve: beneath})
+	fd, err := openBeneath(pluginsDir, rel, unix.O_RDWR|unix.O_NOFOLLOW)
 	if err != nil {
 		return nil, fmt.Errorf("the published device %s: %w (is the kubelet's plugins directory mounted with HostToContainer propagation?)", where, err)
 	}

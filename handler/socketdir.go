@@ -54,15 +54,26 @@ func (d socketDir) open() (int, error) {
 	if d.podUID == "" {
 		return -1, fmt.Errorf("socket directory: %w", os.ErrNotExist)
 	}
-	root, err := unix.Open(d.podsDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rel := filepath.Join(string(d.podUID), emptyDirPlugin, spec.SocketsVolume)
+	fd, err := openBeneath(d.podsDir, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
-		return -1, fmt.Errorf("socket directory: opening %s: %w", d.podsDir, err)
+		return -1, fmt.Errorf("socket directory %s (a symlink is refused): %w", d, err)
+	}
+	return fd, nil
+}
+
+// openBeneath opens rel below dir, a directory of the kubelet's, with
+// flags (and O_CLOEXEC): through no symlink, "..", or /proc magic link
+// out of it, whatever a pod put on the way.
+func openBeneath(dir, rel string, flags int) (int, error) {
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening %s: %w", dir, err)
 	}
 	defer unix.Close(root)
-	rel := filepath.Join(string(d.podUID), emptyDirPlugin, spec.SocketsVolume)
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: uint64(beneath)})
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: beneath})
 	if err != nil {
-		return -1, fmt.Errorf("socket directory %s (a symlink is refused): %w", d, &os.PathError{Op: "openat2", Path: rel, Err: err})
+		return -1, &os.PathError{Op: "openat2", Path: rel, Err: err}
 	}
 	return fd, nil
 }

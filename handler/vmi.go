@@ -75,7 +75,7 @@ type VMIReconciler struct {
 	// PluginsDir is the kubelet's plugins directory, where CSI publishes
 	// Block volumes for pods (hot-plugged volumes: openPublishedDevice).
 	PluginsDir string
-	Recorder events.EventRecorder
+	Recorder   events.EventRecorder
 	// Kick re-queues a VMI at once (after a pause/unpause the server did).
 	Kick chan event.GenericEvent
 	// MigrationTLS authenticates this handler to a migration target's.

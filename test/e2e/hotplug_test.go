@@ -103,13 +103,14 @@ func TestHotplugVolume(t *testing.T) {
 	// ready waits for the volume to reach the guest: its attachment pod
 	// runs on the VMI's node (owned by the launcher pod) and virt-handler
 	// attached the published claim.
-	ready := func(t *testing.T) {
+	ready := func(t *testing.T, volume string) {
 		t.Helper()
-		until(t, 3*time.Minute, "hp-data Ready", func() bool {
-			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].phase}`) == "Ready"
-		})
-		assert.Equal(t, "sda", jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].target}`))
-		attach := jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-data")].hotplugVolume.attachPodName}`)
+		status := func(field string) string {
+			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="`+volume+`")].`+field+`}`)
+		}
+		until(t, 3*time.Minute, volume+" Ready", func() bool { return status("phase") == "Ready" })
+		assert.Equal(t, "sda", status("target"))
+		attach := status("hotplugVolume.attachPodName")
 		require.NotEmpty(t, attach)
 		assert.Equal(t, jsonpath(t, "vmi/"+vm, "{.status.nodeName}"), jsonpath(t, "pod/"+attach, "{.spec.nodeName}"))
 		assert.Equal(t, "Running", jsonpath(t, "pod/"+attach, "{.status.phase}"))
@@ -119,7 +120,7 @@ func TestHotplugVolume(t *testing.T) {
 	t.Run("the guest sees the new disk and writes it", func(t *testing.T) {
 		// Its claim waits for a first consumer: the attachment pod is it,
 		// and the kubelet publishes the volume once the pod runs.
-		ready(t)
+		ready(t, "hp-data")
 		// Computed by the guest's shell, so the echoed command line cannot
 		// match what is waited for.
 		out := consoleRunThenIn(t, ns, vm,
@@ -152,7 +153,7 @@ func TestHotplugVolume(t *testing.T) {
 	t.Run("plugged in again: the guest reads what it wrote", func(t *testing.T) {
 		virtctl(t, "addvolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume back in the VMI and the VM", "true/scsi", "true/scsi")
-		ready(t)
+		ready(t, "hp-data")
 		out := consoleRunThenIn(t, ns, vm,
 			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo READ-$(head -c 5 /dev/sda)-END$((2+3))",
 			"END5", nil, "", 2*time.Minute)
@@ -166,10 +167,7 @@ func TestHotplugVolume(t *testing.T) {
 		// The claim's device is handed over as an open descriptor: the
 		// launcher's container may not open the device node itself.
 		virtctl(t, "addvolume", vm, "--volume-name=hp-block")
-		until(t, 3*time.Minute, "hp-block Ready", func() bool {
-			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-block")].phase}`) == "Ready"
-		})
-		assert.Equal(t, "sda", jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="hp-block")].target}`))
+		ready(t, "hp-block")
 		out := consoleRunThenIn(t, ns, vm,
 			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo BLK-$(cat /sys/block/sda/size)-$(tail -c +5 /sys/block/sda/device/vpd_pg80)-END$((3+4)); "+
 				"echo HPB-$((6*7)) | dd of=/dev/sda conv=fsync 2>/dev/null && echo WROTE-$((2+6))",

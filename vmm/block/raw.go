@@ -22,11 +22,16 @@ func OpenRaw(path string, readOnly bool) (*Raw, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raw image: %w", err)
 	}
+	return newRaw(f, readOnly)
+}
+
+// newRaw is the raw image open (and locked) at f, which it owns.
+func newRaw(f *os.File, readOnly bool) (*Raw, error) {
 	// Seek works for regular files and block devices alike.
 	end, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
 		_ = f.Close() // nothing written yet
-		return nil, fmt.Errorf("size of raw image %s: %w", path, err)
+		return nil, fmt.Errorf("size of raw image %s: %w", f.Name(), err)
 	}
 	return &Raw{f: f, size: uint64(end), ro: readOnly}, nil
 }
@@ -52,12 +57,7 @@ func OpenRawFile(f *os.File, readOnly bool) (*Raw, error) {
 		_ = d.Close()
 		return nil, fmt.Errorf("open raw image: %w", err)
 	}
-	end, err := d.Seek(0, io.SeekEnd)
-	if err != nil {
-		_ = d.Close()
-		return nil, fmt.Errorf("size of raw image %s: %w", f.Name(), err)
-	}
-	return &Raw{f: d, size: uint64(end), ro: readOnly}, nil
+	return newRaw(d, readOnly)
 }
 
 // Size is the image size in bytes.

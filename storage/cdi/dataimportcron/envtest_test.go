@@ -49,18 +49,21 @@ func TestDataImportCronEnvtest(t *testing.T) {
 	image := "docker://" + reg.Addr + "/kubevmm/fedora:latest"
 	ref, err := registry.ParseURL(image)
 	require.NoError(t, err)
-	push := func(content string) string {
+	// pushTo pushes content as the containerDisk ref names, through c,
+	// and returns its digest.
+	pushTo := func(c *registry.Client, ref registry.Ref, content string) string {
 		p := filepath.Join(t.TempDir(), "disk.img")
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
 		f, err := os.Open(p)
 		require.NoError(t, err)
 		defer f.Close()
-		_, err = rc.PushContainerDisk(ctx, ref, "disk.img", f)
+		_, err = c.PushContainerDisk(ctx, ref, "disk.img", f)
 		require.NoError(t, err)
-		d, err := rc.Digest(ctx, ref)
+		d, err := c.Digest(ctx, ref)
 		require.NoError(t, err)
 		return d
 	}
+	push := func(content string) string { return pushTo(rc, ref, content) }
 	d1 := push("v1")
 
 	// The clock moves on when the test says: the next tick comes at once.
@@ -164,15 +167,7 @@ func TestDataImportCronEnvtest(t *testing.T) {
 		url := "docker://" + plain.Addr + "/kubevmm/plain:latest"
 		pref, err := registry.ParseURL(url)
 		require.NoError(t, err)
-		p := filepath.Join(t.TempDir(), "disk.img")
-		require.NoError(t, os.WriteFile(p, []byte("plain"), 0o600))
-		f, err := os.Open(p)
-		require.NoError(t, err)
-		defer f.Close()
-		_, err = prc.PushContainerDisk(ctx, pref, "disk.img", f)
-		require.NoError(t, err)
-		digest, err := prc.Digest(ctx, pref)
-		require.NoError(t, err)
+		digest := pushTo(prc, pref, "plain")
 
 		pc := newCron("plain", url)
 		require.NoError(t, k8s.Create(ctx, pc))
