@@ -116,8 +116,13 @@ func TestWebhookCertsEnvtest(t *testing.T) {
 	// configuration is made again around the CR's edit: nothing serves
 	// the webhook here; the pass fills the new one's caBundle.)
 	require.NoError(t, k8s.Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: install.WebhookConfig}}))
-	require.NoError(t, k8s.Patch(ctx, hc, client.RawPatch("application/merge-patch+json",
-		[]byte(`{"spec":{"security":{"certConfig":{"server":{"duration":"5m","renewBefore":"2m"}}}}}`))))
+	// The API server's admission hears of the deletion from its own watch,
+	// a moment later: until then it still calls the webhook, which nothing
+	// serves here ("service ... not found").
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, k8s.Patch(ctx, hc, client.RawPatch("application/merge-patch+json",
+			[]byte(`{"spec":{"security":{"certConfig":{"server":{"duration":"5m","renewBefore":"2m"}}}}}`))))
+	}, 30*time.Second, 200*time.Millisecond, "the CR patched once the webhook configuration is gone")
 	vwc.ResourceVersion = ""
 	require.NoError(t, k8s.Create(ctx, vwc))
 	due, err = w.Sync(ctx)
