@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Annotations of the claim and volume lifecycle (k8s.io/api's volume
@@ -40,6 +42,8 @@ const (
 // volume):
 //
 //	bound, or not of a class of this driver  -> nothing
+//	  (or its class not yet seen: the class's
+//	  own event brings the claim back)
 //	the class's pool is not on this node     -> a ProvisioningFailed event
 //	                                            naming it (no node has it)
 //	no selected node, or another node's      -> nothing (the scheduler, or
@@ -72,7 +76,11 @@ type Provisioner struct {
 
 // SetupWithManager registers the claim and the volume reconcilers.
 func (p *Provisioner) SetupWithManager(mgr ctrl.Manager) error {
+	// A claim and its class are often created together (one manifest):
+	// the claim's event may come before the cache has the class, so a
+	// class's event brings back the unbound claims naming it.
 	if err := ctrl.NewControllerManagedBy(mgr).Named("hostpath-claim").For(&corev1.PersistentVolumeClaim{}).
+		Watches(&storagev1.StorageClass{}, handler.EnqueueRequestsFromMapFunc(p.claimsOfClass)).
 		Complete(ctrlFunc(p.reconcileClaim)); err != nil {
 		return fmt.Errorf("setting up the claim controller: %w", err)
 	}
@@ -81,6 +89,22 @@ func (p *Provisioner) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("setting up the volume controller: %w", err)
 	}
 	return nil
+}
+
+// claimsOfClass is the unbound claims naming class sc.
+func (p *Provisioner) claimsOfClass(ctx context.Context, sc client.Object) []reconcile.Request {
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := p.Client.List(ctx, &pvcs); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the claims of a storage class", "class", sc.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, pvc := range pvcs.Items {
+		if pvc.Spec.VolumeName == "" && pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&pvc)})
+		}
+	}
+	return reqs
 }
 
 type ctrlFunc func(context.Context, ctrl.Request) (ctrl.Result, error)

@@ -210,12 +210,17 @@ func testCapacity(t *testing.T, k client.Client) {
 func testMissingPool(t *testing.T, k client.Client) {
 	ctx := context.Background()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	require.NoError(t, k.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-ssd"}, Provisioner: DriverName,
-		Parameters: map[string]string{StoragePoolParameter: "ssd"}, VolumeBindingMode: &wffc}))
 	c := claim("on-ssd", "", corev1.PersistentVolumeFilesystem)
 	c.Annotations = nil // no node selected: the scheduler finds none
 	c.Spec.StorageClassName = ptr.To("hostpath-ssd")
 	require.NoError(t, k.Create(ctx, c))
+	// The class after its claim: the provisioner first sees a claim of no
+	// class it knows, then must come back to it when the class appears.
+	// (Created the other way round, as one manifest does, the claim's
+	// event can still beat the class's into the provisioner's cache: CI
+	// once saw that.)
+	require.NoError(t, k.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-ssd"}, Provisioner: DriverName,
+		Parameters: map[string]string{StoragePoolParameter: "ssd"}, VolumeBindingMode: &wffc}))
 	waitFor(t, "the missing pool's event", func() bool {
 		var evs corev1.EventList
 		require.NoError(t, k.List(ctx, &evs, client.InNamespace("default")))
