@@ -34,7 +34,8 @@ import (
 // an importer that asks for scratch space is made again with a scratch
 // PVC, a failing importer's error and restarts show, and success removes
 // the pod and the scratch PVC. A size that is not positive fails the
-// DataVolume; deleting a DataVolume leaves no importer pod.
+// DataVolume; one made before its class and StorageProfile gets its PVC
+// when they appear; deleting a DataVolume leaves no importer pod.
 func TestDataVolumeEnvtest(t *testing.T) {
 	all, err := crds.All()
 	require.NoError(t, err)
@@ -204,6 +205,31 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		assert.Equal(t, "spec.storage.resources.requests.storage must be positive, not -1Gi", c.Message)
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "negative"}, &corev1.PersistentVolumeClaim{})
 		assert.True(t, apierrors.IsNotFound(err), "no PVC: %v", err)
+	})
+
+	t.Run("a DataVolume made before its class and StorageProfile", func(t *testing.T) {
+		// As one manifest makes them (and the CDI operator makes the
+		// profile only once it sees the class): the DataVolume fails for
+		// want of the profile, then gets its claim when they appear.
+		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "late"}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			Storage: &cdiv1.StorageSpec{StorageClassName: ptr.To("late"),
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}))
+		dv := waitPhase("late", cdiv1.Failed)
+		assert.Equal(t, "spec.storage: no accessModes given and StorageProfile late names none",
+			cdiv1.FindDataVolumeCondition(dv.Status.Conditions, cdiv1.DataVolumeReady).Message)
+		require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "kubevirt.io.hostpath-provisioner"}))
+		sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: "late"}}
+		require.NoError(t, k8s.Create(ctx, sp))
+		sp.Status.ClaimPropertySets = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			VolumeMode: ptr.To(corev1.PersistentVolumeBlock)}}
+		require.NoError(t, k8s.Status().Update(ctx, sp))
+		claim := &corev1.PersistentVolumeClaim{}
+		apiserver.WaitFor(t, "the late DataVolume's claim", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "late"}, claim)
+			return err == nil, fmt.Sprint(err)
+		})
+		assert.Equal(t, corev1.PersistentVolumeBlock, *claim.Spec.VolumeMode, "from the late StorageProfile")
 	})
 
 	t.Run("deleting a DataVolume removes its importer", func(t *testing.T) {

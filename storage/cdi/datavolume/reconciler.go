@@ -20,7 +20,8 @@
 //	Succeeded         the transfer pod succeeded (progress 100.0%)
 //	Failed            the spec cannot make a PVC (a size not positive, no
 //	                  access modes to be had) or the API server refused
-//	                  the PVC: the Ready condition says why
+//	                  the PVC: the Ready condition says why (a class or
+//	                  StorageProfile that appears brings it back)
 //
 // A failing importer is restarted by its kubelet (restartPolicy
 // OnFailure): the DataVolume stays ImportInProgress, restartCount counts
@@ -46,8 +47,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -233,8 +236,39 @@ func ParseProgress(sc *bufio.Scanner) (cdiv1.DataVolumeProgress, error) {
 	return "", nil
 }
 
-// SetupWithManager registers the reconciler: DataVolumes and their PVCs.
+// SetupWithManager registers the reconciler: DataVolumes and their PVCs,
+// and the StorageClasses and StorageProfiles a `storage` DataVolume's
+// claim is completed from.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	// A DataVolume and its class are often created together (one
+	// manifest), and a class's StorageProfile comes later still (the CDI
+	// operator makes it): a DataVolume that failed for want of either is
+	// brought back when it appears.
+	toDataVolumes := handler.EnqueueRequestsFromMapFunc(r.storageDataVolumes)
 	return ctrl.NewControllerManagedBy(mgr).Named("datavolume").For(&cdiv1.DataVolume{}).
-		Owns(&corev1.PersistentVolumeClaim{}).Complete(r)
+		Owns(&corev1.PersistentVolumeClaim{}).
+		Watches(&storagev1.StorageClass{}, toDataVolumes).
+		Watches(&cdiv1.StorageProfile{}, toDataVolumes).
+		Complete(r)
+}
+
+// storageDataVolumes are the `storage` DataVolumes of the class named
+// like o (a StorageClass or its StorageProfile), or of the default class.
+func (r *Reconciler) storageDataVolumes(ctx context.Context, o client.Object) []reconcile.Request {
+	var dvs cdiv1.DataVolumeList
+	if err := r.Client.List(ctx, &dvs); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the DataVolumes of a storage class", "class", o.GetName())
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range dvs.Items {
+		s := dvs.Items[i].Spec.Storage
+		if s == nil {
+			continue
+		}
+		if class := ptr.Deref(s.StorageClassName, ""); class == "" || class == o.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&dvs.Items[i])})
+		}
+	}
+	return reqs
 }
