@@ -380,9 +380,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	all := kit.EnqueueAll(mgr.GetClient(), &sspv1beta3.SSPList{})
 	// Every SSP on any SSP's change: when the cluster's is deleted, the
-	// next one takes over. The templates' namespace and the validator's
-	// Secret are not watched: a missing one is retried (see Reconcile).
+	// next one takes over. The validator's Secrets are not watched: the
+	// operator makes them itself.
 	b := ctrl.NewControllerManagedBy(mgr).Named("ssp").Watches(&sspv1beta3.SSP{}, all)
+	// The templates' namespace: an SSP made with it (one manifest) or
+	// before it waits Degraded until the namespace's event brings it back.
+	c := mgr.GetClient()
+	b = b.WatchesMetadata(metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")), handler.EnqueueRequestsFromMapFunc(
+		func(ctx context.Context, ns client.Object) []reconcile.Request {
+			l := &sspv1beta3.SSPList{}
+			if err := c.List(ctx, l); err != nil {
+				logf.FromContext(ctx).Error(err, "listing the SSPs of a namespace", "namespace", ns.GetName())
+				return nil
+			}
+			var out []reconcile.Request
+			for i := range l.Items {
+				if l.Items[i].Spec.CommonTemplates.Namespace == ns.GetName() {
+					out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
+				}
+			}
+			return out
+		}))
 	for _, gvk := range watched {
 		b = b.WatchesMetadata(metadataOf(gvk), all, builder.WithPredicates(sel))
 	}
