@@ -349,7 +349,7 @@ func freshNamespace(t *testing.T) {
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {
 		if out, _ := run(t, "kubectl.sh", "-n", ns, "get", "events", "--field-selector", "reason=FailedScheduling",
-			"-o", "custom-columns=LAST:.lastTimestamp,OBJECT:.involvedObject.name,COUNT:.count,MESSAGE:.message", "--no-headers"); out != "" && !strings.HasPrefix(out, "No resources found") {
+			"-o", "custom-columns=TIME:.metadata.creationTimestamp,OBJECT:.involvedObject.name,MESSAGE:.message", "--no-headers"); out != "" && !strings.HasPrefix(out, "No resources found") {
 			t.Logf("FailedScheduling events:\n%s", out)
 		}
 		if t.Failed() {
