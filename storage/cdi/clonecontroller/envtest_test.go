@@ -172,6 +172,9 @@ func TestCloneEnvtest(t *testing.T) {
 	// claim while the pod waits to be scheduled (the source, never used,
 	// is bound by it: kube-scheduler writes it from its own copy, and a
 	// write in between fails that with a conflict).
+	// seen waits until the controller has read the pod as it is now. A
+	// pass over the target begins only once the one before has ended, so
+	// it also says that the pass before (and its writes) is done.
 	seen := func(what string) {
 		apiserver.WaitFor(t, "the controller to read the source pod "+what, func() (bool, string) { return rec.Seen(sourcePod), sourcePod.ResourceVersion })
 	}
@@ -181,7 +184,7 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(target), target))
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(golden), golden))
 	versions := []string{target.ResourceVersion, golden.ResourceVersion}
-	for i := range 2 {
+	for i := range 3 { // the last one's read says the pass before it is done
 		sourcePod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: fmt.Sprintf("attempt %d: 0/1 nodes are available", i), LastTransitionTime: metav1.Now()}}
 		require.NoError(t, k8s.Status().Update(ctx, sourcePod))

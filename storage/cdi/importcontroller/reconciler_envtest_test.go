@@ -50,8 +50,9 @@ func TestClaimWrittenBeforePod(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "importer-disk"}, pod)
 		return err == nil, fmt.Sprint(err)
 	})
-	// seen waits until the controller has read the pod as it is now: the
-	// pass its last change brought is done.
+	// seen waits until the controller has read the pod as it is now. A
+	// pass over the claim begins only once the one before has ended, so
+	// it also says that the pass before (and its writes) is done.
 	seen := func(what string) {
 		apiserver.WaitFor(t, "the controller to read the pod "+what, func() (bool, string) {
 			return rec.Seen(pod), pod.ResourceVersion
@@ -68,7 +69,7 @@ func TestClaimWrittenBeforePod(t *testing.T) {
 	// The scheduler's failed attempts: each rewrites the pod's
 	// PodScheduled condition, none says anything new of the import.
 	version := pvc.ResourceVersion
-	for i := range 3 {
+	for i := range 4 { // the last one's read says the pass before it is done
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: fmt.Sprintf("attempt %d: 0/1 nodes are available", i), LastTransitionTime: metav1.Now()}}
 		require.NoError(t, k8s.Status().Update(ctx, pod))
@@ -87,5 +88,8 @@ func TestClaimWrittenBeforePod(t *testing.T) {
 		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
 		return pvc.Annotations[cdiv1.AnnRunningConditionReason] == "ContainerCreating", pvc.Annotations[cdiv1.AnnRunningConditionReason]
 	})
+	// The patch is recorded once the controller's call returns, a moment
+	// after the API server shows it.
+	apiserver.WaitFor(t, "the patch recorded", func() (bool, string) { return len(rec.Writes()) >= 3, fmt.Sprint(rec.Writes()) })
 	assert.Equal(t, []string{"patch *v1.PersistentVolumeClaim disk", "create *v1.Pod importer-disk", "patch *v1.PersistentVolumeClaim disk"}, rec.Writes())
 }

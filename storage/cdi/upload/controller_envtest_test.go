@@ -121,8 +121,9 @@ func TestUploadServerLifecycle(t *testing.T) {
 		a := annotations("disk")
 		return a[cdiv1.AnnPodPhase] == "Pending" && a[cdiv1.AnnPodReady] == "false"
 	})
-	// seen waits until the controller has read the pod as it is now: the
-	// pass its last change brought is done.
+	// seen waits until the controller has read the pod as it is now. A
+	// pass over the claim begins only once the one before has ended, so
+	// it also says that the pass before (and its writes) is done.
 	seen := func(what string) {
 		eventually(t, "the controller to read the pod "+what, func() bool { return rec.Seen(pod) })
 	}
@@ -134,7 +135,7 @@ func TestUploadServerLifecycle(t *testing.T) {
 	// The scheduler's failed attempts: each rewrites the pod's
 	// PodScheduled condition, none says anything new of the upload.
 	version := pvc.ResourceVersion
-	for i := range 3 {
+	for i := range 4 { // the last one's read says the pass before it is done
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: fmt.Sprintf("attempt %d: 0/1 nodes are available", i), LastTransitionTime: metav1.Now()}}
 		require.NoError(t, c.Status().Update(ctx, pod))
