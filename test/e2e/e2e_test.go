@@ -340,12 +340,18 @@ func requireE2E(t *testing.T) {
 
 // freshNamespace skips the test outside `make e2e`, and gives it the e2e
 // namespace, new, deleted after it unless it failed (then its state is
-// logged and left for a look).
+// logged and left for a look). Either way the pods the scheduler failed
+// to place are logged (FailedScheduling events): a pod that waited for a
+// retry cost the test its backoff.
 func freshNamespace(t *testing.T) {
 	requireE2E(t)
 	kubectl(t, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=180s")
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {
+		if out, _ := run(t, "kubectl.sh", "-n", ns, "get", "events", "--field-selector", "reason=FailedScheduling",
+			"-o", "custom-columns=TIME:.metadata.creationTimestamp,OBJECT:.involvedObject.name,MESSAGE:.message", "--no-headers"); out != "" && !strings.HasPrefix(out, "No resources found") {
+			t.Logf("FailedScheduling events:\n%s", out)
+		}
 		if t.Failed() {
 			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,vmim,pods,events", "-o", "wide")
 			t.Logf("state at failure:\n%s", out)

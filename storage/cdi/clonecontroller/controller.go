@@ -20,15 +20,28 @@
 //	                               target (a running VM's disk is not
 //	                               copied under it)
 //	upload server not ready     -> wait
-//	ready, no source pod        -> Secret and pod made
+//	ready, no source pod, target not annotated for one
+//	                            -> the pod's name and phase Pending on
+//	                               the target, nothing else
+//	ready, no source pod, target so annotated
+//	                            -> Secret and pod made (on the pass the
+//	                               write brings)
 //	source pod                  -> its phase and name on the target
-//	                               (CloneScheduled/CloneInProgress)
+//	                               (CloneScheduled/CloneInProgress); a
+//	                               new pod, and one still being
+//	                               scheduled, changes neither
 //	target upload Succeeded     -> source pod and Secret deleted
 //	target gone                 -> source pod and Secret deleted
 //
 // WaitForFirstConsumer: the target binds where its upload server pod is
 // scheduled (its first consumer), the source where it is already used or,
-// if never used, where the clone source pod is scheduled.
+// if never used, where the clone source pod is scheduled. The scheduler
+// writes such a claim (the selected node) from its own copy while it
+// places the pod, and any other write in between fails that with a
+// conflict and leaves the pod in its backoff for minutes: so the target
+// is annotated before the source pod exists (it is bound by then, but
+// the rule is the upload and import controllers' too), and the source
+// claim is never written here.
 package clonecontroller
 
 import (
@@ -165,10 +178,8 @@ func decide(s seen) action {
 			phase = string(corev1.PodPending)
 		}
 		want := map[string]string{cdiv1.AnnCloneSourcePod: s.pod.Namespace + "/" + s.pod.Name, cdiv1.AnnCloneSourcePhase: phase}
-		for k, v := range want {
-			if ann[k] != v {
-				return action{annotations: want}
-			}
+		if changes(ann, want) {
+			return action{annotations: want}
 		}
 		return action{}
 	}
@@ -180,7 +191,21 @@ func decide(s seen) action {
 	case ann[cdiv1.AnnPodReady] != "true":
 		return action{}
 	}
+	// What the new pod will say.
+	want := map[string]string{cdiv1.AnnCloneSourcePod: s.source.Namespace + "/" + PodName(s.target), cdiv1.AnnCloneSourcePhase: string(corev1.PodPending)}
+	if changes(ann, want) {
+		return action{annotations: want}
+	}
 	return action{create: true}
+}
+
+func changes(ann, want map[string]string) bool {
+	for k, v := range want {
+		if cur, ok := ann[k]; !ok || cur != v {
+			return true
+		}
+	}
+	return false
 }
 
 // Reconcile is one pass: read, decide, write.

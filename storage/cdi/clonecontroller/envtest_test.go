@@ -76,7 +76,8 @@ func TestCloneEnvtest(t *testing.T) {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	require.NoError(t, (&upload.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", Log: discard}).SetupWithManager(mgr))
-	require.NoError(t, (&clonecontroller.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-cloner:t",
+	rec := apiserver.NewRecorder(mgr.GetClient())
+	require.NoError(t, (&clonecontroller.Reconciler{Client: rec, Namespace: "cdi", Image: "registry/cdi-cloner:t",
 		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: discard}).SetupWithManager(mgr))
 	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	apiserver.Run(t, mgr)
@@ -166,6 +167,32 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, clone.ClientName, cert.Subject.CommonName)
 	assert.Equal(t, ca.Cert, secret.Data["ca.crt"])
+
+	// The target is written before the source pod exists, and neither
+	// claim while the pod waits to be scheduled (the source, never used,
+	// is bound by it: kube-scheduler writes it from its own copy, and a
+	// write in between fails that with a conflict).
+	// seen waits until the controller has read the pod as it is now. A
+	// pass over the target begins only once the one before has ended, so
+	// it also says that the pass before (and its writes) is done.
+	seen := func(what string) {
+		apiserver.WaitFor(t, "the controller to read the source pod "+what, func() (bool, string) { return rec.Seen(sourcePod), sourcePod.ResourceVersion })
+	}
+	seen("as made")
+	assert.Equal(t, []string{"patch *v1.PersistentVolumeClaim copy", "create *v1.Secret " + podKey.Name, "create *v1.Pod " + podKey.Name},
+		rec.Writes("copy", "fedora", podKey.Name), "the target first")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(target), target))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(golden), golden))
+	versions := []string{target.ResourceVersion, golden.ResourceVersion}
+	for i := range 3 { // the last one's read says the pass before it is done
+		sourcePod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: fmt.Sprintf("attempt %d: 0/1 nodes are available", i), LastTransitionTime: metav1.Now()}}
+		require.NoError(t, k8s.Status().Update(ctx, sourcePod))
+		seen(fmt.Sprintf("unschedulable (%d)", i))
+	}
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(target), target))
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(golden), golden))
+	assert.Equal(t, versions, []string{target.ResourceVersion, golden.ResourceVersion}, "a claim was written while the source pod was being scheduled")
 
 	sourcePod.Status.Phase = corev1.PodRunning
 	require.NoError(t, k8s.Status().Update(ctx, sourcePod))

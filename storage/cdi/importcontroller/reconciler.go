@@ -12,9 +12,21 @@
 // back onto the PVC as annotations (Annotations): its phase, its
 // restarts and the Running condition with the importer's error.
 //
+// The PVC is written before its pod exists, never just after: with a
+// WaitForFirstConsumer class the scheduler writes the PVC (the selected
+// node) from its own copy while it places the pod, and a write of ours in
+// between fails that with a conflict, leaving the pod in the scheduler's
+// backoff for minutes. A pod that waits to be scheduled says nothing new
+// (Annotations reads no pod conditions), so the PVC is left alone until
+// the kubelet runs the pod.
+//
 // States of a PVC:
 //
-//	no pod        -> the pod is made (and the scratch PVC, once asked for)
+//	no pod, PVC not yet annotated for one -> the PVC annotated as for a
+//	                 new pod (Pending, its name), nothing else: the pod
+//	                 comes on the pass that write brings
+//	no pod, PVC annotated -> the pod is made (and the scratch PVC, once
+//	                 asked for)
 //	pod deleting  -> wait for it to go
 //	pod running   -> annotations follow the pod (a failing importer is
 //	                 restarted by the kubelet: restartPolicy OnFailure)
@@ -90,6 +102,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("pod %s exists and is not PVC %s's importer", pod.Name, pvc.Name)
 	}
 	if !havePod {
+		if want := starting(pvc.Name); changes(pvc, want) {
+			return reconcile.Result{}, r.annotate(ctx, pvc, want)
+		}
 		return reconcile.Result{}, r.start(ctx, pvc)
 	}
 	if pod.DeletionTimestamp != nil {
@@ -106,26 +121,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if pod.Status.Phase == corev1.PodSucceeded {
 		want[cdiv1.AnnRunningConditionReason], want[cdiv1.AnnRunningCondition] = "Completed", "false"
 	}
-	changed := false
-	for k, v := range want {
-		if cur, ok := pvc.Annotations[k]; !ok || cur != v {
-			changed = true
-		}
-	}
-	if changed {
-		if pvc.Annotations[cdiv1.AnnPodPhase] != want[cdiv1.AnnPodPhase] {
-			log.Info("state", "pvc", pvc.Name, "from", pvc.Annotations[cdiv1.AnnPodPhase], "to", want[cdiv1.AnnPodPhase])
-		}
-		orig := pvc.DeepCopy()
-		maps.Copy(pvc.Annotations, want)
-		if err := r.Client.Patch(ctx, pvc, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("annotating PVC %s: %w", pvc.Name, err)
-		}
+	if changes(pvc, want) {
+		return reconcile.Result{}, r.annotate(ctx, pvc, want)
 	}
 	return reconcile.Result{}, nil
 }
 
-// start makes the scratch PVC (for http) and the importer pod.
+// starting is what the PVC says before its importer pod is made: what
+// Annotations says of the new pod, so that the pod's first passes, while
+// it waits to be scheduled, write nothing.
+func starting(pvc string) map[string]string {
+	want := Annotations(&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}})
+	want[cdiv1.AnnImportPod] = PodName(pvc)
+	return want
+}
+
+func changes(pvc *corev1.PersistentVolumeClaim, want map[string]string) bool {
+	for k, v := range want {
+		if cur, ok := pvc.Annotations[k]; !ok || cur != v {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Reconciler) annotate(ctx context.Context, pvc *corev1.PersistentVolumeClaim, want map[string]string) error {
+	if pvc.Annotations[cdiv1.AnnPodPhase] != want[cdiv1.AnnPodPhase] {
+		logf.FromContext(ctx).Info("state", "pvc", pvc.Name, "from", pvc.Annotations[cdiv1.AnnPodPhase], "to", want[cdiv1.AnnPodPhase])
+	}
+	orig := pvc.DeepCopy()
+	pvc.Annotations = maps.Clone(pvc.Annotations)
+	maps.Copy(pvc.Annotations, want)
+	if err := r.Client.Patch(ctx, pvc, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("annotating PVC %s: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+// start makes the scratch PVC (once asked for) and the importer pod; the
+// PVC already says so (starting).
 func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	cfg := &cdiv1.CDIConfig{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cfg); client.IgnoreNotFound(err) != nil {
@@ -149,20 +183,13 @@ func (r *Reconciler) start(ctx context.Context, pvc *corev1.PersistentVolumeClai
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
-	orig := pvc.DeepCopy()
-	ann := maps.Clone(pvc.Annotations)
-	ann[cdiv1.AnnImportPod], ann[cdiv1.AnnPodPhase] = pod.Name, string(corev1.PodPending)
-	pvc.Annotations = ann
-	if err := r.Client.Patch(ctx, pvc, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("annotating PVC %s: %w", pvc.Name, err)
-	}
 	return nil
 }
 
 // restartWithScratch marks pvc as needing scratch space, then (on the
 // pass the mark brings, so that the pass the pod's deletion brings sees
-// it) deletes pod, whose importer asked for it: the pass after makes the
-// scratch PVC and the pod again.
+// it) deletes pod, whose importer asked for it: the passes after annotate
+// the PVC for a new pod, then make the scratch PVC and the pod again.
 func (r *Reconciler) restartWithScratch(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) error {
 	if pvc.Annotations[cdiv1.AnnRequiresScratch] != "true" {
 		logf.FromContext(ctx).Info("the importer asked for scratch space", "pvc", pvc.Name, "pod", pod.Name)

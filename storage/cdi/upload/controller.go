@@ -13,7 +13,10 @@
 // States of a PVC (one reconcile reads the PVC and its pod, decides with
 // decide, a pure function, and writes):
 //
-//	no pod            -> Secret, Service, pod made; phase Pending
+//	no pod, PVC not phase Pending, ready false, restarts 0
+//	                  -> those annotations written, nothing else
+//	no pod, PVC so    -> Secret, Service, pod made (on the pass the
+//	                     write brings)
 //	pod Pending/Running -> phase and ready copied from the pod
 //	pod Succeeded     -> phase Succeeded (the image is on the PVC), the
 //	                     pod, Service and Secret deleted: the volume is
@@ -21,6 +24,14 @@
 //	pod Failed        -> phase Failed (the server restarts in place on
 //	                     errors: restartPolicy OnFailure)
 //	phase Succeeded   -> nothing more, ever: a PVC is uploaded once
+//
+// The PVC is written before its pod exists, never just after: with a
+// WaitForFirstConsumer class the scheduler writes the PVC (the selected
+// node) from its own copy while it places the pod, and a write of ours in
+// between fails that with a conflict, leaving the pod in the scheduler's
+// backoff for minutes. So the annotations a new pod gives are on the PVC
+// before the pod is made, and a pod waiting to be scheduled changes none
+// of them.
 package upload
 
 import (
@@ -124,32 +135,37 @@ func decide(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod) action {
 	if corev1.PodPhase(ann[cdiv1.AnnPodPhase]) == corev1.PodSucceeded {
 		return action{cleanup: pod != nil}
 	}
-	want := map[string]string{}
-	var a action
 	if pod == nil {
-		a.create = true
-		want[cdiv1.AnnPodPhase] = string(corev1.PodPending)
-		want[cdiv1.AnnPodReady] = "false"
-	} else {
-		want[cdiv1.AnnPodPhase] = string(pod.Status.Phase)
-		if want[cdiv1.AnnPodPhase] == "" {
-			want[cdiv1.AnnPodPhase] = string(corev1.PodPending)
+		// What the new pod will say while it waits to be scheduled.
+		want := map[string]string{cdiv1.AnnPodPhase: string(corev1.PodPending), cdiv1.AnnPodReady: "false", cdiv1.AnnPodRestarts: "0"}
+		if changes(ann, want) {
+			return action{annotations: want}
 		}
-		want[cdiv1.AnnPodReady] = strconv.FormatBool(podReady(pod))
-		restarts := int32(0)
-		for _, cs := range pod.Status.ContainerStatuses {
-			restarts += cs.RestartCount
-		}
-		want[cdiv1.AnnPodRestarts] = strconv.Itoa(int(restarts))
-		a.cleanup = pod.Status.Phase == corev1.PodSucceeded
+		return action{create: true}
 	}
-	for k, v := range want {
-		if ann[k] != v {
-			a.annotations = want
-			break
-		}
+	want := map[string]string{cdiv1.AnnPodPhase: string(pod.Status.Phase), cdiv1.AnnPodReady: strconv.FormatBool(podReady(pod))}
+	if want[cdiv1.AnnPodPhase] == "" {
+		want[cdiv1.AnnPodPhase] = string(corev1.PodPending)
+	}
+	restarts := int32(0)
+	for _, cs := range pod.Status.ContainerStatuses {
+		restarts += cs.RestartCount
+	}
+	want[cdiv1.AnnPodRestarts] = strconv.Itoa(int(restarts))
+	a := action{cleanup: pod.Status.Phase == corev1.PodSucceeded}
+	if changes(ann, want) {
+		a.annotations = want
 	}
 	return a
+}
+
+func changes(ann, want map[string]string) bool {
+	for k, v := range want {
+		if cur, ok := ann[k]; !ok || cur != v {
+			return true
+		}
+	}
+	return false
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -3,6 +3,7 @@ package upload
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -29,9 +30,12 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
-func startEnvtest(t *testing.T) client.Client {
+// startEnvtest runs the controller on an API server; it returns an admin
+// client, and the controller's own, which records what it did.
+func startEnvtest(t *testing.T) (client.Client, *apiserver.Recorder) {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
@@ -51,7 +55,8 @@ func startEnvtest(t *testing.T) client.Client {
 	require.NoError(t, cdiv1.AddToScheme(scheme))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	require.NoError(t, err)
-	r := &Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", PullPolicy: corev1.PullIfNotPresent,
+	rec := apiserver.NewRecorder(mgr.GetClient())
+	r := &Reconciler{Client: rec, Namespace: "cdi", Image: "registry/cdi-uploadserver:t", PullPolicy: corev1.PullIfNotPresent,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	require.NoError(t, r.SetupWithManager(mgr))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,7 +66,7 @@ func startEnvtest(t *testing.T) client.Client {
 		assert.NoError(t, mgr.Start(ctx))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return mgr.GetClient()
+	return mgr.GetClient(), rec
 }
 
 func eventually(t *testing.T, what string, f func() bool) {
@@ -70,9 +75,14 @@ func eventually(t *testing.T, what string, f func() bool) {
 }
 
 // TestUploadServerLifecycle: an upload target PVC gets its server, the
-// PVC follows the pod, and a finished upload removes the server.
+// PVC follows the pod, and a finished upload removes the server. The PVC
+// is written before the pod exists and not while the pod waits to be
+// scheduled: kube-scheduler writes a WaitForFirstConsumer claim (its
+// selected node) from its own copy while it places the pod, and a write
+// of ours in between fails that with a conflict (the pod then waits out
+// the scheduler's backoff).
 func TestUploadServerLifecycle(t *testing.T) {
-	c := startEnvtest(t)
+	c, rec := startEnvtest(t)
 	ctx := context.Background()
 	require.NoError(t, c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cdi"}}))
 	// The claims' namespace enforces the restricted PodSecurity level: the
@@ -111,6 +121,29 @@ func TestUploadServerLifecycle(t *testing.T) {
 		a := annotations("disk")
 		return a[cdiv1.AnnPodPhase] == "Pending" && a[cdiv1.AnnPodReady] == "false"
 	})
+	// seen waits until the controller has read the pod as it is now. A
+	// pass over the claim begins only once the one before has ended, so
+	// it also says that the pass before (and its writes) is done.
+	seen := func(what string) {
+		eventually(t, "the controller to read the pod "+what, func() bool { return rec.Seen(pod) })
+	}
+	seen("as made")
+	assert.Equal(t, []string{"patch *v1.PersistentVolumeClaim disk", "create *v1.Secret cdi-upload-disk", "create *v1.Service cdi-upload-disk",
+		"create *v1.Pod cdi-upload-disk"}, rec.Writes("disk", "cdi-upload-disk"), "the claim first")
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, get("disk", pvc))
+	// The scheduler's failed attempts: each rewrites the pod's
+	// PodScheduled condition, none says anything new of the upload.
+	version := pvc.ResourceVersion
+	for i := range 4 { // the last one's read says the pass before it is done
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: fmt.Sprintf("attempt %d: 0/1 nodes are available", i), LastTransitionTime: metav1.Now()}}
+		require.NoError(t, c.Status().Update(ctx, pod))
+		seen(fmt.Sprintf("unschedulable (%d)", i))
+	}
+	require.NoError(t, get("disk", pvc))
+	assert.Equal(t, version, pvc.ResourceVersion, "the claim was written while its pod was being scheduled")
+	assert.Len(t, rec.Writes("disk", "cdi-upload-disk"), 4)
 	ctr := pod.Spec.Containers[0]
 	assert.Equal(t, "registry/cdi-uploadserver:t", ctr.Image)
 	assert.Contains(t, ctr.Args, "--dest=/data")

@@ -40,10 +40,18 @@ func TestDecide(t *testing.T) {
 		want action
 	}{
 		{"not a target", &corev1.PersistentVolumeClaim{}, nil, action{}},
-		{"new target", target(), nil,
-			action{create: true, annotations: map[string]string{cdiv1.AnnPodPhase: "Pending", cdiv1.AnnPodReady: "false"}}},
-		{"pod pending", target(cdiv1.AnnPodPhase, "Pending", cdiv1.AnnPodReady, "false"), pod(corev1.PodPending, false, 0),
+		// The claim first, the pod on the next pass: never both at once.
+		{"new target", target(), nil, action{annotations: ann("Pending", "false", "0")}},
+		{"annotated, no pod", target(cdiv1.AnnPodPhase, "Pending", cdiv1.AnnPodReady, "false", cdiv1.AnnPodRestarts, "0"), nil, action{create: true}},
+		{"pod gone while running", target(cdiv1.AnnPodPhase, "Running", cdiv1.AnnPodReady, "true", cdiv1.AnnPodRestarts, "0"), nil,
 			action{annotations: ann("Pending", "false", "0")}},
+		// A new pod, and one the scheduler could not place yet, say what
+		// the claim already says: no write while it is being scheduled.
+		{"pod pending", target(cdiv1.AnnPodPhase, "Pending", cdiv1.AnnPodReady, "false", cdiv1.AnnPodRestarts, "0"),
+			&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, action{}},
+		{"pod unschedulable", target(cdiv1.AnnPodPhase, "Pending", cdiv1.AnnPodReady, "false", cdiv1.AnnPodRestarts, "0"),
+			&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
+				Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available"}}}}, action{}},
 		{"pod ready", target(cdiv1.AnnPodPhase, "Pending", cdiv1.AnnPodReady, "false"), pod(corev1.PodRunning, true, 0),
 			action{annotations: ann("Running", "true", "0")}},
 		{"nothing changed", target(cdiv1.AnnPodPhase, "Running", cdiv1.AnnPodReady, "true", cdiv1.AnnPodRestarts, "0"), pod(corev1.PodRunning, true, 0),
