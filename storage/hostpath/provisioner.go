@@ -60,7 +60,9 @@ const (
 //	PV capacity < request -> claim status: allocated = request,
 //	                         ControllerResizeInProgress; ControllerExpandVolume;
 //	                         PV capacity = what the driver gives
-//	claim capacity < PV's -> claim status: capacity = PV's, resize
+//	claim capacity < PV's, or the claim still marked
+//	ControllerResizeInProgress
+//	                      -> claim status: capacity = PV's, resize
 //	                         statuses and conditions cleared (no node
 //	                         expansion: the controller is on the node)
 //
@@ -303,9 +305,14 @@ func (p *Provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeCl
 		}
 		p.Recorder.Eventf(pvc, nil, corev1.EventTypeNormal, "VolumeResizeSuccessful", "Resize", "Expanded volume %s to %s", pv.Name, want.String())
 	}
+	// Done when the claim has the volume's capacity and is not marked
+	// resizing. A pass that read a stale claim and PV from the cache may
+	// have marked it again after the pass before had finished: its mark is
+	// cleared here, or it would stay for good.
 	got := pvc.Status.Capacity[corev1.ResourceStorage]
 	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
-	if got.Cmp(capacity) >= 0 {
+	resizing := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] == corev1.PersistentVolumeClaimControllerResizeInProgress
+	if got.Cmp(capacity) >= 0 && !resizing {
 		return nil
 	}
 	patch := client.MergeFrom(pvc.DeepCopy())

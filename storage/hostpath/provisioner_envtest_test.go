@@ -149,6 +149,19 @@ func TestProvisionerEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(32<<20), fi.Size(), "the volume's file grew")
 
+	// A pass that read a stale claim and volume from its cache marks the
+	// claim resizing again after the resize is done: the mark is cleared.
+	require.NoError(t, k.Get(ctx, client.ObjectKeyFromObject(mine), mine))
+	mine.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+		corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInProgress}
+	require.NoError(t, k.Status().Update(ctx, mine))
+	waitFor(t, "the stale resize mark cleared", func() bool {
+		var got corev1.PersistentVolumeClaim
+		require.NoError(t, k.Get(ctx, client.ObjectKeyFromObject(mine), &got))
+		q := got.Status.Capacity[corev1.ResourceStorage]
+		return q.Value() == 32<<20 && len(got.Status.AllocatedResourceStatuses) == 0
+	})
+
 	// The PV controller's part: the claim is gone, the volume released.
 	pv.Status.Phase = corev1.VolumeReleased
 	require.NoError(t, k.Status().Update(ctx, pv))
