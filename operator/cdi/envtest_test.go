@@ -25,7 +25,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/operator/cdi"
@@ -40,12 +39,9 @@ import (
 // are reverted; unknown fields and a second CDI are refused by name;
 // deleting the CDI waits for the DataVolumes to go.
 func TestCDIOperatorEnvtest(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 	s := k8s.Scheme()
-	require.NoError(t, cdiv1.AddToScheme(s))
 	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: install.Namespace}}))
 	require.NoError(t, k8s.Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "hostpath-csi",
 		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},

@@ -21,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
@@ -47,12 +46,9 @@ import (
 // admission, see api/cdi/cloneauth) gets its target claim, its size the
 // source's.
 func TestCloneEnvtest(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 	s := k8s.Scheme()
-	require.NoError(t, cdiv1.AddToScheme(s))
 	// The claims' namespaces enforce the restricted PodSecurity level: the
 	// API server's admission refuses a source or upload pod that breaks it.
 	restricted := map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}

@@ -21,7 +21,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	cdicrds "github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/dataimportcron"
 	"github.com/kubevmm/kubevmm/storage/cdi/registry"
@@ -38,10 +37,7 @@ import (
 // DataVolume controller runs: the test reports the imports done itself.
 func TestDataImportCronEnvtest(t *testing.T) {
 	reg := registrytest.Start(t, registrytest.Options{})
-	all, err := cdicrds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
-	require.NoError(t, cdiv1.AddToScheme(k8s.Scheme()))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 
 	rc, err := registry.New(registry.Options{CAs: [][]byte{reg.CA}})

@@ -12,7 +12,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -23,12 +22,9 @@ import (
 // through their phases and go, each change seen without touching the
 // DataSource.
 func TestDataSourceEnvtest(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 	s := k8s.Scheme()
-	require.NoError(t, cdiv1.AddToScheme(s))
 	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	apiserver.Run(t, mgr)

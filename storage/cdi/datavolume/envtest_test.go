@@ -19,7 +19,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
@@ -37,12 +36,9 @@ import (
 // DataVolume; one made before its class and StorageProfile gets its PVC
 // when they appear; deleting a DataVolume leaves no importer pod.
 func TestDataVolumeEnvtest(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 	s := k8s.Scheme()
-	require.NoError(t, cdiv1.AddToScheme(s))
 
 	// The progress an importer serves, on a real socket.
 	progress := &importer.Progress{}

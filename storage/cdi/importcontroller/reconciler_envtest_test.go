@@ -14,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -27,12 +26,9 @@ import (
 // conflict (the pod then waits out the scheduler's backoff). The test
 // plays the scheduler's failed attempts and the kubelet's first word.
 func TestClaimWrittenBeforePod(t *testing.T) {
-	all, err := crds.All()
-	require.NoError(t, err)
-	cfg, k8s := apiserver.Start(t, apiserver.WithCRDs(all...))
+	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
 	s := k8s.Scheme()
-	require.NoError(t, cdiv1.AddToScheme(s))
 	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	rec := apiserver.NewRecorder(mgr.GetClient())
 	require.NoError(t, (&importcontroller.Reconciler{Client: rec, Image: "localhost/kubevmm/cdi-importer:envtest",
