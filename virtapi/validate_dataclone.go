@@ -37,7 +37,7 @@ func (s *Server) validateVMClones(ctx context.Context, req *admissionv1.Admissio
 		if err != nil {
 			return decodeErr(err)
 		}
-		ferr, err := cloneauth.Check(ctx, s.Client, p.Index(i).Child("spec"), ns, spec, cloneauth.User(req.UserInfo))
+		_, ferr, err := cloneauth.Check(ctx, s.Client, p.Index(i).Child("spec"), ns, spec, cloneauth.User(req.UserInfo))
 		if err != nil {
 			return refuse("authorizing the clone: " + err.Error())
 		}

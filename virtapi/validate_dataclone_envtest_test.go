@@ -23,7 +23,8 @@ import (
 // A VM's dataVolumeTemplate cloning from another namespace, asked of a
 // real API server's RBAC: refused naming the template's source.pvc or
 // sourceRef until the VM's creator may create datavolumes/source in the
-// source namespace; a clone within the VM's namespace needs no right.
+// source namespace (a DataSource's, when it is missing); a clone within
+// the VM's namespace needs no right.
 func TestValidateVMClonesEnvtest(t *testing.T) {
 	cdiCRDs, err := crds.All()
 	require.NoError(t, err)
@@ -43,13 +44,15 @@ func TestValidateVMClonesEnvtest(t *testing.T) {
 			UserInfo: authnv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}, Object: runtime.RawExtension{Raw: raw}})
 	}
 	cases := []struct {
-		name, spec, refused string // refused: the field named while alice may not clone from golden
+		name, spec, refused, what string // refused: the field named while alice may not clone from golden, what: the source named
 	}{
-		{"pvc in another namespace", `{"source":{"pvc":{"namespace":"golden","name":"fedora"}},"storage":{}}`, "spec.dataVolumeTemplates[0].spec.source.pvc: Forbidden"},
-		{"sourceRef to a claim in another namespace", `{"sourceRef":{"kind":"DataSource","namespace":"golden","name":"fedora"},"storage":{}}`, "spec.dataVolumeTemplates[0].spec.sourceRef: Forbidden"},
-		{"sourceRef to a missing DataSource", `{"sourceRef":{"kind":"DataSource","namespace":"golden","name":"missing"},"storage":{}}`, ""},
-		{"pvc in the VM's namespace", `{"source":{"pvc":{"name":"golden"}},"storage":{}}`, ""},
-		{"import", dvSpecHTTP, ""},
+		{"pvc in another namespace", `{"source":{"pvc":{"namespace":"golden","name":"fedora"}},"storage":{}}`, "spec.dataVolumeTemplates[0].spec.source.pvc: Forbidden", "PVC golden/fedora"},
+		{"sourceRef to a claim in another namespace", `{"sourceRef":{"kind":"DataSource","namespace":"golden","name":"fedora"},"storage":{}}`, "spec.dataVolumeTemplates[0].spec.sourceRef: Forbidden", "PVC golden/fedora"},
+		// Not there yet (a golden image importing): the namespace it will
+		// be read from is the DataSource's.
+		{"sourceRef to a missing DataSource", `{"sourceRef":{"kind":"DataSource","namespace":"golden","name":"missing"},"storage":{}}`, "spec.dataVolumeTemplates[0].spec.sourceRef: Forbidden", "DataSource golden/missing"},
+		{"pvc in the VM's namespace", `{"source":{"pvc":{"name":"golden"}},"storage":{}}`, "", ""},
+		{"import", dvSpecHTTP, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +63,7 @@ func TestValidateVMClonesEnvtest(t *testing.T) {
 			}
 			require.False(t, resp.Allowed)
 			assert.Contains(t, resp.Result.Message, tc.refused)
-			assert.Contains(t, resp.Result.Message, `user "alice" may not clone PVC golden/fedora`)
+			assert.Contains(t, resp.Result.Message, `user "alice" may not clone `+tc.what)
 		})
 	}
 

@@ -23,6 +23,7 @@ import (
 	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
 	"github.com/kubevmm/kubevmm/storage/cdi/importcontroller"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 )
 
@@ -36,6 +37,8 @@ func main() {
 func run() error {
 	var image, pull, probeAddr, namespace string
 	var leaderElect bool
+	var tokenDir string
+	flag.StringVar(&tokenDir, "token-dir", "/etc/cdi-controller/token", "the token key pair ("+token.PrivateKeyKey+", "+token.PublicKeyKey+"): clone tokens checked and extended")
 	flag.StringVar(&image, "importer-image", "localhost/kubevmm/cdi-importer:devel", "the importer pods' image")
 	var uploadImage, clonerImage string
 	flag.StringVar(&uploadImage, "uploadserver-image", "localhost/kubevmm/cdi-uploadserver:devel", "the upload server pods' image")
@@ -56,6 +59,10 @@ func run() error {
 	}
 	if leaderElect && namespace == "" {
 		return fmt.Errorf("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE)")
+	}
+	signer, verifier, err := token.LoadPair(tokenDir)
+	if err != nil {
+		return err
 	}
 	scheme, err := kvscheme.New()
 	if err != nil {
@@ -79,7 +86,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := (&datavolume.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&datavolume.Reconciler{Client: mgr.GetClient(), Signer: signer, Tokens: verifier}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the DataVolume controller: %w", err)
 	}
 	if err := (&importcontroller.Reconciler{Client: mgr.GetClient(), Image: image, PullPolicy: corev1.PullPolicy(pull)}).SetupWithManager(mgr); err != nil {
@@ -90,7 +97,7 @@ func run() error {
 		return fmt.Errorf("setting up the upload controller: %w", err)
 	}
 	if err := (&clonecontroller.Reconciler{Client: mgr.GetClient(), Namespace: os.Getenv("POD_NAMESPACE"), Image: clonerImage, PullPolicy: corev1.PullPolicy(pull),
-		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: slog.Default().With("controller", "cdi-clone")}).SetupWithManager(mgr); err != nil {
+		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: slog.Default().With("controller", "cdi-clone"), Tokens: verifier}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the clone controller: %w", err)
 	}
 	if err := (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {

@@ -51,6 +51,15 @@ const (
 	AnnCloneSourcePod = GroupName + "/storage.sourceClonePodName"
 	// AnnCloneSourcePhase is the clone source pod's phase.
 	AnnCloneSourcePhase = GroupName + "/storage.clone.sourcePodPhase"
+	// AnnCloneToken on a DataVolume is its clone token (cdi-apiserver's,
+	// storage/cdi/token): the source its creator was authorized to clone
+	// and the DataVolume, valid for minutes.
+	AnnCloneToken = GroupName + "/storage.clone.token"
+	// AnnExtendedCloneToken on a DataVolume and its clone target PVC is
+	// the clone token checked and extended by cdi-controller, bound to
+	// the DataVolume's UID too; the clone controller requires it of a
+	// clone from another namespace.
+	AnnExtendedCloneToken = GroupName + "/storage.extended.clone.token"
 
 	// AnnCreatedBy marks a pod a CDI controller made.
 	AnnCreatedBy = GroupName + "/storage.createdByController"

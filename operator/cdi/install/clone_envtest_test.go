@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
 	"github.com/kubevmm/kubevmm/storage/cdi/serve"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	testapi "github.com/kubevmm/kubevmm/test/apiserver"
 )
 
@@ -39,9 +41,11 @@ import (
 // in the target namespace only may create DataVolumes there (blank, or a
 // clone within it) but is refused a clone from another namespace, by
 // source.pvc or by a sourceRef whose DataSource names a claim there, the
-// refusal naming the field; a sourceRef to a missing DataSource is
-// admitted (the controller waits). Once bound to cdi.kubevirt.io:edit in
-// the source namespace too, the same clones are admitted.
+// refusal naming the field, and so is a sourceRef to a DataSource missing
+// there. Once bound to cdi.kubevirt.io:edit in the source namespace too,
+// the same clones are admitted, each with its clone token (the mutating
+// webhook's), tokens the user wrote are dropped, and an update changing
+// a DataVolume's source is refused naming the field.
 func TestCloneAuthorizationEnvtest(t *testing.T) {
 	var env *envtest.Environment
 	objs := CloneAuthObjects(Config{})
@@ -52,6 +56,8 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 		e.CRDs = append(e.CRDs, cdiCRDs...)
 		e.WebhookInstallOptions.ValidatingWebhooks = []*admissionregistrationv1.ValidatingWebhookConfiguration{
 			objs[0].(*admissionregistrationv1.ValidatingWebhookConfiguration)}
+		e.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{
+			objs[1].(*admissionregistrationv1.MutatingWebhookConfiguration)}
 	})
 	ctx := context.Background()
 	require.NoError(t, cdiv1.AddToScheme(admin.Scheme()))
@@ -61,7 +67,13 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	webhookClient, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
-	s := &apiserver.Server{Client: webhookClient, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	priv, pub, err := token.NewKey()
+	require.NoError(t, err)
+	signer, err := token.NewSigner(priv)
+	require.NoError(t, err)
+	verifier, err := token.NewVerifier(pub)
+	require.NoError(t, err)
+	s := &apiserver.Server{Client: webhookClient, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(wo.LocalServingCertDir, "tls.crt"), filepath.Join(wo.LocalServingCertDir, "tls.key"))
 	require.NoError(t, err)
 	ln, err := tls.Listen("tcp", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)),
@@ -75,7 +87,7 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	}()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	for _, o := range objs[1:] {
+	for _, o := range objs[2:] {
 		require.NoError(t, admin.Create(ctx, o))
 	}
 	for _, ns := range []string{"golden", "target"} {
@@ -106,18 +118,22 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 		return &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: ptr.To("golden"), Name: name}
 	}
 	refused := []struct {
-		name, field string
-		dv          *cdiv1.DataVolume
+		name, field, what string
+		dv                *cdiv1.DataVolume
+		src               types.NamespacedName // what the token grants, once admitted
 	}{
-		{"pvc in another namespace", "spec.source.pvc", dv("cross", pvc("golden"), nil)},
-		{"sourceRef to a claim in another namespace", "spec.sourceRef", dv("by-ref", nil, ref("fedora"))},
+		{"pvc in another namespace", "spec.source.pvc", "PVC golden/fedora", dv("cross", pvc("golden"), nil), types.NamespacedName{Namespace: "golden", Name: "fedora"}},
+		{"sourceRef to a claim in another namespace", "spec.sourceRef", "PVC golden/fedora", dv("by-ref", nil, ref("fedora")), types.NamespacedName{Namespace: "golden", Name: "fedora"}},
+		// Its namespace is the one it will be read from.
+		{"sourceRef to a DataSource missing in another namespace", "spec.sourceRef", "DataSource golden/missing", dv("missing", nil, ref("missing")),
+			types.NamespacedName{Namespace: "golden", Name: "any-claim-there"}},
 	}
 	for _, tc := range refused {
 		t.Run(tc.name+" is refused", func(t *testing.T) {
 			err := alice.Create(ctx, tc.dv.DeepCopy())
 			require.Error(t, err)
 			assert.True(t, apierrors.IsForbidden(err), "%v", err)
-			assert.Contains(t, err.Error(), tc.field+`: Forbidden: user "alice" may not clone PVC golden/fedora`)
+			assert.Contains(t, err.Error(), tc.field+`: Forbidden: user "alice" may not clone `+tc.what)
 		})
 	}
 	for _, tc := range []struct {
@@ -127,7 +143,6 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 		{"blank", dv("blank", &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, nil)},
 		{"pvc in the same namespace", dv("same", pvc("target"), nil)},
 		{"pvc with no namespace", dv("default-ns", pvc(""), nil)},
-		{"sourceRef to a missing DataSource", dv("missing", nil, ref("missing"))},
 	} {
 		t.Run(tc.name+" is admitted", func(t *testing.T) {
 			require.NoError(t, alice.Create(ctx, tc.dv))
@@ -137,7 +152,31 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	bind("golden")
 	for _, tc := range refused {
 		t.Run(tc.name+" is admitted with datavolumes/source there", func(t *testing.T) {
-			require.NoError(t, alice.Create(ctx, tc.dv.DeepCopy()))
+			d := tc.dv.DeepCopy()
+			// Tokens she wrote herself are dropped.
+			d.Annotations = map[string]string{cdiv1.AnnExtendedCloneToken: "mine", "keep": "me"}
+			require.NoError(t, alice.Create(ctx, d))
+			assert.Equal(t, "me", d.Annotations["keep"])
+			assert.NotContains(t, d.Annotations, cdiv1.AnnExtendedCloneToken)
+			p, err := verifier.Verify(d.Annotations[cdiv1.AnnCloneToken], time.Now())
+			require.NoError(t, err, "the clone token")
+			require.NoError(t, p.GrantsClone(tc.src, "target", d.Name))
 		})
 	}
+
+	t.Run("the source cannot change", func(t *testing.T) {
+		d := &cdiv1.DataVolume{}
+		require.NoError(t, alice.Get(ctx, client.ObjectKey{Namespace: "target", Name: "same"}, d))
+		d.Spec.Source.PVC.Namespace = "golden"
+		err := alice.Update(ctx, d)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spec.source: Forbidden: cannot be changed once the DataVolume is created")
+		require.NoError(t, alice.Get(ctx, client.ObjectKey{Namespace: "target", Name: "same"}, d))
+		d.Spec.Source, d.Spec.SourceRef = nil, ref("fedora")
+		require.Error(t, alice.Update(ctx, d))
+		// Other changes do not even reach cdi-apiserver.
+		require.NoError(t, alice.Get(ctx, client.ObjectKey{Namespace: "target", Name: "same"}, d))
+		d.Labels = map[string]string{"a": "b"}
+		require.NoError(t, alice.Update(ctx, d))
+	})
 }

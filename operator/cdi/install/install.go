@@ -95,9 +95,18 @@ func ControllerObjects(c Config) []client.Object {
 	args := []string{"--importer-image=" + c.image("cdi-importer"), "--uploadserver-image=" + c.image("cdi-uploadserver"), "--cloner-image=" + c.image("cdi-cloner"),
 		"--pull-policy=" + string(c.PullPolicy),
 		"--health-probe-bind-address=:8081", "--leader-elect"}
-	return append(rbac(ControllerAccount, ControllerRole, rules), deployment(Controller, ControllerAccount, corev1.Container{
-		Name: "cdi-controller", Image: c.image("cdi-controller"), ImagePullPolicy: c.PullPolicy, Args: args}))
+	dep := deployment(Controller, ControllerAccount, corev1.Container{
+		Name: "cdi-controller", Image: c.image("cdi-controller"), ImagePullPolicy: c.PullPolicy, Args: args})
+	// The token key pair: clone tokens checked and extended (the
+	// DataVolume controller) and extended ones checked (the clone
+	// controller).
+	secretVolume(&dep.Spec.Template.Spec.Containers[0], &dep.Spec.Template.Spec, SecretTokenKey, ControllerTokenDir)
+	return append(rbac(ControllerAccount, ControllerRole, rules), dep)
 }
+
+// ControllerTokenDir is where cdi-controller reads the token key pair
+// (token.PrivateKeyKey, token.PublicKeyKey).
+const ControllerTokenDir = "/etc/cdi-controller/token"
 
 // OperatorConfig says which images the operator and the components use.
 type OperatorConfig struct {

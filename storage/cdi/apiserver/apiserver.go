@@ -58,6 +58,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST "+gv+"/namespaces/{namespace}/"+uploadv1.Resource, s.createToken)
 	mux.HandleFunc("POST "+ValidateDataVolumePath, s.validateDataVolume)
+	mux.HandleFunc("POST "+MutateDataVolumePath, s.mutateDataVolume)
 	return mux
 }
 

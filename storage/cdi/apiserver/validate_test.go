@@ -16,8 +16,8 @@ import (
 )
 
 // The DataVolume webhook's bad input: what is no AdmissionReview is a
-// 400, an undecodable DataVolume is refused saying so, and an update (the
-// webhook registers creates only) is admitted; none reaches the API.
+// 400, an undecodable DataVolume (new or old) is refused saying so, and a
+// delete is admitted; none reaches the API.
 func TestValidateDataVolumeBadInput(t *testing.T) {
 	h := (&Server{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	post := func(body []byte) *httptest.ResponseRecorder {
@@ -44,6 +44,14 @@ func TestValidateDataVolumeBadInput(t *testing.T) {
 	assert.False(t, resp.Allowed)
 	assert.Contains(t, resp.Result.Message, "cannot decode the DataVolume")
 
-	resp = review(admissionv1.AdmissionRequest{UID: "2", Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(`{"spec":3}`)}})
+	resp = review(admissionv1.AdmissionRequest{UID: "2", Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(`{"spec":{}}`)},
+		OldObject: runtime.RawExtension{Raw: []byte(`{"spec":3}`)}})
+	assert.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, "cannot decode the old DataVolume")
+	resp = review(admissionv1.AdmissionRequest{UID: "3", Operation: admissionv1.Update, Object: runtime.RawExtension{Raw: []byte(`{"spec":3}`)},
+		OldObject: runtime.RawExtension{Raw: []byte(`{"spec":{}}`)}})
+	assert.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, "cannot decode the DataVolume")
+	resp = review(admissionv1.AdmissionRequest{UID: "4", Operation: admissionv1.Delete})
 	assert.True(t, resp.Allowed)
 }

@@ -2,8 +2,11 @@
 // cdi-cloner in the clone source pod): the source claim's image (disk.img
 // of a Filesystem volume, the device of a Block one) streamed to the
 // target's upload server over mutual TLS, the client certificate's common
-// name being ClientName, which a clone target's server accepts and no
-// other client (cdi-uploadproxy's certificate is refused there).
+// name being ClientNameFor the target, which that target's server accepts
+// and no other client: not cdi-uploadproxy's certificate, and not another
+// clone's (its Secret is readable in its source's namespace, and one
+// tenant's clone must not write into another's; CDI's per-pair
+// uploadClientName).
 package clone
 
 import (
@@ -17,13 +20,19 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadserver"
 )
 
-// ClientName is the common name of the clone source's client
-// certificate.
+// ClientName is the prefix of the clone sources' client certificates'
+// common names.
 const ClientName = "cdi-clone-source"
+
+// ClientNameFor is the common name of the client certificate of the clone
+// into the target claim of that UID (which no user chooses).
+func ClientNameFor(target types.UID) string { return ClientName + "-" + string(target) }
 
 // ClientTLS is the client side of the mutual TLS: certFile/keyFile
 // presented, the server verified against caFile.

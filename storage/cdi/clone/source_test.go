@@ -23,8 +23,9 @@ import (
 
 // The source image reaches a real upload server over mutual TLS with the
 // clone client's certificate, byte for byte; a client certificate of
-// another name (the upload proxy's) is refused by a clone target's
-// server and nothing is written.
+// another name (the upload proxy's, another clone's of the same CA: one
+// tenant's Secret must not write into another's clone) is refused by a
+// clone target's server and nothing is written.
 func TestSend(t *testing.T) {
 	now := time.Now()
 	cfg := certs.Config{Duration: time.Hour, RenewBefore: time.Minute}
@@ -43,7 +44,7 @@ func TestSend(t *testing.T) {
 	require.NoError(t, err)
 
 	dest := t.TempDir()
-	srv := uploadserver.New(uploadserver.Config{Dest: dest, Size: 4 << 20, ScratchDir: t.TempDir(), ClientName: clone.ClientName},
+	srv := uploadserver.New(uploadserver.Config{Dest: dest, Size: 4 << 20, ScratchDir: t.TempDir(), ClientName: clone.ClientNameFor("target-uid")},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h := httptest.NewUnstartedServer(srv.Handler())
 	h.TLS = serverTLS
@@ -67,16 +68,18 @@ func TestSend(t *testing.T) {
 	url := "https://localhost:" + h.URL[len("https://127.0.0.1:"):]
 	ctx := context.Background()
 
-	proxy := clientTLS("cdi-uploadproxy")
-	tc, err := clone.ClientTLS(filepath.Join(proxy, "tls.crt"), filepath.Join(proxy, "tls.key"), filepath.Join(dir, "ca.crt"))
-	require.NoError(t, err)
 	p := &importer.Progress{}
-	err = clone.Send(ctx, clone.SourcePath(srcDir, ""), url, tc, p)
-	require.ErrorContains(t, err, "401")
-	require.NoFileExists(t, filepath.Join(dest, uploadserver.DiskImage))
+	for _, name := range []string{"cdi-uploadproxy", clone.ClientNameFor("another-uid"), clone.ClientName} {
+		other := clientTLS(name)
+		tc, err := clone.ClientTLS(filepath.Join(other, "tls.crt"), filepath.Join(other, "tls.key"), filepath.Join(dir, "ca.crt"))
+		require.NoError(t, err)
+		err = clone.Send(ctx, clone.SourcePath(srcDir, ""), url, tc, p)
+		require.ErrorContains(t, err, "401", name)
+		require.NoFileExists(t, filepath.Join(dest, uploadserver.DiskImage))
+	}
 
-	src := clientTLS(clone.ClientName)
-	tc, err = clone.ClientTLS(filepath.Join(src, "tls.crt"), filepath.Join(src, "tls.key"), filepath.Join(dir, "ca.crt"))
+	src := clientTLS(clone.ClientNameFor("target-uid"))
+	tc, err := clone.ClientTLS(filepath.Join(src, "tls.crt"), filepath.Join(src, "tls.key"), filepath.Join(dir, "ca.crt"))
 	require.NoError(t, err)
 	require.NoError(t, clone.Send(ctx, clone.SourcePath(srcDir, ""), url, tc, p))
 	require.InDelta(t, 100.0, p.Get(), 0.001)

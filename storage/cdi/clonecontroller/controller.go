@@ -12,9 +12,24 @@
 // they are labelled with the target and removed when the clone is done or
 // the target is gone.
 //
-// States of a target (one reconcile reads the target, its source claim
-// and the source pod, decides with decide, a pure function, and writes):
+// A target is any PVC so annotated, and users can annotate their own
+// claims: the source pod runs with cdi-controller's authority in the
+// source's namespace. So a target whose source is in another namespace
+// must carry cdiv1.AnnExtendedCloneToken, the DataVolume controller's
+// extension of the token cdi-apiserver issued to the DataVolume's creator
+// once it authorized the clone (storage/cdi/token), and must be the claim
+// of that very DataVolume (its name, the token's UID). A claim in the
+// source's own namespace needs none: whoever can make it can mount that
+// namespace's claims in a pod.
 //
+// States of a target (one reconcile reads the target, its source claim,
+// its DataVolume when the source is elsewhere and the source pod, decides
+// with decide, a pure function, and writes):
+//
+//	not authorized              -> no source pod (one there is removed),
+//	                               event CloneValidationFailed and the
+//	                               Running condition False with that
+//	                               reason and why on the target
 //	source claim missing        -> wait (the DataVolume stays CloneScheduled)
 //	source claim used by a pod  -> wait, event CloneSourceInUse on the
 //	                               target (a running VM's disk is not
@@ -72,6 +87,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 	"github.com/kubevmm/kubevmm/storage/cdi/podsecurity"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 	"github.com/kubevmm/kubevmm/storage/cdi/uploadproxy"
 )
@@ -84,8 +100,12 @@ const (
 )
 
 // ReasonSourceInUse is the event on a target whose source claim a pod
-// uses (CDI's).
-const ReasonSourceInUse = "CloneSourceInUse"
+// uses (CDI's). ReasonValidationFailed is the event and Running condition
+// reason on a target not authorized to clone its source (CDI's).
+const (
+	ReasonSourceInUse      = "CloneSourceInUse"
+	ReasonValidationFailed = "CloneValidationFailed"
+)
 
 // waitInterval is how often a clone waiting on its source looks again.
 const waitInterval = 5 * time.Second
@@ -108,6 +128,9 @@ type Reconciler struct {
 	PullPolicy corev1.PullPolicy
 	Recorder   events.EventRecorder
 	Log        *slog.Logger
+	// Tokens checks extended clone tokens; without it no clone from
+	// another namespace is authorized.
+	Tokens *token.Verifier
 }
 
 // SetupWithManager registers the controller: clone targets, and the
@@ -154,11 +177,17 @@ type seen struct {
 	users []string
 	// pod is the clone source pod, nil if none.
 	pod *corev1.Pod
+	// unauthorized is why the target may not clone its source ("" if it
+	// may).
+	unauthorized string
 }
 
 // action is what a reconcile does.
 type action struct {
 	create, cleanup bool
+	// refuse is why the clone is not authorized (an event and the
+	// target's Running condition).
+	refuse string
 	// inUse names the pods using the source (an event, and a wait).
 	inUse []string
 	// wait: look again later (the source claim is not there yet).
@@ -171,6 +200,15 @@ func decide(s seen) action {
 	ann := s.target.Annotations
 	if s.target.DeletionTimestamp != nil || corev1.PodPhase(ann[cdiv1.AnnPodPhase]) == corev1.PodSucceeded {
 		return action{cleanup: s.pod != nil}
+	}
+	if s.unauthorized != "" {
+		a := action{cleanup: s.pod != nil}
+		want := map[string]string{cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: ReasonValidationFailed,
+			cdiv1.AnnRunningConditionMessage: s.unauthorized}
+		if changes(ann, want) {
+			a.refuse, a.annotations = s.unauthorized, want
+		}
+		return a
 	}
 	if s.pod != nil {
 		phase := string(s.pod.Status.Phase)
@@ -222,6 +260,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	s := seen{target: target}
+	unauthorized, err := r.authorize(ctx, target, srcKey)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	s.unauthorized = unauthorized
 	pod := &corev1.Pod{}
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: srcKey.Namespace, Name: PodName(target)}, pod); {
 	case err == nil:
@@ -244,6 +287,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		s.users = users
 	}
 	a := decide(s)
+	if a.refuse != "" {
+		r.Recorder.Eventf(target, nil, corev1.EventTypeWarning, ReasonValidationFailed, "CloneSource", "%s", a.refuse)
+		r.Log.Info("clone refused", "target", req.String(), "source", srcKey.String(), "why", a.refuse)
+	}
 	if len(a.inUse) > 0 {
 		r.Recorder.Eventf(target, nil, corev1.EventTypeNormal, ReasonSourceInUse, "CloneSource", "pod %s/%s using PersistentVolumeClaim %s", srcKey.Namespace, strings.Join(a.inUse, ","), srcKey.Name)
 	}
@@ -277,6 +324,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: waitInterval}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// authorize says why target may not clone the claim src ("" if it may):
+// a source in another namespace needs a valid extended clone token that
+// grants src to the target (token.Payload.GrantsClone), and the target's
+// DataVolume must be the one the token was extended for.
+func (r *Reconciler) authorize(ctx context.Context, target *corev1.PersistentVolumeClaim, src types.NamespacedName) (string, error) {
+	if src.Namespace == target.Namespace {
+		return "", nil
+	}
+	why := func(msg string) string {
+		return fmt.Sprintf("PVC %s/%s may not clone PVC %s: %s", target.Namespace, target.Name, src, msg)
+	}
+	tok, ok := target.Annotations[cdiv1.AnnExtendedCloneToken]
+	switch {
+	case !ok:
+		return why("no clone token (a clone from another namespace is made by a DataVolume whose creator may create datavolumes/source there)"), nil
+	case r.Tokens == nil:
+		return why("cdi-controller has no token key to check its clone token"), nil
+	}
+	p, err := r.Tokens.VerifyExtended(tok, time.Now())
+	if err != nil {
+		return why(err.Error()), nil
+	}
+	if err := p.GrantsClone(src, target.Namespace, target.Name); err != nil {
+		return why(err.Error()), nil
+	}
+	dv := &cdiv1.DataVolume{}
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(target), dv); {
+	case apierrors.IsNotFound(err):
+		return why("its DataVolume is gone"), nil
+	case err != nil:
+		return "", fmt.Errorf("reading the DataVolume of the clone target %s/%s: %w", target.Namespace, target.Name, err)
+	case string(dv.UID) != p.Params[token.ParamTargetUID] || !metav1.IsControlledBy(target, dv):
+		return why("the clone token was issued to another DataVolume"), nil
+	}
+	return "", nil
 }
 
 // users are the pods, other than clone source pods, that use the claim
@@ -347,7 +431,7 @@ func (r *Reconciler) create(ctx context.Context, target, src *corev1.PersistentV
 		return fmt.Errorf("the upload server's Service %s has no cluster IP", svcKey)
 	}
 	ca := certs.KeyPair{Cert: caSecret.Data[corev1.TLSCertKey], Key: caSecret.Data[corev1.TLSPrivateKeyKey]}
-	leaf, err := certs.NewLeaf(ca, certs.Leaf{CommonName: clone.ClientName, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, clientCert, time.Now())
+	leaf, err := certs.NewLeaf(ca, certs.Leaf{CommonName: clone.ClientNameFor(target.UID), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, clientCert, time.Now())
 	if err != nil {
 		return fmt.Errorf("clone client certificate: %w", err)
 	}

@@ -23,6 +23,11 @@ func TestDecide(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "cdi-clone-source-u"}, Status: corev1.PodStatus{Phase: p}}
 	}
 	ready := []string{cdiv1.AnnPodPhase, "Running", cdiv1.AnnPodReady, "true"}
+	refusal := map[string]string{cdiv1.AnnRunningCondition: "false", cdiv1.AnnRunningConditionReason: ReasonValidationFailed, cdiv1.AnnRunningConditionMessage: "no clone token"}
+	var refusalKV []string
+	for k, v := range refusal {
+		refusalKV = append(refusalKV, k, v)
+	}
 	tests := []struct {
 		name string
 		seen seen
@@ -47,6 +52,12 @@ func TestDecide(t *testing.T) {
 			action{}},
 		{"done", seen{target: target(cdiv1.AnnPodPhase, "Succeeded"), source: source, pod: pod(corev1.PodSucceeded)}, action{cleanup: true}},
 		{"done, nothing left", seen{target: target(cdiv1.AnnPodPhase, "Succeeded"), source: source}, action{}},
+		// Not authorized: never a source pod, whatever the server says.
+		{"not authorized", seen{target: target(ready...), source: source, unauthorized: "no clone token"},
+			action{refuse: "no clone token", annotations: refusal}},
+		{"not authorized, said", seen{target: target(append(ready, refusalKV...)...), source: source, unauthorized: "no clone token"}, action{}},
+		{"not authorized, a source pod there", seen{target: target(append(ready, refusalKV...)...), source: source, pod: pod(corev1.PodRunning), unauthorized: "no clone token"},
+			action{cleanup: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

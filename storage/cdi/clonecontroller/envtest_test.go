@@ -21,12 +21,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 	"github.com/kubevmm/kubevmm/storage/cdi/clonecontroller"
 	"github.com/kubevmm/kubevmm/storage/cdi/datasource"
 	"github.com/kubevmm/kubevmm/storage/cdi/datavolume"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
@@ -42,9 +44,13 @@ import (
 // cloned (event CloneSourceInUse) until that pod is gone. A sourceRef
 // waits for its DataSource to be Ready, then clones its PVC; a clone
 // asking no size takes its source's, and a target smaller than its
-// source fails naming both. A source in another namespace (authorized at
-// admission, see api/cdi/cloneauth) gets its target claim, its size the
-// source's.
+// source fails naming both. A source in another namespace, authorized by
+// the clone token cdi-apiserver issues (the test signs it as the webhook
+// does), gets its target claim, its size the source's, and the extended
+// token on both. Refused, with no source pod made: a cross-namespace
+// DataVolume without a token, one whose DataSource (in its own namespace)
+// names a claim elsewhere, a claim annotated as a clone target by its
+// user, and one carrying another clone's extended token.
 func TestCloneEnvtest(t *testing.T) {
 	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
@@ -68,13 +74,20 @@ func TestCloneEnvtest(t *testing.T) {
 		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
 	require.NoError(t, k8s.Status().Update(ctx, sp))
 
+	priv, pub, err := token.NewKey()
+	require.NoError(t, err)
+	signer, err := token.NewSigner(priv)
+	require.NoError(t, err)
+	verifier, err := token.NewVerifier(pub)
+	require.NoError(t, err)
+
 	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
+	require.NoError(t, (&datavolume.Reconciler{Client: mgr.GetClient(), Signer: signer, Tokens: verifier}).SetupWithManager(mgr))
 	require.NoError(t, (&upload.Reconciler{Client: mgr.GetClient(), Namespace: "cdi", Image: "registry/cdi-uploadserver:t", Log: discard}).SetupWithManager(mgr))
 	rec := apiserver.NewRecorder(mgr.GetClient())
 	require.NoError(t, (&clonecontroller.Reconciler{Client: rec, Namespace: "cdi", Image: "registry/cdi-cloner:t",
-		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: discard}).SetupWithManager(mgr))
+		Recorder: mgr.GetEventRecorder("cdi-clone"), Log: discard, Tokens: verifier}).SetupWithManager(mgr))
 	require.NoError(t, (&datasource.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	apiserver.Run(t, mgr)
 
@@ -121,7 +134,7 @@ func TestCloneEnvtest(t *testing.T) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "cdi-upload-copy"}, server)
 		return err == nil, fmt.Sprint(err)
 	})
-	assert.Contains(t, server.Spec.Containers[0].Args, "--client-name="+clone.ClientName)
+	assert.Contains(t, server.Spec.Containers[0].Args, "--client-name="+clone.ClientNameFor(target.UID), "this clone's source, no other")
 	server.Status.Phase = corev1.PodRunning
 	server.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	require.NoError(t, k8s.Status().Update(ctx, server))
@@ -161,7 +174,7 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NotNil(t, block)
 	cert, err := x509.ParseCertificate(block.Bytes)
 	require.NoError(t, err)
-	assert.Equal(t, clone.ClientName, cert.Subject.CommonName)
+	assert.Equal(t, clone.ClientNameFor(target.UID), cert.Subject.CommonName)
 	assert.Equal(t, ca.Cert, secret.Data["ca.crt"])
 
 	// The target is written before the source pod exists, and neither
@@ -231,9 +244,20 @@ func TestCloneEnvtest(t *testing.T) {
 	assert.Contains(t, c.Message, "target PVC small requests 100Mi, less than the size of the source PVC golden/fedora (1Gi)")
 	assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: "small"}, &corev1.PersistentVolumeClaim{})))
 
-	// A source in another namespace gets its claim, at least the source's size.
-	other := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "other"}, Spec: cdiv1.DataVolumeSpec{
-		Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
+	// A source in another namespace gets its claim, at least the source's
+	// size, once its creator's clone token is extended.
+	fromGolden := func(name string) *cdiv1.DataVolume {
+		return &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: name}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}, Storage: &cdiv1.StorageSpec{}}}
+	}
+	issue := func(dv *cdiv1.DataVolume, src cloneauth.Source) { // as cdi-apiserver's webhook
+		tok, err := signer.Sign(token.Clone(src, dv.Namespace, dv.Name), time.Now())
+		require.NoError(t, err)
+		dv.Annotations = map[string]string{cdiv1.AnnCloneToken: tok}
+	}
+	golden1 := cloneauth.Source{Resource: cloneauth.ResourcePVC, Namespace: "golden", Name: "fedora"}
+	other := fromGolden("other")
+	issue(other, golden1)
 	require.NoError(t, k8s.Create(ctx, other))
 	apiserver.WaitFor(t, "target/other's claim", func() (bool, string) {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -244,4 +268,95 @@ func TestCloneEnvtest(t *testing.T) {
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(other), pvc))
 	size = pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	assert.GreaterOrEqual(t, size.Cmp(resource.MustParse("1Gi")), 0, "the claim (%s) holds the 1Gi source", size.String())
+	assert.NotEmpty(t, pvc.Annotations[cdiv1.AnnExtendedCloneToken], "the clone controller checks the extended token on the claim")
+	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(other), other))
+	assert.Equal(t, pvc.Annotations[cdiv1.AnnExtendedCloneToken], other.Annotations[cdiv1.AnnExtendedCloneToken])
+
+	getTarget := func(name string) *cdiv1.DataVolume {
+		got := &cdiv1.DataVolume{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: name}, got))
+		return got
+	}
+	refused := func(name, why string) {
+		t.Helper()
+		var c *cdiv1.DataVolumeCondition
+		apiserver.WaitFor(t, name+" Failed, CloneValidationFailed", func() (bool, string) {
+			got := getTarget(name)
+			c = cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady)
+			return got.Status.Phase == cdiv1.Failed && c != nil && c.Reason == datavolume.ReasonCloneValidationFailed, fmt.Sprintf("%s %+v", got.Status.Phase, c)
+		})
+		assert.Contains(t, c.Message, why)
+		assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: name}, &corev1.PersistentVolumeClaim{})), "no claim for %s", name)
+	}
+	// No token: what a DataVolume created past cdi-apiserver would be.
+	require.NoError(t, k8s.Create(ctx, fromGolden("no-token")))
+	refused("no-token", "DataVolume target/no-token may not clone PVC golden/fedora: no clone token")
+	// Another DataVolume's token.
+	stolen := fromGolden("stolen")
+	issue(stolen, golden1)
+	stolen.Annotations[cdiv1.AnnCloneToken] = other.Annotations[cdiv1.AnnCloneToken]
+	require.NoError(t, k8s.Create(ctx, stolen))
+	refused("stolen", "its clone token grants Clone into target/other, not a clone into this DataVolume")
+	// A DataSource of the user's own namespace (her token names it) that
+	// names a claim elsewhere.
+	require.NoError(t, k8s.Create(ctx, &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "mine"},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "golden", Name: "fedora"}}}}))
+	viaDS := &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: "via-ds"}, Spec: cdiv1.DataVolumeSpec{
+		SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Name: "mine"}, Storage: &cdiv1.StorageSpec{}}}
+	issue(viaDS, cloneauth.Source{Resource: cloneauth.ResourceDataSource, Namespace: "target", Name: "mine"})
+	require.NoError(t, k8s.Create(ctx, viaDS))
+	refused("via-ds", "token grants a clone of datasources target/mine, not of PVC golden/fedora")
+
+	// Claims annotated as clone targets by their user: never a source pod.
+	claim := func(name string, ann map[string]string) *corev1.PersistentVolumeClaim {
+		ann[cdiv1.AnnCloneRequest], ann[cdiv1.AnnUploadRequest] = "golden/fedora", ""
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "target", Name: name, Annotations: ann},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		require.NoError(t, k8s.Create(ctx, pvc))
+		return pvc
+	}
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		why  string
+	}{
+		{"annotated", map[string]string{}, "may not clone PVC golden/fedora: no clone token"},
+		{"copied-token", map[string]string{cdiv1.AnnExtendedCloneToken: other.Annotations[cdiv1.AnnExtendedCloneToken]}, "token grants a clone into target/other, not into target/copied-token"},
+		{"forged-token", map[string]string{cdiv1.AnnExtendedCloneToken: "eyJhbGciOiJub25lIn0.e30."}, "token:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc := claim(tc.name, tc.ann)
+			// Its upload server, ready: the clone would start now.
+			up := &corev1.Pod{}
+			apiserver.WaitFor(t, "the upload server", func() (bool, string) {
+				err := k8s.Get(ctx, client.ObjectKey{Namespace: "target", Name: "cdi-upload-" + tc.name}, up)
+				return err == nil, fmt.Sprint(err)
+			})
+			up.Status.Phase = corev1.PodRunning
+			up.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			require.NoError(t, k8s.Status().Update(ctx, up))
+			// Refused, and still once the upload controller has said the
+			// server is ready (the pass that would make the source pod).
+			apiserver.WaitFor(t, "the refusal on the ready claim", func() (bool, string) {
+				require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc))
+				return pvc.Annotations[cdiv1.AnnRunningConditionReason] == clonecontroller.ReasonValidationFailed && pvc.Annotations[cdiv1.AnnPodReady] == "true",
+					fmt.Sprint(pvc.Annotations)
+			})
+			assert.Contains(t, pvc.Annotations[cdiv1.AnnRunningConditionMessage], tc.why)
+			apiserver.WaitFor(t, "event CloneValidationFailed", func() (bool, string) {
+				evs := &corev1.EventList{}
+				require.NoError(t, k8s.List(ctx, evs, client.InNamespace("target")))
+				for _, e := range evs.Items {
+					if e.Reason == clonecontroller.ReasonValidationFailed && e.InvolvedObject.Name == tc.name {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprint(len(evs.Items), " events")
+			})
+			assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: clonecontroller.PodName(pvc)}, &corev1.Pod{})),
+				"a clone source pod for a claim not authorized")
+			assert.True(t, apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "golden", Name: clonecontroller.PodName(pvc)}, &corev1.Secret{})))
+		})
+	}
 }

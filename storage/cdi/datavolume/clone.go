@@ -3,6 +3,7 @@ package datavolume
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 )
 
 // The reasons a clone's DataVolume waits for (Pending, its conditions
@@ -53,10 +55,86 @@ func (r *Reconciler) resolveSource(ctx context.Context, dv *cdiv1.DataVolume) (*
 	return out, nil, nil
 }
 
+// ReasonCloneValidationFailed fails a DataVolume not authorized to clone
+// its source (CDI's).
+const ReasonCloneValidationFailed = "CloneValidationFailed"
+
+// extendCloneToken is dv's extended clone token, made from the clone
+// token cdi-apiserver issued to its creator (cdiv1.AnnCloneToken) while
+// that is valid and names dv; ok is false when there is none to make
+// (none issued, already extended, not valid, no key).
+func (r *Reconciler) extendCloneToken(dv *cdiv1.DataVolume, now time.Time) (string, bool) {
+	if _, done := dv.Annotations[cdiv1.AnnExtendedCloneToken]; done || r.Signer == nil {
+		return "", false
+	}
+	p, err := r.cloneToken(dv, now)
+	if err != nil {
+		return "", false
+	}
+	p.Params[token.ParamTargetUID] = string(dv.UID)
+	ext, err := r.Signer.Extend(p, now)
+	if err != nil {
+		return "", false
+	}
+	return ext, true
+}
+
+// cloneToken is what dv's clone token grants, or why it grants dv
+// nothing.
+func (r *Reconciler) cloneToken(dv *cdiv1.DataVolume, now time.Time) (token.Payload, error) {
+	tok, ok := dv.Annotations[cdiv1.AnnCloneToken]
+	switch {
+	case !ok:
+		return token.Payload{}, fmt.Errorf("no clone token (cdi-apiserver issues one to a creator who may create datavolumes/source in the source's namespace)")
+	case r.Tokens == nil:
+		return token.Payload{}, fmt.Errorf("cdi-controller has no token key to check its clone token")
+	}
+	p, err := r.Tokens.Verify(tok, now)
+	if err != nil {
+		return token.Payload{}, err
+	}
+	if p.Operation != token.OperationClone || p.Params[token.ParamTargetNamespace] != dv.Namespace || p.Params[token.ParamTargetName] != dv.Name {
+		return token.Payload{}, fmt.Errorf("its clone token grants %s into %s/%s, not a clone into this DataVolume",
+			p.Operation, p.Params[token.ParamTargetNamespace], p.Params[token.ParamTargetName])
+	}
+	return p, nil
+}
+
+// cloneAuthorized says why dv may not clone the claim src of another
+// namespace ("" if it may): its extended clone token must grant src to
+// dv (a DataSource's token, the claims of the DataSource's namespace: one
+// changed after admission to name a claim elsewhere is refused).
+func (r *Reconciler) cloneAuthorized(dv *cdiv1.DataVolume, src client.ObjectKey, now time.Time) string {
+	why := func(msg string) string {
+		return fmt.Sprintf("DataVolume %s/%s may not clone PVC %s: %s", dv.Namespace, dv.Name, src, msg)
+	}
+	ext, ok := dv.Annotations[cdiv1.AnnExtendedCloneToken]
+	switch {
+	case r.Tokens == nil:
+		return why("cdi-controller has no token key to check its clone token")
+	case !ok:
+		if _, err := r.cloneToken(dv, now); err != nil {
+			return why(err.Error())
+		}
+		return why("its clone token was not extended while valid: create the DataVolume again")
+	}
+	p, err := r.Tokens.VerifyExtended(ext, now)
+	if err != nil {
+		return why(err.Error())
+	}
+	if p.Params[token.ParamTargetUID] != string(dv.UID) {
+		return why("the clone token was extended for another DataVolume")
+	}
+	if err := p.GrantsClone(src, dv.Namespace, dv.Name); err != nil {
+		return why(err.Error())
+	}
+	return ""
+}
+
 // cloneSource reads a clone's source claim and gives dv its size when it
 // asks for none (a copy; dv itself when it is no clone). A source in
-// another namespace was authorized at admission (cdi-apiserver's
-// DataVolume webhook, api/cdi/cloneauth).
+// another namespace must be authorized by the DataVolume's clone token
+// (cloneAuthorized).
 func (r *Reconciler) cloneSource(ctx context.Context, dv *cdiv1.DataVolume) (*cdiv1.DataVolume, *corev1.PersistentVolumeClaim, *Waiting, error) {
 	if dv.Spec.Source == nil || dv.Spec.Source.PVC == nil {
 		return dv, nil, nil, nil

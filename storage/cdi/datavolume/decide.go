@@ -17,8 +17,11 @@ type Seen struct {
 	// Claim is the DataVolume's PVC, nil if none.
 	Claim *corev1.PersistentVolumeClaim
 	// Invalid is why the DataVolume cannot have its PVC ("" if it can):
-	// its spec, or the API server refusing the PVC.
+	// its spec, the API server refusing the PVC, a clone not authorized.
 	Invalid string
+	// InvalidReason is the conditions' reason when Invalid
+	// (ErrClaimNotValid if empty).
+	InvalidReason string
 	// Foreign: the PVC of that name is not the DataVolume's.
 	Foreign bool
 	// Progress is what the importer reported ("45.50%"), "" if unread.
@@ -46,10 +49,14 @@ func Status(dv *cdiv1.DataVolume, s Seen, now metav1.Time) cdiv1.DataVolumeStatu
 	}
 	switch {
 	case s.Invalid != "":
+		reason := s.InvalidReason
+		if reason == "" {
+			reason = "ErrClaimNotValid"
+		}
 		st.Phase = cdiv1.Failed
-		set(cdiv1.DataVolumeBound, false, "ErrClaimNotValid", s.Invalid)
-		set(cdiv1.DataVolumeRunning, false, "ErrClaimNotValid", s.Invalid)
-		set(cdiv1.DataVolumeReady, false, "ErrClaimNotValid", s.Invalid)
+		set(cdiv1.DataVolumeBound, false, reason, s.Invalid)
+		set(cdiv1.DataVolumeRunning, false, reason, s.Invalid)
+		set(cdiv1.DataVolumeReady, false, reason, s.Invalid)
 		return st
 	case s.Foreign:
 		msg := "PVC " + dv.Name + " already exists and is not owned by the DataVolume"

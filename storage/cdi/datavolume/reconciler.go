@@ -56,6 +56,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
+	"github.com/kubevmm/kubevmm/storage/cdi/token"
 )
 
 // progressInterval is how often a running import's progress is read.
@@ -64,6 +65,11 @@ const progressInterval = 2 * time.Second
 // Reconciler reconciles DataVolumes.
 type Reconciler struct {
 	Client client.Client
+	// Signer and Tokens extend and check clone tokens (the token key
+	// pair cdi-apiserver signs with); without them no clone from another
+	// namespace is authorized.
+	Signer *token.Signer
+	Tokens *token.Verifier
 	// MetricsPort overrides importer.MetricsPort (tests).
 	MetricsPort int
 }
@@ -76,6 +82,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if dv.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	if ext, ok := r.extendCloneToken(dv, time.Now()); ok {
+		// The token's few minutes may end long before the source is
+		// there: extended now, it is checked when the claim is made.
+		orig := dv.DeepCopy()
+		dv.Annotations[cdiv1.AnnExtendedCloneToken] = ext
+		if err := r.Client.Patch(ctx, dv, client.MergeFrom(orig)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("writing the extended clone token: %w", err)
+		}
+		log.Info("clone token extended")
 		return reconcile.Result{}, nil
 	}
 	var s Seen
@@ -162,6 +179,14 @@ func (r *Reconciler) createClaim(ctx context.Context, dv *cdiv1.DataVolume, s *S
 		}
 		if s.Invalid = tooSmall(pvc, src); s.Invalid != "" {
 			return nil
+		}
+		if src.Namespace != dv.Namespace {
+			if why := r.cloneAuthorized(dv, client.ObjectKeyFromObject(src), time.Now()); why != "" {
+				s.Invalid, s.InvalidReason = why, ReasonCloneValidationFailed
+				return nil
+			}
+			// The clone controller checks it again on the claim.
+			pvc.Annotations[cdiv1.AnnExtendedCloneToken] = dv.Annotations[cdiv1.AnnExtendedCloneToken]
 		}
 	}
 	switch err := r.Client.Create(ctx, pvc); {

@@ -1,8 +1,21 @@
-// Package token makes and checks CDI's upload tokens: a compact JWS
-// (ES256) issued by cdi-apiserver to a user allowed to upload to a PVC,
-// checked by cdi-uploadproxy with the public half of the key. A token
-// names its namespace, PVC and operation, and is valid for Lifetime: it
-// grants one thing briefly, as CDI's do.
+// Package token makes and checks CDI's tokens: a compact JWS (ES256)
+// granting one operation on one object.
+//
+//   - Upload tokens: issued by cdi-apiserver to a user allowed to upload
+//     to a PVC, checked by cdi-uploadproxy with the public half of the key.
+//   - Clone tokens (CDI's cdi.kubevirt.io/storage.clone.token): issued by
+//     cdi-apiserver's DataVolume webhook to a user allowed to clone a
+//     source (a PVC, or a DataSource's) into a target DataVolume, bound to
+//     both. The DataVolume controller checks one while it is fresh and
+//     swaps it for an extended token (cdi.kubevirt.io/storage.extended.clone.token),
+//     the same grant signed by cdi-controller for ExtendedLifetime: a clone
+//     may wait far longer than Lifetime for its source (a golden image
+//     still importing, a VM using the disk). The clone controller runs a
+//     clone source only for a target carrying a token that grants it.
+//
+// A token is valid for Lifetime (CDI's 5 minutes) unless extended: it
+// grants one thing briefly, as CDI's do. The issuer tells the two apart;
+// the upload proxy accepts only cdi-apiserver's.
 package token
 
 import (
@@ -13,14 +26,26 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
 )
 
-// Issuer is CDI's upload token issuer.
-const Issuer = "cdi-apiserver"
+// Issuer is the issuer of the tokens users are given (cdi-apiserver).
+// ExtendedIssuer is cdi-controller's, of extended clone tokens.
+const (
+	Issuer         = "cdi-apiserver"
+	ExtendedIssuer = "cdi-controller"
+)
+
+// ExtendedLifetime is how long an extended clone token is valid.
+const ExtendedLifetime = 10 * 365 * 24 * time.Hour
 
 // Lifetime is how long a token is valid (CDI's 5 minutes).
 const Lifetime = 5 * time.Minute
@@ -29,8 +54,19 @@ const Lifetime = 5 * time.Minute
 // (CDI's 10 seconds).
 const Leeway = 10 * time.Second
 
-// OperationUpload is the one operation upload tokens grant.
-const OperationUpload = "Upload"
+// The operations tokens grant.
+const (
+	OperationUpload = "Upload"
+	OperationClone  = "Clone"
+)
+
+// The Params of a clone token: its target DataVolume (and PVC); an
+// extended token also has the DataVolume's UID.
+const (
+	ParamTargetNamespace = "targetNamespace"
+	ParamTargetName      = "targetName"
+	ParamTargetUID       = "targetUID"
+)
 
 // Secret keys: the operator keeps the private key in one Secret (read by
 // cdi-apiserver) and the public key in another (read by the proxy).
@@ -39,17 +75,26 @@ const (
 	PublicKeyKey  = "id_ecdsa.pub"
 )
 
-// Payload is what a token grants: operation on PVC Name in Namespace.
+// Payload is what a token grants: operation on Resource Name in
+// Namespace, with Params (a clone's target).
 type Payload struct {
-	Operation string `json:"operation"`
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
-	Resource  string `json:"resource"`
+	Operation string            `json:"operation"`
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Resource  string            `json:"resource"`
+	Params    map[string]string `json:"params,omitempty"`
 }
 
 // Upload is the payload granting an upload to PVC ns/name.
 func Upload(ns, name string) Payload {
-	return Payload{Operation: OperationUpload, Name: name, Namespace: ns, Resource: "persistentvolumeclaims"}
+	return Payload{Operation: OperationUpload, Name: name, Namespace: ns, Resource: cloneauth.ResourcePVC}
+}
+
+// Clone is the payload granting a clone of src (what cloneauth.Check
+// authorized) into the DataVolume targetNS/targetName.
+func Clone(src cloneauth.Source, targetNS, targetName string) Payload {
+	return Payload{Operation: OperationClone, Name: src.Name, Namespace: src.Namespace, Resource: src.Resource,
+		Params: map[string]string{ParamTargetNamespace: targetNS, ParamTargetName: targetName}}
 }
 
 // NewKey makes a signing key, PEM-encoded (private, public).
@@ -68,6 +113,28 @@ func NewKey() (priv, pub []byte, err error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), nil
+}
+
+// LoadPair reads the key pair a Secret of PrivateKeyKey and PublicKeyKey
+// mounted at dir holds.
+func LoadPair(dir string) (*Signer, *Verifier, error) {
+	priv, err := os.ReadFile(filepath.Join(dir, PrivateKeyKey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("token key: %w", err)
+	}
+	pub, err := os.ReadFile(filepath.Join(dir, PublicKeyKey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("token public key: %w", err)
+	}
+	s, err := NewSigner(priv)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := NewVerifier(pub)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, v, nil
 }
 
 // Signer signs tokens.
@@ -92,8 +159,21 @@ func NewSigner(privPEM []byte) (*Signer, error) {
 
 // Sign issues a token for p valid from now for Lifetime.
 func (s *Signer) Sign(p Payload, now time.Time) (string, error) {
-	std := jwt.Claims{Issuer: Issuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
-		Expiry: jwt.NewNumericDate(now.Add(Lifetime))}
+	return s.sign(p, Issuer, Lifetime, now)
+}
+
+// Extend issues an extended clone token for p (cdi-controller's, valid
+// for ExtendedLifetime); p must be a clone's.
+func (s *Signer) Extend(p Payload, now time.Time) (string, error) {
+	if p.Operation != OperationClone {
+		return "", fmt.Errorf("token: only clone tokens are extended, not %s", p.Operation)
+	}
+	return s.sign(p, ExtendedIssuer, ExtendedLifetime, now)
+}
+
+func (s *Signer) sign(p Payload, issuer string, lifetime time.Duration, now time.Time) (string, error) {
+	std := jwt.Claims{Issuer: issuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+		Expiry: jwt.NewNumericDate(now.Add(lifetime))}
 	t, err := jwt.Signed(s.s).Claims(std).Claims(p).Serialize()
 	if err != nil {
 		return "", fmt.Errorf("signing the token: %w", err)
@@ -121,9 +201,22 @@ func NewVerifier(pubPEM []byte) (*Verifier, error) {
 	return &Verifier{pub: ek}, nil
 }
 
-// Verify checks a token's signature, issuer and lifetime at now and
-// returns what it grants.
+// Verify checks a token's signature, issuer (cdi-apiserver) and
+// lifetime at now and returns what it grants.
 func (v *Verifier) Verify(tok string, now time.Time) (Payload, error) {
+	return v.verify(tok, Issuer, now)
+}
+
+// VerifyExtended is Verify for an extended clone token (cdi-controller's).
+func (v *Verifier) VerifyExtended(tok string, now time.Time) (Payload, error) {
+	p, err := v.verify(tok, ExtendedIssuer, now)
+	if err == nil && p.Operation != OperationClone {
+		return Payload{}, fmt.Errorf("token: an extended token grants %s, not %s", p.Operation, OperationClone)
+	}
+	return p, err
+}
+
+func (v *Verifier) verify(tok, issuer string, now time.Time) (Payload, error) {
 	t, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		return Payload{}, fmt.Errorf("token: %w", err)
@@ -133,7 +226,7 @@ func (v *Verifier) Verify(tok string, now time.Time) (Payload, error) {
 	if err := t.Claims(v.pub, &std, &p); err != nil {
 		return Payload{}, fmt.Errorf("token: %w", err)
 	}
-	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: Issuer, Time: now}, Leeway); err != nil {
+	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: issuer, Time: now}, Leeway); err != nil {
 		return Payload{}, fmt.Errorf("token: %w", err)
 	}
 	if std.Expiry == nil {
@@ -146,8 +239,29 @@ func (v *Verifier) Verify(tok string, now time.Time) (Payload, error) {
 // what differs.
 func (p Payload) Grants(ns, name string) error {
 	want := Upload(ns, name)
-	if p != want {
+	if p.Operation != want.Operation || p.Resource != want.Resource || p.Namespace != ns || p.Name != name || len(p.Params) > 0 {
 		return fmt.Errorf("token grants %s to %s %s/%s, not %s to %s/%s", p.Operation, p.Resource, p.Namespace, p.Name, want.Operation, ns, name)
 	}
 	return nil
+}
+
+// GrantsClone says whether p allows the DataVolume (and PVC)
+// targetNS/targetName to clone the PVC src: p names that claim, or a
+// DataSource of src's namespace (granting that namespace's claims: the
+// user was authorized for the namespace, datavolumes/source there). The
+// error names what differs.
+func (p Payload) GrantsClone(src types.NamespacedName, targetNS, targetName string) error {
+	if p.Operation != OperationClone {
+		return fmt.Errorf("token grants %s, not %s", p.Operation, OperationClone)
+	}
+	if got := (types.NamespacedName{Namespace: p.Params[ParamTargetNamespace], Name: p.Params[ParamTargetName]}); got.Namespace != targetNS || got.Name != targetName {
+		return fmt.Errorf("token grants a clone into %s, not into %s/%s", got, targetNS, targetName)
+	}
+	switch {
+	case p.Resource == cloneauth.ResourcePVC && p.Namespace == src.Namespace && p.Name == src.Name:
+		return nil
+	case p.Resource == cloneauth.ResourceDataSource && p.Namespace == src.Namespace && p.Name != "":
+		return nil
+	}
+	return fmt.Errorf("token grants a clone of %s %s/%s, not of PVC %s", p.Resource, p.Namespace, p.Name, src)
 }

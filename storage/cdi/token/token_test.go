@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
 )
 
 func newPair(t *testing.T) (*Signer, *Verifier) {
@@ -88,4 +91,61 @@ func TestBadKeys(t *testing.T) {
 	require.Error(t, err)
 	_, err = NewVerifier([]byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"))
 	require.ErrorContains(t, err, "token public key")
+}
+
+// TestClone: a clone token grants its source claim (or its DataSource's
+// namespace's claims) into its target only; an extended token is
+// cdi-controller's, lives ExtendedLifetime, and is no user token.
+func TestClone(t *testing.T) {
+	s, v := newPair(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pvc := Clone(cloneauth.Source{Resource: cloneauth.ResourcePVC, Namespace: "golden", Name: "disk"}, "tenant", "copy")
+	ds := Clone(cloneauth.Source{Resource: cloneauth.ResourceDataSource, Namespace: "os-images", Name: "fedora"}, "tenant", "copy")
+	src := func(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+	for _, tc := range []struct {
+		name       string
+		p          Payload
+		src        types.NamespacedName
+		ns, target string
+		err        string
+	}{
+		{"its claim", pvc, src("golden", "disk"), "tenant", "copy", ""},
+		{"another claim", pvc, src("golden", "other"), "tenant", "copy", "not of PVC golden/other"},
+		{"another namespace", pvc, src("victim", "disk"), "tenant", "copy", "not of PVC victim/disk"},
+		{"another target", pvc, src("golden", "disk"), "tenant", "other", "not into tenant/other"},
+		{"another target namespace", pvc, src("golden", "disk"), "attacker", "copy", "not into attacker/copy"},
+		{"a DataSource's namespace", ds, src("os-images", "fedora-abc123"), "tenant", "copy", ""},
+		{"a DataSource naming another namespace", ds, src("victim", "disk"), "tenant", "copy", "not of PVC victim/disk"},
+		{"an upload token", Upload("golden", "disk"), src("golden", "disk"), "tenant", "copy", "grants Upload"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := s.Sign(tc.p, now)
+			require.NoError(t, err)
+			got, err := v.Verify(tok, now)
+			require.NoError(t, err)
+			if tc.err == "" {
+				require.NoError(t, got.GrantsClone(tc.src, tc.ns, tc.target))
+			} else {
+				require.ErrorContains(t, got.GrantsClone(tc.src, tc.ns, tc.target), tc.err)
+			}
+		})
+	}
+
+	short, err := s.Sign(pvc, now)
+	require.NoError(t, err)
+	ext, err := s.Extend(pvc, now)
+	require.NoError(t, err)
+	_, err = v.VerifyExtended(short, now)
+	require.ErrorContains(t, err, "issuer", "a user's token is no extended one")
+	_, err = v.Verify(ext, now)
+	require.ErrorContains(t, err, "issuer", "an extended token is no user token (the upload proxy refuses it)")
+	got, err := v.VerifyExtended(ext, now.Add(Lifetime+time.Hour))
+	require.NoError(t, err, "an extended token outlives a user's")
+	require.NoError(t, got.GrantsClone(src("golden", "disk"), "tenant", "copy"))
+	_, err = v.VerifyExtended(ext, now.Add(ExtendedLifetime+time.Minute))
+	require.ErrorContains(t, err, "expired")
+	_, err = s.Extend(Upload("ns", "disk"), now)
+	require.ErrorContains(t, err, "only clone tokens")
+	// A clone token is no upload token, even for its source claim.
+	require.Error(t, got.Grants("golden", "disk"))
 }

@@ -286,7 +286,7 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 	// through the proxy.
 	clientName := ProxyClientName
 	if _, ok := pvc.Annotations[cdiv1.AnnCloneRequest]; ok {
-		clientName = clone.ClientName
+		clientName = clone.ClientNameFor(pvc.UID)
 	}
 	args := []string{fmt.Sprintf("--listen=:%d", Port), "--cert-dir=" + certDir, "--client-name=" + clientName, "--scratch=" + scratchDir}
 	ctr := corev1.Container{Name: "cdi-upload-server", Image: r.Image, ImagePullPolicy: r.PullPolicy,

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
-	"github.com/kubevmm/kubevmm/storage/cdi/clone"
 	"github.com/kubevmm/kubevmm/test/podsecuritytest"
 )
 
@@ -78,11 +77,12 @@ func TestUsableSize(t *testing.T) {
 }
 
 // An upload target's server takes the proxy's client certificate; a
-// clone target's takes the clone source's alone.
+// clone target's takes its own clone source's alone (named by the
+// target's UID), not another clone's.
 func TestServerClient(t *testing.T) {
 	r := &Reconciler{Image: "img"}
-	for ann, want := range map[string]string{cdiv1.AnnUploadRequest: ProxyClientName, cdiv1.AnnCloneRequest: clone.ClientName} {
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns", Annotations: map[string]string{ann: "src/disk"}},
+	for ann, want := range map[string]string{cdiv1.AnnUploadRequest: ProxyClientName, cdiv1.AnnCloneRequest: "cdi-clone-source-9b1c"} {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns", UID: "9b1c", Annotations: map[string]string{ann: "src/disk"}},
 			Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 		pod, err := r.pod(pvc, metav1.ObjectMeta{Name: "cdi-upload-t"}, 0.055)
 		require.NoError(t, err)

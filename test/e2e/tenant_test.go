@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tenantBlankDV is a small blank disk, the victim's.
+const tenantBlankDV = `apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: %s
+spec:
+  source:
+    blank: {}
+  storage:
+    resources:
+      requests:
+        storage: 64Mi
+`
+
+// tenantAnnotatedClaim is a claim its user annotates as a clone target of
+// %[2]s (CDI's annotations, as the DataVolume controller writes them on a
+// clone's target) and an upload target, so that an upload server runs for
+// it: what the clone controller once took for a clone to run.
+const tenantAnnotatedClaim = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: %[1]s
+  annotations:
+    k8s.io/CloneRequest: %[2]s
+    cdi.kubevirt.io/storage.upload.target: ""
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 64Mi
+`
+
+// tenantDataSource is a DataSource of the attacker's own namespace naming
+// the victim's claim; tenantSourceRefDV a DataVolume of it.
+const (
+	tenantDataSource = `apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataSource
+metadata:
+  name: mine
+spec:
+  source:
+    pvc:
+      namespace: %s
+      name: disk
+`
+	tenantSourceRefDV = `apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: %s
+spec:
+  sourceRef:
+    kind: DataSource
+    name: mine
+  storage: {}
+`
+)
+
+// TestTenantIsolation: two ordinary users, each with edit in their own
+// namespace only (impersonated: mallory in the attacker's namespace; the
+// victim's namespace is the test's). Every way to have CDI copy the
+// victim's disk into the attacker's namespace is tried and refused: a
+// clone DataVolume (refused at admission, naming spec.source.pvc), a claim
+// annotated as a clone target by its user (the clone controller refuses it
+// with event CloneValidationFailed and makes no clone source pod, even
+// once its upload server is ready), a DataSource of the attacker's own
+// namespace naming the victim's claim (a DataVolume of it is refused at
+// admission naming spec.sourceRef; one admitted before the DataSource
+// existed, its token naming the DataSource, fails CloneValidationFailed
+// and gets no claim), and a DataVolume whose source is changed after it
+// was admitted (refused naming spec.source). The
+// victim's marker never appears in the attacker's namespace, and no clone
+// source pod ever runs in the victim's.
+func TestTenantIsolation(t *testing.T) {
+	freshNamespace(t)
+	victim, attacker := ns, ns+"-attacker"
+	kubectl(t, "delete", "namespace", attacker, "--ignore-not-found", "--wait=true", "--timeout=180s")
+	kubectl(t, "create", "namespace", attacker)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := run(t, "kubectl.sh", "-n", attacker, "get", "dv,pvc,pods,datasources,events", "-o", "wide")
+			t.Logf("the attacker's namespace at failure:\n%s", out)
+			out, _ = run(t, "kubectl.sh", "-n", "cdi", "logs", "deploy/cdi-deployment", "--tail=60")
+			t.Logf("cdi-controller:\n%s", out)
+			return
+		}
+		_, _ = run(t, "kubectl.sh", "delete", "namespace", attacker, "--wait=false")
+	})
+	kubectl(t, "-n", attacker, "create", "rolebinding", "mallory-edit", "--clusterrole=edit", "--user=mallory")
+	mallory := func(args ...string) (string, error) {
+		return run(t, "kubectl.sh", append([]string{"--as=mallory", "-n", attacker}, args...)...)
+	}
+	malloryApply := func(name, body string) (string, error) {
+		f := filepath.Join(t.TempDir(), name+".yaml")
+		require.NoError(t, os.WriteFile(f, []byte(body), 0o600))
+		return mallory("create", "-f", f)
+	}
+	// RBAC hears of the binding a moment after it is made.
+	var can string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && can != "yes"; time.Sleep(time.Second) {
+		can, _ = run(t, "kubectl.sh", "auth", "can-i", "--as=mallory", "-n", attacker, "create", "persistentvolumeclaims")
+		can = strings.TrimSpace(can)
+	}
+	require.Equal(t, "yes", can, "mallory may create claims in her namespace")
+	for _, what := range []string{"persistentvolumeclaims", "datavolumes.cdi.kubevirt.io/source"} {
+		verb := "get"
+		if strings.HasSuffix(what, "/source") {
+			verb = "create"
+		}
+		out, _ := run(t, "kubectl.sh", "auth", "can-i", "--as=mallory", "-n", victim, verb, what)
+		require.Equal(t, "no", strings.TrimSpace(out), "mallory may not %s %s in the victim's namespace", verb, what)
+	}
+
+	// The victim's disk, a marker written into it.
+	applyYAML(t, "disk", fmt.Sprintf(tenantBlankDV, "disk"))
+	wait(t, "dv/disk", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
+	marker := []byte(fmt.Sprintf("kubevmm tenant isolation: the victim's secret %d", time.Now().UnixNano()))
+	f, err := os.OpenFile(diskImage(t, "disk"), os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt(marker, 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	source := victim + "/disk"
+
+	t.Run("clone DataVolume refused at admission", func(t *testing.T) {
+		out, err := malloryApply("direct", fmt.Sprintf(strings.Replace(cdiCloneExample, "cloned-datavolume", "direct", 1), victim))
+		require.Error(t, err, out)
+		assert.Contains(t, out, "spec.source.pvc: Forbidden")
+		assert.Contains(t, out, fmt.Sprintf(`user "mallory" may not clone PVC %s/golden`, victim))
+	})
+
+	t.Run("claim annotated as a clone target", func(t *testing.T) {
+		out, err := malloryApply("stolen", fmt.Sprintf(tenantAnnotatedClaim, "stolen", source))
+		require.NoError(t, err, out)
+		// Its upload server runs (its first consumer binds it) and is
+		// ready: the point where the clone source pod used to start.
+		kubectl(t, "-n", attacker, "wait", "pod/cdi-upload-stolen", "--for=condition=Ready", "--timeout=300s")
+		var events string
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && !strings.Contains(events, "CloneValidationFailed"); time.Sleep(time.Second) {
+			events = kubectl(t, "-n", attacker, "get", "events", "--field-selector", "involvedObject.name=stolen,reason=CloneValidationFailed", "-o", "jsonpath={.items[*].reason} {.items[*].message}")
+		}
+		require.Contains(t, events, "CloneValidationFailed", "the refusal's event on the claim")
+		assert.Contains(t, events, "no clone token")
+		t.Logf("the refusal: %s", events)
+		assert.Equal(t, "CloneValidationFailed", kubectl(t, "-n", attacker, "get", "pvc/stolen", "-o", `jsonpath={.metadata.annotations.cdi\.kubevirt\.io/storage\.condition\.running\.reason}`))
+	})
+
+	t.Run("DataSource of her own naming the victim's claim", func(t *testing.T) {
+		// Made before the DataSource: admitted, its token naming the
+		// DataSource (a golden image not imported yet looks the same).
+		out, err := malloryApply("early", fmt.Sprintf(tenantSourceRefDV, "early"))
+		require.NoError(t, err, out)
+		out, err = malloryApply("mine", fmt.Sprintf(tenantDataSource, victim))
+		require.NoError(t, err, "her own DataSource is hers to write: %s", out)
+		kubectl(t, "-n", attacker, "wait", "dv/early", "--for=jsonpath={.status.phase}=Failed", "--timeout=120s")
+		reason := kubectl(t, "-n", attacker, "get", "dv/early", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason}: {.status.conditions[?(@.type=="Ready")].message}`)
+		assert.Contains(t, reason, "CloneValidationFailed")
+		assert.Contains(t, reason, "not of PVC "+source)
+		out, _ = mallory("get", "pvc/early", "-o", "name")
+		assert.Contains(t, out, "NotFound", "no claim for a clone not authorized")
+		// Made after it: refused at admission.
+		out, err = malloryApply("late", fmt.Sprintf(tenantSourceRefDV, "late"))
+		require.Error(t, err, out)
+		assert.Contains(t, out, fmt.Sprintf(`spec.sourceRef: Forbidden: user "mallory" may not clone PVC %s`, source))
+	})
+
+	t.Run("source changed after admission", func(t *testing.T) {
+		out, err := malloryApply("own", fmt.Sprintf(tenantBlankDV, "own"))
+		require.NoError(t, err, out)
+		out, err = mallory("patch", "dv/own", "--type=json", "-p",
+			fmt.Sprintf(`[{"op":"remove","path":"/spec/source/blank"},{"op":"add","path":"/spec/source/pvc","value":{"namespace":%q,"name":"disk"}}]`, victim))
+		require.Error(t, err, out)
+		assert.Contains(t, out, "spec.source: Forbidden: cannot be changed once the DataVolume is created")
+	})
+
+	t.Run("the victim's bytes never left", func(t *testing.T) {
+		out := kubectl(t, "-n", victim, "get", "pods", "-l", "cdi.kubevirt.io/cloneTarget", "-o", "name")
+		assert.Empty(t, strings.TrimSpace(out), "a clone source pod in the victim's namespace")
+		pool := filepath.Join(hostpathPool(t), "csi")
+		for _, claim := range strings.Fields(kubectl(t, "-n", attacker, "get", "pvc", "-o", "jsonpath={.items[*].spec.volumeName}")) {
+			img, err := os.ReadFile(filepath.Join(pool, claim, "disk.img"))
+			if os.IsNotExist(err) {
+				continue
+			}
+			require.NoError(t, err)
+			assert.False(t, bytes.Contains(img, marker), "the victim's marker in the attacker's volume %s", claim)
+		}
+		img, err := os.ReadFile(diskImage(t, "disk"))
+		require.NoError(t, err)
+		assert.True(t, bytes.Contains(img, marker), "the victim's disk still holds its marker")
+	})
+}
