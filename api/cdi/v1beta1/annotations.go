@@ -51,6 +51,9 @@ const (
 	AnnCloneSourcePod = GroupName + "/storage.sourceClonePodName"
 	// AnnCloneSourcePhase is the clone source pod's phase.
 	AnnCloneSourcePhase = GroupName + "/storage.clone.sourcePodPhase"
+	// LabelCloneTarget marks a clone source pod and its Secret; its value
+	// is the target PVC's UID.
+	LabelCloneTarget = GroupName + "/cloneTarget"
 	// AnnCloneToken on a DataVolume is its clone token (cdi-apiserver's,
 	// storage/cdi/token): the source its creator was authorized to clone
 	// and the DataVolume, valid for minutes.

@@ -95,7 +95,7 @@ import (
 // TargetLabel marks a clone source pod and its Secret; its value is the
 // target PVC's UID. TargetAnnotation is the target's "namespace/name".
 const (
-	TargetLabel      = "cdi.kubevirt.io/cloneTarget"
+	TargetLabel      = cdiv1.LabelCloneTarget
 	TargetAnnotation = "cdi.kubevirt.io/cloneTargetClaim"
 )
 

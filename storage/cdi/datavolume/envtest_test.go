@@ -35,6 +35,9 @@ import (
 // the pod and the scratch PVC. A size that is not positive fails the
 // DataVolume; one made before its class and StorageProfile gets its PVC
 // when they appear; deleting a DataVolume leaves no importer pod.
+// progressPasses is how often a DataVolume in progress is read again.
+const progressPasses = 2 * time.Second
+
 func TestDataVolumeEnvtest(t *testing.T) {
 	cfg, k8s := apiserver.StartCDI(t)
 	ctx := context.Background()
@@ -164,6 +167,41 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	assert.Equal(t, corev1.ConditionTrue, cdiv1.FindDataVolumeCondition(got.Status.Conditions, cdiv1.DataVolumeReady).Status)
 	apiserver.WaitFor(t, "the importer pod gone", gone(pod))
 	apiserver.WaitFor(t, "the scratch PVC gone", gone(scratch))
+
+	// A claim's user can write its annotations: a clone progress is read
+	// only from the claim's own clone source pod, not from a pod of
+	// another namespace the annotation names.
+	t.Run("clone progress from its own source pod only", func(t *testing.T) {
+		require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}))
+		other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "metrics"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+		require.NoError(t, k8s.Create(ctx, other))
+		setPod(other, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"})
+		progress.Set(33)
+		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "peek"}, Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+			PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("500Mi")}}}}}))
+		pvc := &corev1.PersistentVolumeClaim{}
+		apiserver.WaitFor(t, "peek's claim", func() (bool, string) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "peek"}, pvc)
+			return err == nil, fmt.Sprint(err)
+		})
+		require.NoError(t, k8s.Patch(ctx, pvc, client.RawPatch("application/merge-patch+json", []byte(fmt.Sprintf(
+			`{"metadata":{"annotations":{%q:"elsewhere/x",%q:"elsewhere/metrics",%q:"Running"}}}`,
+			cdiv1.AnnCloneRequest, cdiv1.AnnCloneSourcePod, cdiv1.AnnCloneSourcePhase)))))
+		waitPhase("peek", cdiv1.CloneInProgress)
+		// Passes every 2 s while in progress: a few of them.
+		time.Sleep(3 * progressPasses)
+		assert.Equal(t, datavolume.ProgressNA, getDV("peek").Status.Progress, "a progress read from a pod of another namespace")
+		// The same pod, labelled as this claim's clone source: read.
+		require.NoError(t, k8s.Patch(ctx, other, client.RawPatch("application/merge-patch+json",
+			[]byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, cdiv1.LabelCloneTarget, pvc.UID)))))
+		apiserver.WaitFor(t, "peek's progress 33.00%", func() (bool, string) {
+			dv := getDV("peek")
+			return dv.Status.Progress == "33.00%", string(dv.Status.Progress)
+		})
+	})
 
 	t.Run("blank", func(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "blank"}, Spec: cdiv1.DataVolumeSpec{

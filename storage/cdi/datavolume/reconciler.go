@@ -216,6 +216,11 @@ func (r *Reconciler) progress(ctx context.Context, pvc *corev1.PersistentVolumeC
 	if err := r.Client.Get(ctx, key, pod); err != nil {
 		return "", fmt.Errorf("reading pod %s: %w", name, err)
 	}
+	// The claim's user can write its annotations: only this claim's own
+	// clone source pod is asked, no pod of another namespace they name.
+	if key.Namespace != pvc.Namespace && pod.Labels[cdiv1.LabelCloneTarget] != string(pvc.UID) {
+		return "", fmt.Errorf("pod %s is not the clone source of PVC %s/%s", name, pvc.Namespace, pvc.Name)
+	}
 	if pod.Status.PodIP == "" {
 		return "", nil
 	}
