@@ -70,12 +70,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
 	mux.HandleFunc("POST "+PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
 	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) {
-		s.admission(w, r, s.gateHotplugSpecs(false, validateVMI))
+		s.admission(w, r, s.gateSeccomp(false, s.gateHotplugSpecs(false, validateVMI)))
 	})
 	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
-		s.admission(w, r, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		s.admission(w, r, s.gateSeccomp(true, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			return s.validateVMClones(r.Context(), req)
-		}))
+		})))
 	})
 	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })

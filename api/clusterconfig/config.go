@@ -60,6 +60,13 @@ const FeatureGateSameNodeLiveMigration = "SameNodeLiveMigration"
 // they are refused, as KubeVirt refuses them.
 const FeatureGateHotplugVolumes = "HotplugVolumes"
 
+// FeatureGateVMMSeccompOptOut (kubevmm's own gate) lets a VM ask, by its
+// kubevmm.io/seccomp annotation, for its VMM's seccomp filter to log
+// ("log") or not to be installed ("off"). Without it virt-api refuses
+// both: the filter confines a VMM the guest may have subverted, and
+// whether it is there is the cluster admin's choice, not the VM owner's.
+const FeatureGateVMMSeccompOptOut = "VMMSeccompOptOut"
+
 // KubeVirt's defaults (the product's limits, architecture.md).
 const (
 	defaultParallelMigrationsPerCluster      = 5
