@@ -141,7 +141,7 @@ func Watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namesp
 		for _, err := range errs {
 			log.Warn("a VM's MAC is not held", "err", err)
 		}
-		s.Pool.Set(macpool.Owner(vm.Namespace, vm.Name), macs)
+		s.Pool.Confirm(macpool.Owner(vm.Namespace, vm.Name), macs)
 	}
 	vmReg, err := vmInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: onVM, UpdateFunc: func(_, obj any) { onVM(obj) },
@@ -171,6 +171,7 @@ func Watch(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namesp
 		}
 	}
 	log.Info("the MAC pool is rebuilt from the VMs", "collisions", len(s.Pool.Collisions()))
+	go s.expireReservations(ctx)
 	go func() {
 		select {
 		case <-rangeSet:

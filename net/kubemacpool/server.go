@@ -36,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,11 +63,42 @@ type Server struct {
 	Pool    *macpool.Pool
 	CertDir string // tls.crt and tls.key
 	Log     *slog.Logger
+	// ReservationTTL is how long MACs given to a VM not stored yet stay
+	// held (DefaultReservationTTL if 0).
+	ReservationTTL time.Duration
 
 	// mu orders admissions: a dry run gives back what it took before the
 	// next one allocates.
 	mu    sync.Mutex
 	ready atomic.Bool
+}
+
+// DefaultReservationTTL: an API server stores an admitted object within
+// seconds; a minute leaves room for a slow one.
+const DefaultReservationTTL = time.Minute
+
+func (s *Server) reservationTTL() time.Duration {
+	if s.ReservationTTL > 0 {
+		return s.ReservationTTL
+	}
+	return DefaultReservationTTL
+}
+
+// expireReservations frees expired reservations (macpool.Pool.Expire)
+// until ctx ends, a few times per ReservationTTL.
+func (s *Server) expireReservations(ctx context.Context) {
+	t := time.NewTicker(max(s.reservationTTL()/4, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if gone := s.Pool.Expire(now); len(gone) > 0 {
+				s.Log.Info("released the MACs of VMs never stored", "owners", len(gone), "first", gone[0])
+			}
+		}
+	}
 }
 
 // SetReady says the pool is rebuilt and has a range: admissions are
@@ -258,11 +290,23 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 		if name == "" {
 			s.Pool.MarkPending(owner)
 		}
+		s.Pool.Reserve(owner, added(before, s.Pool.Held(owner)), time.Now().Add(s.reservationTTL()))
 		if len(patch) > 0 || len(warnings) > 0 {
 			s.Log.Info("admitted", "vm", owner, "op", req.Operation, "assigned", patch, "collisions", warnings)
 		}
 	}
 	return allow(patch, warnings)
+}
+
+// added are the MACs in after that are not in before.
+func added(before, after []macpool.MAC) []macpool.MAC {
+	var out []macpool.MAC
+	for _, m := range after {
+		if !slices.Contains(before, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // oldInterfaceMACs are an update's old MACs by interface name.

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -149,4 +150,62 @@ func TestAdmitUpdateKeepsMACs(t *testing.T) {
 			assert.Equal(t, tc.want, patch)
 		})
 	}
+}
+
+// TestReservationsExpire: a flood of admissions for VMs that are never
+// stored (anyone on the pod network can send them) drains the pool only
+// for ReservationTTL: their MACs are freed again, while a stored VM keeps
+// its own, and an update of it that is never stored loses only the MAC
+// it added.
+func TestReservationsExpire(t *testing.T) {
+	r, _, err := macpool.ParseRange("02:00:00:00:00:00", "02:00:00:00:00:05")
+	require.NoError(t, err)
+	s := &kubemacpool.Server{Pool: macpool.New(r), Log: slog.New(slog.NewTextHandler(t.Output(), nil)), ReservationTTL: time.Minute}
+	s.SetReady()
+	nic := func(ns, name string, ifaces ...string) *admissionv1.AdmissionRequest {
+		var list []map[string]any
+		for _, i := range ifaces {
+			list = append(list, map[string]any{"name": i, "bridge": map[string]any{}})
+		}
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{"interfaces": list}}}}}})
+		require.NoError(t, err)
+		return &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: ns, Name: name, Object: runtime.RawExtension{Raw: b}}
+	}
+	// A real VM, stored: the watch confirms its MAC.
+	require.True(t, s.Admit(nic("vms", "real", "a")).Allowed)
+	realMACs := s.Pool.Held("vms/real")
+	require.Len(t, realMACs, 1)
+	s.Pool.Confirm("vms/real", realMACs)
+
+	// The flood: made-up VMs until the pool is dry.
+	for i := range 5 {
+		require.True(t, s.Admit(nic("flood", fmt.Sprint("vm", i), "a")).Allowed, "MAC %d", i)
+	}
+	resp := s.Admit(nic("vms", "wanted", "a"))
+	require.False(t, resp.Allowed, "the pool is dry during the flood")
+	assert.Contains(t, resp.Result.Message, "exhausted")
+	// Not yet expired: nothing freed.
+	assert.Empty(t, s.Pool.Expire(time.Now()))
+	// Expired: the flood's MACs are freed, the real VM keeps its own.
+	later := func() time.Time { return time.Now().Add(s.ReservationTTL + time.Second) }
+	assert.Equal(t, []string{"flood/vm0", "flood/vm1", "flood/vm2", "flood/vm3", "flood/vm4"}, s.Pool.Expire(later()))
+	assert.Equal(t, realMACs, s.Pool.Held("vms/real"), "the stored VM's MAC survives the flood's expiry")
+
+	// An update of the real VM adding an interface, never stored: only
+	// the MAC it added is freed.
+	upd := nic("vms", "real", "a", "b")
+	upd.Operation = admissionv1.Update
+	upd.OldObject = runtime.RawExtension{Raw: fmt.Appendf(nil, `{"spec":{"template":{"spec":{"domain":{"devices":{"interfaces":[{"name":"a","macAddress":%q}]}}}}}}`, realMACs[0])}
+	require.True(t, s.Admit(upd).Allowed)
+	require.Len(t, s.Pool.Held("vms/real"), 2)
+	assert.Equal(t, []string{"vms/real"}, s.Pool.Expire(later()))
+	assert.Equal(t, realMACs, s.Pool.Held("vms/real"))
+	// Stored with it, it would have stayed: Confirm ends the reservation.
+	require.True(t, s.Admit(upd).Allowed)
+	s.Pool.Confirm("vms/real", s.Pool.Held("vms/real"))
+	assert.Empty(t, s.Pool.Expire(later()))
+	assert.Len(t, s.Pool.Held("vms/real"), 2)
+
+	require.True(t, s.Admit(nic("vms", "wanted", "a")).Allowed, "the pool has room again")
 }

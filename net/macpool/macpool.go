@@ -17,6 +17,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -101,11 +102,15 @@ type Pool struct {
 	owners  map[MAC][]string            // sorted
 	held    map[string]map[MAC]struct{} // by owner
 	pending map[string]bool
+	// reserved are the MACs admissions gave owners whose VM, as stored,
+	// may not have them (Confirm says), until when they may wait.
+	reserved map[string]map[MAC]time.Time
 }
 
 // New is an empty pool of r.
 func New(r Range) *Pool {
-	return &Pool{r: r, next: r.Start, owners: map[MAC][]string{}, held: map[string]map[MAC]struct{}{}, pending: map[string]bool{}}
+	return &Pool{r: r, next: r.Start, owners: map[MAC][]string{}, held: map[string]map[MAC]struct{}{}, pending: map[string]bool{},
+		reserved: map[string]map[MAC]time.Time{}}
 }
 
 // Range is the pool's current range.
@@ -185,7 +190,64 @@ func (p *Pool) Set(owner string, macs []MAC) {
 	}
 }
 
-// Release frees what owner holds.
+// Confirm is Set for a VM as stored (the watch saw it): it holds macs
+// until it changes or is deleted (Release), none of them reserved.
+func (p *Pool) Confirm(owner string, macs []MAC) {
+	p.Set(owner, macs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.reserved, owner)
+}
+
+// Reserve says an admission gave owner macs that its VM, as stored, may
+// never have (another webhook may refuse it, or the caller was no API
+// server at all): unless the VM is stored with them (Confirm) by
+// deadline, Expire frees them, as upstream's reservations expire. Only
+// the MACs an admission added are reserved: what a stored VM held before
+// stays its own.
+func (p *Pool) Reserve(owner string, macs []MAC, deadline time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range macs {
+		if _, ok := p.held[owner][m]; !ok {
+			continue
+		}
+		if p.reserved[owner] == nil {
+			p.reserved[owner] = map[MAC]time.Time{}
+		}
+		p.reserved[owner][m] = deadline
+	}
+}
+
+// Expire frees the reserved MACs whose reservation ended before now and
+// returns their owners, sorted.
+func (p *Pool) Expire(now time.Time) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for o, ms := range p.reserved {
+		n := 0
+		for m, d := range ms {
+			if d.Before(now) {
+				delete(ms, m)
+				if _, ok := p.held[o][m]; ok {
+					p.drop(o, m)
+					n++
+				}
+			}
+		}
+		if len(ms) == 0 {
+			delete(p.reserved, o)
+		}
+		if n > 0 {
+			out = append(out, o)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Release frees what owner holds (its VM is deleted).
 func (p *Pool) Release(owner string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -233,7 +295,7 @@ func (p *Pool) Rebuild(vms []v1.VirtualMachine) []error {
 	for i := range vms {
 		macs, bad := VMMACs(&vms[i])
 		errs = append(errs, bad...)
-		p.Set(Owner(vms[i].Namespace, vms[i].Name), macs)
+		p.Confirm(Owner(vms[i].Namespace, vms[i].Name), macs)
 	}
 	return errs
 }
@@ -335,6 +397,7 @@ func (p *Pool) release(owner string) {
 		p.drop(owner, m)
 	}
 	delete(p.pending, owner)
+	delete(p.reserved, owner)
 }
 
 func (p *Pool) others(owner string, m MAC) []string {
