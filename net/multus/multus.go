@@ -255,6 +255,9 @@ func confList(b []byte, name string) (*libcni.NetworkConfigList, error) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("config is not a JSON object: %w", err)
 	}
+	if raw == nil { // "null" decodes into a nil map (FuzzNADConfig)
+		return nil, fmt.Errorf("config is not a JSON object: null")
+	}
 	if _, ok := raw["name"]; !ok && name != "" {
 		raw["name"] = name
 	}
