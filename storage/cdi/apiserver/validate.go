@@ -102,18 +102,19 @@ type admissionDV struct {
 // changes the source, which a clone's authorization and token name
 // (upstream's webhook refuses it too), and otherwise admitted.
 func (s *Server) reviewDataVolume(r *http.Request, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, *admissionDV) {
-	dv := &cdiv1.DataVolume{}
 	if req.Operation == admissionv1.Update {
 		return reviewUpdate(req), nil
 	}
 	if req.Operation != admissionv1.Create {
 		return &admissionv1.AdmissionResponse{Allowed: true}, nil
 	}
+	dv := &cdiv1.DataVolume{}
 	if err := json.Unmarshal(req.Object.Raw, dv); err != nil {
 		return refused(http.StatusBadRequest, metav1.StatusReasonBadRequest, "cannot decode the DataVolume: "+err.Error(), nil), nil
 	}
 	if dv.Name == "" {
-		// generateName: the name is not known yet, and a token names it.
+		// The request names it where the object does not; a token names
+		// the DataVolume it is for.
 		dv.Name = req.Name
 	}
 	src, ferr, err := cloneauth.Check(r.Context(), s.Client, field.NewPath("spec"), req.Namespace, &dv.Spec, cloneauth.User(req.UserInfo))
