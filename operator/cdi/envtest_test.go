@@ -90,6 +90,10 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 	assert.Equal(t, c.UID, dep.OwnerReferences[0].UID)
 	assert.Equal(t, "localhost/kubevmm/cdi-controller:envtest", dep.Spec.Template.Spec.Containers[0].Image)
 	assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--importer-image=localhost/kubevmm/cdi-importer:envtest")
+	// The token key pair, which the DataVolume and clone controllers check
+	// and extend clone tokens with.
+	assert.Contains(t, dep.Spec.Template.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: install.SecretTokenKey, MountPath: install.ControllerTokenDir, ReadOnly: true})
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
 	require.NoError(t, k8s.Status().Update(ctx, dep))
 	for _, n := range []string{install.APIServer, install.UploadProxy} {
@@ -150,6 +154,11 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		require.Len(t, vwc.Webhooks, 1)
 		assert.Equal(t, ca, vwc.Webhooks[0].ClientConfig.CABundle, "the DataVolume webhook is cdi-apiserver, trusted by the upload CA")
 		assert.Equal(t, admissionregistrationv1.Fail, *vwc.Webhooks[0].FailurePolicy, "no clone slips past a cdi-apiserver that is down")
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: install.DataVolumeMutatingWebhook}, mwc))
+		require.Len(t, mwc.Webhooks, 1)
+		assert.Equal(t, ca, mwc.Webhooks[0].ClientConfig.CABundle, "the clone token webhook is cdi-apiserver, trusted by the upload CA")
+		assert.Equal(t, admissionregistrationv1.Fail, *mwc.Webhooks[0].FailurePolicy, "no clone goes without its token")
 	})
 
 	t.Run("CDIConfig", func(t *testing.T) {
