@@ -73,8 +73,9 @@ type Server struct {
 	ready atomic.Bool
 }
 
-// DefaultReservationTTL: an API server stores an admitted object within
-// seconds; a minute leaves room for a slow one.
+// DefaultReservationTTL is how long reserved MACs wait for their VM: an
+// API server stores an admitted object within seconds, and a minute
+// leaves room for a slow one.
 const DefaultReservationTTL = time.Minute
 
 func (s *Server) reservationTTL() time.Duration {

@@ -56,13 +56,6 @@ func deployed(t *testing.T) []client.Object {
 	return out
 }
 
-// grant is one rule of a component's role.
-type grant struct {
-	// Who: "ClusterRole NAME" (cluster-wide) or "Role NS/NAME".
-	Who  string
-	Rule rbacv1.PolicyRule
-}
-
 // roles are every component role with its rules, by who holds them. The
 // roles rendered as objects, and those components build at run time
 // (virt-handler's from its markers, kubemacpool's and the template

@@ -47,30 +47,24 @@ func Status(dv *cdiv1.DataVolume, s Seen, now metav1.Time) cdiv1.DataVolumeStatu
 	if st.Progress == "" {
 		st.Progress = ProgressNA
 	}
-	switch {
-	case s.Invalid != "":
-		reason := s.InvalidReason
-		if reason == "" {
-			reason = "ErrClaimNotValid"
+	// none is the DataVolume with no claim to follow: all three
+	// conditions False for the same reason.
+	none := func(phase cdiv1.DataVolumePhase, reason, msg string) cdiv1.DataVolumeStatus {
+		st.Phase = phase
+		for _, t := range []cdiv1.DataVolumeConditionType{cdiv1.DataVolumeBound, cdiv1.DataVolumeRunning, cdiv1.DataVolumeReady} {
+			set(t, false, reason, msg)
 		}
-		st.Phase = cdiv1.Failed
-		set(cdiv1.DataVolumeBound, false, reason, s.Invalid)
-		set(cdiv1.DataVolumeRunning, false, reason, s.Invalid)
-		set(cdiv1.DataVolumeReady, false, reason, s.Invalid)
 		return st
+	}
+	switch {
+	case s.Invalid != "" && s.InvalidReason != "":
+		return none(cdiv1.Failed, s.InvalidReason, s.Invalid)
+	case s.Invalid != "":
+		return none(cdiv1.Failed, "ErrClaimNotValid", s.Invalid)
 	case s.Foreign:
-		msg := "PVC " + dv.Name + " already exists and is not owned by the DataVolume"
-		st.Phase = cdiv1.Pending
-		set(cdiv1.DataVolumeBound, false, "ErrResourceExists", msg)
-		set(cdiv1.DataVolumeRunning, false, "ErrResourceExists", msg)
-		set(cdiv1.DataVolumeReady, false, "ErrResourceExists", msg)
-		return st
+		return none(cdiv1.Pending, "ErrResourceExists", "PVC "+dv.Name+" already exists and is not owned by the DataVolume")
 	case s.Claim == nil && s.Waiting != nil:
-		st.Phase = cdiv1.Pending
-		set(cdiv1.DataVolumeBound, false, s.Waiting.Reason, s.Waiting.Message)
-		set(cdiv1.DataVolumeRunning, false, s.Waiting.Reason, s.Waiting.Message)
-		set(cdiv1.DataVolumeReady, false, s.Waiting.Reason, s.Waiting.Message)
-		return st
+		return none(cdiv1.Pending, s.Waiting.Reason, s.Waiting.Message)
 	case s.Claim == nil:
 		st.Phase = cdiv1.Pending
 		set(cdiv1.DataVolumeBound, false, "NotFound", "PVC "+dv.Name+" not found")

@@ -35,6 +35,14 @@ import (
 // the pod and the scratch PVC. A size that is not positive fails the
 // DataVolume; one made before its class and StorageProfile gets its PVC
 // when they appear; deleting a DataVolume leaves no importer pod.
+// blankDV is a blank DataVolume of 500Mi in default.
+func blankDV(name string) *cdiv1.DataVolume {
+	return &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: cdiv1.DataVolumeSpec{
+		Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
+		PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("500Mi")}}}}}
+}
+
 // progressPasses is how often a DataVolume in progress is read again.
 const progressPasses = 2 * time.Second
 
@@ -178,10 +186,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, other))
 		setPod(other, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1"})
 		progress.Set(33)
-		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "peek"}, Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
-			PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("500Mi")}}}}}))
+		require.NoError(t, k8s.Create(ctx, blankDV("peek")))
 		pvc := &corev1.PersistentVolumeClaim{}
 		apiserver.WaitFor(t, "peek's claim", func() (bool, string) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "peek"}, pvc)
@@ -204,10 +209,7 @@ func TestDataVolumeEnvtest(t *testing.T) {
 	})
 
 	t.Run("blank", func(t *testing.T) {
-		require.NoError(t, k8s.Create(ctx, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "blank"}, Spec: cdiv1.DataVolumeSpec{
-			Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}},
-			PVC: &corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("500Mi")}}}}}))
+		require.NoError(t, k8s.Create(ctx, blankDV("blank")))
 		pod := getPod("importer-blank")
 		assert.Len(t, pod.Spec.Volumes, 1, "no scratch space for a blank image")
 		assert.Contains(t, pod.Spec.Containers[0].Env, corev1.EnvVar{Name: importer.EnvSource, Value: "none"})
