@@ -67,11 +67,7 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	webhookClient, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
-	priv, pub, err := token.NewKey()
-	require.NoError(t, err)
-	signer, err := token.NewSigner(priv)
-	require.NoError(t, err)
-	verifier, err := token.NewVerifier(pub)
+	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
 	s := &apiserver.Server{Client: webhookClient, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(wo.LocalServingCertDir, "tls.crt"), filepath.Join(wo.LocalServingCertDir, "tls.key"))

@@ -48,11 +48,7 @@ func TestUploadTokenRequest(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(proxyCA.Cert)
 
-	priv, pub, err := token.NewKey()
-	require.NoError(t, err)
-	signer, err := token.NewSigner(priv)
-	require.NoError(t, err)
-	verifier, err := token.NewVerifier(pub)
+	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
 	s := &Server{Auth: &frontproxy.Authenticator{CAs: pool, Names: []string{"front-proxy-client"}, UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}},
 		Client: c, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -43,11 +43,7 @@ func TestDataVolumeWebhooksEnvtest(t *testing.T) {
 	}
 	require.NoError(t, c.Create(ctx, &cdiv1.DataSource{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "fedora"},
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora-abc"}}}}))
-	priv, pub, err := token.NewKey()
-	require.NoError(t, err)
-	signer, err := token.NewSigner(priv)
-	require.NoError(t, err)
-	verifier, err := token.NewVerifier(pub)
+	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
 	h := (&Server{Client: c, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	alice := authnv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}

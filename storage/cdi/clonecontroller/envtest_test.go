@@ -74,11 +74,7 @@ func TestCloneEnvtest(t *testing.T) {
 		VolumeMode: ptr.To(corev1.PersistentVolumeFilesystem)}}
 	require.NoError(t, k8s.Status().Update(ctx, sp))
 
-	priv, pub, err := token.NewKey()
-	require.NoError(t, err)
-	signer, err := token.NewSigner(priv)
-	require.NoError(t, err)
-	verifier, err := token.NewVerifier(pub)
+	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
 
 	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})

@@ -115,6 +115,21 @@ func NewKey() (priv, pub []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), nil
 }
 
+// NewPair makes a new key pair and its Signer and Verifier (tests; the
+// operator keeps the PEM halves NewKey makes).
+func NewPair() (*Signer, *Verifier, error) {
+	priv, pub, err := NewKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := NewSigner(priv)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := NewVerifier(pub)
+	return s, v, err
+}
+
 // LoadPair reads the key pair a Secret of PrivateKeyKey and PublicKeyKey
 // mounted at dir holds.
 func LoadPair(dir string) (*Signer, *Verifier, error) {
