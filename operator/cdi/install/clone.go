@@ -48,14 +48,17 @@ func CloneAuthObjects(c Config) []client.Object {
 			Rule: admissionregistrationv1.Rule{APIGroups: []string{cdiv1.GroupName}, APIVersions: []string{cdiv1.GroupVersion.Version},
 				Resources: []string{"datavolumes"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)}}}
 	}
+	// Both webhooks are cdi-apiserver, trusted by the upload CA.
+	clientConfig := func(path string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{CABundle: c.UploadCA,
+			Service: &admissionregistrationv1.ServiceReference{Namespace: Namespace, Name: APIServerService, Path: ptr.To(path), Port: ptr.To[int32](443)}}
+	}
 	webhook := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeWebhook},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "datavolume-validate.cdi.kubevirt.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: c.UploadCA,
-				Service: &admissionregistrationv1.ServiceReference{Namespace: Namespace, Name: APIServerService,
-					Path: ptr.To(apiserver.ValidateDataVolumePath), Port: ptr.To[int32](443)}},
-			Rules: rule(admissionregistrationv1.Create, admissionregistrationv1.Update), FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			Name:         "datavolume-validate.cdi.kubevirt.io",
+			ClientConfig: clientConfig(apiserver.ValidateDataVolumePath),
+			Rules:        rule(admissionregistrationv1.Create, admissionregistrationv1.Update), FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone), AdmissionReviewVersions: []string{"v1"},
 			// Only a create that may clone from another namespace, or an
 			// update of the source: other DataVolumes (imports, uploads,
@@ -67,11 +70,9 @@ func CloneAuthObjects(c Config) []client.Object {
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta: tm("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeMutatingWebhook},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "datavolume-mutate.cdi.kubevirt.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: c.UploadCA,
-				Service: &admissionregistrationv1.ServiceReference{Namespace: Namespace, Name: APIServerService,
-					Path: ptr.To(apiserver.MutateDataVolumePath), Port: ptr.To[int32](443)}},
-			Rules: rule(admissionregistrationv1.Create), FailurePolicy: ptr.To(admissionregistrationv1.Fail), SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone),
+			Name:         "datavolume-mutate.cdi.kubevirt.io",
+			ClientConfig: clientConfig(apiserver.MutateDataVolumePath),
+			Rules:        rule(admissionregistrationv1.Create), FailurePolicy: ptr.To(admissionregistrationv1.Fail), SideEffects: ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"}, ReinvocationPolicy: ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 			// A DataVolume with a token or an extended token it was not
 			// given comes too: they are dropped.
