@@ -205,6 +205,27 @@ func cmdSnapshot(args []string, stdout io.Writer) (int, error) {
 	return exitOK, nil
 }
 
+// migrateRequest is the request `vmm migrate` sends, checked as it is
+// built from the flags.
+type migrateRequest api.MigrateRequest
+
+// setLimits sets the bandwidth cap (bw as parseSize reads it, "" for
+// none) and the pre-copy round limit, refusing what makes no sense.
+func (r *migrateRequest) setLimits(bw string, maxRounds int) error {
+	if maxRounds < 1 {
+		return usagef("migrate: --max-rounds %d: want at least 1", maxRounds)
+	}
+	r.MaxRounds = maxRounds
+	if bw != "" {
+		b, err := parseSize(bw)
+		if err != nil || b < 1<<20 {
+			return usagef("migrate: --bandwidth %q: want at least 1M", bw)
+		}
+		r.BandwidthMBps = int64(b >> 20)
+	}
+	return nil
+}
+
 func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("vmm migrate", flag.ContinueOnError)
 	sock := clientFlags(fs)
@@ -217,6 +238,7 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	postCopy := fs.Bool("post-copy", false, "when pre-copy does not converge (2 rounds; with --auto-converge, at full throttle), run the guest on the target at once and fetch the rest on demand; a failure after that loses the guest")
 	progressTimeout := fs.Duration("progress-timeout", 150*time.Second, "give up when no progress is made for this long")
 	timeout := fs.Duration("timeout", 0, "give up after this long in total (0: never)")
+	maxRounds := fs.Int("max-rounds", 30, "pre-copy rounds after which the final copy is forced, however long the pause")
 	cancelIt := fs.Bool("cancel", false, "cancel the migration in progress instead (the VM keeps running here); so does Ctrl-C while migrating")
 	if done, err := parseFlags(fs, "migrate", "--api SOCKET --to ADDR [flags] | --api SOCKET --cancel", args, stdout); done || err != nil {
 		return exitOK, err
@@ -238,14 +260,10 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	req := api.MigrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge, PostCopy: *postCopy,
+	req := migrateRequest{To: *to, DowntimeMs: downtime.Milliseconds(), AutoConverge: *autoConverge, PostCopy: *postCopy,
 		ProgressTimeout: int64(progressTimeout.Seconds()), Timeout: int64(timeout.Seconds()), TLS: files}
-	if *bw != "" {
-		b, err := parseSize(*bw)
-		if err != nil || b < 1<<20 {
-			return 0, usagef("migrate: --bandwidth %q: want at least 1M", *bw)
-		}
-		req.BandwidthMBps = int64(b >> 20)
+	if err := req.setLimits(*bw, *maxRounds); err != nil {
+		return 0, err
 	}
 	// Interrupting the command cancels the migration, as with virsh: a
 	// migration nobody watches is not left running. A signal that comes
@@ -254,7 +272,7 @@ func cmdMigrate(args []string, stdout io.Writer) (int, error) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	ctx := context.Background()
-	if err := c.Migrate(ctx, req); err != nil {
+	if err := c.Migrate(ctx, api.MigrateRequest(req)); err != nil {
 		return exitGuest, fmt.Errorf("migrate: %w", err)
 	}
 	go func() {

@@ -85,13 +85,17 @@ type consoleClient struct {
 	mu   sync.Mutex
 	out  bytes.Buffer
 	more chan struct{}
+	// closed is closed when the console's stream ends: the VMM exited
+	// or handed its guest over to a migration target.
+	closed chan struct{}
 }
 
 func attach(t *testing.T, path string, p *vmmProc) *consoleClient {
 	t.Helper()
-	c := &consoleClient{t: t, conn: dialWhenReady(t, path, p.exited), more: make(chan struct{}, 1)}
+	c := &consoleClient{t: t, conn: dialWhenReady(t, path, p.exited), more: make(chan struct{}, 1), closed: make(chan struct{})}
 	t.Cleanup(func() { c.conn.Close() })
 	go func() {
+		defer close(c.closed)
 		buf := make([]byte, 4096)
 		for {
 			n, err := c.conn.Read(buf)
@@ -118,6 +122,7 @@ func (c *consoleClient) waitFor(re *regexp.Regexp, from int) ([]string, int) {
 	// on hosts that emulate guest kernel mode, and `make test` boots
 	// several guests at once on two cores
 	deadline := time.After(20 * time.Minute)
+	ended := false
 	for {
 		c.mu.Lock()
 		s := c.out.String()
@@ -133,8 +138,13 @@ func (c *consoleClient) waitFor(re *regexp.Regexp, from int) ([]string, int) {
 				return m, from + loc[1]
 			}
 		}
+		if ended {
+			c.t.Fatalf("the console closed (the VMM exited or handed its guest over) before showing %v; output:\n%s", re, s)
+		}
 		select {
 		case <-c.more:
+		case <-c.closed:
+			ended = true // look once more at what came before the end
 		case <-deadline:
 			c.t.Fatalf("console never showed %v; output:\n%s", re, s)
 		}

@@ -127,6 +127,8 @@ func TestBadInputIsOneLineAndStatus2(t *testing.T) {
 		{"bad on-reboot", []string{"run", "--kernel", garbage, "--on-reboot", "halt"}, "--on-reboot \"halt\""},
 		{"restore reset without kernel", []string{"restore", "--snapshot", "/nonexistent", "--on-reboot", "reset"}, "needs --kernel"},
 		{"initrd missing", []string{"run", "--kernel", garbage, "--initrd", "/nonexistent/initrd"}, "--initrd"},
+		{"no pre-copy rounds", []string{"migrate", "--api", "/nonexistent.api", "--to", "unix:/nonexistent.mig", "--max-rounds", "0"}, "--max-rounds 0: want at least 1"},
+		{"bandwidth under 1M", []string{"migrate", "--api", "/nonexistent.api", "--to", "unix:/nonexistent.mig", "--bandwidth", "64K"}, "--bandwidth \"64K\": want at least 1M"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assertOneLineError(t, vmm(t, tc.args...), tc.want)

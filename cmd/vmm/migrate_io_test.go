@@ -105,7 +105,13 @@ func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 	_, pos := ca.waitFor(kvRE("ready"), 0)
 	b := startVMM(t, "run", "--incoming", "unix:"+sock("b.mig"), "--console", "socket:"+sock("b.con"), "--api", sock("b.api"))
 	waitForFile(t, sock("b.mig"), b)
-	mig := vmmCommand("migrate", "--api", sock("a.api"), "--to", "unix:"+sock("b.mig"), "--bandwidth", "1M")
+	// Pre-copy must outlast the guest's I/O however slow the host: by
+	// default it is cut short after 30 rounds (stop-and-copy forced, the
+	// I/O would finish on the target) or fails after 150 s without
+	// progress (the writer keeps the dirty set level). Rounds take ~7 s
+	// here; under `make test`'s load the I/O has taken longer than 30.
+	mig := vmmCommand("migrate", "--api", sock("a.api"), "--to", "unix:"+sock("b.mig"), "--bandwidth", "1M",
+		"--max-rounds", "100000", "--progress-timeout", "30m")
 	var migOut bytes.Buffer
 	mig.Stdout, mig.Stderr = &migOut, &migOut
 	require.NoError(t, mig.Start())

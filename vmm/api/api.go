@@ -121,6 +121,7 @@ type MigrateRequest struct {
 	AutoConverge    bool   `json:"auto_converge,omitempty"`      //
 	ProgressTimeout int64  `json:"progress_timeout_s,omitempty"` // default 150
 	Timeout         int64  `json:"timeout_s,omitempty"`          // completion timeout (0: none)
+	MaxRounds       int    `json:"max_rounds,omitempty"`         // pre-copy rounds before stop-and-copy is forced (default 30)
 	// TLS authenticates the stream to a tcp: target with mutual TLS 1.3;
 	// the VMM reads the files. Without it a tcp: stream is plaintext and
 	// unauthenticated.

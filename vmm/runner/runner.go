@@ -328,6 +328,7 @@ func (r *Runner) Migrate(req api.MigrateRequest) error {
 		Downtime:        time.Duration(req.DowntimeMs) * time.Millisecond,
 		AutoConverge:    req.AutoConverge,
 		ProgressTimeout: time.Duration(req.ProgressTimeout) * time.Second,
+		MaxRounds:       req.MaxRounds,
 		PostCopy:        req.PostCopy,
 		Progress: func(s migration.Stats) {
 			r.mu.Lock()
