@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/controller/metrics"
 )
@@ -43,7 +43,7 @@ func run() error {
 	flag.StringVar(&pullPolicy, "launcher-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of the virt-launcher image (Always, IfNotPresent, Never)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "run as one of several replicas, only the elected one reconciling")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader election lease (default: the pod's)")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (plain HTTP); 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (HTTPS, a bearer token allowed to GET /metrics); 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	flag.StringVar(&configPath, "config", "", "cluster configuration (YAML/JSON: KubeVirt's spec.configuration migrations and developerConfiguration.featureGates), re-read when it changes; empty: KubeVirt's defaults")
 	zapOpts := zap.Options{}
@@ -68,7 +68,7 @@ func run() error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 securemetrics.Options(metricsAddr),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "virt-controller.kubevirt.io",

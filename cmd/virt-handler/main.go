@@ -27,10 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/handler"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
@@ -59,7 +59,7 @@ func run() error {
 	flag.StringVar(&o.certDir, "cert-dir", "/etc/virt-handler/certs", "tls.crt, tls.key and ca.crt: the server virt-api talks to, and both ends of migration streams between handlers")
 	flag.StringVar(&o.podIP, "pod-ip", os.Getenv("POD_IP"), "this handler's pod IP, where other handlers send migration streams (default $POD_IP)")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8187", "address of /healthz and /readyz")
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (plain HTTP); 0 disables it")
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (HTTPS, a bearer token allowed to GET /metrics); 0 disables it")
 	flag.IntVar(&o.devices, "device-count", handler.DefaultDeviceCount, "devices.kubevirt.io/kvm, /tun and /userfaultfd offered by this node")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -136,7 +136,7 @@ func newManager(o options) (ctrl.Manager, error) {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                securemetrics.Options(o.metricsAddr),
 		HealthProbeBindAddress: o.probeAddr,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1.VirtualMachineInstance{}: {Label: labels.SelectorFromSet(labels.Set{v1.NodeNameLabel: o.nodeName})},

@@ -19,7 +19,9 @@ import (
 )
 
 // TestMetrics: a real Prometheus on the host scrapes virt-api,
-// virt-controller and virt-handler at their pod IPs, port 8443, and its
+// virt-controller and virt-handler at their pod IPs, port 8443 (the last
+// two over HTTPS with a ServiceAccount token allowed to GET /metrics, as
+// the README says to set it up), and its
 // queries see a running VMI: in kubevirt_vmi_phase_count (virt-controller)
 // and in the VMI's network counters and vCPU time (virt-handler, from its
 // VMM). The
@@ -30,24 +32,27 @@ func TestMetrics(t *testing.T) {
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-cloudinit-nocloud.yaml"))
 	wait(t, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
 
-	ips := func(app string) []string {
-		out := kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io="+app, "-o", "jsonpath={.items[*].status.podIP}")
-		var targets []string
-		for _, ip := range strings.Fields(out) {
-			targets = append(targets, strconv.Quote(net.JoinHostPort(ip, "8443")))
+	targets := func(app string) string {
+		var q []string
+		for _, ip := range componentIPs(t, app) {
+			q = append(q, strconv.Quote(net.JoinHostPort(ip, "8443")))
 		}
-		if len(targets) == 0 {
-			t.Fatalf("no %s pod with an IP", app)
-		}
-		return targets
+		return strings.Join(q, ",")
 	}
 	dir := t.TempDir()
+	// virt-controller and virt-handler answer only a token allowed to GET
+	// /metrics (api/securemetrics); virt-api's metrics name no tenant.
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(scraperToken(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authed := `scheme: https, tls_config: {insecure_skip_verify: true}, authorization: {credentials_file: ` + strconv.Quote(tokenFile) + `}`
 	cfg := fmt.Sprintf(`global: {scrape_interval: 2s}
 scrape_configs:
-  - {job_name: virt-controller, scheme: http, static_configs: [{targets: [%s]}]}
-  - {job_name: virt-handler, scheme: http, static_configs: [{targets: [%s]}]}
-  - {job_name: virt-api, scheme: https, tls_config: {insecure_skip_verify: true}, static_configs: [{targets: [%s]}]}
-`, strings.Join(ips("virt-controller"), ","), strings.Join(ips("virt-handler"), ","), strings.Join(ips("virt-api"), ","))
+  - {job_name: virt-controller, %[1]s, static_configs: [{targets: [%[2]s]}]}
+  - {job_name: virt-handler, %[1]s, static_configs: [{targets: [%[3]s]}]}
+  - {job_name: virt-api, scheme: https, tls_config: {insecure_skip_verify: true}, static_configs: [{targets: [%[4]s]}]}
+`, authed, targets("virt-controller"), targets("virt-handler"), targets("virt-api"))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

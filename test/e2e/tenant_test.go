@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,7 +83,9 @@ spec:
 // admission naming spec.sourceRef; one admitted before the DataSource
 // existed, its token naming the DataSource, fails CloneValidationFailed
 // and gets no claim), and a DataVolume whose source is changed after it
-// was admitted (refused naming spec.source). The
+// was admitted (refused naming spec.source). virt-handler's and
+// virt-controller's metrics, which name every tenant's VMs, answer no
+// token with 401 and her ServiceAccount's token with 403. The
 // victim's marker never appears in the attacker's namespace, and no clone
 // source pod ever runs in the victim's.
 func TestTenantIsolation(t *testing.T) {
@@ -185,6 +188,28 @@ func TestTenantIsolation(t *testing.T) {
 			fmt.Sprintf(`[{"op":"remove","path":"/spec/source/blank"},{"op":"add","path":"/spec/source/pvc","value":{"namespace":%q,"name":"disk"}}]`, victim))
 		require.Error(t, err, out)
 		assert.Contains(t, out, "spec.source: Forbidden: cannot be changed once the DataVolume is created")
+	})
+
+	t.Run("metrics without a token, or with a tenant's", func(t *testing.T) {
+		out, err := mallory("create", "serviceaccount", "snoop")
+		require.NoError(t, err, out)
+		// The token her pods get for it.
+		tenantToken := strings.TrimSpace(kubectl(t, "-n", attacker, "create", "token", "snoop"))
+		for _, app := range []string{"virt-handler", "virt-controller"} {
+			for _, ip := range componentIPs(t, app) {
+				code, body := metricsGet(t, ip, "")
+				assert.Equal(t, http.StatusUnauthorized, code, "%s at %s without a token: %s", app, ip, body)
+				assert.NotContains(t, body, "go_goroutines")
+				code, body = metricsGet(t, ip, tenantToken)
+				assert.Equal(t, http.StatusForbidden, code, "%s at %s with a tenant's token: %s", app, ip, body)
+				assert.NotContains(t, body, "go_goroutines")
+				// The refusals come from a working server: the scraper's
+				// token gets the metrics.
+				code, body = metricsGet(t, ip, scraperToken(t))
+				assert.Equal(t, http.StatusOK, code, "%s at %s with the scraper's token", app, ip)
+				assert.Contains(t, body, "go_goroutines")
+			}
+		}
 	})
 
 	t.Run("the victim's bytes never left", func(t *testing.T) {

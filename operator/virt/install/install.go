@@ -251,6 +251,10 @@ func (b *builder) rbac() error {
 		crb("kubevirt-handler", "kubevirt-handler", "kubevirt-handler"),
 		crb("kubevirt-apiserver", "kubevirt-apiserver", "kubevirt-apiserver"),
 		crb("kubevirt-apiserver-auth-delegator", "system:auth-delegator", "kubevirt-apiserver"),
+		// virt-controller and virt-handler review the bearer tokens of
+		// /metrics requests (api/securemetrics).
+		crb("kubevirt-controller-auth-delegator", "system:auth-delegator", "kubevirt-controller"),
+		crb("kubevirt-handler-auth-delegator", "system:auth-delegator", "kubevirt-handler"),
 		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"),
 			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-apiserver-auth-reader", Namespace: "kube-system"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "extension-apiserver-authentication-reader"},

@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// metricsReader is the RBAC a cluster admin gives their Prometheus to
+// scrape virt-controller and virt-handler (README, Metrics).
+const metricsReader = `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: e2e-prometheus, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kubevirt-metrics-reader}
+rules:
+- {nonResourceURLs: [/metrics], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e-prometheus-kubevirt-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kubevirt-metrics-reader}
+subjects:
+- {kind: ServiceAccount, name: e2e-prometheus, namespace: default}
+`
+
+// scraperToken is a token of a ServiceAccount allowed to GET /metrics.
+func scraperToken(t *testing.T) string {
+	t.Helper()
+	applyYAML(t, "metrics-reader", metricsReader)
+	return strings.TrimSpace(kubectl(t, "-n", "default", "create", "token", "e2e-prometheus", "--duration=1h"))
+}
+
+// componentIPs are the pod IPs of a kubevirt component (label kubevirt.io).
+func componentIPs(t *testing.T, app string) []string {
+	t.Helper()
+	ips := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io="+app, "-o", "jsonpath={.items[*].status.podIP}"))
+	if len(ips) == 0 {
+		t.Fatalf("no %s pod with an IP", app)
+	}
+	return ips
+}
+
+// metricsGet is GET https://ip:8443/metrics with the bearer token (none
+// when empty), as anything on the pod network could send it: the status
+// code and the body.
+func metricsGet(t *testing.T, ip, token string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(ip, "8443")+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// The components' metrics certificates are self-signed; the token is
+	// what they check.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // see above
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics from %s: %v", ip, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
