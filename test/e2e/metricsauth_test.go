@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,11 @@ subjects:
 // scraperToken is a token of a ServiceAccount allowed to GET /metrics.
 func scraperToken(t *testing.T) string {
 	t.Helper()
-	applyYAML(t, "metrics-reader", metricsReader)
+	f := filepath.Join(t.TempDir(), "metrics-reader.yaml")
+	if err := os.WriteFile(f, []byte(metricsReader), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "apply", "-f", f) // cluster-scoped, and the default namespace's
 	return strings.TrimSpace(kubectl(t, "-n", "default", "create", "token", "e2e-prometheus", "--duration=1h"))
 }
 

@@ -150,7 +150,10 @@ func TestTenantIsolation(t *testing.T) {
 		out, err := malloryApply("stolen", fmt.Sprintf(tenantAnnotatedClaim, "stolen", source))
 		require.NoError(t, err, out)
 		// Its upload server runs (its first consumer binds it) and is
-		// ready: the point where the clone source pod used to start.
+		// ready: the point where the clone source pod used to start. The
+		// upload controller makes the pod a moment after the claim: wait
+		// on a pod not made yet fails at once (NotFound).
+		kubectl(t, "-n", attacker, "wait", "pod/cdi-upload-stolen", "--for=create", "--timeout=120s")
 		kubectl(t, "-n", attacker, "wait", "pod/cdi-upload-stolen", "--for=condition=Ready", "--timeout=300s")
 		var events string
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && !strings.Contains(events, "CloneValidationFailed"); time.Sleep(time.Second) {
@@ -190,11 +193,12 @@ func TestTenantIsolation(t *testing.T) {
 		assert.Contains(t, out, "spec.source: Forbidden: cannot be changed once the DataVolume is created")
 	})
 
-	t.Run("metrics without a token, or with a tenant's", func(t *testing.T) {
+	t.Run("metrics refused without a token or with a tenant's", func(t *testing.T) {
 		out, err := mallory("create", "serviceaccount", "snoop")
 		require.NoError(t, err, out)
 		// The token her pods get for it.
 		tenantToken := strings.TrimSpace(kubectl(t, "-n", attacker, "create", "token", "snoop"))
+		scraper := scraperToken(t)
 		for _, app := range []string{"virt-handler", "virt-controller"} {
 			for _, ip := range componentIPs(t, app) {
 				code, body := metricsGet(t, ip, "")
@@ -205,7 +209,7 @@ func TestTenantIsolation(t *testing.T) {
 				assert.NotContains(t, body, "go_goroutines")
 				// The refusals come from a working server: the scraper's
 				// token gets the metrics.
-				code, body = metricsGet(t, ip, scraperToken(t))
+				code, body = metricsGet(t, ip, scraper)
 				assert.Equal(t, http.StatusOK, code, "%s at %s with the scraper's token", app, ip)
 				assert.Contains(t, body, "go_goroutines")
 			}
