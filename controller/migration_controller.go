@@ -213,14 +213,13 @@ func (r *MigrationReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	if p.pods, err = r.targetPods(ctx, r.Client, m); err != nil {
 		return ctrl.Result{}, err
 	}
+	// The target is the pod this controller made for the migration, the
+	// one its state names: a pod a tenant labels with the migration and
+	// owns by the VMI is cleaned up with the rest (p.pods), never used.
 	for _, pod := range p.pods {
-		if pod.DeletionTimestamp == nil {
+		if createdTarget(m, pod) && (p.target == nil || pod.DeletionTimestamp == nil) {
 			p.target = pod
-			break
 		}
-	}
-	if p.target == nil && len(p.pods) > 0 {
-		p.target = p.pods[0]
 	}
 
 	// Deleted, or over: clean up, then let it go.
@@ -424,10 +423,12 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 	if err != nil {
 		return 0, err
 	}
-	if len(live) > 0 {
-		p.target = live[0]
-		setMigrationPhase(p.st, v1.MigrationScheduling, p.now)
-		return 0, nil
+	for _, pod := range live {
+		if createdTarget(m, pod) {
+			p.target = pod
+			setMigrationPhase(p.st, v1.MigrationScheduling, p.now)
+			return 0, nil
+		}
 	}
 	pod, err := RenderMigrationTargetPod(vmi, m, r.Launcher, vmi.Status.NodeName, cfg.HasFeatureGate(FeatureGateSameNodeLiveMigration))
 	if err != nil {
@@ -749,6 +750,13 @@ func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass)
 }
 
 // targetPods are the migration's target pods, oldest first.
+// createdTarget reports whether pod is the target pod this controller
+// created for m: the one m's state names (written once it made it).
+func createdTarget(m *v1.VirtualMachineInstanceMigration, pod *corev1.Pod) bool {
+	ms := m.Status.MigrationState
+	return ms != nil && ms.TargetPod != "" && pod.Name == ms.TargetPod
+}
+
 func (r *MigrationReconciler) targetPods(ctx context.Context, reader client.Reader, m *v1.VirtualMachineInstanceMigration) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := reader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{MigrationJobLabel: string(m.UID)}); err != nil {

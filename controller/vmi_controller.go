@@ -212,14 +212,16 @@ func (r *VMIReconciler) launcherPods(ctx context.Context, reader client.Reader, 
 }
 
 // migrationTargetPod is the target pod of the VMI's migration in flight
-// (handed to the handlers and not yet over), if it exists.
+// (handed to the handlers and not yet over), if it exists: the one the
+// handoff named, not any pod with the migration's label (a tenant can
+// label a pod of her own so).
 func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *corev1.Pod {
 	ms := vmi.Status.MigrationState
-	if ms == nil || ms.Completed || ms.Failed || ms.MigrationUID == "" {
+	if ms == nil || ms.Completed || ms.Failed || ms.MigrationUID == "" || ms.TargetPod == "" {
 		return nil
 	}
 	for _, p := range pods {
-		if p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !spec.PodDown(p) {
+		if p.Name == ms.TargetPod && p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !spec.PodDown(p) {
 			return p
 		}
 	}

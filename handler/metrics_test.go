@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/launcher/spec"
@@ -50,6 +51,10 @@ func TestMetricsCollector(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "node01", Containers: []corev1.Container{{Name: "compute", Image: "launcher"}}},
 	}
 	require.NoError(t, k8s.Create(ctx, pod))
+	// virt-controller records its launcher pods by UID: the handler acts
+	// for no other.
+	vmi.Status.ActivePods = map[types.UID]string{pod.UID: "node01"}
+	require.NoError(t, k8s.Status().Update(ctx, vmi))
 
 	// A VMI on another node and one not running yet are not this
 	// handler's to report.

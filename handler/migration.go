@@ -435,6 +435,15 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if string(vmi.UID) != pod.Labels[v1.CreatedByLabel] {
 		return ctrl.Result{}, nil
 	}
+	if handed, wait := handedTo(vmi, pod, r.NodeName); !handed {
+		// Nothing is done for a pod virt-controller has not handed the
+		// migration to: one a tenant labels as a target gets no network
+		// set up, no stream expected, no status written.
+		if wait {
+			return ctrl.Result{RequeueAfter: startingPoll}, nil
+		}
+		return ctrl.Result{}, nil
+	}
 	l := podLauncher(r.PodsDir, pod)
 	info, live, err := l.info(ctx)
 	if err != nil {
@@ -496,4 +505,21 @@ func (r *MigrationTargetReconciler) now() metav1.Time {
 		return metav1.NewTime(r.Now())
 	}
 	return metav1.Now()
+}
+
+// handedTo reports whether virt-controller handed the VMI's migration to
+// the target pod on this node: the VMI's migrationState names the pod's
+// migration and the pod, and status.activePods holds the pod's UID. No
+// tenant writes the VMI's status, nor chooses a pod's UID. wait: not yet,
+// but it may be (the handoff comes once the pod runs, its UID at the
+// controller's next pass).
+func handedTo(vmi *v1.VirtualMachineInstance, pod *corev1.Pod, node string) (handed, wait bool) {
+	ms := vmi.Status.MigrationState
+	if ms == nil || string(ms.MigrationUID) != pod.Labels[v1.MigrationJobLabel] {
+		return false, true // an older migration's state: not handed off yet
+	}
+	if ms.TargetPod != pod.Name || ms.Completed || ms.Failed {
+		return false, false
+	}
+	return recordedLauncher(vmi, pod, node), true
 }

@@ -47,15 +47,10 @@ import (
 const nftTable = "kubevmm"
 
 // SetupPodNetwork prepares the network of the VMI's NICs (spec.PodNICs)
-// in the network namespace of process pid: the masquerade NAT or the
+// in the launcher pod's network namespace ns (launcherProcess.netns): the masquerade NAT or the
 // in-pod bridge (bridge.go) of each, then its tap. guestMACs are the
 // NICs' MACs (spec.PodNIC.MACFor), in the same order. It is idempotent.
-func SetupPodNetwork(pid int, nics []spec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		return fmt.Errorf("network namespace of launcher pid %d: %w", pid, err)
-	}
-	defer ns.Close()
+func SetupPodNetwork(ns netns.NsHandle, nics []spec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
 	for i, nic := range nics {
 		if err := setupNIC(ns, nic, guestMACs[i], owner); err != nil {
 			return fmt.Errorf("interface %s: %w", nic.Name, err)

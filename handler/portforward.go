@@ -40,15 +40,16 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
-	pid, err := l.pid(ctx)
+	proc, err := l.process(ctx)
 	cancel()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("the launcher of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return
 	}
-	ns, err := netns.GetFromPid(pid)
+	ns, err := proc.netns()
+	proc.Close()
 	if err != nil {
-		http.Error(w, fmt.Sprintf("network namespace of the launcher of VMI %s/%s (pid %d): %v", vmi.Namespace, vmi.Name, pid, err), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("the launcher of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return
 	}
 	guest := spec.GuestIP

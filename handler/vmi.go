@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -556,7 +554,8 @@ func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.Virtu
 }
 
 // launcherPod is the VMI's active launcher pod (spec.ActiveLauncherPod),
-// if it is on this node. The cache holds this node's pods only.
+// if it is on this node, among the pods virt-controller recorded as the
+// VMI's (recordedLauncher). The cache holds this node's pods only.
 func (r *VMIReconciler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
 	return activeLauncherPod(ctx, r.Client, r.NodeName, vmi)
 }
@@ -568,11 +567,21 @@ func activeLauncherPod(ctx context.Context, c client.Reader, node string, vmi *v
 	}
 	pods := make([]*corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
-		if list.Items[i].Spec.NodeName == node {
-			pods = append(pods, &list.Items[i])
+		if p := &list.Items[i]; p.Spec.NodeName == node && recordedLauncher(vmi, p, node) {
+			pods = append(pods, p)
 		}
 	}
 	return spec.ActiveLauncherPod(vmi, pods), nil
+}
+
+// recordedLauncher reports whether virt-controller recorded pod as one of
+// the VMI's launchers on this node: its UID, which the API server chose,
+// in status.activePods, which no tenant can write. A label and an owner
+// reference to the VMI are what the pod's creator chose; a tenant can put
+// both on a pod of her own.
+func recordedLauncher(vmi *v1.VirtualMachineInstance, pod *corev1.Pod, node string) bool {
+	n, ok := vmi.Status.ActivePods[pod.UID]
+	return ok && n == node
 }
 
 func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
@@ -588,11 +597,17 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 		}
 		macs[i] = mac
 	}
-	pid, err := l.pid(ctx)
+	proc, err := l.process(ctx)
 	if err != nil {
 		return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
-	if err := SetupPodNetwork(pid, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
+	defer proc.Close()
+	ns, err := proc.netns()
+	if err != nil {
+		return fmt.Errorf("the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	defer ns.Close()
+	if err := SetupPodNetwork(ns, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
@@ -613,18 +628,19 @@ func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineIns
 		if err != nil {
 			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		pid, err := l.pid(ctx)
+		proc, err := l.process(ctx)
 		if err != nil {
 			return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
+		defer proc.Close()
 		// The DNS settings the kubelet gave the pod are the guest's.
-		resolv, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/root/etc/resolv.conf")
+		resolv, err := proc.readFile("/etc/resolv.conf")
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("the resolv.conf of the pod of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
-		ns, err := netns.GetFromPid(pid)
+		ns, err := proc.netns()
 		if err != nil {
-			return fmt.Errorf("network namespace of the launcher of VMI %s/%s (pid %d): %w", vmi.Namespace, vmi.Name, pid, err)
+			return fmt.Errorf("the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 		}
 		defer ns.Close()
 		hostname := vmi.Spec.Hostname
