@@ -170,4 +170,3 @@ func TestActiveLauncherPodIsRecorded(t *testing.T) {
 	require.NotNil(t, got)
 	assert.Equal(t, real.Name, got.Name, "the recorded pod, not the older forged one")
 }
-

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -71,6 +72,26 @@ spec:
 `
 )
 
+// tenantVMI is a small VMI of the attacker's own, on the pod network.
+const tenantVMI = `apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: own
+spec:
+  domain:
+    memory:
+      guest: 64Mi
+    firmware:
+      kernelBoot:
+        kernelArgs: "console=ttyS0 reboot=k panic=-1 quiet kubevmm.mode=shell"
+        container:
+          image: localhost/kubevmm/test-guest:devel
+          imagePullPolicy: IfNotPresent
+          kernelPath: /boot/vmlinux
+          initrdPath: /boot/initramfs.cpio
+    devices: {}
+`
+
 // TestTenantIsolation: two ordinary users, each with edit in their own
 // namespace only (impersonated: mallory in the attacker's namespace; the
 // victim's namespace is the test's). Every way to have CDI copy the
@@ -85,7 +106,9 @@ spec:
 // and gets no claim), and a DataVolume whose source is changed after it
 // was admitted (refused naming spec.source). virt-handler's and
 // virt-controller's metrics, which name every tenant's VMs, answer no
-// token with 401 and her ServiceAccount's token with 403. The
+// token with 401 and her ServiceAccount's token with 403. A copy of her
+// VMI's launcher pod labelled as a migration target gets nothing from
+// virt-handler (no tap: its launcher waits). The
 // victim's marker never appears in the attacker's namespace, and no clone
 // source pod ever runs in the victim's.
 func TestTenantIsolation(t *testing.T) {
@@ -214,6 +237,48 @@ func TestTenantIsolation(t *testing.T) {
 				assert.Contains(t, body, "go_goroutines")
 			}
 		}
+	})
+
+	t.Run("a fake migration-target pod", func(t *testing.T) {
+		// Her own VMI; then a copy of its launcher pod (she may read it),
+		// labelled as the target of a migration nobody asked for. Before
+		// virt-handler checked that virt-controller handed the pod a
+		// migration, it set up the pod's network from the node (tap,
+		// NAT) for whatever process served the pod's control socket.
+		out, err := malloryApply("own", tenantVMI)
+		require.NoError(t, err, out)
+		kubectl(t, "-n", attacker, "wait", "vmi/own", "--for=jsonpath={.status.phase}=Running", "--timeout=300s")
+		uid := kubectl(t, "-n", attacker, "get", "vmi/own", "-o", "jsonpath={.metadata.uid}")
+		var pods struct {
+			Items []map[string]any `json:"items"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(kubectl(t, "-n", attacker, "get", "pods", "-l", "kubevirt.io/created-by="+uid, "-o", "json")), &pods))
+		require.Len(t, pods.Items, 1, "the VMI's launcher pod")
+		pod := pods.Items[0]
+		meta := pod["metadata"].(map[string]any)
+		labels := meta["labels"].(map[string]any)
+		labels["kubevirt.io/migrationJobUID"] = "forged"
+		pod["metadata"] = map[string]any{"name": "fake-target", "labels": labels, "annotations": meta["annotations"], "ownerReferences": meta["ownerReferences"]}
+		delete(pod, "status")
+		b, err := json.Marshal(pod)
+		require.NoError(t, err)
+		out, err = malloryApply("fake-target", string(b))
+		require.NoError(t, err, out)
+		// Its launcher is up and waits for its tap: what virt-handler
+		// used to make it.
+		const waiting = "waiting for virt-handler to create tap0"
+		var logs string
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline) && !strings.Contains(logs, waiting); time.Sleep(time.Second) {
+			logs, _ = mallory("logs", "fake-target", "-c", "compute")
+		}
+		require.Contains(t, logs, waiting, "the fake target's launcher serves its control socket")
+		time.Sleep(30 * time.Second) // the handler answered a launcher in Starting within seconds
+		logs, err = mallory("logs", "fake-target", "-c", "compute")
+		require.NoError(t, err, logs)
+		assert.NotContains(t, logs, `"state":"Running"`, "the fake target's VMM never ran: no tap was made for it")
+		assert.Empty(t, kubectl(t, "-n", attacker, "get", "vmi/own", "-o", "jsonpath={.status.migrationState}"), "no migration state")
+		// The VMI's real launcher was not disturbed.
+		assert.Equal(t, "Running", kubectl(t, "-n", attacker, "get", "vmi/own", "-o", "jsonpath={.status.phase}"))
 	})
 
 	t.Run("the victim's bytes never left", func(t *testing.T) {
