@@ -52,13 +52,10 @@ type Server struct {
 	Namespace string
 	// HandlerTLS is the client side of the mutual TLS to virt-handler.
 	HandlerTLS *tls.Config
-	// Front-proxy authentication: CA pool and allowed client names (any
-	// when empty).
-	ProxyCAs     *x509.CertPool
-	ProxyNames   []string
-	UserHeaders  []string
-	GroupHeaders []string
-	Log          logr.Logger
+	// Proxy authenticates the API server's front proxy and reads the
+	// user (frontproxy.Watcher: its CA re-read as it rotates).
+	Proxy frontproxy.Users
+	Log   logr.Logger
 	// Config is the cluster configuration (KubeVirt's feature gates),
 	// asked per request; nil: none enabled.
 	Config func() (clusterconfig.ClusterConfig, error)
@@ -142,8 +139,7 @@ func (s *Server) authn(next func(http.ResponseWriter, *http.Request, userInfo)) 
 }
 
 func (s *Server) proxiedUser(r *http.Request) (userInfo, error) {
-	a := frontproxy.Authenticator{CAs: s.ProxyCAs, Names: s.ProxyNames, UserHeaders: s.UserHeaders, GroupHeaders: s.GroupHeaders}
-	u, err := a.User(r)
+	u, err := s.Proxy.User(r)
 	return userInfo(u), err
 }
 

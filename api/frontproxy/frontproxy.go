@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -122,3 +124,64 @@ func Authorize(ctx context.Context, c client.Client, u User, attrs authzv1.Resou
 	}
 	return sar.Status.Allowed, nil
 }
+
+// Users authenticates a proxied request (Authenticator, Watcher).
+type Users interface {
+	User(r *http.Request) (User, error)
+}
+
+// Watcher is an Authenticator kept current: the API server's front-proxy
+// CA is rotated like any other (kubeadm certs renew, a new CA published
+// beside the old in extension-apiserver-authentication), and a server
+// that read it once at start would refuse every proxied request after
+// the rotation until restarted.
+type Watcher struct {
+	c   client.Reader
+	cur atomic.Pointer[Authenticator]
+}
+
+// WatchEvery is how often Run re-reads the settings.
+const WatchEvery = time.Minute
+
+// NewWatcher reads the settings (failing as Load does) and returns a
+// Watcher holding them; Run keeps them current.
+func NewWatcher(ctx context.Context, c client.Reader) (*Watcher, error) {
+	a, err := Load(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{c: c}
+	w.cur.Store(a)
+	return w, nil
+}
+
+// Refresh re-reads the settings; on an error the ones held stay (a
+// settings ConfigMap briefly unreadable must not lock every user out).
+func (w *Watcher) Refresh(ctx context.Context) error {
+	a, err := Load(ctx, w.c)
+	if err != nil {
+		return err
+	}
+	w.cur.Store(a)
+	return nil
+}
+
+// Run refreshes the settings every WatchEvery until ctx ends, reporting
+// failures to logf.
+func (w *Watcher) Run(ctx context.Context, logf func(error)) {
+	t := time.NewTicker(WatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := w.Refresh(ctx); err != nil {
+				logf(err)
+			}
+		}
+	}
+}
+
+// User authenticates r with the settings held now.
+func (w *Watcher) User(r *http.Request) (User, error) { return w.cur.Load().User(r) }

@@ -64,19 +64,18 @@ func run() error {
 
 	// The front proxy's CA and names, as the API server publishes them
 	// for extension API servers.
-	fp, err := frontproxy.Load(ctx, c)
+	fp, err := frontproxy.NewWatcher(ctx, c)
 	if err != nil {
 		return err
 	}
+	go fp.Run(ctx, func(err error) { log.Error(err, "re-reading the front-proxy settings (the ones read before stay)") })
 	handlerTLS, err := virtapi.HandlerClientTLS(handlerCertDir+"/tls.crt", handlerCertDir+"/tls.key", handlerCertDir+"/ca.crt", "kubevirt.io:system:node:virt-handler")
 	if err != nil {
 		return err
 	}
 	s := &virtapi.Server{
 		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
-		ProxyCAs: fp.CAs, ProxyNames: fp.Names,
-		UserHeaders: fp.UserHeaders, GroupHeaders: fp.GroupHeaders,
-		Log: log,
+		Proxy: fp, Log: log,
 	}
 	if configPath != "" {
 		f := &clusterconfig.ConfigFile{Path: configPath}

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 	"github.com/kubevmm/kubevmm/virtapi"
@@ -96,8 +97,8 @@ func cluster(t *testing.T) (string, client.Client) {
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	require.NoError(t, err)
-	s := &virtapi.Server{Client: c, Namespace: "kubevirt", ProxyCAs: proxyCAs, ProxyNames: []string{"front-proxy-client"},
-		UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}, Log: logr.Discard()}
+	s := &virtapi.Server{Client: c, Namespace: "kubevirt", Proxy: &frontproxy.Authenticator{CAs: proxyCAs, Names: []string{"front-proxy-client"}, UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}},
+		Log: logr.Discard()}
 	hotplugGate.Store(true)
 	s.Config = func() (clusterconfig.ClusterConfig, error) {
 		var c clusterconfig.ClusterConfig

@@ -28,7 +28,7 @@ import (
 
 // Server is cdi-apiserver.
 type Server struct {
-	Auth   *frontproxy.Authenticator
+	Auth   frontproxy.Users
 	Client client.Client
 	Signer *token.Signer
 	Log    *slog.Logger
