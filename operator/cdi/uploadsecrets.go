@@ -41,12 +41,16 @@ func uploadLeaves() map[string]certs.Leaf {
 
 // planUploadSecrets decides the upload path's Secrets' data from what is
 // stored (name -> data; missing names absent): a missing or unusable
-// token key pair is made; the CA when missing, unusable or due, and with
-// a new CA every leaf; a leaf when CheckLeaf says so. There is no
-// overlap of CAs: an upload under way when the CA is remade fails, and
-// virtctl sends it again. It returns the Secrets to write, the CA's
-// certificate, and when to look again.
-func planUploadSecrets(stored map[string]map[string][]byte, now time.Time) (write map[string]map[string][]byte, ca []byte, due time.Time, err error) {
+// token key pair is made; the CA and leaves as certs.MakePlan says. A new
+// CA joins the bundle beside the previous one, which stays until it
+// expires: the bundle is what everything trusts (the CA Secret's and each
+// leaf's ca.crt, the APIService's and webhooks' caBundle, the upload
+// servers' and clone sources' ca.crt), so a leaf of either CA is believed
+// through the rotation and an upload under way goes on. Leaves move to a
+// new CA once it has been published for certs.DefaultSettle. It returns
+// the Secrets to write (those whose data changes), the bundle, and when
+// to look again.
+func planUploadSecrets(stored map[string]map[string][]byte, now time.Time) (write map[string]map[string][]byte, bundle []byte, due time.Time, err error) {
 	write = map[string]map[string][]byte{}
 	if tk := stored[install.SecretTokenKey]; tokenKeyUsable(tk) != nil {
 		priv, pub, err := token.NewKey()
@@ -55,44 +59,29 @@ func planUploadSecrets(stored map[string]map[string][]byte, now time.Time) (writ
 		}
 		write[install.SecretTokenKey] = map[string][]byte{token.PrivateKeyKey: priv, token.PublicKeyKey: pub}
 	}
-	caPair := certs.KeyPair{Cert: stored[install.SecretUploadCA][corev1.TLSCertKey], Key: stored[install.SecretUploadCA][corev1.TLSPrivateKeyKey]}
-	v := certs.CheckCA(caPair, uploadCerts.CA, now)
-	if v.Renew {
-		if caPair, err = certs.NewCA("cdi-uploadserver-ca", uploadCerts.CA, now); err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		write[install.SecretUploadCA] = map[string][]byte{corev1.TLSCertKey: caPair.Cert, corev1.TLSPrivateKeyKey: caPair.Key}
-		caCert, _, err := certs.Parse(caPair)
-		if err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		due = caCert.NotAfter.Add(-uploadCerts.CA.RenewBefore)
-	} else {
-		due = v.Due
+	pair := func(name string) certs.KeyPair {
+		return certs.KeyPair{Cert: stored[name][corev1.TLSCertKey], Key: stored[name][corev1.TLSPrivateKeyKey]}
 	}
-	bundle, err := certs.ParseBundle(caPair.Cert)
+	r := certs.Stored{CA: pair(install.SecretUploadCA), Bundle: stored[install.SecretUploadCA][upload.CABundleKey], Leaves: map[string]certs.KeyPair{}}
+	var named []certs.Named
+	for name, leaf := range uploadLeaves() {
+		r.Leaves[name] = pair(name)
+		named = append(named, certs.Named{Secret: name, Leaf: leaf})
+	}
+	p, err := certs.MakePlan(r, uploadCerts, "cdi-uploadserver-ca", install.SecretUploadCA, named, now, certs.DefaultSettle)
 	if err != nil {
 		return nil, nil, time.Time{}, err
 	}
-	for name, leaf := range uploadLeaves() {
-		data := stored[name]
-		lv := certs.CheckLeaf(certs.KeyPair{Cert: data[corev1.TLSCertKey], Key: data[corev1.TLSPrivateKeyKey]}, leaf, bundle, uploadCerts.Server, now)
-		if !lv.Renew && bytes.Equal(data["ca.crt"], caPair.Cert) {
-			due = certs.Earliest(due, lv.Due)
-			continue
-		}
-		kp, err := certs.NewLeaf(caPair, leaf, uploadCerts.Server, now)
-		if err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		write[name] = map[string][]byte{corev1.TLSCertKey: kp.Cert, corev1.TLSPrivateKeyKey: kp.Key, "ca.crt": caPair.Cert}
-		cert, _, err := certs.Parse(kp)
-		if err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		due = certs.Earliest(due, cert.NotAfter.Add(-uploadCerts.Server.RenewBefore))
+	want := map[string]map[string][]byte{install.SecretUploadCA: {corev1.TLSCertKey: p.CA.Cert, corev1.TLSPrivateKeyKey: p.CA.Key, upload.CABundleKey: p.Bundle}}
+	for name, kp := range p.Leaves {
+		want[name] = map[string][]byte{corev1.TLSCertKey: kp.Cert, corev1.TLSPrivateKeyKey: kp.Key, upload.CABundleKey: p.Bundle}
 	}
-	return write, caPair.Cert, due, nil
+	for name, data := range want {
+		if !maps.EqualFunc(stored[name], data, bytes.Equal) {
+			write[name] = data
+		}
+	}
+	return write, p.Bundle, p.Due, nil
 }
 
 func tokenKeyUsable(data map[string][]byte) error {
@@ -104,7 +93,7 @@ func tokenKeyUsable(data map[string][]byte) error {
 }
 
 // ensureUploadSecrets reads, plans and writes the upload Secrets (owned
-// by the CDI) and returns the CA certificate and when to look again.
+// by the CDI) and returns the CA bundle and when to look again.
 func (r *Reconciler) ensureUploadSecrets(ctx context.Context, c *cdiv1.CDI, now time.Time) ([]byte, time.Time, error) {
 	names := []string{install.SecretTokenKey, install.SecretUploadCA}
 	for n := range uploadLeaves() {

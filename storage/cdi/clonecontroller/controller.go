@@ -438,7 +438,7 @@ func (r *Reconciler) create(ctx context.Context, target, src *corev1.PersistentV
 	meta := metav1.ObjectMeta{Name: PodName(target), Namespace: src.Namespace, Labels: map[string]string{TargetLabel: string(target.UID)},
 		Annotations: map[string]string{TargetAnnotation: target.Namespace + "/" + target.Name, cdiv1.AnnCreatedBy: "yes"}}
 	secret := &corev1.Secret{ObjectMeta: *meta.DeepCopy(), Type: corev1.SecretTypeTLS, Data: map[string][]byte{
-		corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, "ca.crt": ca.Cert}}
+		corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, upload.CABundleKey: upload.CABundle(caSecret)}}
 	pod := Pod(target, src, svc.Spec.ClusterIP, *meta.DeepCopy(), r.Image, r.PullPolicy)
 	for _, o := range []client.Object{secret, pod} {
 		if err := r.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {

@@ -71,6 +71,10 @@ const (
 	// CASecret (in CDI's namespace) holds the CA (tls.crt, tls.key) that
 	// signs the upload servers' certificates and the proxy's client one.
 	CASecret = "cdi-uploadserver-ca"
+	// CABundleKey, in CASecret and in every certificate's Secret made
+	// from it, holds the CAs to trust: the current one and, through a
+	// rotation, the previous (the operator's certs.MakePlan).
+	CABundleKey = "ca.crt"
 	// ProxyClientName is the common name of cdi-uploadproxy's client
 	// certificate, the only client upload servers accept.
 	ProxyClientName = "cdi-uploadproxy"
@@ -249,7 +253,7 @@ func (r *Reconciler) create(ctx context.Context, pvc *corev1.PersistentVolumeCla
 			Annotations: map[string]string{cdiv1.AnnCreatedBy: "yes"}}
 	}
 	secret := &corev1.Secret{ObjectMeta: meta(), Type: corev1.SecretTypeTLS, Data: map[string][]byte{
-		corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, "ca.crt": ca.Cert}}
+		corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, CABundleKey: CABundle(caSecret)}}
 	svc := &corev1.Service{ObjectMeta: meta(), Spec: corev1.ServiceSpec{
 		Selector: map[string]string{PodLabel: string(pvc.UID)},
 		Ports:    []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(Port)}}}}
@@ -323,4 +327,13 @@ func (r *Reconciler) pod(pvc *corev1.PersistentVolumeClaim, meta metav1.ObjectMe
 			{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: meta.Name}}},
 		},
 	}}, nil
+}
+
+// CABundle is what a certificate made from the upload CA Secret s is to
+// trust: its bundle, or the CA alone in a Secret written before bundles.
+func CABundle(s *corev1.Secret) []byte {
+	if b := s.Data[CABundleKey]; len(b) > 0 {
+		return b
+	}
+	return s.Data[corev1.TLSCertKey]
 }
