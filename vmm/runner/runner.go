@@ -93,8 +93,14 @@ func (r *Runner) reset(e machine.Exit) (_ machine.Exit, again bool) {
 	}
 	r.mu.Lock()
 	busy := r.stopping || r.migrated || r.lost != nil || (r.mig != nil && r.mig.active)
+	stopping := r.stopping && !r.migrated && r.lost == nil
 	r.resetting = !busy
 	r.mu.Unlock()
+	if stopping {
+		// Stop came as the guest rebooted: the VM ends because it was
+		// stopped, whichever exit came first.
+		return machine.Exit{Reason: machine.ExitStopped}, false
+	}
 	if busy {
 		return e, false
 	}
