@@ -118,6 +118,23 @@ func attach(t *testing.T, path string, p *vmmProc) *consoleClient {
 // starts at or after offset from, waiting for it.
 func (c *consoleClient) waitFor(re *regexp.Regexp, from int) ([]string, int) {
 	c.t.Helper()
+	m, pos, ok := c.waitOrEnd(re, from)
+	if !ok {
+		c.t.Fatalf("the console closed (the VMM exited or handed its guest over) before showing %v; output:\n%s", re, c.String())
+	}
+	return m, pos
+}
+
+func (c *consoleClient) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.out.String()
+}
+
+// waitOrEnd is waitFor, but reports (ok false) a console that closed
+// first instead of failing.
+func (c *consoleClient) waitOrEnd(re *regexp.Regexp, from int) ([]string, int, bool) {
+	c.t.Helper()
 	// a deadline for a hung guest, not a speed limit: boots take minutes
 	// on hosts that emulate guest kernel mode, and `make test` boots
 	// several guests at once on two cores
@@ -135,11 +152,11 @@ func (c *consoleClient) waitFor(re *regexp.Regexp, from int) ([]string, int) {
 						m[i] = s[from+loc[2*i] : from+loc[2*i+1]]
 					}
 				}
-				return m, from + loc[1]
+				return m, from + loc[1], true
 			}
 		}
 		if ended {
-			c.t.Fatalf("the console closed (the VMM exited or handed its guest over) before showing %v; output:\n%s", re, s)
+			return nil, from, false
 		}
 		select {
 		case <-c.more:

@@ -55,7 +55,9 @@ var kvRE = func(key string) *regexp.Regexp { return regexp.MustCompile(`KV ` + k
 // match what the host has, so every device write reached the target (and
 // the target's disk and NIC still answer). Two vCPUs and two queues on the
 // disk and the NIC: the multi-queue paths run under the VMM's seccomp
-// filter (the driver attaches the tap's second queue) and migrate.
+// filter (the driver attaches the tap's second queue) and migrate. (On a
+// loaded host pre-copy may converge before the I/O ends; it then ends on
+// the target, checked the same, and the log says so.)
 func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root for the tap and its network namespace")
@@ -121,10 +123,16 @@ func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 
 	// The I/O runs, and ends, while the source is still in pre-copy: the
 	// memory writer keeps it from converging until the guest stops it.
+	// On a loaded host (`make test` on two cores) the guest's vCPUs may
+	// get so little time that pre-copy converges all the same (seen in
+	// CI): the I/O then ends on the target, which is checked just the
+	// same, and the log says so.
 	ca.send("io")
-	_, _ = ca.waitFor(kvRE("io_done"), pos)
-	r := vmm(t, "status", "--api", sock("a.api"))
-	require.Contains(t, r.stdout, `"Migrating"`, "the guest's I/O finished during pre-copy")
+	_, _, duringPreCopy := ca.waitOrEnd(kvRE("io_done"), pos)
+	if duringPreCopy {
+		r := vmm(t, "status", "--api", sock("a.api"))
+		require.Contains(t, r.stdout, `"Migrating"`, "the guest's I/O finished during pre-copy")
+	}
 
 	select {
 	case err := <-migDone:
@@ -138,12 +146,25 @@ func TestMigrationDuringDiskAndNetIO(t *testing.T) {
 	assert.Equal(t, 0, a.wait(time.Minute), "the source exits once its guest runs on the target; stderr: %s", a.stderr.String())
 
 	cb := attach(t, sock("b.con"), b)
+	if !duringPreCopy {
+		out := ca.String()
+		t.Logf("pre-copy converged before the guest's I/O ended (the source's console ends %q): the I/O ends on the target", out[max(0, len(out)-80):])
+		// The target's tap was made in this namespace: into the stream's
+		// namespace with the host's address, where the listener waits
+		// (the guest's connect retries its SYN meanwhile).
+		require.NoError(t, link.MoveTo(tapName, ns))
+		h, err := ns.Handle()
+		require.NoError(t, err)
+		require.NoError(t, link.Up(h, tapName, "10.199.2.1/24"))
+		h.Close()
+		cb.waitFor(kvRE("io_done"), 0)
+	}
 	bpos := cb.len()
 	cb.send("sum")
 	m, bpos := cb.waitFor(kvRE("disk_sha"), bpos)
-	assert.Equal(t, sha256hex(disk), m[1], "the disk as the guest read it during pre-copy, from its page cache on the target")
+	assert.Equal(t, sha256hex(disk), m[1], "the disk as the guest read it (during pre-copy, or across the switch), from its page cache on the target")
 	m, _ = cb.waitFor(kvRE("rx_sha"), bpos)
-	assert.Equal(t, sha256hex(payload), m[1], "the TCP stream the guest received during pre-copy")
+	assert.Equal(t, sha256hex(payload), m[1], "the TCP stream the guest received")
 	cb.send("quit")
 	assert.Equal(t, 0, b.wait(3*time.Minute), "the migrated guest powers off cleanly; stderr: %s", b.stderr.String())
 }
