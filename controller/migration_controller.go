@@ -749,7 +749,6 @@ func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass)
 	return nil
 }
 
-// targetPods are the migration's target pods, oldest first.
 // createdTarget reports whether pod is the target pod this controller
 // created for m: the one m's state names (written once it made it).
 func createdTarget(m *v1.VirtualMachineInstanceMigration, pod *corev1.Pod) bool {
@@ -757,6 +756,7 @@ func createdTarget(m *v1.VirtualMachineInstanceMigration, pod *corev1.Pod) bool 
 	return ms != nil && ms.TargetPod != "" && pod.Name == ms.TargetPod
 }
 
+// targetPods are the migration's target pods, oldest first.
 func (r *MigrationReconciler) targetPods(ctx context.Context, reader client.Reader, m *v1.VirtualMachineInstanceMigration) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
 	if err := reader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{MigrationJobLabel: string(m.UID)}); err != nil {
