@@ -155,6 +155,17 @@ func NewWatcher(ctx context.Context, c client.Reader) (*Watcher, error) {
 	return w, nil
 }
 
+// Watch is NewWatcher with Run started until ctx ends, failures to
+// re-read going to logf: what an extension API server does at start.
+func Watch(ctx context.Context, c client.Reader, logf func(error)) (*Watcher, error) {
+	w, err := NewWatcher(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	go w.Run(ctx, logf)
+	return w, nil
+}
+
 // Refresh re-reads the settings; on an error the ones held stay (a
 // settings ConfigMap briefly unreadable must not lock every user out).
 func (w *Watcher) Refresh(ctx context.Context) error {

@@ -50,11 +50,12 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	auth, err := frontproxy.NewWatcher(ctx, c)
+	auth, err := frontproxy.Watch(ctx, c, func(err error) {
+		log.Error("re-reading the front-proxy settings (the ones read before stay)", "error", err)
+	})
 	if err != nil {
 		return err
 	}
-	go auth.Run(ctx, func(err error) { log.Error("re-reading the front-proxy settings (the ones read before stay)", "error", err) })
 	s := &apiserver.Server{Auth: auth, Client: c, Signer: signer, Log: log}
 	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serve.Certificate(certDir),

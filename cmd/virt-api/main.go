@@ -64,11 +64,10 @@ func run() error {
 
 	// The front proxy's CA and names, as the API server publishes them
 	// for extension API servers.
-	fp, err := frontproxy.NewWatcher(ctx, c)
+	fp, err := frontproxy.Watch(ctx, c, func(err error) { log.Error(err, "re-reading the front-proxy settings (the ones read before stay)") })
 	if err != nil {
 		return err
 	}
-	go fp.Run(ctx, func(err error) { log.Error(err, "re-reading the front-proxy settings (the ones read before stay)") })
 	handlerTLS, err := virtapi.HandlerClientTLS(handlerCertDir+"/tls.crt", handlerCertDir+"/tls.key", handlerCertDir+"/ca.crt", "kubevirt.io:system:node:virt-handler")
 	if err != nil {
 		return err

@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
-	"github.com/kubevmm/kubevmm/api/frontproxy"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 	"github.com/kubevmm/kubevmm/virtapi"
 	"github.com/kubevmm/kubevmm/vmm/migration/tlstest"
