@@ -89,6 +89,12 @@ func (c *Client) layerDisk(ctx context.Context, ref Ref, l Descriptor, fn func(s
 		if h.Typeflag != tar.TypeReg || dir != DiskDir+"/" || strings.HasPrefix(base, ".wh.") {
 			continue
 		}
+		if sparse(h) {
+			// archive/tar reads a sparse file's holes as zeros: a few
+			// bytes of layer could stand for exabytes of disk, read to
+			// the end before the importer could refuse the size.
+			return false, fmt.Errorf("tar: %s is a sparse file; container disks hold plain files", h.Name)
+		}
 		if err := fn(base, h.Size, t); err != nil {
 			return false, err
 		}
@@ -127,4 +133,17 @@ func (v *verifier) check() error {
 		return fmt.Errorf("content has digest %s, not the one the manifest names", got)
 	}
 	return nil
+}
+
+// sparse says h is a GNU sparse file, old style or in PAX records.
+func sparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }

@@ -404,3 +404,21 @@ func TestInsecurePlainHTTP(t *testing.T) {
 	_, err = secure.Digest(ctx, ref)
 	require.ErrorContains(t, err, "server gave HTTP response to HTTPS client")
 }
+
+// TestSparseLayerRefused: a layer whose disk is a sparse tar entry, 512
+// bytes standing for 4 EiB, is refused by name before any byte is handed
+// on (archive/tar would read the holes as zeros for years).
+func TestSparseLayerRefused(t *testing.T) {
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write(sparseTar(t))
+	require.NoError(t, w.Close())
+	m, err := json.Marshal(Manifest{SchemaVersion: 2, MediaType: MediaOCIManifest,
+		Layers: []Descriptor{{MediaType: MediaOCILayerGzip, Digest: sha(gz.Bytes()), Size: int64(gz.Len())}}})
+	require.NoError(t, err)
+	c, ref := fuzzClient(t, &fakeRegistry{manifests: map[string][]byte{"v1": m}, blob: gz.Bytes()})
+	calls := 0
+	err = c.Disk(context.Background(), ref, func(string, int64, io.Reader) error { calls++; return nil })
+	require.ErrorContains(t, err, "disk/x.img is a sparse file")
+	assert.Zero(t, calls)
+}
