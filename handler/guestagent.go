@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -170,10 +171,10 @@ func filesystems(fss []ga.Filesystem) []v1.VirtualMachineInstanceFileSystem {
 	for _, f := range fss {
 		fs := v1.VirtualMachineInstanceFileSystem{DiskName: f.Name, MountPoint: f.Mountpoint, FileSystemType: f.Type}
 		if f.UsedBytes != nil {
-			fs.UsedBytes = int(*f.UsedBytes)
+			fs.UsedBytes = clampInt(*f.UsedBytes)
 		}
 		if f.TotalBytes != nil {
-			fs.TotalBytes = int(*f.TotalBytes)
+			fs.TotalBytes = clampInt(*f.TotalBytes)
 		}
 		for _, d := range f.Disk {
 			fs.Disk = append(fs.Disk, v1.VirtualMachineInstanceFileSystemDisk{Serial: d.Serial, BusType: d.BusType})
@@ -225,4 +226,10 @@ func (s *Server) fsCommand(w http.ResponseWriter, r *http.Request, do func(conte
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// clampInt is a guest's byte count as KubeVirt's int field holds it: a
+// hostile guest's 2^64-1 reads as the largest int, not as a negative.
+func clampInt(u uint64) int {
+	return int(min(u, math.MaxInt))
 }
