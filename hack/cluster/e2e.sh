@@ -20,5 +20,5 @@ fi
 "$HACK_DIR/cluster/sync.sh"
 "$HACK_DIR/cluster/guest-disk.sh" >/dev/null
 cd "$REPO_DIR"
-KUBEVMM_E2E=1 go test -count=1 -timeout 60m -v ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.log"
+KUBEVMM_E2E=1 go test -count=1 -timeout 70m -v ${E2E_RUN:+-run "$E2E_RUN"} ./test/e2e/ 2>&1 | tee "$LOG_DIR/e2e.log"
 exit "${PIPESTATUS[0]}"
