@@ -41,9 +41,9 @@ test: vet lint
 	@$(MAKE) --no-print-directory fuzz
 
 # Every fuzz target for a bounded time (FUZZTIME each, its build included):
-# a smoke run in make test (25 targets: about 4 minutes); fuzz-long is the
+# a smoke run in make test (25 targets: under 3 minutes); fuzz-long is the
 # deep one, and every plain go test runs the kept corpus as seeds.
-FUZZTIME ?= 8s
+FUZZTIME ?= 5s
 fuzz:
 	@hack/fuzz.sh $(FUZZTIME)
 
