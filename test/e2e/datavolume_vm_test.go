@@ -48,7 +48,7 @@ spec:
             memory: 128Mi
         firmware:
           kernelBoot:
-            kernelArgs: "console=ttyS0 reboot=k panic=-1 kubevmm.mode=shell"
+            kernelArgs: "console=ttyS0 reboot=k panic=-1 quiet kubevmm.mode=shell"
             container:
               image: localhost/kubevmm/test-guest:devel
               imagePullPolicy: IfNotPresent
