@@ -135,11 +135,10 @@ func (v *verifier) check() error {
 	return nil
 }
 
-// sparse says h is a GNU sparse file, old style or in PAX records.
+// sparse says h is a PAX (GNU 1.0) sparse file, which archive/tar hands
+// on as a regular one. An old-style GNU sparse entry keeps its own type
+// and is skipped as not regular.
 func sparse(h *tar.Header) bool {
-	if h.Typeflag == tar.TypeGNUSparse {
-		return true
-	}
 	for k := range h.PAXRecords {
 		if strings.HasPrefix(k, "GNU.sparse.") {
 			return true
