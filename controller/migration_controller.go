@@ -38,6 +38,9 @@ const (
 	ReasonFailedAbort         = "FailedAbortMigration"
 	migrationVMIIndex         = "spec.vmiName"
 	migrationThrottledRequeue = 5 * time.Second
+	// migrationCacheRequeue: the cache's migration is older than the API
+	// server's; the watch brings the newer one about now.
+	migrationCacheRequeue = time.Second
 )
 
 // MigrationReconciler carries out VirtualMachineInstanceMigrations, as
@@ -419,16 +422,12 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 	}
 
 	// The cache said there is no target pod; so must the API server.
-	live, err := r.targetPods(ctx, r.APIReader, m)
-	if err != nil {
-		return 0, err
-	}
-	for _, pod := range live {
-		if createdTarget(m, pod) {
-			p.target = pod
-			setMigrationPhase(p.st, v1.MigrationScheduling, p.now)
-			return 0, nil
-		}
+	if pod, newer, err := r.liveTarget(ctx, m); err != nil || newer {
+		return migrationCacheRequeue, err
+	} else if pod != nil {
+		p.target = pod
+		setMigrationPhase(p.st, v1.MigrationScheduling, p.now)
+		return 0, nil
 	}
 	pod, err := RenderMigrationTargetPod(vmi, m, r.Launcher, vmi.Status.NodeName, cfg.HasFeatureGate(FeatureGateSameNodeLiveMigration))
 	if err != nil {
@@ -754,6 +753,33 @@ func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass)
 func createdTarget(m *v1.VirtualMachineInstanceMigration, pod *corev1.Pod) bool {
 	ms := m.Status.MigrationState
 	return ms != nil && ms.TargetPod != "" && pod.Name == ms.TargetPod
+}
+
+// liveTarget is m's target pod as the API server has it, or newer: the
+// API server's migration names a target pod the cache's copy of m does not
+// name yet. (The pass that made a target pod recorded its name in the
+// migration, and a pod is only a target by that record: without this
+// look a second pass on a stale cache made a second pod; seen in e2e.)
+func (r *MigrationReconciler) liveTarget(ctx context.Context, m *v1.VirtualMachineInstanceMigration) (pod *corev1.Pod, newer bool, err error) {
+	live, err := r.targetPods(ctx, r.APIReader, m)
+	if err != nil || len(live) == 0 {
+		return nil, false, err
+	}
+	for _, pod := range live {
+		if createdTarget(m, pod) {
+			return pod, false, nil
+		}
+	}
+	fresh := &v1.VirtualMachineInstanceMigration{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), fresh); err != nil {
+		return nil, false, fmt.Errorf("reading migration %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	for _, pod := range live {
+		if createdTarget(fresh, pod) {
+			return nil, true, nil
+		}
+	}
+	return nil, false, nil
 }
 
 // targetPods are the migration's target pods, oldest first.
