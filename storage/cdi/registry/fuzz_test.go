@@ -284,8 +284,9 @@ func FuzzLayer(f *testing.F) {
 				t.Fatalf("disk file name %q", name)
 			}
 			if size > fuzzMaxDisk {
-				// A tar header may claim any size, and a sparse entry has
-				// it without the bytes: not written out here.
+				// A tar header may claim any size (a sparse entry, which
+				// has it without the bytes, is refused before this): not
+				// written out here.
 				return errors.New("disk too large for the fuzzer")
 			}
 			out, err := os.Create(filepath.Join(dir, name))
