@@ -21,6 +21,8 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -76,12 +78,18 @@ func Load(ctx context.Context, c client.Reader) (*Authenticator, error) {
 	return a, nil
 }
 
-// User authenticates r: only requests proxied by the API server, with a
-// client certificate from the front-proxy CA and an allowed name, name a
-// user.
-func (a *Authenticator) User(r *http.Request) (User, error) {
+// ErrNoCertificate is a request without a client certificate: not the
+// API server's (401, where a certificate that is not its own is 403).
+var ErrNoCertificate = errors.New("no client certificate: this API is served through the API server")
+
+// APIServer checks that r came from the API server: a client certificate
+// from the front-proxy CA with an allowed name. The API server presents it
+// when proxying to an extension API server, and to admission webhooks
+// where its admission configuration names that certificate for them
+// (WebhookAdmission kubeConfigFile; hack/cluster/up.sh).
+func (a *Authenticator) APIServer(r *http.Request) error {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return User{}, errors.New("no client certificate: this API is served through the API server")
+		return ErrNoCertificate
 	}
 	cert := r.TLS.PeerCertificates[0]
 	opts := x509.VerifyOptions{Roots: a.CAs, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
@@ -89,10 +97,20 @@ func (a *Authenticator) User(r *http.Request) (User, error) {
 		opts.Intermediates.AddCert(c)
 	}
 	if _, err := cert.Verify(opts); err != nil {
-		return User{}, fmt.Errorf("client certificate: %w", err)
+		return fmt.Errorf("client certificate: %w", err)
 	}
 	if len(a.Names) > 0 && !slices.Contains(a.Names, cert.Subject.CommonName) {
-		return User{}, fmt.Errorf("client certificate %q is not an allowed front proxy", cert.Subject.CommonName)
+		return fmt.Errorf("client certificate %q is not an allowed front proxy", cert.Subject.CommonName)
+	}
+	return nil
+}
+
+// User authenticates r: only requests proxied by the API server, with a
+// client certificate from the front-proxy CA and an allowed name, name a
+// user.
+func (a *Authenticator) User(r *http.Request) (User, error) {
+	if err := a.APIServer(r); err != nil {
+		return User{}, err
 	}
 	u := User{Extra: map[string]authzv1.ExtraValue{}}
 	for _, h := range a.UserHeaders {
@@ -128,6 +146,35 @@ func Authorize(ctx context.Context, c client.Client, u User, attrs authzv1.Resou
 // Users authenticates a proxied request (Authenticator, Watcher).
 type Users interface {
 	User(r *http.Request) (User, error)
+}
+
+// Callers tells the API server's calls from anyone else's (Authenticator,
+// Watcher).
+type Callers interface {
+	APIServer(r *http.Request) error
+}
+
+// OnlyAPIServer serves h to the API server alone: an admission webhook is
+// reachable by every pod, and one that acts on what it is sent (a MAC
+// allocated and held per review) must not act for them. No certificate is
+// 401, another's 403; nothing of the request is read.
+func OnlyAPIServer(c Callers, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c == nil {
+			// Not configured: served to no one rather than to anyone.
+			http.Error(w, "webhooks answer the API server only, and this server was not told how to know it", http.StatusInternalServerError)
+			return
+		}
+		if err := c.APIServer(r); err != nil {
+			code := http.StatusForbidden
+			if errors.Is(err, ErrNoCertificate) {
+				code = http.StatusUnauthorized
+			}
+			http.Error(w, "webhooks answer the API server only: "+err.Error(), code)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Watcher is an Authenticator kept current: the API server's front-proxy
@@ -196,3 +243,17 @@ func (w *Watcher) Run(ctx context.Context, logf func(error)) {
 
 // User authenticates r with the settings held now.
 func (w *Watcher) User(r *http.Request) (User, error) { return w.cur.Load().User(r) }
+
+// APIServer checks r's caller with the settings held now.
+func (w *Watcher) APIServer(r *http.Request) error { return w.cur.Load().APIServer(r) }
+
+// ReaderBinding binds the ServiceAccount namespace/account to the Role
+// every cluster has for reading the front-proxy settings
+// (extension-apiserver-authentication-reader in kube-system): what a
+// component needs for Load and Watch.
+func ReaderBinding(name, namespace, account string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: namespace}}}
+}

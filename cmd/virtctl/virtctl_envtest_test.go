@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"net"
 	"net/http"
 	"os"
@@ -70,34 +69,26 @@ func cluster(t *testing.T) (string, client.Client) {
 	t.Helper()
 	ip := hostIP(t)
 	ca := tlstest.NewCA(t, "kubevmm-test-ca")
-	proxy := ca.Issue(t, "front-proxy-client")
+	// The aggregation layer as apiserver.Start sets it up.
 	cfg, c := apiserver.Start(t, func(env *envtest.Environment) {
-		args := env.ControlPlane.GetAPIServer().Configure()
-		args.Set("requestheader-client-ca-file", proxy.CA)
-		args.Set("requestheader-allowed-names", "front-proxy-client")
-		args.Set("requestheader-username-headers", "X-Remote-User")
-		args.Set("requestheader-group-headers", "X-Remote-Group")
-		args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
-		args.Set("proxy-client-cert-file", proxy.Cert)
-		args.Set("proxy-client-key-file", proxy.Key)
 		// To the endpoint's address: there is no kube-proxy for the
 		// service's cluster IP.
-		args.Set("enable-aggregator-routing", "true")
+		env.ControlPlane.GetAPIServer().Configure().Set("enable-aggregator-routing", "true")
 	})
 	ctx := context.Background()
 
 	// virt-api, as cmd/virt-api runs it, on a certificate of our CA for
 	// the service's name, which the aggregator checks.
+	proxy, err := frontproxy.Load(ctx, c)
+	require.NoError(t, err)
 	caPEM, err := os.ReadFile(ca.File)
 	require.NoError(t, err)
-	proxyCAs := x509.NewCertPool()
-	require.True(t, proxyCAs.AppendCertsFromPEM(caPEM))
 	serving := ca.Issue(t, "virt-api.kubevirt.svc")
 	cert, err := tls.LoadX509KeyPair(serving.Cert, serving.Key)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	require.NoError(t, err)
-	s := &virtapi.Server{Client: c, Namespace: "kubevirt", Proxy: &frontproxy.Authenticator{CAs: proxyCAs, Names: []string{"front-proxy-client"}, UserHeaders: []string{"X-Remote-User"}, GroupHeaders: []string{"X-Remote-Group"}},
+	s := &virtapi.Server{Client: c, Namespace: "kubevirt", Proxy: proxy, Callers: proxy,
 		Log: logr.Discard()}
 	hotplugGate.Store(true)
 	s.Config = func() (clusterconfig.ClusterConfig, error) {

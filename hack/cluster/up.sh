@@ -62,6 +62,36 @@ start etcd "$B/etcd" "$B/etcd" --name default --data-dir "$CLUSTER_DIR/etcd" \
   --initial-cluster default=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381 \
   --unsafe-no-fsync
 
+# Admission webhooks get the front proxy's client certificate too ('*'
+# matches every webhook's host): every webhook of the platform answers only
+# a caller with it, as an extension API server answers only the front proxy
+# (api/frontproxy), so no pod can send them reviews of its own.
+mkdir -p "$CLUSTER_DIR/conf"
+cat >"$CLUSTER_DIR/conf/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: '*'
+  user:
+    client-certificate: $P/front-proxy-client.crt
+    client-key: $P/front-proxy-client.key
+EOF
+cat >"$CLUSTER_DIR/conf/admission.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $CLUSTER_DIR/conf/webhook-client.kubeconfig
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $CLUSTER_DIR/conf/webhook-client.kubeconfig
+EOF
+
 # Aggregation: --requestheader-* and --proxy-client-* let kube-apiserver
 # front virt-api's subresources.kubevirt.io through an APIService, and
 # --enable-aggregator-routing sends those (and webhook) calls to endpoint
@@ -79,7 +109,7 @@ start kube-apiserver "$B/kube-apiserver" "$B/kube-apiserver" --etcd-servers=http
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
   --requestheader-extra-headers-prefix=X-Remote-Extra- \
   --proxy-client-cert-file="$P/front-proxy-client.crt" --proxy-client-key-file="$P/front-proxy-client.key" \
-  --enable-aggregator-routing=true
+  --enable-aggregator-routing=true --admission-control-config-file="$CLUSTER_DIR/conf/admission.yaml"
 wait_for "kube-apiserver /readyz" 300 curl -sf --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key" "https://127.0.0.1:$API_PORT/readyz"
 phase "etcd + kube-apiserver ready"
 
