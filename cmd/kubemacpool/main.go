@@ -15,7 +15,9 @@ import (
 	"syscall"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
@@ -55,7 +57,18 @@ func run() error {
 	defer stop()
 	// Serving from the start, ready (and admitting) once the watch rebuilt
 	// the pool and read the range.
-	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: *certDir, Log: log}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	// Who the API server is: only its reviews are answered.
+	callers, err := frontproxy.Watch(ctx, c, func(err error) {
+		log.Error("re-reading the front-proxy settings (the ones read before stay)", "err", err)
+	})
+	if err != nil {
+		return err
+	}
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: *certDir, Callers: callers, Log: log}
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(*port))
 	if err != nil {
 		return err

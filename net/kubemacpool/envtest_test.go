@@ -1,9 +1,11 @@
 package kubemacpool_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -24,6 +26,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +34,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
@@ -105,6 +109,10 @@ func startCluster(t *testing.T) *cluster {
 	require.NoError(t, admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "kubemacpool", Namespace: ns}, Rules: kubemacpool.RoleRules()}))
 	require.NoError(t, admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "kubemacpool", Namespace: ns},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubemacpool"}, Subjects: subj}))
+	// As the operator binds its ServiceAccount (test: its user).
+	reader := frontproxy.ReaderBinding("kubemacpool", ns, "kubemacpool")
+	reader.Subjects = subj
+	require.NoError(t, admin.Create(ctx, reader))
 	return &cluster{env: env, admin: admin, warn: warn, kmp: user.Config()}
 }
 
@@ -122,7 +130,12 @@ func (c *cluster) start(t *testing.T) *kmp {
 	scheme, err := kvscheme.New()
 	require.NoError(t, err)
 	wo := &c.env.WebhookInstallOptions
-	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: wo.LocalServingCertDir, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	// Who the API server is, as kubemacpool reads it with its own RBAC.
+	kc, err := client.New(c.kmp, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	callers, err := frontproxy.Load(t.Context(), kc)
+	require.NoError(t, err)
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: wo.LocalServingCertDir, Callers: callers, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
 	var ln net.Listener
@@ -276,6 +289,24 @@ func TestKubeMacPool(t *testing.T) {
 	dry := vm("vms", "dry", "")
 	require.NoError(t, c.admin.Create(ctx, dry, client.DryRunAll))
 	assert.Equal(t, []string{"02:00:00:00:00:04"}, macsOf(dry))
+
+	// Reviews from anyone but the API server (any pod can reach the
+	// Service) are refused unread: a flood of them, more than the range
+	// holds, hands out nothing.
+	flood, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "flood", Operation: admissionv1.Create, Namespace: "vms", Name: "flood",
+			Object: runtime.RawExtension{Object: vm("vms", "flood", "", "", "", "")}}})
+	require.NoError(t, err)
+	for i := range 8 {
+		resp, err := a.hc.Post(a.base+kubemacpool.PathMutateVM, "application/json", bytes.NewReader(flood))
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "review %d without the API server's certificate: %s", i, body)
+	}
+	assert.Empty(t, a.s.Pool.Held("vms/flood"))
+	require.NoError(t, c.admin.Create(ctx, dry, client.DryRunAll))
+	assert.Equal(t, []string{"02:00:00:00:00:04"}, macsOf(dry), "the flood took no MAC")
 
 	// A new kubemacpool rebuilds the pool from the VMs before it is ready:
 	// what they hold is not handed out again.

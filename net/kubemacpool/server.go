@@ -7,7 +7,8 @@
 // one port, serving certificate tls.crt/tls.key in a directory read at
 // each TLS handshake (a rotated Secret takes effect without a restart),
 //
-//	POST /mutate-virtualmachines  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE
+//	POST /mutate-virtualmachines  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE,
+//	                              from the API server only (its front-proxy client certificate; 401/403 else)
 //	GET  /readyz                  200 once the pool was rebuilt from the VMs, a range is configured and the certificate loads
 //	GET  /metrics                 Prometheus: kmp_mac_collisions{mac}
 //
@@ -49,6 +50,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/net/macpool"
 )
 
@@ -62,6 +64,10 @@ const (
 type Server struct {
 	Pool    *macpool.Pool
 	CertDir string // tls.crt and tls.key
+	// Callers tells the API server's reviews from anyone else's: every
+	// review allocates and holds MACs, and a pod sending its own would
+	// drain the pool.
+	Callers frontproxy.Callers
 	Log     *slog.Logger
 	// ReservationTTL is how long MACs given to a VM not stored yet stay
 	// held (DefaultReservationTTL if 0).
@@ -114,7 +120,7 @@ func (s *Server) Handler() http.Handler {
 	reg.MustRegister(collisions{s.Pool}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST "+PathMutateVM, s.admission)
+	mux.Handle("POST "+PathMutateVM, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.admission)))
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "the MAC pool is not rebuilt from the VMs yet, or no MAC range is configured", http.StatusServiceUnavailable)
@@ -156,10 +162,16 @@ func (s *Server) certificate() (*tls.Certificate, error) {
 
 // Serve serves Handler over HTTPS on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.Callers == nil {
+		return errors.New("kubemacpool: no Callers: the webhook would hand out MACs to anyone")
+	}
 	srv := &http.Server{
 		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
+			// Reviews come with the API server's certificate, checked
+			// by route; probes and scrapes without one.
+			ClientAuth: tls.RequestClientCert,
 			// Read per handshake: a rotated Secret's files take effect
 			// without a restart.
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.certificate() },

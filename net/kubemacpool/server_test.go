@@ -55,7 +55,7 @@ func writeCert(t *testing.T, dir, cn string) {
 func TestCertificateRotation(t *testing.T) {
 	dir := t.TempDir()
 	writeCert(t, dir, "first")
-	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: dir, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: dir, Callers: anyCaller{}, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

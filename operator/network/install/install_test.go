@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,10 +73,17 @@ func TestKubeMacPoolObjects(t *testing.T) {
 	kinds := map[string]client.Object{}
 	for _, o := range objs {
 		kinds[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = o
-		if o.GetObjectKind().GroupVersionKind().Kind != "MutatingWebhookConfiguration" && !strings.HasPrefix(o.GetObjectKind().GroupVersionKind().Kind, "Cluster") {
+		switch {
+		case o.GetName() == "kubevmm:kubemacpool-auth-reader":
+			// The front-proxy settings' reader Role is kube-system's.
+			assert.Equal(t, "kube-system", o.GetNamespace())
+		case o.GetObjectKind().GroupVersionKind().Kind != "MutatingWebhookConfiguration" && !strings.HasPrefix(o.GetObjectKind().GroupVersionKind().Kind, "Cluster"):
 			assert.Equal(t, install.Namespace, o.GetNamespace(), o.GetName())
 		}
 	}
+	reader, ok := kinds["RoleBinding/kubevmm:kubemacpool-auth-reader"].(*rbacv1.RoleBinding)
+	require.True(t, ok, "kubemacpool reads who the API server is (it answers only its reviews)")
+	assert.Equal(t, "extension-apiserver-authentication-reader", reader.RoleRef.Name)
 	cm, ok := kinds["ConfigMap/kubemacpool-mac-range-config"].(*corev1.ConfigMap)
 	require.True(t, ok, "the range's ConfigMap")
 	assert.Equal(t, map[string]string{"RANGE_START": "02:00:00:00:00:00", "RANGE_END": "02:00:00:00:00:ff"}, cm.Data)

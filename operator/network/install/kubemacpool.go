@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
 )
@@ -67,6 +68,11 @@ func KubeMacPoolObjects(c KubeMacPoolConfig) ([]client.Object, error) {
 		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta("kubevmm:" + kubeMacPoolAccount),
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "kubevmm:" + kubeMacPoolAccount},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: kubeMacPoolAccount, Namespace: Namespace}}})
+	// It answers the API server's reviews only, and learns who that is
+	// where extension API servers do.
+	reader := frontproxy.ReaderBinding("kubevmm:"+kubeMacPoolAccount+"-auth-reader", Namespace, kubeMacPoolAccount)
+	reader.Labels = managed()
+	objs = append(objs, reader)
 
 	labels := map[string]string{"app": "kubemacpool", "control-plane": "mac-controller-manager"}
 	const certDir = "/etc/webhook/certs"
