@@ -2,6 +2,7 @@ package virtapi
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 )
 
@@ -39,7 +41,8 @@ func review(t *testing.T, path string, op admissionv1.Operation, obj []byte) *ad
 	}
 	// An empty cluster: a dataVolumeTemplate's sourceRef names a missing
 	// DataSource, which the clone authorization admits.
-	srv := httptest.NewServer((&Server{Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Config: gates}).Handler())
+	// Who calls is not what these check (TestWebhooksAnswerOnlyTheAPIServer).
+	srv := httptest.NewServer((&Server{Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Config: gates, Callers: anyCaller{}}).Handler())
 	defer srv.Close()
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
@@ -235,5 +238,23 @@ func TestKubeVirtExamplesAdmitted(t *testing.T) {
 				{Name: "cloudinitdisk", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}},
 			}, vm.Spec.Template.Spec.Domain.Devices.Disks)
 		})
+	}
+}
+
+// anyCaller takes every caller for the API server.
+type anyCaller struct{}
+
+func (anyCaller) APIServer(*http.Request) error { return nil }
+
+// TestWebhooksAnswerOnlyTheAPIServer: every admission route refuses a
+// review without the API server's certificate, unread.
+func TestWebhooksAnswerOnlyTheAPIServer(t *testing.T) {
+	srv := httptest.NewServer((&Server{Callers: &frontproxy.Authenticator{CAs: x509.NewCertPool()}}).Handler())
+	defer srv.Close()
+	for _, path := range []string{PathMutateVMI, PathMutateVM, PathValidateVMI, PathValidateVM, PathValidateVMIM} {
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(`{"request":{"uid":"u1"}}`))
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, path)
 	}
 }

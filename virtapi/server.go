@@ -55,7 +55,10 @@ type Server struct {
 	// Proxy authenticates the API server's front proxy and reads the
 	// user (frontproxy.Watcher: its CA re-read as it rotates).
 	Proxy frontproxy.Users
-	Log   logr.Logger
+	// Callers tells the API server's admission reviews from anyone
+	// else's (frontproxy.Watcher): the webhooks answer only it.
+	Callers frontproxy.Callers
+	Log     logr.Logger
 	// Config is the cluster configuration (KubeVirt's feature gates),
 	// asked per request; nil: none enabled.
 	Config func() (clusterconfig.ClusterConfig, error)
@@ -64,17 +67,22 @@ type Server struct {
 // Handler is every route.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
-	mux.HandleFunc("POST "+PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
-	mux.HandleFunc("POST "+PathValidateVMI, func(w http.ResponseWriter, r *http.Request) {
+	// The webhooks answer the API server only (its front-proxy client
+	// certificate): a review is the API server's word on what is stored.
+	hook := func(path string, f http.HandlerFunc) {
+		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, f))
+	}
+	hook(PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
+	hook(PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
+	hook(PathValidateVMI, func(w http.ResponseWriter, r *http.Request) {
 		s.admission(w, r, s.gateSeccomp(false, s.gateHotplugSpecs(false, validateVMI)))
 	})
-	mux.HandleFunc("POST "+PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
+	hook(PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
 		s.admission(w, r, s.gateSeccomp(true, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			return s.validateVMClones(r.Context(), req)
 		})))
 	})
-	mux.HandleFunc("POST "+PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
+	hook(PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Prometheus scrapes the same HTTPS port, as KubeVirt's virt-api
 	// serves it; the process's own metrics make its `up` series.

@@ -56,10 +56,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	s := &apiserver.Server{Auth: auth, Client: c, Signer: signer, Log: log}
+	s := &apiserver.Server{Auth: auth, Callers: auth, Client: c, Signer: signer, Log: log}
 	srv := &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serve.Certificate(certDir),
-			// The front proxy's certificate is checked per request.
+			// The front proxy's certificate (on proxied requests and
+			// admission reviews alike) is checked per request.
 			ClientAuth: tls.RequestClientCert}}
 	log.Info("starting cdi-apiserver", "addr", addr)
 	return serve.ListenAndServeTLS(ctx, srv)

@@ -74,7 +74,7 @@ func run() error {
 	}
 	s := &virtapi.Server{
 		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
-		Proxy: fp, Log: log,
+		Proxy: fp, Callers: fp, Log: log,
 	}
 	if configPath != "" {
 		f := &clusterconfig.ConfigFile{Path: configPath}
@@ -84,8 +84,9 @@ func run() error {
 		Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
-			// Webhook calls come without a client certificate; proxied
-			// subresource calls with the front proxy's, checked per route.
+			// Webhook reviews and proxied subresource calls come with
+			// the front proxy's certificate, checked per route; probes
+			// and scrapes without one.
 			ClientAuth: tls.RequestClientCert,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				// Reloaded per handshake: a rotated secret takes effect

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
 	"github.com/kubevmm/kubevmm/storage/cdi/serve"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
@@ -69,11 +70,13 @@ func TestCloneAuthorizationEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
-	s := &apiserver.Server{Client: webhookClient, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	callers, err := frontproxy.Load(t.Context(), webhookClient)
+	require.NoError(t, err)
+	s := &apiserver.Server{Client: webhookClient, Callers: callers, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(wo.LocalServingCertDir, "tls.crt"), filepath.Join(wo.LocalServingCertDir, "tls.key"))
 	require.NoError(t, err)
 	ln, err := tls.Listen("tcp", net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort)),
-		&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}})
+		&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert})
 	require.NoError(t, err)
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/api/template/crds"
 	"github.com/kubevmm/kubevmm/api/template/process"
@@ -78,8 +79,10 @@ func TestCommonTemplatesEnvtest(t *testing.T) {
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(hooks.LocalServingHost, strconv.Itoa(hooks.LocalServingPort)))
 	require.NoError(t, err)
-	srv := &http.Server{Handler: (&virtapi.Server{Client: c, Log: logr.Discard()}).Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	proxy, err := frontproxy.Load(t.Context(), c)
+	require.NoError(t, err)
+	srv := &http.Server{Handler: (&virtapi.Server{Client: c, Callers: proxy, Log: logr.Discard()}).Handler(), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert}}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 

@@ -28,8 +28,12 @@ import (
 
 // Server is cdi-apiserver.
 type Server struct {
-	Auth   frontproxy.Users
-	Client client.Client
+	Auth frontproxy.Users
+	// Callers tells the API server's admission reviews from anyone
+	// else's: the webhooks answer only it (a review's answer carries a
+	// signed clone token).
+	Callers frontproxy.Callers
+	Client  client.Client
 	Signer *token.Signer
 	Log    *slog.Logger
 }
@@ -57,8 +61,8 @@ func (s *Server) Handler() http.Handler {
 				Kind: "UploadTokenRequest", Verbs: []string{"create"}}}})
 	})
 	mux.HandleFunc("POST "+gv+"/namespaces/{namespace}/"+uploadv1.Resource, s.createToken)
-	mux.HandleFunc("POST "+ValidateDataVolumePath, s.validateDataVolume)
-	mux.HandleFunc("POST "+MutateDataVolumePath, s.mutateDataVolume)
+	mux.Handle("POST "+ValidateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.validateDataVolume)))
+	mux.Handle("POST "+MutateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.mutateDataVolume)))
 	return mux
 }
 

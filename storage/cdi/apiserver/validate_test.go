@@ -2,24 +2,28 @@ package apiserver
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 )
 
 // The DataVolume webhook's bad input: what is no AdmissionReview is a
 // 400, an undecodable DataVolume (new or old) is refused saying so, and a
 // delete is admitted; none reaches the API.
 func TestValidateDataVolumeBadInput(t *testing.T) {
-	h := (&Server{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	h := (&Server{Callers: anyCaller{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	post := func(body []byte) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, ValidateDataVolumePath, bytes.NewReader(body)))
@@ -54,4 +58,21 @@ func TestValidateDataVolumeBadInput(t *testing.T) {
 	assert.Contains(t, resp.Result.Message, "cannot decode the DataVolume")
 	resp = review(admissionv1.AdmissionRequest{UID: "4", Operation: admissionv1.Delete})
 	assert.True(t, resp.Allowed)
+}
+
+// anyCaller takes every caller for the API server (who calls is
+// TestWebhooksAnswerOnlyTheAPIServer's).
+type anyCaller struct{}
+
+func (anyCaller) APIServer(*http.Request) error { return nil }
+
+// TestWebhooksAnswerOnlyTheAPIServer: a review without the API server's
+// certificate is refused unread.
+func TestWebhooksAnswerOnlyTheAPIServer(t *testing.T) {
+	h := (&Server{Callers: &frontproxy.Authenticator{CAs: x509.NewCertPool()}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	for _, path := range []string{ValidateDataVolumePath, MutateDataVolumePath} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"request":{"uid":"1"}}`)))
+		assert.Equal(t, http.StatusUnauthorized, w.Code, path)
+	}
 }

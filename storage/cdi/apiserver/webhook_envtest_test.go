@@ -45,7 +45,7 @@ func TestDataVolumeWebhooksEnvtest(t *testing.T) {
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Name: "fedora-abc"}}}}))
 	signer, verifier, err := token.NewPair()
 	require.NoError(t, err)
-	h := (&Server{Client: c, Signer: signer, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	h := (&Server{Client: c, Signer: signer, Callers: anyCaller{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	alice := authnv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}
 
 	post := func(path string, req admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
