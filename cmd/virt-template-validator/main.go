@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
 )
@@ -52,6 +53,13 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s := &webhook.Server{Client: c, CertDir: *certDir, Log: log}
+	// Who the API server is: only its reviews are answered.
+	callers, err := frontproxy.Watch(ctx, c, func(err error) {
+		log.Error("re-reading the front-proxy settings (the ones read before stay)", "err", err)
+	})
+	if err != nil {
+		return err
+	}
+	s := &webhook.Server{Client: c, CertDir: *certDir, Callers: callers, Log: log}
 	return s.ListenAndServe(ctx, ":"+strconv.Itoa(*port))
 }

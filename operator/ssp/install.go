@@ -12,6 +12,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	sspcrds "github.com/kubevmm/kubevmm/api/ssp/crds"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
@@ -80,7 +81,7 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
 			Port: intstr.FromInt(8081), Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}}
 	labels := map[string]string{v1.AppLabel: OperatorName}
-	objs := make([]client.Object, 0, len(crds)+4)
+	objs := make([]client.Object, 0, len(crds)+7)
 	for _, crd := range crds {
 		objs = append(objs, crd)
 	}
@@ -89,6 +90,16 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		role,
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: OperatorName},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
+		// The validator reads who the API server is (it answers only its
+		// reviews) where extension API servers do: the operator binds it
+		// to kube-system's reader Role, so it holds that Role itself and
+		// may write RoleBindings in kube-system, nowhere else.
+		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
+		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName + "-auth-binder", Namespace: "kube-system"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}}},
+		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName + "-auth-binder", Namespace: "kube-system"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: OperatorName + "-auth-binder"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		&appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
 			Spec: appsv1.DeploymentSpec{

@@ -88,6 +88,7 @@ const FieldManager = "ssp-operator"
 // webhook would refuse deleting templates VMs use), the Template CRD never.
 var cleanupOrder = []schema.GroupVersionKind{
 	{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingWebhookConfiguration"},
+	roleBindingGVK,
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
 	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
 	templatev1.GroupVersion.WithKind(templatev1.Kind),
@@ -103,14 +104,21 @@ var watched = []schema.GroupVersionKind{
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
 	{Version: "v1", Kind: "Service"},
 	{Version: "v1", Kind: "ServiceAccount"},
-	cleanupOrder[0], cleanupOrder[1], cleanupOrder[2],
+	cleanupOrder[0], cleanupOrder[2], cleanupOrder[3],
 }
+
+// roleBindingGVK: the validator's RoleBinding in kube-system (its
+// front-proxy settings' reader), the one namespaced object outside the
+// SSP's namespace. The operator may read and write RoleBindings there
+// only, so they are listed there and not watched: every deploy applies
+// it again.
+var roleBindingGVK = schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}
 
 // watchedLater are the kinds of CRDs: the operator installs the Template
 // CRD itself and virt-operator the instance types', so they are watched
 // once a deploy found them served (a watch of a kind not served would
 // stop the operator from starting).
-var watchedLater = cleanupOrder[3:6]
+var watchedLater = cleanupOrder[4:7]
 
 var managed = client.MatchingLabels{ManagedByLabel: ManagedBy}
 
@@ -322,7 +330,11 @@ func (r *Reconciler) certStrategy(ctx context.Context) (st certs.Strategy, bad, 
 func (r *Reconciler) owned(ctx context.Context, s *sspv1beta3.SSP, gvk schema.GroupVersionKind) ([]unstructured.Unstructured, error) {
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := r.APIReader.List(ctx, l, managed); err != nil {
+	opts := []client.ListOption{managed}
+	if gvk == roleBindingGVK {
+		opts = append(opts, client.InNamespace("kube-system"))
+	}
+	if err := r.APIReader.List(ctx, l, opts...); err != nil {
 		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			return nil, nil
 		}

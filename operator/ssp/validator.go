@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
 	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
@@ -25,6 +26,9 @@ const (
 	ValidatorServiceAccount     = "template-validator"
 	ValidatorClusterRole        = "template:view"
 	ValidatorClusterRoleBinding = "template-validator"
+	// ValidatorAuthReader is the validator's RoleBinding in kube-system
+	// (frontproxy.ReaderBinding).
+	ValidatorAuthReader = "template-validator-auth-reader"
 	// ValidatorSecret holds the validator's serving certificate (tls.crt,
 	// tls.key) and the CA that signed it (ca.crt, the webhooks' caBundle),
 	// in the SSP's namespace; made outside the operator for now.
@@ -125,6 +129,9 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRoleBinding},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ValidatorClusterRole},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: ValidatorServiceAccount, Namespace: ns}}},
+		// It answers the API server's reviews only, and learns who that
+		// is where extension API servers do.
+		frontproxy.ReaderBinding(ValidatorAuthReader, ns, ValidatorServiceAccount),
 		svc, deploy, webhooks,
 	}
 }

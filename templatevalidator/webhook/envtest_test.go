@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
@@ -124,7 +125,14 @@ func start(t *testing.T) (client.Client, *warnings) {
 	require.NoError(t, err)
 
 	wo := &env.WebhookInstallOptions
-	s := &webhook.Server{Client: vc, CertDir: wo.LocalServingCertDir, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	// Who the API server is, as the validator reads it with its own RBAC
+	// (the binding the SSP operator makes).
+	reader := frontproxy.ReaderBinding("virt-template-validator", "", "")
+	reader.Subjects = []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "virt-template-validator"}}
+	require.NoError(t, admin.Create(ctx, reader))
+	callers, err := frontproxy.Load(ctx, vc)
+	require.NoError(t, err)
+	s := &webhook.Server{Client: vc, CertDir: wo.LocalServingCertDir, Callers: callers, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))

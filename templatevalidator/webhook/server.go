@@ -8,6 +8,7 @@
 //
 //	POST /virtualmachine-validate  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE
 //	POST /template-validate        AdmissionReview v1, template.openshift.io/v1 templates DELETE
+//	                               (both from the API server only: its front-proxy client certificate; 401/403 else)
 //	GET  /readyz                   200 once the serving certificate loads
 //	GET  /metrics                  Prometheus
 //
@@ -43,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/find"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
@@ -74,6 +76,9 @@ func ClusterRoleRules() []rbacv1.PolicyRule {
 type Server struct {
 	Client  client.Reader
 	CertDir string // tls.crt and tls.key
+	// Callers tells the API server's reviews from anyone else's: a
+	// review makes the validator read the API with its own authority.
+	Callers frontproxy.Callers
 	Log     *slog.Logger
 
 	rejected prometheus.Counter // set up by Handler
@@ -90,8 +95,11 @@ func (s *Server) Handler() http.Handler {
 	reg.MustRegister(s.rejected, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST "+PathVirtualMachine, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitVM) })
-	mux.HandleFunc("POST "+PathTemplate, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, s.admitTemplate) })
+	hook := func(path string, admit admitFunc) {
+		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, admit) })))
+	}
+	hook(PathVirtualMachine, s.admitVM)
+	hook(PathTemplate, s.admitTemplate)
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
 		if _, err := s.certificate(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -121,10 +129,16 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 
 // Serve serves Handler over HTTPS on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.Callers == nil {
+		return errors.New("virt-template-validator: no Callers: the webhooks would answer anyone")
+	}
 	srv := &http.Server{
 		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12,
+			// Reviews come with the API server's certificate, checked
+			// by route; probes and scrapes without one.
+			ClientAuth: tls.RequestClientCert,
 			// Read per handshake: a rotated Secret's files take effect
 			// without a restart (the API server keeps its connections,
 			// so handshakes are few).

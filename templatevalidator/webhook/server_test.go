@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
 )
 
@@ -56,7 +57,7 @@ func post(t *testing.T, h http.Handler, path string, body []byte) *httptest.Resp
 }
 
 func TestAdmissionErrors(t *testing.T) {
-	s := &Server{Client: unreachable, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Client: unreachable, Callers: anyCaller{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	const violating = `{"metadata": {"name": "v", "annotations": {"vm.kubevirt.io/validations": "[{\"name\": \"m\", \"rule\": \"integer\", \"path\": \"jsonpath::.spec.domain.memory.guest\", \"message\": \"more\", \"min\": 2147483648}]"}},
 		"spec": {"template": {"spec": {"domain": {"memory": {"guest": "1Gi"}, "devices": {}}}}}}`
@@ -121,7 +122,7 @@ func TestAdmissionErrors(t *testing.T) {
 		}
 	})
 	t.Run("a cluster without the Template kind has no template rules", func(t *testing.T) {
-		s := &Server{Client: failing{&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: tv.TemplateGroup, Kind: tv.TemplateKind}}}, Log: s.Log}
+		s := &Server{Client: failing{&meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: tv.TemplateGroup, Kind: tv.TemplateKind}}}, Callers: anyCaller{}, Log: s.Log}
 		obj := `{"metadata": {"labels": {"vm.kubevirt.io/template": "t", "vm.kubevirt.io/template.namespace": "templates"}}}`
 		body, err := json.Marshal(admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(obj)}}})
 		require.NoError(t, err)
@@ -160,7 +161,7 @@ func writeCert(t *testing.T, dir string, serial int64) {
 // kubelet updates a mounted Secret.
 func TestCertificateRotation(t *testing.T) {
 	dir := t.TempDir()
-	s := &Server{Client: unreachable, CertDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Client: unreachable, CertDir: dir, Callers: anyCaller{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -195,4 +196,23 @@ func TestCertificateRotation(t *testing.T) {
 	assert.Equal(t, int64(1), served())
 	writeCert(t, dir, 2)
 	assert.Equal(t, int64(2), served(), "the rotated certificate, without a restart")
+}
+
+// anyCaller takes every caller for the API server (who calls is
+// TestWebhooksAnswerOnlyTheAPIServer's and the envtest's).
+type anyCaller struct{}
+
+func (anyCaller) APIServer(*http.Request) error { return nil }
+
+// TestWebhooksAnswerOnlyTheAPIServer: a review without the API server's
+// certificate is refused unread; a server told no Callers does not start.
+func TestWebhooksAnswerOnlyTheAPIServer(t *testing.T) {
+	h := (&Server{Client: unreachable, Callers: &frontproxy.Authenticator{CAs: x509.NewCertPool()}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
+	for _, path := range []string{PathVirtualMachine, PathTemplate} {
+		assert.Equal(t, http.StatusUnauthorized, post(t, h, path, []byte(`{"request":{"uid":"1"}}`)).Code, path)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	assert.ErrorContains(t, (&Server{Client: unreachable, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Serve(t.Context(), ln), "no Callers")
 }
