@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -19,11 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/operator/hco"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
@@ -75,7 +77,12 @@ func run() error {
 	if serveWebhook {
 		wc = &hco.WebhookCerts{Namespace: namespace, Service: hcoinstall.WebhookService, Secret: hcoinstall.WebhookSecret, CASecret: hcoinstall.WebhookCASecret,
 			WebhookConfig: hcoinstall.WebhookConfig, CRD: hcoinstall.CRDName, Settle: settle, Poll: 30 * time.Second}
-		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: port, TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = wc.GetCertificate }}})
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Port: port, TLSOpts: []func(*tls.Config){func(c *tls.Config) {
+			c.GetCertificate = wc.GetCertificate
+			// Reviews come with the API server's certificate, checked
+			// by route (hco.RegisterWebhooks).
+			c.ClientAuth = tls.RequestClientCert
+		}}})
 	}
 	return f.Run(manager.Operator{
 		Name:             "hco-operator",
@@ -103,8 +110,20 @@ func addWebhook(mgr ctrl.Manager, wc *hco.WebhookCerts, namespace string) (healt
 	if err := mgr.Add(wc); err != nil {
 		return nil, fmt.Errorf("adding the webhook's certificates: %w", err)
 	}
+	// Who the API server is: only its reviews are answered.
+	callers, err := frontproxy.NewWatcher(context.Background(), mgr.GetAPIReader())
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(ctrlmanager.RunnableFunc(func(ctx context.Context) error {
+		callers.Run(ctx, func(err error) {
+			ctrl.Log.Error(err, "re-reading the front-proxy settings (the ones read before stay)")
+		})
+		return nil
+	})); err != nil {
+		return nil, err
+	}
 	ws := mgr.GetWebhookServer()
-	ws.Register(hco.ValidatePath, &admission.Webhook{Handler: &hco.Validator{Reader: mgr.GetAPIReader(), Namespace: namespace}})
-	ws.Register(hco.ConvertPath, hco.ConversionHandler())
+	hco.RegisterWebhooks(ws, mgr.GetAPIReader(), namespace, callers)
 	return ws.StartedChecker(), nil
 }

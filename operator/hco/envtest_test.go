@@ -2,6 +2,7 @@ package hco_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -25,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/hco/crd"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/operator/hco"
@@ -82,17 +83,20 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	// The operator runs as its service account, with its RBAC.
 	for _, o := range objs {
 		switch o.GetObjectKind().GroupVersionKind().Kind {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding":
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding":
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, ns, install.OperatorName)
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(),
-		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir})})
+		WebhookServer: webhook.NewServer(webhook.Options{Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.ClientAuth = tls.RequestClientCert }}})})
 	r := &hco.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Namespace: ns, Version: "envtest"}
 	require.NoError(t, r.SetupWithManager(mgr))
-	mgr.GetWebhookServer().Register(hco.ValidatePath, &admission.Webhook{Handler: &hco.Validator{Reader: mgr.GetAPIReader(), Namespace: ns}})
-	mgr.GetWebhookServer().Register(hco.ConvertPath, hco.ConversionHandler())
+	// Who the API server is, read with the operator's own RBAC.
+	callers, err := frontproxy.Load(ctx, mgr.GetAPIReader())
+	require.NoError(t, err)
+	hco.RegisterWebhooks(mgr.GetWebhookServer(), mgr.GetAPIReader(), ns, callers)
 	apiserver.Run(t, mgr)
 
 	// Created as v1beta1 (the API server converts it to v1 to store it).

@@ -16,10 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kubevmm/kubevmm/api/certs"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/api/hco/v1beta1"
 )
@@ -208,4 +210,14 @@ func convertReview(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.Conv
 		resp.ConvertedObjects = append(resp.ConvertedObjects, runtime.RawExtension{Raw: out})
 	}
 	return resp
+}
+
+// RegisterWebhooks registers the HyperConverged webhooks on ws (whose TLS
+// must request client certificates): the validation answers the API
+// server only (callers), as every webhook of the platform does; the
+// conversion is a pure function of what it is sent, and the API server
+// calls conversion webhooks without the admission plugins' credentials.
+func RegisterWebhooks(ws webhook.Server, reader client.Reader, namespace string, callers frontproxy.Callers) {
+	ws.Register(ValidatePath, frontproxy.OnlyAPIServer(callers, &admission.Webhook{Handler: &Validator{Reader: reader, Namespace: namespace}}))
+	ws.Register(ConvertPath, ConversionHandler())
 }

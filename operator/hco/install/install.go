@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/hco/crd"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/operator/hco"
@@ -118,6 +119,9 @@ func Objects(c Config) ([]client.Object, error) {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: OperatorName},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
+		// Its webhook answers the API server's reviews only, and learns
+		// who that is where extension API servers do.
+		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
 		operator,
 		service(meta(WebhookService), labels, WebhookPort),
 		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
