@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +16,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kubevmm/kubevmm/net/kubemacpool"
+	"github.com/kubevmm/kubevmm/net/macpool"
+	cdiinstall "github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/operator/hco"
+	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
+	"github.com/kubevmm/kubevmm/operator/ssp"
+	cdiapiserver "github.com/kubevmm/kubevmm/storage/cdi/apiserver"
+	tvwebhook "github.com/kubevmm/kubevmm/templatevalidator/webhook"
+	"github.com/kubevmm/kubevmm/virtapi"
 )
 
 // tenantBlankDV is a small blank disk, the victim's.
@@ -92,6 +105,48 @@ spec:
     devices: {}
 `
 
+// tenantVMWithNIC is a stopped VM of the attacker's with one interface
+// left for kubemacpool to give a MAC.
+const tenantVMWithNIC = `apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: nics
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        memory:
+          guest: 64Mi
+        devices:
+          interfaces:
+          - name: default
+            masquerade: {}
+      networks:
+      - name: default
+        pod: {}
+`
+
+// webhookPost posts an AdmissionReview to a webhook's pod at addr
+// (ip:port), as anything on the pod network could, without a client
+// certificate: the status code and the body.
+func webhookPost(t *testing.T, addr, path string, body []byte) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+addr+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	// Who serves is not what this checks: who may call.
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // see above
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	require.NoError(t, err, "POST %s to %s", path, addr)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // TestTenantIsolation: two ordinary users, each with edit in their own
 // namespace only (impersonated: mallory in the attacker's namespace; the
 // victim's namespace is the test's). Every way to have CDI copy the
@@ -106,7 +161,12 @@ spec:
 // and gets no claim), and a DataVolume whose source is changed after it
 // was admitted (refused naming spec.source). virt-handler's and
 // virt-controller's metrics, which name every tenant's VMs, answer no
-// token with 401 and her ServiceAccount's token with 403. A copy of her
+// token with 401 and her ServiceAccount's token with 403. Admission
+// reviews sent straight to the webhook pods of kubemacpool, virt-api,
+// cdi-apiserver, the template validator and the HCO (64 to kubemacpool,
+// four MACs asked for in each) are 401:
+// they answer only the API server's client certificate, and her VM made
+// through the API server still gets its MAC. A copy of her
 // VMI's launcher pod labelled as a migration target gets nothing from
 // virt-handler (no tap: its launcher waits). The
 // victim's marker never appears in the attacker's namespace, and no clone
@@ -237,6 +297,51 @@ func TestTenantIsolation(t *testing.T) {
 				assert.Contains(t, body, "go_goroutines")
 			}
 		}
+	})
+
+	t.Run("webhooks answer only the API server", func(t *testing.T) {
+		// Anything on the pod network reaches a webhook's pod; before the
+		// webhooks checked for the API server's certificate, each of
+		// these reviews got an answer, and each kubemacpool one held
+		// four MACs of the pool.
+		review := func(uid string) []byte {
+			vm := map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": map[string]any{"name": uid, "namespace": attacker},
+				"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{
+					"interfaces": []any{map[string]any{"name": "a"}, map[string]any{"name": "b"}, map[string]any{"name": "c"}, map[string]any{"name": "d"}}}}}}}}
+			b, err := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+				"request": map[string]any{"uid": uid, "operation": "CREATE", "namespace": attacker, "name": uid, "object": vm,
+					"userInfo": map[string]any{"username": "mallory"}}})
+			require.NoError(t, err)
+			return b
+		}
+		for _, hook := range []struct{ namespace, service, path string }{
+			{"cluster-network-addons", "kubemacpool-service", kubemacpool.PathMutateVM},
+			{hcoNS, "virt-api", virtapi.PathMutateVM},
+			{hcoNS, "virt-api", virtapi.PathValidateVM},
+			{"cdi", cdiinstall.APIServerService, cdiapiserver.MutateDataVolumePath},
+			{hcoNS, ssp.ValidatorName, tvwebhook.PathVirtualMachine},
+			{hcoNS, hcoinstall.WebhookService, hco.ValidatePath},
+		} {
+			// The first endpoint's address and port, straight to the pod.
+			ep := kubectl(t, "-n", hook.namespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+hook.service,
+				"-o", "jsonpath={.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}")
+			require.NotEqual(t, ":", ep, "%s's endpoints", hook.service)
+			n := 1
+			if hook.service == "kubemacpool-service" {
+				n = 64 // a flood: 256 MACs asked for
+			}
+			for i := range n {
+				code, body := webhookPost(t, ep, hook.path, review(fmt.Sprintf("flood-%d", i)))
+				require.Equal(t, http.StatusUnauthorized, code, "%s%s from the pod network: %s", hook.service, hook.path, body)
+				assert.NotContains(t, body, "patch")
+			}
+		}
+		// The webhooks still answer the API server: her VM gets its MAC.
+		out, err := malloryApply("nics", tenantVMWithNIC)
+		require.NoError(t, err, out)
+		mac := kubectl(t, "-n", attacker, "get", "vm/nics", "-o", "jsonpath={.spec.template.spec.domain.devices.interfaces[0].macAddress}")
+		_, err = macpool.ParseMAC(mac)
+		assert.NoError(t, err, "kubemacpool gave her VM a MAC through the API server: %q", mac)
 	})
 
 	t.Run("a fake migration-target pod", func(t *testing.T) {
