@@ -213,7 +213,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&cdiv1.CDIConfig{}).
 		Owns(&cdiv1.StorageProfile{})
-	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &admissionregistrationv1.ValidatingWebhookConfiguration{},
+	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &admissionregistrationv1.ValidatingWebhookConfiguration{},
 		&admissionregistrationv1.MutatingWebhookConfiguration{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}

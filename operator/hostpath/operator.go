@@ -41,7 +41,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: all},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: all},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),

@@ -45,7 +45,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: all},
 		// kubemacpool's CA and serving certificate, which it makes.
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),

@@ -18,6 +18,7 @@ import (
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // OperatorName is the SSP operator's Deployment, service account and
@@ -67,7 +68,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			// The golden images' crons.
 			{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"dataimportcrons"}, Verbs: all},
 			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"kubevirts"}, Verbs: read},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}
 	ctr := corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, ImagePullPolicy: c.PullPolicy,
@@ -112,6 +112,7 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 				},
 			}},
 	)
+	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})
 	}

@@ -4,7 +4,6 @@ package rbac
 // every component that holds it.
 const (
 	ownAPI           = "its own API: the resources it reconciles, their status and finalizers (upstream's operator or controller holds the same)"
-	leaseElection    = "leader election; a Role in its own namespace would do (to narrow)"
 	grantsComponents = "creates its components' roles and bindings; * includes escalate and bind, which it needs: it grants them rules it does not hold itself (upstream's operators hold the same)"
 	installsCRDs     = "installs, upgrades and removes its components' CRDs"
 	webhooks         = "its components' webhook configurations, their caBundle kept current and drift reverted"
@@ -29,37 +28,31 @@ var allowList = map[string]string{
 	"ClusterRole cdi-operator: apiregistration.k8s.io apiservices *":                                                                                   aggregatedAPI,
 	"ClusterRole cdi-operator: apps deployments *":                                                                                                     deploys,
 	"ClusterRole cdi-operator: cdi.kubevirt.io cdis,cdis/status,cdis/finalizers,cdiconfigs,cdiconfigs/status,storageprofiles,storageprofiles/status *": ownAPI,
-	"ClusterRole cdi-operator: coordination.k8s.io leases *":                                                                                           leaseElection,
 	"ClusterRole cdi-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                                        grantsComponents,
 	"ClusterRole cdi:  persistentvolumeclaims,pods *":                                                                                                  cdiPods,
 	"ClusterRole cdi:  services,secrets *":                                                                                                             cdiSecrets,
 	"ClusterRole cdi: cdi.kubevirt.io dataimportcrons,dataimportcrons/status,dataimportcrons/finalizers *":                                             ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datasources,datasources/status *":                                                                                ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datavolumes,datavolumes/status,datavolumes/finalizers *":                                                         ownAPI,
-	"ClusterRole cdi: coordination.k8s.io leases *":                                                                                                    leaseElection,
 	"ClusterRole cluster-network-addons-operator:  secrets *":                                                                                          operatorSecrets,
 	"ClusterRole cluster-network-addons-operator:  serviceaccounts,services,configmaps *":                                                              operatorCore,
 	"ClusterRole cluster-network-addons-operator: admissionregistration.k8s.io mutatingwebhookconfigurations *":                                        webhooks,
 	"ClusterRole cluster-network-addons-operator: apiextensions.k8s.io customresourcedefinitions *":                                                    installsCRDs,
 	"ClusterRole cluster-network-addons-operator: apps daemonsets,deployments *":                                                                       deploys,
-	"ClusterRole cluster-network-addons-operator: coordination.k8s.io leases *":                                                                        leaseElection,
 	"ClusterRole cluster-network-addons-operator: networkaddonsoperator.network.kubevirt.io networkaddonsconfigs,networkaddonsconfigs/status *":        ownAPI,
 	"ClusterRole cluster-network-addons-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                     grantsComponents,
 	"ClusterRole hostpath-provisioner-operator:  serviceaccounts *":                                                                                    operatorCore,
 	"ClusterRole hostpath-provisioner-operator: apps daemonsets *":                                                                                     deploys,
-	"ClusterRole hostpath-provisioner-operator: coordination.k8s.io leases *":                                                                          leaseElection,
 	"ClusterRole hostpath-provisioner-operator: hostpathprovisioner.kubevirt.io hostpathprovisioners,hostpathprovisioners/status *":                    ownAPI,
 	"ClusterRole hostpath-provisioner-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                       grantsComponents,
 	"ClusterRole hostpath-provisioner-operator: storage.k8s.io csidrivers *":                                                                           csiDriver,
 	"ClusterRole hyperconverged-cluster-operator:  secrets get,list,watch,create,update,patch,delete":                                                  hcoSecrets,
-	"ClusterRole hyperconverged-cluster-operator: coordination.k8s.io leases *":                                                                        leaseElection,
 	"ClusterRole hyperconverged-cluster-operator: hco.kubevirt.io hyperconvergeds,hyperconvergeds/status,hyperconvergeds/finalizers *":                 ownAPI,
 	"ClusterRole kubevirt-operator:  serviceaccounts,services,configmaps,secrets *":                                                                    operatorSecrets,
 	"ClusterRole kubevirt-operator: admissionregistration.k8s.io mutatingwebhookconfigurations,validatingwebhookconfigurations *":                      webhooks,
 	"ClusterRole kubevirt-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                  installsCRDs,
 	"ClusterRole kubevirt-operator: apiregistration.k8s.io apiservices *":                                                                              aggregatedAPI,
 	"ClusterRole kubevirt-operator: apps deployments,daemonsets *":                                                                                     deploys,
-	"ClusterRole kubevirt-operator: coordination.k8s.io leases *":                                                                                      leaseElection,
 	"ClusterRole kubevirt-operator: kubevirt.io kubevirts,kubevirts/status,kubevirts/finalizers *":                                                     ownAPI,
 	"ClusterRole kubevirt-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                                   grantsComponents,
 	"ClusterRole ssp-operator:  secrets *":                                                                                                             operatorSecrets,
@@ -68,7 +61,6 @@ var allowList = map[string]string{
 	"ClusterRole ssp-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                       installsCRDs,
 	"ClusterRole ssp-operator: apps deployments *":                                                                                                     deploys,
 	"ClusterRole ssp-operator: cdi.kubevirt.io dataimportcrons *":                                                                                      sspContent,
-	"ClusterRole ssp-operator: coordination.k8s.io leases *":                                                                                           leaseElection,
 	"ClusterRole ssp-operator: instancetype.kubevirt.io virtualmachineclusterinstancetypes,virtualmachineclusterpreferences *":                         sspContent,
 	"ClusterRole ssp-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings *":                                                           grantsComponents,
 	"ClusterRole ssp-operator: ssp.kubevirt.io ssps,ssps/status,ssps/finalizers *":                                                                     ownAPI,

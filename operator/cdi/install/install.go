@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/cdi/crds"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Namespace is CDI's namespace: upstream's manifests' (HCO installs CDI
@@ -90,7 +91,6 @@ func ControllerObjects(c Config) []client.Object {
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: read},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: read},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 	}
 	args := []string{"--importer-image=" + c.image("cdi-importer"), "--uploadserver-image=" + c.image("cdi-uploadserver"), "--cloner-image=" + c.image("cdi-cloner"),
 		"--pull-policy=" + string(c.PullPolicy),
@@ -101,7 +101,7 @@ func ControllerObjects(c Config) []client.Object {
 	// DataVolume controller) and extended ones checked (the clone
 	// controller).
 	secretVolume(&dep.Spec.Template.Spec.Containers[0], &dep.Spec.Template.Spec, SecretTokenKey, ControllerTokenDir)
-	return append(rbac(ControllerAccount, ControllerRole, rules), dep)
+	return append(append(rbac(ControllerAccount, ControllerRole, rules), kit.LeaseRBAC(Controller, Namespace, ControllerAccount)...), dep)
 }
 
 // ControllerTokenDir is where cdi-controller reads the token key pair
@@ -141,7 +141,6 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps", "secrets"}, Verbs: any},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, Verbs: any},
 		{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: any},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: any},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),
@@ -151,6 +150,7 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
 	out = append(out, ns)
 	out = append(out, rbac(OperatorName, OperatorName, rules)...)
+	out = append(out, kit.LeaseRBAC(OperatorName, Namespace, OperatorName)...)
 	return append(out, deployment(OperatorName, OperatorName, corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag,
 		ImagePullPolicy: c.PullPolicy, Args: args})), nil
 }

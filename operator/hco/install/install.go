@@ -26,6 +26,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/hco/crd"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
 	"github.com/kubevmm/kubevmm/operator/hco"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Names of what is deployed, upstream's.
@@ -92,7 +93,6 @@ func Objects(c Config) ([]client.Object, error) {
 				ResourceNames: []string{CRDName}, Verbs: []string{"patch"}},
 			// The webhook refuses an uninstall while workloads exist.
 			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: ro},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}
 	labels := map[string]string{"name": OperatorName}
@@ -144,6 +144,7 @@ func Objects(c Config) ([]client.Object, error) {
 		deployment(meta(CLIDownloadName), dlLabels, "", dl, nil),
 		service(meta(CLIDownloadName), dlLabels, CLIDownloadPort),
 	}
+	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
 	for _, o := range objs {
 		l := o.GetLabels()
 		if l == nil {

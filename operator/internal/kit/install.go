@@ -24,10 +24,10 @@ type Operator struct {
 	Args            []string
 }
 
-// OperatorObjects are the service account, ClusterRole, binding and
-// one-replica Deployment that run an operator: non-root with every
-// capability dropped, POD_NAMESPACE set, ready when /readyz on :8081
-// answers. The network and hostpath operators are deployed so; their
+// OperatorObjects are the service account, ClusterRole, binding, the
+// leader election lease's Role and binding (LeaseRBAC) and one-replica
+// Deployment that run an operator: non-root with every capability
+// dropped, POD_NAMESPACE set, ready when /readyz on :8081 answers. The network and hostpath operators are deployed so; their
 // CRD and namespace come first, from their callers.
 func OperatorObjects(o Operator) []client.Object {
 	ctr := corev1.Container{Name: o.Name, Image: o.Image, ImagePullPolicy: o.PullPolicy,
@@ -40,7 +40,7 @@ func OperatorObjects(o Operator) []client.Object {
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
 			Port: intstr.FromInt(8081), Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}}
 	labels := map[string]string{v1.AppLabel: o.Name}
-	return []client.Object{
+	return append(LeaseRBAC(o.Name, o.Namespace, o.Name),
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace}},
 		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
@@ -60,5 +60,24 @@ func OperatorObjects(o Operator) []client.Object {
 						TerminationGracePeriodSeconds: ptr.To(int64(5))},
 				},
 			}},
+	)
+}
+
+// LeaseRBAC is the Role and RoleBinding (both named name, in namespace)
+// that let ServiceAccount namespace/account hold its leader election
+// lease. The lease is in the holder's own namespace (operator/manager's
+// --leader-election-namespace, $POD_NAMESPACE), so writing leases need not
+// be granted cluster-wide, where it would let the holder take over any
+// other controller's election.
+func LeaseRBAC(name, namespace, account string) []client.Object {
+	return []client.Object{
+		&rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-leader-election", Namespace: namespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}},
+		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-leader-election", Namespace: namespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name + "-leader-election"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: namespace}}},
 	}
 }

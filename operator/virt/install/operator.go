@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // OperatorName is virt-operator's Deployment, service account and
@@ -51,7 +52,6 @@ func Operator(c Config) ([]client.Object, error) {
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: everything},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "daemonsets"}, Verbs: everything},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps", "secrets"}, Verbs: everything},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: everything},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}
 	pull := c.PullPolicy
@@ -72,6 +72,7 @@ func Operator(c Config) ([]client.Object, error) {
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kubevirt-operator", Namespace: c.Namespace}}},
 		b.deploy(OperatorName, "kubevirt-operator", ctr, nil),
 	}
+	objs = append(objs, kit.LeaseRBAC("kubevirt-operator", c.Namespace, "kubevirt-operator")...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})
 	}
