@@ -83,7 +83,7 @@ func TestHyperConvergedEnvtest(t *testing.T) {
 	// The operator runs as its service account, with its RBAC.
 	for _, o := range objs {
 		switch o.GetObjectKind().GroupVersionKind().Kind {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding":
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}

@@ -43,14 +43,15 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps"}, Verbs: all},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: all},
-		// kubemacpool's CA and serving certificate, which it makes.
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),
 		"--cni-bin-dir=" + c.CNIBinDir, "--cni-conf-dir=" + c.CNIConfDir, "--cluster-network=" + c.ClusterNetwork,
 		"--health-probe-bind-address=:8081"}
 	op := kit.OperatorObjects(kit.Operator{Name: OperatorName, Namespace: install.Namespace,
-		Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, PullPolicy: c.PullPolicy, Rules: rules, Args: args})
+		Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, PullPolicy: c.PullPolicy, Rules: rules, Args: args,
+		// kubemacpool's CA and serving certificate, which it makes in its
+		// own namespace and reads uncached.
+		NamespaceRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}})
 	return append([]client.Object{nacCRD, install.NamespaceObject()}, op...), nil
 }

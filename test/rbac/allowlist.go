@@ -12,7 +12,6 @@ const (
 	csiDriver        = "the driver's CSIDriver object"
 	operatorCore     = "its components' ServiceAccounts, Services and ConfigMaps; they are in its own namespace, so a Role would do (to narrow)"
 	operatorSecrets  = "its components' certificates and keys; they are in its own namespace, so a Role would do (to narrow)"
-	hcoSecrets       = "its webhook's certificate; in its own namespace, so a Role would do (to narrow)"
 	cdiPods          = "importer, upload server and clone source pods and their claims, in the users' namespaces (upstream's cdi-deployment)"
 	cdiSecrets       = "upload servers' Services and certificates and clone sources' client certificates, in the users' namespaces, and the upload CA in its own (upstream's cdi-deployment makes them too)"
 	sspContent       = "the common templates, instance types and preferences, and the golden images' DataImportCrons it deploys"
@@ -34,7 +33,6 @@ var allowList = map[string]string{
 	"ClusterRole cdi: cdi.kubevirt.io dataimportcrons,dataimportcrons/status,dataimportcrons/finalizers *":                                             ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datasources,datasources/status *":                                                                                ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datavolumes,datavolumes/status,datavolumes/finalizers *":                                                         ownAPI,
-	"ClusterRole cluster-network-addons-operator:  secrets *":                                                                                          operatorSecrets,
 	"ClusterRole cluster-network-addons-operator:  serviceaccounts,services,configmaps *":                                                              operatorCore,
 	"ClusterRole cluster-network-addons-operator: admissionregistration.k8s.io mutatingwebhookconfigurations *":                                        webhooks,
 	"ClusterRole cluster-network-addons-operator: apiextensions.k8s.io customresourcedefinitions *":                                                    installsCRDs,
@@ -46,7 +44,6 @@ var allowList = map[string]string{
 	"ClusterRole hostpath-provisioner-operator: hostpathprovisioner.kubevirt.io hostpathprovisioners,hostpathprovisioners/status *":                    ownAPI,
 	"ClusterRole hostpath-provisioner-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                       grantsComponents,
 	"ClusterRole hostpath-provisioner-operator: storage.k8s.io csidrivers *":                                                                           csiDriver,
-	"ClusterRole hyperconverged-cluster-operator:  secrets get,list,watch,create,update,patch,delete":                                                  hcoSecrets,
 	"ClusterRole hyperconverged-cluster-operator: hco.kubevirt.io hyperconvergeds,hyperconvergeds/status,hyperconvergeds/finalizers *":                 ownAPI,
 	"ClusterRole kubevirt-operator:  serviceaccounts,services,configmaps,secrets *":                                                                    operatorSecrets,
 	"ClusterRole kubevirt-operator: admissionregistration.k8s.io mutatingwebhookconfigurations,validatingwebhookconfigurations *":                      webhooks,

@@ -84,9 +84,6 @@ func Objects(c Config) ([]client.Object, error) {
 			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			// Whether an operand's operator is installed.
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: ro},
-			// The webhook's certificate, which it makes, and the CA
-			// bundle it puts in its webhook configuration and CRD.
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: rw},
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{WebhookConfig}, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"},
@@ -122,6 +119,14 @@ func Objects(c Config) ([]client.Object, error) {
 		// Its webhook answers the API server's reviews only, and learns
 		// who that is where extension API servers do.
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
+		// The webhook's certificate, which it makes, and the CA bundle it
+		// puts in its webhook configuration and CRD: Secrets of its own
+		// namespace only (read uncached, so no cluster-wide watch).
+		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta(OperatorName + "-secrets"),
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: rw}}},
+		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta(OperatorName + "-secrets"),
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: OperatorName + "-secrets"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		operator,
 		service(meta(WebhookService), labels, WebhookPort),
 		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),

@@ -21,11 +21,15 @@ type Operator struct {
 	Image           string
 	PullPolicy      corev1.PullPolicy
 	Rules           []rbacv1.PolicyRule
-	Args            []string
+	// NamespaceRules are granted in Namespace only (a Role): what it
+	// touches there alone and reads uncached.
+	NamespaceRules []rbacv1.PolicyRule
+	Args           []string
 }
 
 // OperatorObjects are the service account, ClusterRole, binding, the
-// leader election lease's Role and binding (LeaseRBAC) and one-replica
+// leader election lease's Role and binding (LeaseRBAC), the Role and
+// binding of NamespaceRules if any, and the one-replica
 // Deployment that run an operator: non-root with every capability
 // dropped, POD_NAMESPACE set, ready when /readyz on :8081 answers. The network and hostpath operators are deployed so; their
 // CRD and namespace come first, from their callers.
@@ -40,7 +44,17 @@ func OperatorObjects(o Operator) []client.Object {
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
 			Port: intstr.FromInt(8081), Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}}
 	labels := map[string]string{v1.AppLabel: o.Name}
-	return append(LeaseRBAC(o.Name, o.Namespace, o.Name),
+	objs := LeaseRBAC(o.Name, o.Namespace, o.Name)
+	if len(o.NamespaceRules) > 0 {
+		objs = append(objs,
+			&rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace}, Rules: o.NamespaceRules},
+			&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: o.Name},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.Name, Namespace: o.Namespace}}})
+	}
+	return append(objs,
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace}},
 		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
