@@ -1,6 +1,7 @@
 // Package frontproxy authenticates requests that the API server's
 // aggregation layer proxies to an extension API server (virt-api,
-// cdi-apiserver): the front proxy's client certificate, checked against
+// cdi-apiserver), and the admission reviews it sends to webhooks
+// (APIServer, OnlyAPIServer): the front proxy's client certificate, checked against
 // the requestheader CA and allowed names that the API server publishes in
 // kube-system/extension-apiserver-authentication, carries the user in
 // headers. Authorize then asks the API server, with a

@@ -12,6 +12,7 @@ import (
 
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 )
@@ -77,9 +78,7 @@ func APIServerObjects(c Config) []client.Object {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: APIServer + "-auth-delegator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: APIServer, Namespace: Namespace}}},
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: APIServer + "-auth-reader", Namespace: "kube-system"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: APIServer, Namespace: Namespace}}},
+		frontproxy.ReaderBinding(APIServer+"-auth-reader", Namespace, APIServer),
 		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: UserRole,
 			Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-admin": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{uploadv1.GroupName}, Resources: []string{uploadv1.Resource}, Verbs: []string{"create"}}}},

@@ -33,6 +33,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
+	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	"github.com/kubevmm/kubevmm/controller"
 	controllerrbac "github.com/kubevmm/kubevmm/controller/rbac"
@@ -255,10 +256,7 @@ func (b *builder) rbac() error {
 		// /metrics requests (api/securemetrics).
 		crb("kubevirt-controller-auth-delegator", "system:auth-delegator", "kubevirt-controller"),
 		crb("kubevirt-handler-auth-delegator", "system:auth-delegator", "kubevirt-handler"),
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"),
-			ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-apiserver-auth-reader", Namespace: "kube-system"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "extension-apiserver-authentication-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kubevirt-apiserver", Namespace: ns}}},
+		frontproxy.ReaderBinding("kubevirt-apiserver-auth-reader", ns, "kubevirt-apiserver"),
 	)
 	for _, r := range UserRoles() {
 		b.add(r)
