@@ -36,11 +36,9 @@ func run() error {
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	key, err := os.ReadFile(keyFile)
-	if err != nil {
-		return fmt.Errorf("token key: %w", err)
-	}
-	signer, err := token.NewSigner(key)
+	// Read again when the mounted Secret changes: the operator replaces
+	// a key pair that went missing or bad.
+	signer, err := token.SignerFile(keyFile)
 	if err != nil {
 		return err
 	}

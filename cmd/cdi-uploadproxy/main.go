@@ -36,11 +36,9 @@ func run() error {
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	pub, err := os.ReadFile(publicKey)
-	if err != nil {
-		return fmt.Errorf("token public key: %w", err)
-	}
-	v, err := token.NewVerifier(pub)
+	// Read again when the mounted Secret changes, with cdi-apiserver's
+	// private half.
+	v, err := token.VerifierFile(publicKey)
 	if err != nil {
 		return err
 	}

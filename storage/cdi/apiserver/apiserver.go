@@ -34,8 +34,8 @@ type Server struct {
 	// signed clone token).
 	Callers frontproxy.Callers
 	Client  client.Client
-	Signer *token.Signer
-	Log    *slog.Logger
+	Signer  *token.Signer
+	Log     *slog.Logger
 }
 
 // maxBody bounds a token request: it names one PVC.

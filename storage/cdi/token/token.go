@@ -19,6 +19,7 @@
 package token
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -28,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -130,33 +132,89 @@ func NewPair() (*Signer, *Verifier, error) {
 	return s, v, err
 }
 
-// LoadPair reads the key pair a Secret of PrivateKeyKey and PublicKeyKey
-// mounted at dir holds.
+// LoadPair is the key pair a Secret of PrivateKeyKey and PublicKeyKey
+// mounted at dir holds, each read again when its file changes
+// (SignerFile, VerifierFile).
 func LoadPair(dir string) (*Signer, *Verifier, error) {
-	priv, err := os.ReadFile(filepath.Join(dir, PrivateKeyKey))
-	if err != nil {
-		return nil, nil, fmt.Errorf("token key: %w", err)
-	}
-	pub, err := os.ReadFile(filepath.Join(dir, PublicKeyKey))
-	if err != nil {
-		return nil, nil, fmt.Errorf("token public key: %w", err)
-	}
-	s, err := NewSigner(priv)
+	s, err := SignerFile(filepath.Join(dir, PrivateKeyKey))
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := NewVerifier(pub)
+	v, err := VerifierFile(filepath.Join(dir, PublicKeyKey))
 	if err != nil {
 		return nil, nil, err
 	}
 	return s, v, nil
 }
 
+// fileKey is a key kept in a mounted Secret's file and read again when
+// the file changes: the operator replaces a key pair that is missing or
+// unusable and the kubelet updates the mounted files, and a process that
+// read them once would sign or check with the old key until restarted.
+// The file is small and read per use (tokens are few). A file that cannot
+// be read or parsed leaves the key held in use (the kubelet swaps a
+// Secret's files at once, so that is a broken Secret, which the operator
+// replaces).
+type fileKey[T any] struct {
+	path  string
+	parse func([]byte) (T, error)
+	mu    sync.Mutex
+	raw   []byte
+	cur   T
+}
+
+func newFileKey[T any](path string, parse func([]byte) (T, error)) (*fileKey[T], error) {
+	f := &fileKey[T]{path: path, parse: parse}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("token key: %w", err)
+	}
+	if f.cur, err = parse(b); err != nil {
+		return nil, err
+	}
+	f.raw = b
+	return f, nil
+}
+
+func (f *fileKey[T]) get() T {
+	b, err := os.ReadFile(f.path)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err != nil || bytes.Equal(b, f.raw) {
+		return f.cur
+	}
+	if k, err := f.parse(b); err == nil {
+		f.cur, f.raw = k, b
+	}
+	return f.cur
+}
+
 // Signer signs tokens.
-type Signer struct{ s jose.Signer }
+type Signer struct {
+	s    jose.Signer
+	file *fileKey[jose.Signer] // if set, s is read from it per token
+}
 
 // NewSigner reads a PEM EC private key.
 func NewSigner(privPEM []byte) (*Signer, error) {
+	s, err := parseSigner(privPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{s: s}, nil
+}
+
+// SignerFile is a Signer of the PEM EC private key in file path, read
+// again when the file changes.
+func SignerFile(path string) (*Signer, error) {
+	f, err := newFileKey(path, parseSigner)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{file: f}, nil
+}
+
+func parseSigner(privPEM []byte) (jose.Signer, error) {
 	b, _ := pem.Decode(privPEM)
 	if b == nil {
 		return nil, errors.New("token key: no PEM block")
@@ -169,7 +227,7 @@ func NewSigner(privPEM []byte) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token signer: %w", err)
 	}
-	return &Signer{s: s}, nil
+	return s, nil
 }
 
 // Sign issues a token for p valid from now for Lifetime.
@@ -189,7 +247,11 @@ func (s *Signer) Extend(p Payload, now time.Time) (string, error) {
 func (s *Signer) sign(p Payload, issuer string, lifetime time.Duration, now time.Time) (string, error) {
 	std := jwt.Claims{Issuer: issuer, IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
 		Expiry: jwt.NewNumericDate(now.Add(lifetime))}
-	t, err := jwt.Signed(s.s).Claims(std).Claims(p).Serialize()
+	js := s.s
+	if s.file != nil {
+		js = s.file.get()
+	}
+	t, err := jwt.Signed(js).Claims(std).Claims(p).Serialize()
 	if err != nil {
 		return "", fmt.Errorf("signing the token: %w", err)
 	}
@@ -197,10 +259,31 @@ func (s *Signer) sign(p Payload, issuer string, lifetime time.Duration, now time
 }
 
 // Verifier checks tokens.
-type Verifier struct{ pub *ecdsa.PublicKey }
+type Verifier struct {
+	pub  *ecdsa.PublicKey
+	file *fileKey[*ecdsa.PublicKey] // if set, pub is read from it per token
+}
 
 // NewVerifier reads a PEM public key (PKIX).
 func NewVerifier(pubPEM []byte) (*Verifier, error) {
+	k, err := parsePublic(pubPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{pub: k}, nil
+}
+
+// VerifierFile is a Verifier of the PEM public key in file path, read
+// again when the file changes.
+func VerifierFile(path string) (*Verifier, error) {
+	f, err := newFileKey(path, parsePublic)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{file: f}, nil
+}
+
+func parsePublic(pubPEM []byte) (*ecdsa.PublicKey, error) {
 	b, _ := pem.Decode(pubPEM)
 	if b == nil {
 		return nil, errors.New("token public key: no PEM block")
@@ -213,7 +296,7 @@ func NewVerifier(pubPEM []byte) (*Verifier, error) {
 	if !ok {
 		return nil, fmt.Errorf("token public key: %T, not ECDSA", k)
 	}
-	return &Verifier{pub: ek}, nil
+	return ek, nil
 }
 
 // Verify checks a token's signature, issuer (cdi-apiserver) and
@@ -238,7 +321,11 @@ func (v *Verifier) verify(tok, issuer string, now time.Time) (Payload, error) {
 	}
 	var std jwt.Claims
 	var p Payload
-	if err := t.Claims(v.pub, &std, &p); err != nil {
+	pub := v.pub
+	if v.file != nil {
+		pub = v.file.get()
+	}
+	if err := t.Claims(pub, &std, &p); err != nil {
 		return Payload{}, fmt.Errorf("token: %w", err)
 	}
 	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: issuer, Time: now}, Leeway); err != nil {

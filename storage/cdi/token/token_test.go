@@ -2,10 +2,13 @@ package token
 
 import (
 	"encoding/base64"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -148,4 +151,55 @@ func TestClone(t *testing.T) {
 	require.ErrorContains(t, err, "only clone tokens")
 	// A clone token is no upload token, even for its source claim.
 	require.Error(t, got.Grants("golden", "disk"))
+}
+
+// TestKeyFilesReread: a key pair read from a mounted Secret follows the
+// files when the kubelet updates them (the operator replaced the pair):
+// tokens are signed and checked with the new key without a restart, and a
+// broken file leaves the key held in use.
+func TestKeyFilesReread(t *testing.T) {
+	dir := t.TempDir()
+	write := func(priv, pub []byte) {
+		t.Helper()
+		// As the kubelet swaps a Secret's files: each at once.
+		for name, b := range map[string][]byte{PrivateKeyKey: priv, PublicKeyKey: pub} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name+".new"), b, 0o600))
+			require.NoError(t, os.Rename(filepath.Join(dir, name+".new"), filepath.Join(dir, name)))
+		}
+	}
+	priv, pub, err := NewKey()
+	require.NoError(t, err)
+	write(priv, pub)
+	s, v, err := LoadPair(dir)
+	require.NoError(t, err)
+	now := time.Now()
+	p := Upload("ns", "disk")
+	old, err := s.Sign(p, now)
+	require.NoError(t, err)
+	got, err := v.Verify(old, now)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+
+	priv2, pub2, err := NewKey()
+	require.NoError(t, err)
+	write(priv2, pub2)
+	_, err = v.Verify(old, now)
+	assert.Error(t, err, "a token of the replaced key")
+	fresh, err := s.Sign(p, now)
+	require.NoError(t, err)
+	_, err = v.Verify(fresh, now)
+	require.NoError(t, err, "signed and checked with the new pair")
+	other, err := NewVerifier(pub2)
+	require.NoError(t, err)
+	_, err = other.Verify(fresh, now)
+	assert.NoError(t, err, "signed with the new private key")
+
+	write([]byte("not a key"), []byte("not a key"))
+	again, err := s.Sign(p, now)
+	require.NoError(t, err, "a broken file leaves the key in use")
+	_, err = v.Verify(again, now)
+	assert.NoError(t, err)
+
+	_, _, err = LoadPair(t.TempDir())
+	assert.ErrorContains(t, err, "token key", "no files: an error at start, naming them")
 }
