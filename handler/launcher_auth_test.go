@@ -170,3 +170,22 @@ func TestActiveLauncherPodIsRecorded(t *testing.T) {
 	require.NotNil(t, got)
 	assert.Equal(t, real.Name, got.Name, "the recorded pod, not the older forged one")
 }
+
+// TestNotHandedPoll: a target pod not handed its migration is looked at
+// again soon while it is new, and rarely once it is past the handoff
+// window (a tenant's forged target pod is never handed anything).
+func TestNotHandedPoll(t *testing.T) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)}}
+	for _, tc := range []struct {
+		age  time.Duration
+		want time.Duration
+	}{
+		{0, startingPoll},
+		{handoffWindow - time.Second, startingPoll},
+		{handoffWindow, lateHandoffPoll},
+		{time.Hour, lateHandoffPoll},
+	} {
+		assert.Equal(t, tc.want, notHandedPoll(pod, created.Add(tc.age)), "pod %s old", tc.age)
+	}
+}

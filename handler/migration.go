@@ -440,7 +440,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// migration to: one a tenant labels as a target gets no network
 		// set up, no stream expected, no status written.
 		if wait {
-			return ctrl.Result{RequeueAfter: startingPoll}, nil
+			return ctrl.Result{RequeueAfter: notHandedPoll(pod, r.now().Time)}, nil
 		}
 		return ctrl.Result{}, nil
 	}
@@ -505,6 +505,24 @@ func (r *MigrationTargetReconciler) now() metav1.Time {
 		return metav1.NewTime(r.Now())
 	}
 	return metav1.Now()
+}
+
+// Until virt-controller hands a target pod its migration, the pod is
+// looked at again every startingPoll while it is younger than
+// handoffWindow (the handoff comes seconds after it runs), then every
+// lateHandoffPoll: a pod a tenant labelled as a target is never handed
+// anything, and would otherwise cost an API read four times a second for
+// as long as it exists.
+const (
+	handoffWindow   = 2 * time.Minute
+	lateHandoffPoll = 10 * time.Second
+)
+
+func notHandedPoll(pod *corev1.Pod, now time.Time) time.Duration {
+	if now.Sub(pod.CreationTimestamp.Time) < handoffWindow {
+		return startingPoll
+	}
+	return lateHandoffPoll
 }
 
 // handedTo reports whether virt-controller handed the VMI's migration to
