@@ -92,9 +92,10 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: OperatorName},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		// The validator reads who the API server is (it answers only its
-		// reviews) where extension API servers do: the operator binds it
-		// to kube-system's reader Role, so it holds that Role itself and
-		// may write RoleBindings in kube-system, nowhere else.
+		// reviews) where extension API servers do, through a RoleBinding
+		// in kube-system the operator makes: the operator holds the
+		// reader Role itself (so it may grant it) and may write
+		// RoleBindings in kube-system, nowhere else.
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
 		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName + "-auth-binder", Namespace: "kube-system"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}}},

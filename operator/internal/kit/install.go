@@ -29,10 +29,11 @@ type Operator struct {
 
 // OperatorObjects are the service account, ClusterRole, binding, the
 // leader election lease's Role and binding (LeaseRBAC), the Role and
-// binding of NamespaceRules if any, and the one-replica
-// Deployment that run an operator: non-root with every capability
-// dropped, POD_NAMESPACE set, ready when /readyz on :8081 answers. The network and hostpath operators are deployed so; their
-// CRD and namespace come first, from their callers.
+// binding of NamespaceRules if any, and the one-replica Deployment that
+// run an operator: non-root with every capability dropped, POD_NAMESPACE
+// set, ready when /readyz on :8081 answers. The network and hostpath
+// operators are deployed so; their CRD and namespace come first, from
+// their callers.
 func OperatorObjects(o Operator) []client.Object {
 	ctr := corev1.Container{Name: o.Name, Image: o.Image, ImagePullPolicy: o.PullPolicy,
 		Args: o.Args,
