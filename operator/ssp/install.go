@@ -97,11 +97,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		// reader Role itself (so it may grant it) and may write
 		// RoleBindings in kube-system, nowhere else.
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
-		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName + "-auth-binder", Namespace: "kube-system"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}}},
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName + "-auth-binder", Namespace: "kube-system"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: OperatorName + "-auth-binder"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		&appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
 			Spec: appsv1.DeploymentSpec{
 				Replicas: ptr.To(int32(1)),
@@ -113,6 +108,10 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 				},
 			}},
 	)
+	// RoleBindings in kube-system, nowhere else: the validator's reader
+	// binding (see ReaderBinding above).
+	objs = append(objs, kit.RoleRBAC(OperatorName+"-auth-binder", "kube-system", c.Namespace, OperatorName,
+		[]rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}})...)
 	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})

@@ -119,14 +119,6 @@ func Objects(c Config) ([]client.Object, error) {
 		// Its webhook answers the API server's reviews only, and learns
 		// who that is where extension API servers do.
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
-		// The webhook's certificate, which it makes, and the CA bundle it
-		// puts in its webhook configuration and CRD: Secrets of its own
-		// namespace only (read uncached, so no cluster-wide watch).
-		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta(OperatorName + "-secrets"),
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: rw}}},
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta(OperatorName + "-secrets"),
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: OperatorName + "-secrets"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		operator,
 		service(meta(WebhookService), labels, WebhookPort),
 		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
@@ -150,6 +142,11 @@ func Objects(c Config) ([]client.Object, error) {
 		service(meta(CLIDownloadName), dlLabels, CLIDownloadPort),
 	}
 	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
+	// The webhook's certificate, which it makes, and the CA bundle it puts
+	// in its webhook configuration and CRD: Secrets of its own namespace
+	// only (read uncached, so no cluster-wide watch).
+	objs = append(objs, kit.RoleRBAC(OperatorName+"-secrets", c.Namespace, c.Namespace, OperatorName,
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: rw}})...)
 	for _, o := range objs {
 		l := o.GetLabels()
 		if l == nil {

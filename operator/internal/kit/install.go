@@ -47,13 +47,7 @@ func OperatorObjects(o Operator) []client.Object {
 	labels := map[string]string{v1.AppLabel: o.Name}
 	objs := LeaseRBAC(o.Name, o.Namespace, o.Name)
 	if len(o.NamespaceRules) > 0 {
-		objs = append(objs,
-			&rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace}, Rules: o.NamespaceRules},
-			&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-				ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: o.Name},
-				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.Name, Namespace: o.Namespace}}})
+		objs = append(objs, RoleRBAC(o.Name, o.Namespace, o.Namespace, o.Name, o.NamespaceRules)...)
 	}
 	return append(objs,
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
@@ -85,14 +79,20 @@ func OperatorObjects(o Operator) []client.Object {
 // be granted cluster-wide, where it would let the holder take over any
 // other controller's election.
 func LeaseRBAC(name, namespace, account string) []client.Object {
+	return RoleRBAC(name+"-leader-election", namespace, namespace, account, []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"},
+		Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}})
+}
+
+// RoleRBAC is a Role of rules and its RoleBinding (both named name, in
+// namespace) for ServiceAccount accountNamespace/account: what a component
+// is granted in one namespace only.
+func RoleRBAC(name, namespace, accountNamespace, account string, rules []rbacv1.PolicyRule) []client.Object {
 	return []client.Object{
 		&rbacv1.Role{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-			ObjectMeta: metav1.ObjectMeta{Name: name + "-leader-election", Namespace: namespace},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Rules: rules},
 		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-			ObjectMeta: metav1.ObjectMeta{Name: name + "-leader-election", Namespace: namespace},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name + "-leader-election"},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: namespace}}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: accountNamespace}}},
 	}
 }
