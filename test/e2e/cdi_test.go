@@ -71,15 +71,27 @@ spec:
 
 func applyYAML(t *testing.T, name, body string) {
 	t.Helper()
+	applyYAMLIn(t, ns, name, body)
+}
+
+// applyYAMLIn is applyYAML in namespace namespace.
+func applyYAMLIn(t *testing.T, namespace, name, body string) {
+	t.Helper()
 	f := filepath.Join(t.TempDir(), name+".yaml")
 	require.NoError(t, os.WriteFile(f, []byte(body), 0o600))
-	kubectl(t, "-n", ns, "apply", "-f", f)
+	kubectl(t, "-n", namespace, "apply", "-f", f)
 }
 
 // diskImage is a DataVolume's disk.img in the hostpath pool.
 func diskImage(t *testing.T, dv string) string {
 	t.Helper()
-	pv := jsonpath(t, "pvc/"+dv, "{.spec.volumeName}")
+	return diskImageIn(t, ns, dv)
+}
+
+// diskImageIn is diskImage in namespace namespace.
+func diskImageIn(t *testing.T, namespace, dv string) string {
+	t.Helper()
+	pv := jsonpathIn(t, namespace, "pvc/"+dv, "{.spec.volumeName}")
 	require.NotEmpty(t, pv)
 	return filepath.Join(hostpathPool(t), "csi", pv, "disk.img")
 }

@@ -15,6 +15,7 @@ import (
 // console, which is read through virtctl as a user would.
 func TestCloudInit(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	const cins = "kubevmm-e2e-cloudinit"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", cins}, args...)...) }
 	kubectl(t, "delete", "namespace", cins, "--ignore-not-found", "--wait=true", "--timeout=180s")

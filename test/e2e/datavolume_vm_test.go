@@ -78,7 +78,9 @@ spec:
 // claim's disk.img; deleting the VM deletes its DataVolume and claim. Two
 // guest boots (the first and the restart's).
 func TestDataVolumeVM(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-dv")
 	const vm, dv = "dvvm", "dvvm-root"
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -99,20 +101,20 @@ func TestDataVolumeVM(t *testing.T) {
 	golden := make([]byte, 64<<20)
 	copy(golden, "GOLDEN-IMG\n")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "golden.raw"), golden, 0o600))
-	applyYAML(t, "images", fmt.Sprintf(cdiServer, dir))
-	wait(t, "pod/images", "condition=Ready", 3*time.Minute)
-	url := "http://" + jsonpath(t, "pod/images", "{.status.podIP}") + ":8080/golden.raw"
-	applyYAML(t, "golden", fmt.Sprintf(cdiStorageDV, "golden", url, "128Mi"))
-	wait(t, "dv/golden", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
-	applyYAML(t, "datasource", cdiDataSource)
-	wait(t, "datasource/golden", "condition=Ready", 2*time.Minute)
+	applyYAMLIn(t, ns, "images", fmt.Sprintf(cdiServer, dir))
+	waitIn(t, ns, "pod/images", "condition=Ready", 3*time.Minute)
+	url := "http://" + jsonpathIn(t, ns, "pod/images", "{.status.podIP}") + ":8080/golden.raw"
+	applyYAMLIn(t, ns, "golden", fmt.Sprintf(cdiStorageDV, "golden", url, "128Mi"))
+	waitIn(t, ns, "dv/golden", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
+	applyYAMLIn(t, ns, "datasource", cdiDataSource)
+	waitIn(t, ns, "datasource/golden", "condition=Ready", 2*time.Minute)
 
-	applyYAML(t, "vm", dvVM)
+	applyYAMLIn(t, ns, "vm", dvVM)
 	// Read as a user would, until the VMI exists: the VM is Provisioning
 	// while its DataVolume clones (the clone's pods take their time).
 	var seen, phases []string
 	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		s := jsonpath(t, "vm/"+vm, "{.status.printableStatus}")
+		s := jsonpathIn(t, ns, "vm/"+vm, "{.status.printableStatus}")
 		if len(seen) == 0 || seen[len(seen)-1] != s {
 			seen = append(seen, s)
 		}
@@ -126,16 +128,16 @@ func TestDataVolumeVM(t *testing.T) {
 	t.Logf("VM statuses seen: %q; DataVolume phases seen: %q", seen, phases)
 	assert.Contains(t, seen, "Provisioning")
 	assert.True(t, slices.Contains(phases, "CloneScheduled") || slices.Contains(phases, "CloneInProgress"), "the DataVolume clones")
-	assert.Equal(t, "Succeeded", jsonpath(t, "dv/"+dv, "{.status.phase}"), "the VMI comes once the DataVolume succeeded")
+	assert.Equal(t, "Succeeded", jsonpathIn(t, ns, "dv/"+dv, "{.status.phase}"), "the VMI comes once the DataVolume succeeded")
 
 	t.Run("the DataVolume is the VM's", func(t *testing.T) {
-		assert.Equal(t, "VirtualMachine/"+vm+"/true", jsonpath(t, "dv/"+dv, "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].controller}"))
-		assert.Equal(t, "datavolume", jsonpath(t, "dv/"+dv, `{.metadata.labels.kubevmm\.io/e2e}`))
-		assert.Equal(t, "hostpath-csi-shared [\"ReadWriteMany\"]", jsonpath(t, "pvc/"+dv, "{.spec.storageClassName} {.spec.accessModes}"))
+		assert.Equal(t, "VirtualMachine/"+vm+"/true", jsonpathIn(t, ns, "dv/"+dv, "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].controller}"))
+		assert.Equal(t, "datavolume", jsonpathIn(t, ns, "dv/"+dv, `{.metadata.labels.kubevmm\.io/e2e}`))
+		assert.Equal(t, "hostpath-csi-shared [\"ReadWriteMany\"]", jsonpathIn(t, ns, "pvc/"+dv, "{.spec.storageClassName} {.spec.accessModes}"))
 	})
 
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
-	uid := jsonpath(t, "vmi/"+vm, "{.metadata.uid}")
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	uid := jsonpathIn(t, ns, "vmi/"+vm, "{.metadata.uid}")
 	consoleUntil(t, ns, vm, marker, 15*time.Minute)
 	// What the guest's shell computes cannot match its echoed command.
 	out = consoleRunThenIn(t, ns, vm,
@@ -143,7 +145,7 @@ func TestDataVolumeVM(t *testing.T) {
 		"END-5", nil, "", 3*time.Minute)
 	assert.Contains(t, out, "READ-GOLDEN-IMG-END-5", "the guest reads the cloned image")
 
-	virtctl(t, "restart", vm)
+	virtctlIn(t, ns, "restart", vm)
 	// The old VMI goes first: poll for the new one (kubectl wait fails on
 	// a missing object).
 	deadline := time.Now().Add(3 * time.Minute)
@@ -157,7 +159,7 @@ func TestDataVolumeVM(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	consoleUntil(t, ns, vm, marker, 15*time.Minute)
 	out = consoleRunThenIn(t, ns, vm,
 		"echo READ-$(dd if=/dev/vda bs=10 count=1 2>/dev/null)-$(dd if=/dev/vda bs=1 skip=4096 count=5 2>/dev/null)-END-$((2+3))",
@@ -166,27 +168,27 @@ func TestDataVolumeVM(t *testing.T) {
 
 	// virt-controller sets LiveMigratable once it has seen the claim.
 	cond := `{.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`
-	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpathIn(t, ns, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Second)
 	}
-	require.True(t, strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpath(t, "vmi/"+vm, cond))
-	virtctl(t, "migrate", vm)
-	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	require.True(t, strings.HasPrefix(jsonpathIn(t, ns, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpathIn(t, ns, "vmi/"+vm, cond))
+	virtctlIn(t, ns, "migrate", vm)
+	mig := strings.TrimSpace(jsonpathIn(t, ns, "vmim", "{.items[*].metadata.name}"))
 	require.NotEmpty(t, mig)
-	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
-	assert.Equal(t, "true", jsonpath(t, "vmi/"+vm, "{.status.migrationState.completed}"))
-	target := jsonpath(t, "vmi/"+vm, "{.status.migrationState.targetPod}")
+	waitIn(t, ns, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+	assert.Equal(t, "true", jsonpathIn(t, ns, "vmi/"+vm, "{.status.migrationState.completed}"))
+	target := jsonpathIn(t, ns, "vmi/"+vm, "{.status.migrationState.targetPod}")
 	require.NotEmpty(t, target)
-	assert.NotEqual(t, jsonpath(t, "vmi/"+vm, "{.status.migrationState.sourcePod}"), target)
-	assert.Equal(t, "Running", jsonpath(t, "pod/"+target, "{.status.phase}"), "the VMI runs in the target pod")
-	assert.Equal(t, "Running", jsonpath(t, "vmi/"+vm, "{.status.phase}"))
+	assert.NotEqual(t, jsonpathIn(t, ns, "vmi/"+vm, "{.status.migrationState.sourcePod}"), target)
+	assert.Equal(t, "Running", jsonpathIn(t, ns, "pod/"+target, "{.status.phase}"), "the VMI runs in the target pod")
+	assert.Equal(t, "Running", jsonpathIn(t, ns, "vmi/"+vm, "{.status.phase}"))
 
 	out = consoleRunThenIn(t, ns, vm,
 		"echo AFTER-$((6*7)) | dd of=/dev/vda bs=512 seek=16 conv=fsync 2>/dev/null && echo READ-$(dd if=/dev/vda bs=10 count=1 2>/dev/null)-$(dd if=/dev/vda bs=1 skip=4096 count=5 2>/dev/null)-END-$((2+3))",
 		"END-5", nil, "", 3*time.Minute)
 	assert.Contains(t, out, "READ-GOLDEN-IMG-DV-42-END-5", "the migrated guest reads the image and its marker")
 	t.Run("the target's write is in the claim's disk.img", func(t *testing.T) {
-		b, err := os.ReadFile(diskImage(t, dv))
+		b, err := os.ReadFile(diskImageIn(t, ns, dv))
 		require.NoError(t, err)
 		require.Greater(t, len(b), 8192+9)
 		assert.Equal(t, "AFTER-42\n", string(b[8192:8192+9]))

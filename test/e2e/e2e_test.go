@@ -17,6 +17,16 @@
 // TestMetrics runs one more VMI to Running only, for a real Prometheus on
 // the host to scrape.
 // Every wait is for a condition; the bounds only turn a hang into a failure.
+//
+// Tests run one at a time, except those that keep to a namespace of their
+// own (ownNamespace, or one they make) and change nothing outside it: they
+// call t.Parallel, so they wait until every other test is done and then
+// run two at a time (make e2e's -parallel). A guest's boot keeps one core
+// busy, and the other core was mostly idle while it did. A test that
+// uses freshNamespace (the one shared e2e namespace) or the helpers that
+// work in it (wait, jsonpath, virtctl, console...; their *In forms take
+// the namespace), or that changes the cluster, an operator's CR, a node
+// or a component's pods, must not be parallel.
 package e2e
 
 import (
@@ -80,7 +90,13 @@ func kubectl(t *testing.T, args ...string) string {
 
 func virtctl(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := run(t, "virtctl.sh", append([]string{"-n", ns}, args...)...)
+	return virtctlIn(t, ns, args...)
+}
+
+// virtctlIn is virtctl in namespace namespace.
+func virtctlIn(t *testing.T, namespace string, args ...string) string {
+	t.Helper()
+	out, err := run(t, "virtctl.sh", append([]string{"-n", namespace}, args...)...)
 	if err != nil {
 		t.Fatalf("virtctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -90,12 +106,24 @@ func virtctl(t *testing.T, args ...string) string {
 // wait is `kubectl wait` (a watch, not a poll loop of ours).
 func wait(t *testing.T, what, cond string, bound time.Duration) {
 	t.Helper()
-	kubectl(t, "-n", ns, "wait", what, "--for="+cond, "--timeout="+strconv.Itoa(int(bound.Seconds()))+"s")
+	waitIn(t, ns, what, cond, bound)
+}
+
+// waitIn is wait in namespace namespace.
+func waitIn(t *testing.T, namespace, what, cond string, bound time.Duration) {
+	t.Helper()
+	kubectl(t, "-n", namespace, "wait", what, "--for="+cond, "--timeout="+strconv.Itoa(int(bound.Seconds()))+"s")
 }
 
 func jsonpath(t *testing.T, obj, path string) string {
 	t.Helper()
-	return kubectl(t, "-n", ns, "get", obj, "-o", "jsonpath="+path)
+	return jsonpathIn(t, ns, obj, path)
+}
+
+// jsonpathIn is jsonpath in namespace namespace.
+func jsonpathIn(t *testing.T, namespace, obj, path string) string {
+	t.Helper()
+	return kubectl(t, "-n", namespace, "get", obj, "-o", "jsonpath="+path)
 }
 
 // console runs `virtctl console` until its output holds marker, and
@@ -345,27 +373,42 @@ func requireE2E(t *testing.T) {
 // retry cost the test its backoff.
 func freshNamespace(t *testing.T) {
 	requireE2E(t)
-	kubectl(t, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=180s")
-	kubectl(t, "create", "namespace", ns)
+	newNamespace(t, ns)
+}
+
+// ownNamespace is freshNamespace, in namespace name, for a parallel test
+// (see the package comment): the test passes the name it returns to
+// kubectl and the *In helpers.
+func ownNamespace(t *testing.T, name string) string {
+	t.Helper()
+	newNamespace(t, name)
+	return name
+}
+
+// newNamespace is freshNamespace in namespace.
+func newNamespace(t *testing.T, namespace string) {
+	t.Helper()
+	kubectl(t, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true", "--timeout=180s")
+	kubectl(t, "create", "namespace", namespace)
 	t.Cleanup(func() {
-		if out, _ := run(t, "kubectl.sh", "-n", ns, "get", "events", "--field-selector", "reason=FailedScheduling",
+		if out, _ := run(t, "kubectl.sh", "-n", namespace, "get", "events", "--field-selector", "reason=FailedScheduling",
 			"-o", "custom-columns=TIME:.metadata.creationTimestamp,OBJECT:.involvedObject.name,MESSAGE:.message", "--no-headers"); out != "" && !strings.HasPrefix(out, "No resources found") {
 			t.Logf("FailedScheduling events:\n%s", out)
 		}
 		if t.Failed() {
-			out, _ := run(t, "kubectl.sh", "-n", ns, "get", "vm,vmi,vmim,pods,events", "-o", "wide")
+			out, _ := run(t, "kubectl.sh", "-n", namespace, "get", "vm,vmi,vmim,pods,events", "-o", "wide")
 			t.Logf("state at failure:\n%s", out)
-			out, _ = run(t, "kubectl.sh", "-n", ns, "get", "vmi,vmim", "-o", "yaml")
+			out, _ = run(t, "kubectl.sh", "-n", namespace, "get", "vmi,vmim", "-o", "yaml")
 			t.Logf("objects at failure:\n%s", out)
 			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "ds/virt-handler", "--tail=60")
 			t.Logf("virt-handler:\n%s", out)
 			out, _ = run(t, "kubectl.sh", "-n", "kubevirt", "logs", "deploy/virt-controller", "--tail=40")
 			t.Logf("virt-controller:\n%s", out)
-			out, _ = run(t, "kubectl.sh", "-n", ns, "logs", "-l", "kubevirt.io/created-by", "--all-containers", "--prefix", "--tail=40")
+			out, _ = run(t, "kubectl.sh", "-n", namespace, "logs", "-l", "kubevirt.io/created-by", "--all-containers", "--prefix", "--tail=40")
 			t.Logf("launcher pods:\n%s", out)
 			return
 		}
-		kubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=180s")
+		kubectl(t, "delete", "namespace", namespace, "--wait=true", "--timeout=180s")
 	})
 }
 
@@ -717,20 +760,22 @@ func liveMigrationConfig(t *testing.T, m map[string]any, applied func(v1.Migrati
 // entry; the VMI says so and why, and the guest's /init reports on its
 // console.
 func TestBootDiskVMI(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-bootdisk")
 	const name = "bootdisk"
 	t0 := time.Now()
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-bootdisk.yaml"))
-	wait(t, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	waitIn(t, ns, "vmi/"+name, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	t.Logf("MEASURED kubectl apply -> disk-booted VMI Running: %v", time.Since(t0).Round(time.Millisecond))
-	if got := jsonpath(t, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend}"); got != "kubevmm" {
+	if got := jsonpathIn(t, ns, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend}"); got != "kubevmm" {
 		t.Fatalf("active backend %q, want kubevmm", got)
 	}
-	why := jsonpath(t, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend-reason}")
+	why := jsonpathIn(t, ns, "vmi/"+name, "{.metadata.annotations.kubevmm\\.io/active-backend-reason}")
 	if !strings.Contains(why, "boots its disk's Linux boot entry") {
 		t.Errorf("backend reason %q does not say the disk's boot entry is booted", why)
 	}
-	out := console(t, name, 15*time.Minute)
+	out := consoleUntil(t, ns, name, marker, 15*time.Minute)
 	line, _, _ := strings.Cut(marker+string(afterMarker([]byte(out), marker)), "\n")
 	t.Logf("disk-booted guest: %s (%v after apply)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
 	kubectl(t, "-n", ns, "delete", "vmi", name, "--wait=true", "--timeout=120s")

@@ -27,6 +27,7 @@ import (
 // Running. `virtctl version` reports a semver server version.
 func TestPortForwardAndReset(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	const gns, vmi = "kubevmm-e2e-guest", "echo"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", gns}, args...)...) }
 	vc := func(args ...string) string {

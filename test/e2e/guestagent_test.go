@@ -23,6 +23,7 @@ const agentNS = "kubevmm-e2e-agent"
 // its console before it powers off within its grace period.
 func TestGuestAgent(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	k := func(args ...string) string {
 		t.Helper()
 		return kubectl(t, append([]string{"-n", agentNS}, args...)...)

@@ -46,27 +46,31 @@ spec:
 // wrong, and the VMI's spec stays fixed but for its hotpluggable volumes.
 // One guest boot.
 func TestHotplugVolume(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-hotplug")
 	const vm = "testvm"
 	f := filepath.Join(t.TempDir(), "dv.yaml")
 	require.NoError(t, os.WriteFile(f, []byte(hotplugDV), 0o600))
 	kubectl(t, "-n", ns, "apply", "-f", f)
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm.yaml"))
-	wait(t, "vmi/"+vm, "create", 2*time.Minute)
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "create", 2*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	consoleUntil(t, ns, vm, marker, 15*time.Minute)
-	pod := kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpath(t, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}")
+	pod := kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpathIn(t, ns, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}")
 
 	const (
 		vmiVolume = `{.spec.volumes[?(@.name=="hp-data")].dataVolume.hotpluggable}/{.spec.domain.devices.disks[?(@.name=="hp-data")].disk.bus}`
 		vmVolume  = `{.spec.template.spec.volumes[?(@.name=="hp-data")].dataVolume.hotpluggable}/{.spec.template.spec.domain.devices.disks[?(@.name=="hp-data")].disk.bus}`
 	)
-	volumes := func() (string, string) { return jsonpath(t, "vmi/"+vm, vmiVolume), jsonpath(t, "vm/"+vm, vmVolume) }
+	volumes := func() (string, string) {
+		return jsonpathIn(t, ns, "vmi/"+vm, vmiVolume), jsonpathIn(t, ns, "vm/"+vm, vmVolume)
+	}
 	waitVolumes := func(what, wantVMI, wantVM string) {
 		t.Helper()
 		until(t, 2*time.Minute, what, func() bool {
 			i, m := volumes()
-			return i == wantVMI && m == wantVM && jsonpath(t, "vm/"+vm, "{.status.volumeRequests}") == ""
+			return i == wantVMI && m == wantVM && jsonpathIn(t, ns, "vm/"+vm, "{.status.volumeRequests}") == ""
 		})
 	}
 
@@ -87,12 +91,12 @@ func TestHotplugVolume(t *testing.T) {
 	})
 
 	t.Run("addvolume --persist: the VMI and its VM's template", func(t *testing.T) {
-		out := virtctl(t, "addvolume", vm, "--volume-name=hp-data", "--persist")
+		out := virtctlIn(t, ns, "addvolume", vm, "--volume-name=hp-data", "--persist")
 		assert.Contains(t, out, "Successfully submitted add volume request to VM testvm for volume hp-data")
 		waitVolumes("hot-plugged volume in the VMI and the VM", "true/scsi", "true/scsi")
-		assert.Empty(t, jsonpath(t, "vm/"+vm, `{.status.conditions[?(@.type=="RestartRequired")].status}`), "no restart needed")
-		assert.Equal(t, "Running", jsonpath(t, "vmi/"+vm, "{.status.phase}"))
-		assert.Equal(t, pod, kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpath(t, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}"),
+		assert.Empty(t, jsonpathIn(t, ns, "vm/"+vm, `{.status.conditions[?(@.type=="RestartRequired")].status}`), "no restart needed")
+		assert.Equal(t, "Running", jsonpathIn(t, ns, "vmi/"+vm, "{.status.phase}"))
+		assert.Equal(t, pod, kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io/created-by="+jsonpathIn(t, ns, "vmi/"+vm, "{.metadata.uid}"), "-o", "jsonpath={.items[*].metadata.uid}"),
 			"the same launcher pod")
 
 		out, err := run(t, "virtctl.sh", "-n", ns, "addvolume", vm, "--volume-name=hp-data")
@@ -106,15 +110,15 @@ func TestHotplugVolume(t *testing.T) {
 	ready := func(t *testing.T, volume string) {
 		t.Helper()
 		status := func(field string) string {
-			return jsonpath(t, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="`+volume+`")].`+field+`}`)
+			return jsonpathIn(t, ns, "vmi/"+vm, `{.status.volumeStatus[?(@.name=="`+volume+`")].`+field+`}`)
 		}
 		until(t, 3*time.Minute, volume+" Ready", func() bool { return status("phase") == "Ready" })
 		assert.Equal(t, "sda", status("target"))
 		attach := status("hotplugVolume.attachPodName")
 		require.NotEmpty(t, attach)
-		assert.Equal(t, jsonpath(t, "vmi/"+vm, "{.status.nodeName}"), jsonpath(t, "pod/"+attach, "{.spec.nodeName}"))
-		assert.Equal(t, "Running", jsonpath(t, "pod/"+attach, "{.status.phase}"))
-		assert.Equal(t, pod, jsonpath(t, "pod/"+attach, `{.metadata.ownerReferences[?(@.controller==true)].uid}`), "owned by the launcher pod")
+		assert.Equal(t, jsonpathIn(t, ns, "vmi/"+vm, "{.status.nodeName}"), jsonpathIn(t, ns, "pod/"+attach, "{.spec.nodeName}"))
+		assert.Equal(t, "Running", jsonpathIn(t, ns, "pod/"+attach, "{.status.phase}"))
+		assert.Equal(t, pod, jsonpathIn(t, ns, "pod/"+attach, `{.metadata.ownerReferences[?(@.controller==true)].uid}`), "owned by the launcher pod")
 	}
 
 	t.Run("the guest sees the new disk and writes it", func(t *testing.T) {
@@ -140,10 +144,10 @@ func TestHotplugVolume(t *testing.T) {
 	})
 
 	t.Run("removevolume --persist: the guest sees the disk go", func(t *testing.T) {
-		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
+		virtctlIn(t, ns, "removevolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume gone from the VMI and the VM", "/", "/")
 		until(t, 2*time.Minute, "no volumeStatus and no attachment pod", func() bool {
-			return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" &&
+			return jsonpathIn(t, ns, "vmi/"+vm, "{.status.volumeStatus}") == "" &&
 				kubectl(t, "-n", ns, "get", "pods", "-l", "kubevirt.io=hotplug-disk", "-o", "name") == ""
 		})
 		out := consoleRunThenIn(t, ns, vm, "while [ -e /sys/block/sda ]; do sleep 1; done; echo GONE-$((2+2))", "GONE-4", nil, "", 2*time.Minute)
@@ -151,44 +155,44 @@ func TestHotplugVolume(t *testing.T) {
 	})
 
 	t.Run("plugged in again: the guest reads what it wrote", func(t *testing.T) {
-		virtctl(t, "addvolume", vm, "--volume-name=hp-data", "--persist")
+		virtctlIn(t, ns, "addvolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume back in the VMI and the VM", "true/scsi", "true/scsi")
 		ready(t, "hp-data")
 		out := consoleRunThenIn(t, ns, vm,
 			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo READ-$(head -c 5 /dev/sda)-END$((2+3))",
 			"END5", nil, "", 2*time.Minute)
 		assert.Contains(t, out, "READ-HP-42-END5")
-		virtctl(t, "removevolume", vm, "--volume-name=hp-data", "--persist")
+		virtctlIn(t, ns, "removevolume", vm, "--volume-name=hp-data", "--persist")
 		waitVolumes("hot-plugged volume gone again", "/", "/")
-		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" })
+		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpathIn(t, ns, "vmi/"+vm, "{.status.volumeStatus}") == "" })
 	})
 
 	t.Run("a Block claim: the guest writes its device", func(t *testing.T) {
 		// The claim's device is handed over as an open descriptor: the
 		// launcher's container may not open the device node itself.
-		virtctl(t, "addvolume", vm, "--volume-name=hp-block")
+		virtctlIn(t, ns, "addvolume", vm, "--volume-name=hp-block")
 		ready(t, "hp-block")
 		out := consoleRunThenIn(t, ns, vm,
 			"while [ ! -e /sys/block/sda/size ]; do sleep 1; done; echo BLK-$(cat /sys/block/sda/size)-$(tail -c +5 /sys/block/sda/device/vpd_pg80)-END$((3+4)); "+
 				"echo HPB-$((6*7)) | dd of=/dev/sda conv=fsync 2>/dev/null && echo WROTE-$((2+6))",
 			"WROTE-8", nil, "", 2*time.Minute)
 		assert.Contains(t, out, "BLK-32768-hp-block-END7", "16Mi, its serial the volume's name")
-		b, err := os.ReadFile(filepath.Join(hostpathPool(t), "csi", jsonpath(t, "pvc/hp-block", "{.spec.volumeName}")))
+		b, err := os.ReadFile(filepath.Join(hostpathPool(t), "csi", jsonpathIn(t, ns, "pvc/hp-block", "{.spec.volumeName}")))
 		require.NoError(t, err)
 		assert.True(t, strings.HasPrefix(string(b), "HPB-42\n"), "the guest's write is in the pool's Block volume file")
-		virtctl(t, "removevolume", vm, "--volume-name=hp-block")
-		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpath(t, "vmi/"+vm, "{.status.volumeStatus}") == "" })
+		virtctlIn(t, ns, "removevolume", vm, "--volume-name=hp-block")
+		until(t, 2*time.Minute, "no volumeStatus", func() bool { return jsonpathIn(t, ns, "vmi/"+vm, "{.status.volumeStatus}") == "" })
 		out = consoleRunThenIn(t, ns, vm, "while [ -e /sys/block/sda ]; do sleep 1; done; echo GONE-$((4+5))", "GONE-9", nil, "", 2*time.Minute)
 		assert.Contains(t, out, "GONE-9")
 	})
 
 	t.Run("without --persist only the VMI changes", func(t *testing.T) {
-		out := virtctl(t, "addvolume", vm, "--volume-name=hp-data")
+		out := virtctlIn(t, ns, "addvolume", vm, "--volume-name=hp-data")
 		assert.Contains(t, out, "Successfully submitted add volume request to VMI testvm for volume hp-data")
 		i, m := volumes()
 		assert.Equal(t, "true/scsi", i)
 		assert.Equal(t, "/", m)
-		virtctl(t, "removevolume", vm, "--volume-name=hp-data")
+		virtctlIn(t, ns, "removevolume", vm, "--volume-name=hp-data")
 		i, _ = volumes()
 		assert.Equal(t, "/", i)
 	})

@@ -28,11 +28,13 @@ import (
 // status.interfaces reports the pod IP and that MAC; LiveMigratable is
 // False naming the interface, and a migration fails at once.
 func TestPodBridgeBinding(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-podbridge")
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vmi-podbridge.yaml"))
 	kubectl(t, "-n", ns, "wait", "vmi/podbr", "--for=jsonpath={.status.phase}=Running", "--timeout=300s")
 	pod := kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=podbr", "-o", "jsonpath={.items[0].metadata.name}")
-	podIP := jsonpath(t, "pod/"+pod, "{.status.podIP}")
+	podIP := jsonpathIn(t, ns, "pod/"+pod, "{.status.podIP}")
 	require.NotEmpty(t, podIP)
 	t.Logf("kubectl get pod -o wide:\n%s", kubectl(t, "-n", ns, "get", "pod", pod, "-o", "wide"))
 
@@ -50,7 +52,7 @@ func TestPodBridgeBinding(t *testing.T) {
 	assert.Contains(t, lease, spec.PodBridgeFakeIP+"/32 0.0.0.0", "and the bridge's address on link")
 
 	var netStatus []nadv1.NetworkStatus
-	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "pod/"+pod, `{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}`)), &netStatus))
+	require.NoError(t, json.Unmarshal([]byte(jsonpathIn(t, ns, "pod/"+pod, `{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}`)), &netStatus))
 	require.NotEmpty(t, netStatus)
 	require.True(t, netStatus[0].Default, "%+v", netStatus)
 	cniMAC := netStatus[0].Mac
@@ -58,14 +60,14 @@ func TestPodBridgeBinding(t *testing.T) {
 	gm := regexp.MustCompile(`GUEST-MAC=([0-9a-f:]{17})`).FindStringSubmatch(out)
 	require.NotNil(t, gm, "the guest printed its MAC:\n%s", out)
 	assert.Equal(t, cniMAC, gm[1], "the guest has eth0's original MAC")
-	pids := podProcesses(jsonpath(t, "pod/"+pod, "{.metadata.uid}"), "virt-launcher")
+	pids := podProcesses(jsonpathIn(t, ns, "pod/"+pod, "{.metadata.uid}"), "virt-launcher")
 	require.NotEmpty(t, pids, "the launcher's processes")
 	eth0, err := netlinkIn(t, pids[0]).LinkByName("eth0")
 	require.NoError(t, err)
 	assert.NotEqual(t, cniMAC, eth0.Attrs().HardwareAddr.String(), "the pod's eth0 has another MAC now")
 
 	var st v1.VirtualMachineInstanceStatus
-	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "vmi/podbr", "{.status}")), &st))
+	require.NoError(t, json.Unmarshal([]byte(jsonpathIn(t, ns, "vmi/podbr", "{.status}")), &st))
 	require.Len(t, st.Interfaces, 1, "%+v", st.Interfaces)
 	assert.Equal(t, podIP, st.Interfaces[0].IP)
 	assert.Equal(t, "eth0", st.Interfaces[0].PodInterfaceName)
@@ -99,9 +101,9 @@ func TestPodBridgeBinding(t *testing.T) {
 	// The node, and virtctl port-forward (status.interfaces[0] is the pod IP).
 	portForwardEcho(t, ns, "podbr")
 
-	virtctl(t, "migrate", "podbr")
-	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	virtctlIn(t, ns, "migrate", "podbr")
+	mig := strings.TrimSpace(jsonpathIn(t, ns, "vmim", "{.items[*].metadata.name}"))
 	require.NotEmpty(t, mig)
-	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Failed", 2*time.Minute)
+	waitIn(t, ns, "vmim/"+mig, "jsonpath={.status.phase}=Failed", 2*time.Minute)
 	assert.Equal(t, pod, kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=podbr", "-o", "jsonpath={.items[*].metadata.name}"), "no target pod")
 }

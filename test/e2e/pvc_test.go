@@ -37,24 +37,26 @@ spec:
 // the VMI is not live-migratable, and the condition names the volume.
 // One VM, one restart: two guest boots.
 func TestPVCVolumes(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-pvc")
 	const vm = "pvcvm"
 	f := filepath.Join(t.TempDir(), "claims.yaml")
 	require.NoError(t, os.WriteFile(f, []byte(pvcClaims), 0o600))
 	kubectl(t, "-n", ns, "apply", "-f", f)
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm-pvc.yaml"))
-	wait(t, "vmi/"+vm, "create", 2*time.Minute)
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
-	uid := jsonpath(t, "vmi/"+vm, "{.metadata.uid}")
+	waitIn(t, ns, "vmi/"+vm, "create", 2*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	uid := jsonpathIn(t, ns, "vmi/"+vm, "{.metadata.uid}")
 
 	t.Run("LiveMigratable is False, naming the RWO claim", func(t *testing.T) {
-		assert.Equal(t, "False", jsonpath(t, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].status}`))
-		assert.Equal(t, "DisksNotLiveMigratable", jsonpath(t, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].reason}`))
-		assert.Contains(t, jsonpath(t, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].message}`), "volume fs: PVC fs-disk is not shared")
+		assert.Equal(t, "False", jsonpathIn(t, ns, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].status}`))
+		assert.Equal(t, "DisksNotLiveMigratable", jsonpathIn(t, ns, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].reason}`))
+		assert.Contains(t, jsonpathIn(t, ns, "vmi/"+vm, `{.status.conditions[?(@.type=="LiveMigratable")].message}`), "volume fs: PVC fs-disk is not shared")
 	})
 
 	pool := hostpathPool(t)
-	pv := jsonpath(t, "pvc/fs-disk", "{.spec.volumeName}")
+	pv := jsonpathIn(t, ns, "pvc/fs-disk", "{.spec.volumeName}")
 	img := filepath.Join(pool, "csi", pv, "disk.img")
 	t.Run("the Filesystem claim's disk.img is in the pool, at the claim's size", func(t *testing.T) {
 		fi, err := os.Stat(img)
@@ -74,7 +76,7 @@ func TestPVCVolumes(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(string(b), "FS-42\n"), "the guest's write is in the pool's disk.img")
 
-	virtctl(t, "restart", vm)
+	virtctlIn(t, ns, "restart", vm)
 	// The old VMI goes away first, so `kubectl wait` (which fails on a
 	// missing object) can't watch for the new one: poll for it.
 	deadline := time.Now().Add(3 * time.Minute)
@@ -88,7 +90,7 @@ func TestPVCVolumes(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	consoleUntil(t, ns, vm, marker, 15*time.Minute)
 	out = consoleRunThenIn(t, ns, vm,
 		"echo READ-$(dd if=/dev/vda bs=6 count=1 2>/dev/null)-$(dd if=/dev/vdb bs=7 count=1 2>/dev/null)-END-$((2+3))",
@@ -122,31 +124,33 @@ spec:
 // are in the pool's files, so the target's VMM writes the same volumes.
 // One guest boot.
 func TestPVCLiveMigration(t *testing.T) {
-	freshNamespace(t)
+	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
+	ns := ownNamespace(t, "kubevmm-e2e-pvc-rwx")
 	const vm = "rwxvm"
 	f := filepath.Join(t.TempDir(), "claims.yaml")
 	require.NoError(t, os.WriteFile(f, []byte(rwxClaims), 0o600))
 	kubectl(t, "-n", ns, "apply", "-f", f)
 	kubectl(t, "-n", ns, "apply", "-f", filepath.Join(repo, "test/e2e/testdata/vm-pvc-rwx.yaml"))
-	wait(t, "vmi/"+vm, "create", 2*time.Minute)
-	wait(t, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "create", 2*time.Minute)
+	waitIn(t, ns, "vmi/"+vm, "jsonpath={.status.phase}=Running", 5*time.Minute)
 	// virt-controller sets LiveMigratable once it has seen the claims.
 	cond := `{.status.conditions[?(@.type=="LiveMigratable")].status} {.status.conditions[?(@.type=="LiveMigratable")].message}`
-	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); !strings.HasPrefix(jsonpathIn(t, ns, "vmi/"+vm, cond), "True") && time.Now().Before(deadline); {
 		time.Sleep(2 * time.Second)
 	}
-	require.True(t, strings.HasPrefix(jsonpath(t, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpath(t, "vmi/"+vm, cond))
+	require.True(t, strings.HasPrefix(jsonpathIn(t, ns, "vmi/"+vm, cond), "True"), "LiveMigratable: %s", jsonpathIn(t, ns, "vmi/"+vm, cond))
 
 	consoleUntil(t, ns, vm, marker, 15*time.Minute)
 	consoleRunThenIn(t, ns, vm,
 		"echo FS-$((6*7)) | dd of=/dev/vda conv=fsync 2>/dev/null && echo BLK-$((6*7)) | dd of=/dev/vdb conv=fsync 2>/dev/null && echo WROTE-$((1+1))",
 		"WROTE-2", nil, "", 3*time.Minute)
 
-	virtctl(t, "migrate", vm)
-	mig := strings.TrimSpace(jsonpath(t, "vmim", "{.items[*].metadata.name}"))
+	virtctlIn(t, ns, "migrate", vm)
+	mig := strings.TrimSpace(jsonpathIn(t, ns, "vmim", "{.items[*].metadata.name}"))
 	require.NotEmpty(t, mig)
-	wait(t, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
-	assert.Equal(t, "true", jsonpath(t, "vmi/"+vm, "{.status.migrationState.completed}"))
+	waitIn(t, ns, "vmim/"+mig, "jsonpath={.status.phase}=Succeeded", 10*time.Minute)
+	assert.Equal(t, "true", jsonpathIn(t, ns, "vmi/"+vm, "{.status.migrationState.completed}"))
 
 	out := consoleRunThenIn(t, ns, vm,
 		"echo AFTER-$((6*7)) | dd of=/dev/vda bs=512 seek=8 conv=fsync 2>/dev/null && echo AFTER-$((6*7)) | dd of=/dev/vdb bs=512 seek=8 conv=fsync 2>/dev/null && "+
@@ -156,7 +160,7 @@ func TestPVCLiveMigration(t *testing.T) {
 
 	pool := hostpathPool(t)
 	for claim, first := range map[string]string{"rwx-fs": "FS-42\n", "rwx-blk": "BLK-42\n"} {
-		pv := jsonpath(t, "pvc/"+claim, "{.spec.volumeName}")
+		pv := jsonpathIn(t, ns, "pvc/"+claim, "{.spec.volumeName}")
 		file := filepath.Join(pool, "csi", pv)
 		if claim == "rwx-fs" {
 			file = filepath.Join(file, "disk.img")

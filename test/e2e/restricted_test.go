@@ -72,6 +72,7 @@ func seccompStatus(t *testing.T, pid int) (mode, filters string) {
 // their certificates, whatever user it claims to be.
 func TestRestrictedNamespace(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	k := func(args ...string) string {
 		t.Helper()
 		return kubectl(t, append([]string{"-n", restrictedNS}, args...)...)

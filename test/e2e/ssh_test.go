@@ -25,6 +25,7 @@ import (
 // port-forward --stdio as its ProxyCommand.
 func TestSSH(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	const sns, vmi = "kubevmm-e2e-ssh", "ssh"
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", sns}, args...)...) }
 	kubectl(t, "delete", "namespace", sns, "--ignore-not-found", "--wait=true", "--timeout=180s")

@@ -27,6 +27,7 @@ import (
 // event says.
 func TestVsockAndHardStop(t *testing.T) {
 	requireE2E(t)
+	t.Parallel() // its own namespace (see the package comment)
 	const vns, vmi = "kubevmm-e2e-vsock", "vsock"
 	const grace = 5 * time.Second // the VMI's terminationGracePeriodSeconds
 	kc := func(args ...string) string { return kubectl(t, append([]string{"-n", vns}, args...)...) }
