@@ -31,7 +31,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionv1 "k8s.io/api/admission/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +41,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/api/version"
 )
 
@@ -58,7 +58,10 @@ type Server struct {
 	// Callers tells the API server's admission reviews from anyone
 	// else's (frontproxy.Watcher): the webhooks answer only it.
 	Callers frontproxy.Callers
-	Log     logr.Logger
+	// MetricsGuard checks a scraper's token (securemetrics.Guard); nil:
+	// no /metrics.
+	MetricsGuard func(http.Handler) http.Handler
+	Log          logr.Logger
 	// Config is the cluster configuration (KubeVirt's feature gates),
 	// asked per request; nil: none enabled.
 	Config func() (clusterconfig.ClusterConfig, error)
@@ -85,8 +88,9 @@ func (s *Server) Handler() http.Handler {
 	hook(PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Prometheus scrapes the same HTTPS port, as KubeVirt's virt-api
-	// serves it; the process's own metrics make its `up` series.
-	mux.Handle("GET /metrics", promhttp.HandlerFor(metricsRegistry(), promhttp.HandlerOpts{}))
+	// serves it, with a token allowed to GET /metrics, as for every
+	// component; the process's own metrics make its `up` series.
+	securemetrics.Route(mux, s.MetricsGuard, metricsRegistry())
 
 	mux.HandleFunc("GET /apis", s.discoveryGroups)
 	mux.HandleFunc("GET /apis/"+v1.SubresourceGroupName, s.discoveryGroup)

@@ -7,9 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -25,11 +29,12 @@ import (
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
-// TestMetricsNeedAToken serves metrics as virt-handler does, the server
-// acting as a ServiceAccount bound to system:auth-delegator only (what
-// the operator grants), against a real API server: no token and a forged
-// one get 401, a tenant's ServiceAccount token 403, a scraper's token
-// with GET on /metrics the metrics, over TLS.
+// TestMetricsNeedAToken serves metrics as virt-handler does (a manager's
+// server) and as kubemacpool does (Guard on its own server), acting as a
+// ServiceAccount bound to system:auth-delegator only (what the operator
+// grants), against a real API server: no token and a forged one get 401,
+// a tenant's ServiceAccount token 403, a scraper's token with GET on
+// /metrics the metrics, over TLS.
 func TestMetricsNeedAToken(t *testing.T) {
 	cfg, c := apiserver.Start(t)
 	ctx := context.Background()
@@ -73,8 +78,24 @@ func TestMetricsNeedAToken(t *testing.T) {
 	go func() { done <- srv.Start(sctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	get := func(token string) (int, string) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+	// A server of the component's own (a webhook's port), guarded the
+	// same way: Guard and Route.
+	guard, err := securemetrics.Guard(handlerCfg, logr.Discard())
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	securemetrics.Route(mux, guard, reg)
+	own := httptest.NewTLSServer(mux)
+	t.Cleanup(own.Close)
+	unguarded := http.NewServeMux()
+	securemetrics.Route(unguarded, nil, reg)
+	rec := httptest.NewRecorder()
+	unguarded.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusNotFound, rec.Code, "without a guard, no /metrics")
+
+	get := func(url, token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		require.NoError(t, err)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -93,22 +114,27 @@ func TestMetricsNeedAToken(t *testing.T) {
 			return resp.StatusCode, string(b)
 		}
 	}
-	for _, tc := range []struct {
-		who, token string
-		want       int
-	}{
-		{"no token", "", http.StatusUnauthorized},
-		{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.forged", http.StatusUnauthorized},
-		{"a tenant's ServiceAccount", token("tenant"), http.StatusForbidden},
-		{"the scraper", token("prometheus"), http.StatusOK},
+	for _, server := range []struct{ name, url string }{
+		{"a manager's", "https://" + addr + "/metrics"},
+		{"a server's own", own.URL + "/metrics"},
 	} {
-		code, body := get(tc.token)
-		assert.Equal(t, tc.want, code, "%s: %s", tc.who, body)
-		if tc.want == http.StatusOK {
-			assert.Contains(t, body, "go_goroutines", "%s gets the metrics", tc.who)
-		} else {
-			assert.NotContains(t, body, "go_goroutines", "%s gets no metrics", tc.who)
+		for _, tc := range []struct {
+			who, token string
+			want       int
+		}{
+			{"no token", "", http.StatusUnauthorized},
+			{"a forged token", "eyJhbGciOiJSUzI1NiJ9.e30.forged", http.StatusUnauthorized},
+			{"a tenant's ServiceAccount", token("tenant"), http.StatusForbidden},
+			{"the scraper", token("prometheus"), http.StatusOK},
+		} {
+			code, body := get(server.url, tc.token)
+			assert.Equal(t, tc.want, code, "%s, %s: %s", server.name, tc.who, body)
+			if tc.want == http.StatusOK {
+				assert.Contains(t, body, "go_goroutines", "%s, %s gets the metrics", server.name, tc.who)
+			} else {
+				assert.NotContains(t, body, "go_goroutines", "%s, %s gets no metrics", server.name, tc.who)
+			}
 		}
+		assert.Contains(t, fmt.Sprint(get(server.url, token("tenant"))), "system:serviceaccount:kubevirt:tenant may not get /metrics", "%s: the refusal names who was refused", server.name)
 	}
-	assert.Contains(t, fmt.Sprint(get(token("tenant"))), "system:serviceaccount:kubevirt:tenant may not get /metrics", "the refusal names who was refused")
 }

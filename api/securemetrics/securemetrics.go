@@ -8,14 +8,20 @@
 // name every tenant's VMs; a pod on the pod network without that right
 // gets 401 (no token, or one the API server does not know) or 403.
 //
-// The component's ServiceAccount needs system:auth-delegator (create
-// tokenreviews and subjectaccessreviews); a scraper needs a role with
+// A manager serves them with Options. A server of the component's own
+// (a webhook's HTTPS port that also answers GET /metrics: kubemacpool,
+// virt-api, the template validator) puts its metrics behind Guard, with
+// Route.
+//
+// The component's ServiceAccount needs system:auth-delegator, or
+// ReviewRules in its ClusterRole (create tokenreviews and
+// subjectaccessreviews); a scraper needs a role with
 //
 //	nonResourceURLs: ["/metrics"], verbs: ["get"]
 //
-// The serving certificate is self-signed, made in memory at start, as
-// kube-controller-manager's is: the traffic is encrypted, and the token,
-// not the server's name, is what is checked.
+// A manager's serving certificate is self-signed, made in memory at start,
+// as kube-controller-manager's is: the traffic is encrypted, and the
+// token, not the server's name, is what is checked.
 package securemetrics
 
 import (
@@ -28,8 +34,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
@@ -41,6 +50,39 @@ import (
 // over TLS with authentication and authorization.
 func Options(bindAddress string) metricsserver.Options {
 	return metricsserver.Options{BindAddress: bindAddress, SecureServing: true, FilterProvider: filterProvider}
+}
+
+// ReviewRules are what a component needs to check its scrapers: the rules
+// of system:auth-delegator.
+func ReviewRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{authnv1.GroupName}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{authzv1.GroupName}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
+
+// Guard returns what puts a handler of the component's own server behind
+// Options' checks, which it asks of the API server at cfg.
+func Guard(cfg *rest.Config, log logr.Logger) (func(http.Handler) http.Handler, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metrics review client: %w", err)
+	}
+	r, err := newReviewer(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	c := newCache(r, time.Minute)
+	return func(next http.Handler) http.Handler { return c.guard(log, next) }, nil
+}
+
+// Route serves reg's metrics at GET /metrics on mux behind guard (Guard's,
+// or a test's); with guard nil there is no /metrics.
+func Route(mux *http.ServeMux, guard func(http.Handler) http.Handler, reg prometheus.Gatherer) {
+	if guard == nil {
+		return
+	}
+	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 }
 
 // Reviewer asks the API server who a token is and whether they may GET a
@@ -80,7 +122,7 @@ func (a apiReviewer) Review(ctx context.Context, token, path string) (string, bo
 	return u.Username, true, sar.Status.Allowed, nil
 }
 
-func filterProvider(c *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+func newReviewer(c *rest.Config, hc *http.Client) (Reviewer, error) {
 	authn, err := authnclient.NewForConfigAndClient(c, hc)
 	if err != nil {
 		return nil, fmt.Errorf("metrics authentication client: %w", err)
@@ -89,7 +131,15 @@ func filterProvider(c *rest.Config, hc *http.Client) (metricsserver.Filter, erro
 	if err != nil {
 		return nil, fmt.Errorf("metrics authorization client: %w", err)
 	}
-	return Filter(apiReviewer{authn: authn.TokenReviews(), authz: authz.SubjectAccessReviews()}, time.Minute), nil
+	return apiReviewer{authn: authn.TokenReviews(), authz: authz.SubjectAccessReviews()}, nil
+}
+
+func filterProvider(c *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+	r, err := newReviewer(c, hc)
+	if err != nil {
+		return nil, err
+	}
+	return Filter(r, time.Minute), nil
 }
 
 // Filter admits GETs whose bearer token r allows for the path. A decision
@@ -97,28 +147,33 @@ func filterProvider(c *rest.Config, hc *http.Client) (metricsserver.Filter, erro
 // scraper every few seconds costs the API server two calls a minute; a
 // revoked right ends within ttl.
 func Filter(r Reviewer, ttl time.Duration) metricsserver.Filter {
-	c := &cache{r: r, ttl: ttl, m: map[[sha256.Size]byte]decision{}}
+	c := newCache(r, ttl)
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-			if !ok || token == "" {
-				http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
-				return
-			}
-			d, err := c.decide(req.Context(), token, req.URL.Path)
-			switch {
-			case err != nil:
-				log.Error(err, "reviewing a metrics request")
-				http.Error(w, "the API server could not review the request", http.StatusInternalServerError)
-			case !d.authenticated:
-				http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			case !d.allowed:
-				http.Error(w, fmt.Sprintf("Forbidden: %s may not get %s", d.user, req.URL.Path), http.StatusForbidden)
-			default:
-				next.ServeHTTP(w, req)
-			}
-		}), nil
+		return c.guard(log, next), nil
 	}
+}
+
+// guard is next behind the token and access checks.
+func (c *cache) guard(log logr.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		d, err := c.decide(req.Context(), token, req.URL.Path)
+		switch {
+		case err != nil:
+			log.Error(err, "reviewing a metrics request")
+			http.Error(w, "the API server could not review the request", http.StatusInternalServerError)
+		case !d.authenticated:
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		case !d.allowed:
+			http.Error(w, fmt.Sprintf("Forbidden: %s may not get %s", d.user, req.URL.Path), http.StatusForbidden)
+		default:
+			next.ServeHTTP(w, req)
+		}
+	})
 }
 
 type decision struct {
@@ -132,6 +187,10 @@ type cache struct {
 	ttl time.Duration
 	mu  sync.Mutex
 	m   map[[sha256.Size]byte]decision
+}
+
+func newCache(r Reviewer, ttl time.Duration) *cache {
+	return &cache{r: r, ttl: ttl, m: map[[sha256.Size]byte]decision{}}
 }
 
 func (c *cache) decide(ctx context.Context, token, path string) (decision, error) {

@@ -14,11 +14,13 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
 )
@@ -68,7 +70,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: *certDir, Callers: callers, Log: log}
+	guard, err := securemetrics.Guard(cfg, logr.FromSlogHandler(log.Handler()))
+	if err != nil {
+		return err
+	}
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: *certDir, Callers: callers, MetricsGuard: guard, Log: log}
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(*port))
 	if err != nil {
 		return err

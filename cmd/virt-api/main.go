@@ -21,6 +21,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
 
@@ -72,9 +73,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// virt-api's ServiceAccount holds system:auth-delegator already (its
+	// aggregated API's reviews).
+	guard, err := securemetrics.Guard(cfg, log)
+	if err != nil {
+		return err
+	}
 	s := &virtapi.Server{
 		Client: c, Namespace: namespace, HandlerTLS: handlerTLS,
-		Proxy: fp, Callers: fp, Log: log,
+		Proxy: fp, Callers: fp, MetricsGuard: guard, Log: log,
 	}
 	if configPath != "" {
 		f := &clusterconfig.ConfigFile{Path: configPath}

@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
 )
 
@@ -60,6 +62,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	s := &webhook.Server{Client: c, CertDir: *certDir, Callers: callers, Log: log}
+	guard, err := securemetrics.Guard(cfg, logr.FromSlogHandler(log.Handler()))
+	if err != nil {
+		return err
+	}
+	s := &webhook.Server{Client: c, CertDir: *certDir, Callers: callers, MetricsGuard: guard, Log: log}
 	return s.ListenAndServe(ctx, ":"+strconv.Itoa(*port))
 }

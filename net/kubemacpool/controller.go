@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/net/macpool"
 )
 
@@ -37,11 +38,11 @@ const (
 )
 
 // ClusterRoleRules is the API access kubemacpool needs everywhere: the
-// VMs, watched.
+// VMs, watched, and the reviews of its scrapers' tokens.
 func ClusterRoleRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
+	return append([]rbacv1.PolicyRule{
 		{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines"}, Verbs: []string{"list", "watch"}},
-	}
+	}, securemetrics.ReviewRules()...)
 }
 
 // RoleRules is its access in its own namespace: the range's ConfigMap,

@@ -17,16 +17,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +39,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/crds"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -64,10 +68,11 @@ func (w *warnings) take() []string {
 }
 
 type cluster struct {
-	env   *envtest.Environment
-	admin client.Client
-	warn  *warnings
-	kmp   *rest.Config // kubemacpool's identity, with only its RBAC
+	env     *envtest.Environment
+	admin   client.Client
+	warn    *warnings
+	kmp     *rest.Config // kubemacpool's identity, with only its RBAC
+	scraper string       // a token allowed to GET /metrics, as Prometheus's
 }
 
 // startCluster runs an API server calling kubemacpool's webhook as
@@ -113,15 +118,31 @@ func startCluster(t *testing.T) *cluster {
 	reader := frontproxy.ReaderBinding("kubemacpool", ns, "kubemacpool")
 	reader.Subjects = subj
 	require.NoError(t, admin.Create(ctx, reader))
-	return &cluster{env: env, admin: admin, warn: warn, kmp: user.Config()}
+	// Prometheus, with the right a cluster admin gives it (README, Metrics).
+	for _, o := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus", Namespace: ns}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+			Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "metrics-reader"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns}}},
+	} {
+		require.NoError(t, admin.Create(ctx, o))
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "prometheus", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return &cluster{env: env, admin: admin, warn: warn, kmp: user.Config(), scraper: tr.Status.Token}
 }
 
 // kmp is one running kubemacpool: its server and the way to stop it.
 type kmp struct {
-	s    *kubemacpool.Server
-	base string
-	hc   *http.Client
-	stop func()
+	s       *kubemacpool.Server
+	base    string
+	scraper string
+	hc      *http.Client
+	stop    func()
 }
 
 // start runs kubemacpool in-process as the binary does (a new, empty
@@ -135,7 +156,11 @@ func (c *cluster) start(t *testing.T) *kmp {
 	require.NoError(t, err)
 	callers, err := frontproxy.Load(t.Context(), kc)
 	require.NoError(t, err)
-	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: wo.LocalServingCertDir, Callers: callers, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	// /metrics checked as the binary checks it, with kubemacpool's RBAC.
+	guard, err := securemetrics.Guard(c.kmp, logr.Discard())
+	require.NoError(t, err)
+	s := &kubemacpool.Server{Pool: macpool.New(macpool.Range{}), CertDir: wo.LocalServingCertDir, Callers: callers, MetricsGuard: guard,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
 	var ln net.Listener
@@ -153,7 +178,7 @@ func (c *cluster) start(t *testing.T) *kmp {
 	require.NoError(t, kubemacpool.Watch(ctx, c.kmp, scheme, ns, s))
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(wo.LocalServingCAData))
-	k := &kmp{s: s, base: "https://" + addr, hc: &http.Client{Timeout: 5 * time.Second,
+	k := &kmp{s: s, base: "https://" + addr, scraper: c.scraper, hc: &http.Client{Timeout: 5 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}}
 	var once sync.Once
 	k.stop = func() {
@@ -175,7 +200,24 @@ func (c *cluster) start(t *testing.T) *kmp {
 }
 
 func (k *kmp) get(path string) (string, error) {
-	resp, err := k.hc.Get(k.base + path)
+	return k.getAs(path, "")
+}
+
+// metrics is GET /metrics with the scraper's token.
+func (k *kmp) metrics() (string, error) {
+	return k.getAs("/metrics", k.scraper)
+}
+
+// getAs is get with a bearer token (none if empty).
+func (k *kmp) getAs(path, token string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, k.base+path, nil)
+	if err != nil {
+		return "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := k.hc.Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -281,9 +323,12 @@ func TestKubeMacPool(t *testing.T) {
 	dup := vm("vms", "dup", "02:00:00:00:00:02")
 	require.NoError(t, c.admin.Create(ctx, dup))
 	assert.Equal(t, []string{"spec.template.spec.domain.devices.interfaces[0].macAddress (interface nic0): MAC 02:00:00:00:00:02 is already in use by vms/two"}, c.warn.take())
-	metrics, err := a.get("/metrics")
+	metrics, err := a.metrics()
 	require.NoError(t, err)
 	assert.Contains(t, metrics, `kmp_mac_collisions{mac="02:00:00:00:00:02"} 2`)
+	// The MACs are no one else's business: no token, no metrics.
+	_, err = a.get("/metrics")
+	assert.ErrorContains(t, err, "401 Unauthorized")
 
 	// A dry run hands out nothing.
 	dry := vm("vms", "dry", "")
@@ -315,7 +360,7 @@ func TestKubeMacPool(t *testing.T) {
 	three := vm("vms", "three", "", "")
 	require.NoError(t, c.admin.Create(ctx, three))
 	assert.Equal(t, []string{"02:00:00:00:00:04", "02:00:00:00:00:05"}, macsOf(three))
-	metrics, err = b.get("/metrics")
+	metrics, err = b.metrics()
 	require.NoError(t, err)
 	assert.Contains(t, metrics, `kmp_mac_collisions{mac="02:00:00:00:00:02"} 2`, "the collision is rebuilt too")
 
@@ -329,7 +374,7 @@ func TestKubeMacPool(t *testing.T) {
 		}
 		return nil
 	})
-	metrics, err = b.get("/metrics")
+	metrics, err = b.metrics()
 	require.NoError(t, err)
 	assert.NotContains(t, metrics, "kmp_mac_collisions{")
 	require.NoError(t, c.admin.Delete(ctx, two))

@@ -10,7 +10,8 @@
 //	POST /mutate-virtualmachines  AdmissionReview v1, kubevirt.io/v1 virtualmachines CREATE, UPDATE,
 //	                              from the API server only (its front-proxy client certificate; 401/403 else)
 //	GET  /readyz                  200 once the pool was rebuilt from the VMs, a range is configured and the certificate loads
-//	GET  /metrics                 Prometheus: kmp_mac_collisions{mac}
+//	GET  /metrics                 Prometheus: kmp_mac_collisions{mac}, to a token allowed to GET /metrics
+//	                              (api/securemetrics; 401/403 else): the colliding MACs are the VMs' owners' business
 //
 // the webhook configuration MutatingWebhook makes, and the API access
 // ClusterRoleRules and RoleRules grant.
@@ -45,12 +46,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/net/macpool"
 )
 
@@ -68,7 +69,10 @@ type Server struct {
 	// review allocates and holds MACs, and a pod sending its own would
 	// drain the pool.
 	Callers frontproxy.Callers
-	Log     *slog.Logger
+	// MetricsGuard checks a scraper's token (securemetrics.Guard); nil:
+	// no /metrics.
+	MetricsGuard func(http.Handler) http.Handler
+	Log          *slog.Logger
 	// ReservationTTL is how long MACs given to a VM not stored yet stay
 	// held (DefaultReservationTTL if 0).
 	ReservationTTL time.Duration
@@ -114,12 +118,12 @@ func (s *Server) SetReady() { s.ready.Store(true) }
 
 // Handler serves the paths of the contract, and GET /metrics: the Go
 // runtime's and the process's metrics and upstream's kmp_mac_collisions,
-// on the same port.
+// on the same port, behind MetricsGuard.
 func (s *Server) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collisions{s.Pool}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	securemetrics.Route(mux, s.MetricsGuard, reg)
 	mux.Handle("POST "+PathMutateVM, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.admission)))
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -32,6 +33,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	templatecrds "github.com/kubevmm/kubevmm/api/template/crds"
 	"github.com/kubevmm/kubevmm/api/template/process"
 	"github.com/kubevmm/kubevmm/operator/ssp/templates"
@@ -96,7 +98,7 @@ func (w *warnings) take() []string {
 // start runs an API server calling the validator, served in-process as
 // the binary serves it, with only ClusterRoleRules' access. It returns an
 // admin client and the warnings it got.
-func start(t *testing.T) (client.Client, *warnings) {
+func start(t *testing.T) (client.Client, *warnings, func(token string) int) {
 	var env *envtest.Environment
 	crd, err := templatecrds.CRD()
 	require.NoError(t, err)
@@ -132,7 +134,11 @@ func start(t *testing.T) (client.Client, *warnings) {
 	require.NoError(t, admin.Create(ctx, reader))
 	callers, err := frontproxy.Load(ctx, vc)
 	require.NoError(t, err)
-	s := &webhook.Server{Client: vc, CertDir: wo.LocalServingCertDir, Callers: callers, Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
+	// /metrics checked as the binary checks it, with the validator's RBAC.
+	guard, err := securemetrics.Guard(user.Config(), logr.Discard())
+	require.NoError(t, err)
+	s := &webhook.Server{Client: vc, CertDir: wo.LocalServingCertDir, Callers: callers, MetricsGuard: guard,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	addr := net.JoinHostPort(wo.LocalServingHost, strconv.Itoa(wo.LocalServingPort))
@@ -141,17 +147,28 @@ func start(t *testing.T) (client.Client, *warnings) {
 		cancel()
 		assert.NoError(t, <-done)
 	})
-	waitReady(t, "https://"+addr+webhook.PathReady, wo.LocalServingCAData, done)
+	hc := waitReady(t, "https://"+addr+webhook.PathReady, wo.LocalServingCAData, done)
 	for _, ns := range []string{"vms", "templates", "common"} {
 		require.NoError(t, admin.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}))
 	}
-	return admin, warn
+	metrics := func(token string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	return admin, warn, metrics
 }
 
 // waitReady waits for the server's readiness over TLS with the CA the
-// API server trusts.
-func waitReady(t *testing.T, url string, ca []byte, done chan error) {
+// API server trusts, and returns the client it used.
+func waitReady(t *testing.T, url string, ca []byte, done chan error) *http.Client {
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(ca))
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 5 * time.Second}
@@ -161,7 +178,7 @@ func waitReady(t *testing.T, url string, ca []byte, done chan error) {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return hc
 			}
 			err = errors.New(resp.Status)
 		}
@@ -222,8 +239,13 @@ func refusal(t *testing.T, err error) *metav1.Status {
 }
 
 func TestWebhookEnvtest(t *testing.T) {
-	k8s, warn := start(t)
+	k8s, warn, metrics := start(t)
 	ctx := t.Context()
+	t.Run("metrics need a token the API server knows", func(t *testing.T) {
+		assert.Equal(t, http.StatusUnauthorized, metrics(""), "no token")
+		// 401, not a failed review: the validator may ask the API server.
+		assert.Equal(t, http.StatusUnauthorized, metrics("eyJhbGciOiJSUzI1NiJ9.e30.forged"), "a forged token")
+	})
 	require.NoError(t, k8s.Create(ctx, template("fedora-server-small", rules)))
 	require.NoError(t, k8s.Create(ctx, template("plain", "")))
 

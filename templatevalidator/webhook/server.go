@@ -10,7 +10,7 @@
 //	POST /template-validate        AdmissionReview v1, template.openshift.io/v1 templates DELETE
 //	                               (both from the API server only: its front-proxy client certificate; 401/403 else)
 //	GET  /readyz                   200 once the serving certificate loads
-//	GET  /metrics                  Prometheus
+//	GET  /metrics                  Prometheus, to a token allowed to GET /metrics (api/securemetrics; 401/403 else)
 //
 // and the API access ClusterRoleRules grants.
 package webhook
@@ -32,7 +32,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	admissionv1 "k8s.io/api/admission/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -47,6 +46,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/find"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	tv "github.com/kubevmm/kubevmm/templatevalidator"
 )
 
@@ -59,16 +59,16 @@ const (
 
 // ClusterRoleRules is the API access the validator needs: the template a
 // VM names (get), the instance type and preference it names and their
-// captured revisions (get), and, when a template is deleted, the VMs
-// naming it (list, their metadata only).
+// captured revisions (get), when a template is deleted, the VMs naming it
+// (list, their metadata only), and the reviews of its scrapers' tokens.
 func ClusterRoleRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
+	return append([]rbacv1.PolicyRule{
 		{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines"}, Verbs: []string{"list"}},
 		{APIGroups: []string{tv.TemplateGroup}, Resources: []string{"templates"}, Verbs: []string{"get"}},
 		{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes",
 			"virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get"}},
-	}
+	}, securemetrics.ReviewRules()...)
 }
 
 // Server answers the admission reviews. It reads the API live, not from
@@ -79,7 +79,10 @@ type Server struct {
 	// Callers tells the API server's reviews from anyone else's: a
 	// review makes the validator read the API with its own authority.
 	Callers frontproxy.Callers
-	Log     *slog.Logger
+	// MetricsGuard checks a scraper's token (securemetrics.Guard); nil:
+	// no /metrics.
+	MetricsGuard func(http.Handler) http.Handler
+	Log          *slog.Logger
 
 	rejected prometheus.Counter // set up by Handler
 }
@@ -87,14 +90,14 @@ type Server struct {
 // Handler serves the paths of the contract, and GET /metrics: the Go
 // runtime's and the process's metrics and upstream's
 // kubevirt_ssp_template_validator_rejected_total (VMs refused for their
-// rules), on the same port.
+// rules), on the same port, behind MetricsGuard.
 func (s *Server) Handler() http.Handler {
 	s.rejected = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kubevirt_ssp_template_validator_rejected_total", Help: "The total number of VMs refused for their template's rules"})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(s.rejected, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	securemetrics.Route(mux, s.MetricsGuard, reg)
 	hook := func(path string, admit admitFunc) {
 		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, admit) })))
 	}

@@ -171,7 +171,7 @@ spec:
 		out := kubectl(t, "create", "-f", kmpVM(t, ns, "bvcopy", taken))
 		assert.Contains(t, out, "Warning: spec.template.spec.domain.devices.interfaces[1].macAddress (interface br1): MAC "+taken+" is already in use by "+ns+"/bva")
 		assert.Equal(t, taken, vmMACs(t, ns, "bvcopy")[1])
-		assert.Contains(t, kubectl(t, "get", "--raw", kmpMetrics), fmt.Sprintf(`kmp_mac_collisions{mac=%q} 2`, taken))
+		assert.Contains(t, kmpMetrics(t, scraperToken(t)), fmt.Sprintf(`kmp_mac_collisions{mac=%q} 2`, taken))
 		kubectl(t, "-n", ns, "delete", "vm/bvcopy", "--wait=true")
 	})
 

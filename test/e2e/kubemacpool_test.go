@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,8 +19,18 @@ import (
 const (
 	kmpNamespace  = "cluster-network-addons"
 	kmpDeployment = "deployment/kubemacpool-mac-controller-manager"
-	kmpMetrics    = "/api/v1/namespaces/" + kmpNamespace + "/services/https:kubemacpool-service:443/proxy/metrics"
 )
+
+// kmpMetrics is kubemacpool's /metrics, scraped at its pod with token (one
+// allowed to GET /metrics: scraperToken).
+func kmpMetrics(t *testing.T, token string) string {
+	t.Helper()
+	code, body := metricsGet(t, serviceEndpoint(t, kmpNamespace, "kubemacpool-service"), token)
+	if code != http.StatusOK {
+		t.Fatalf("kubemacpool's /metrics with the scraper's token: %d %s", code, body)
+	}
+	return body
+}
 
 // kmpVM writes a halted VM with a masquerade NIC on the pod network and a
 // bridge NIC on NAD br1 (brMAC, if not "", asked for), in namespace.
@@ -156,11 +167,12 @@ spec:
 	assert.Contains(t, out, "MAC "+taken+" is already in use by "+ns+"/kmp-a")
 	assert.Equal(t, taken, vmMACs(t, ns, "kmp-copy")[1])
 	collision := fmt.Sprintf(`kmp_mac_collisions{mac=%q} 2`, taken)
-	assert.Contains(t, kubectl(t, "get", "--raw", kmpMetrics), collision)
+	scraper := scraperToken(t)
+	assert.Contains(t, kmpMetrics(t, scraper), collision)
 	kubectl(t, "-n", ns, "delete", "vm/kmp-copy", "--wait=true")
 	var metrics string
 	for range 60 {
-		if metrics = kubectl(t, "get", "--raw", kmpMetrics); !strings.Contains(metrics, collision) {
+		if metrics = kmpMetrics(t, scraper); !strings.Contains(metrics, collision) {
 			break
 		}
 		time.Sleep(time.Second)

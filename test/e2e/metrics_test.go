@@ -40,8 +40,8 @@ func TestMetrics(t *testing.T) {
 		return strings.Join(q, ",")
 	}
 	dir := t.TempDir()
-	// virt-controller and virt-handler answer only a token allowed to GET
-	// /metrics (api/securemetrics); virt-api's metrics name no tenant.
+	// Every component answers only a token allowed to GET /metrics
+	// (api/securemetrics).
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(scraperToken(t)), 0o600); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestMetrics(t *testing.T) {
 scrape_configs:
   - {job_name: virt-controller, %[1]s, static_configs: [{targets: [%[2]s]}]}
   - {job_name: virt-handler, %[1]s, static_configs: [{targets: [%[3]s]}]}
-  - {job_name: virt-api, scheme: https, tls_config: {insecure_skip_verify: true}, static_configs: [{targets: [%[4]s]}]}
+  - {job_name: virt-api, %[1]s, static_configs: [{targets: [%[4]s]}]}
 `, authed, targets("virt-controller"), targets("virt-handler"), targets("virt-api"))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +13,7 @@ import (
 )
 
 // metricsReader is the RBAC a cluster admin gives their Prometheus to
-// scrape virt-controller and virt-handler (README, Metrics).
+// scrape the components (README, Metrics).
 const metricsReader = `apiVersion: v1
 kind: ServiceAccount
 metadata: {name: e2e-prometheus, namespace: default}
@@ -54,14 +53,26 @@ func componentIPs(t *testing.T, app string) []string {
 	return ips
 }
 
-// metricsGet is GET https://ip:8443/metrics with the bearer token (none
+// serviceEndpoint is the address and port of a Service's first endpoint:
+// its pod, straight, as anything on the pod network reaches it.
+func serviceEndpoint(t *testing.T, namespace, service string) string {
+	t.Helper()
+	ep := kubectl(t, "-n", namespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+service,
+		"-o", "jsonpath={.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}")
+	if ep == ":" {
+		t.Fatalf("no endpoint of Service %s/%s", namespace, service)
+	}
+	return ep
+}
+
+// metricsGet is GET https://hostPort/metrics with the bearer token (none
 // when empty), as anything on the pod network could send it: the status
 // code and the body.
-func metricsGet(t *testing.T, ip, token string) (int, string) {
+func metricsGet(t *testing.T, hostPort, token string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(ip, "8443")+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+hostPort+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +85,7 @@ func metricsGet(t *testing.T, ip, token string) (int, string) {
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		t.Fatalf("GET /metrics from %s: %v", ip, err)
+		t.Fatalf("GET /metrics from %s: %v", hostPort, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

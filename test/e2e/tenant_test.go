@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -282,18 +283,29 @@ func TestTenantIsolation(t *testing.T) {
 		// The token her pods get for it.
 		tenantToken := strings.TrimSpace(kubectl(t, "-n", attacker, "create", "token", "snoop"))
 		scraper := scraperToken(t)
+		targets := map[string][]string{
+			// The webhook servers' /metrics, on their HTTPS ports.
+			"kubemacpool":             {serviceEndpoint(t, kmpNamespace, "kubemacpool-service")},
+			"virt-api":                {serviceEndpoint(t, hcoNS, "virt-api")},
+			"virt-template-validator": {serviceEndpoint(t, hcoNS, ssp.ValidatorName)},
+		}
 		for _, app := range []string{"virt-handler", "virt-controller"} {
 			for _, ip := range componentIPs(t, app) {
-				code, body := metricsGet(t, ip, "")
-				assert.Equal(t, http.StatusUnauthorized, code, "%s at %s without a token: %s", app, ip, body)
+				targets[app] = append(targets[app], net.JoinHostPort(ip, "8443"))
+			}
+		}
+		for app, addrs := range targets {
+			for _, addr := range addrs {
+				code, body := metricsGet(t, addr, "")
+				assert.Equal(t, http.StatusUnauthorized, code, "%s at %s without a token: %s", app, addr, body)
 				assert.NotContains(t, body, "go_goroutines")
-				code, body = metricsGet(t, ip, tenantToken)
-				assert.Equal(t, http.StatusForbidden, code, "%s at %s with a tenant's token: %s", app, ip, body)
+				code, body = metricsGet(t, addr, tenantToken)
+				assert.Equal(t, http.StatusForbidden, code, "%s at %s with a tenant's token: %s", app, addr, body)
 				assert.NotContains(t, body, "go_goroutines")
 				// The refusals come from a working server: the scraper's
 				// token gets the metrics.
-				code, body = metricsGet(t, ip, scraper)
-				assert.Equal(t, http.StatusOK, code, "%s at %s with the scraper's token", app, ip)
+				code, body = metricsGet(t, addr, scraper)
+				assert.Equal(t, http.StatusOK, code, "%s at %s with the scraper's token", app, addr)
 				assert.Contains(t, body, "go_goroutines")
 			}
 		}
@@ -322,10 +334,7 @@ func TestTenantIsolation(t *testing.T) {
 			{hcoNS, ssp.ValidatorName, tvwebhook.PathVirtualMachine},
 			{hcoNS, hcoinstall.WebhookService, hco.ValidatePath},
 		} {
-			// The first endpoint's address and port, straight to the pod.
-			ep := kubectl(t, "-n", hook.namespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+hook.service,
-				"-o", "jsonpath={.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}")
-			require.NotEqual(t, ":", ep, "%s's endpoints", hook.service)
+			ep := serviceEndpoint(t, hook.namespace, hook.service)
 			n := 1
 			if hook.service == "kubemacpool-service" {
 				n = 64 // a flood: 256 MACs asked for
