@@ -21,12 +21,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmanager "sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/operator/hco"
 	hcoinstall "github.com/kubevmm/kubevmm/operator/hco/install"
 	"github.com/kubevmm/kubevmm/operator/manager"
@@ -52,7 +52,7 @@ func run() error {
 		hcoinstall.WebhookConfig+" and of the CRD's conversion webhook (Secrets "+hcoinstall.WebhookSecret+", "+hcoinstall.WebhookCASecret+")")
 	flag.DurationVar(&settle, "secret-propagation", certs.DefaultSettle, "how long a new CA of the webhook's is published before a valid certificate is replaced by one it signs")
 	flag.IntVar(&port, "webhook-port", 4343, "port of the hco-webhook")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (kubevirt_hco_out_of_band_modifications_total); 0 disables")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of /metrics (kubevirt_hco_out_of_band_modifications_total; HTTPS, to a token allowed to GET /metrics); 0 disables")
 	flag.StringVar(&downloads, "serve-cli-downloads", "", "be the cli-download server instead: serve the files under this directory")
 	flag.StringVar(&listen, "listen", ":8080", "address of the cli-download server")
 	f.Bind(flag.CommandLine, false)
@@ -72,7 +72,8 @@ func run() error {
 		return errors.New("--namespace (or $POD_NAMESPACE) is required")
 	}
 	f.LeaseNamespace = namespace
-	opts := ctrl.Options{Metrics: metricsserver.Options{BindAddress: metricsAddr}}
+	// HTTPS to a token allowed to GET /metrics, as every component's.
+	opts := ctrl.Options{Metrics: securemetrics.Options(metricsAddr)}
 	var wc *hco.WebhookCerts
 	if serveWebhook {
 		wc = &hco.WebhookCerts{Namespace: namespace, Service: hcoinstall.WebhookService, Secret: hcoinstall.WebhookSecret, CASecret: hcoinstall.WebhookCASecret,

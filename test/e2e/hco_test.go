@@ -38,12 +38,8 @@ func hcoWait(t *testing.T, what, cond string, bound time.Duration) {
 // HCO's namespace (the host reaches pod IPs).
 func podGet(t *testing.T, selector string, port int, path string) []byte {
 	t.Helper()
-	ip := strings.Fields(hcoKubectl(t, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].status.podIP}"))
-	if len(ip) == 0 {
-		t.Fatalf("no pod %s with an IP", selector)
-	}
 	c := &http.Client{Timeout: time.Minute}
-	resp, err := c.Get("http://" + net.JoinHostPort(ip[0], strconv.Itoa(port)) + path)
+	resp, err := c.Get("http://" + net.JoinHostPort(hcoPodIP(t, selector), strconv.Itoa(port)) + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +49,17 @@ func podGet(t *testing.T, selector string, port int, path string) []byte {
 		t.Fatalf("GET %s from %s: %s, %v", path, selector, resp.Status, err)
 	}
 	return b
+}
+
+// hcoPodIP is the IP of the first pod in the HCO's namespace that
+// selector selects.
+func hcoPodIP(t *testing.T, selector string) string {
+	t.Helper()
+	ip := strings.Fields(hcoKubectl(t, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].status.podIP}"))
+	if len(ip) == 0 {
+		t.Fatalf("no pod %s with an IP", selector)
+	}
+	return ip[0]
 }
 
 // TestHyperConverged: the cluster's HyperConverged CR (sync.sh made it)
@@ -107,10 +114,19 @@ func TestHyperConverged(t *testing.T) {
 		// The counter is read from the operator's process, which counts
 		// right after its reverting write: read until it shows.
 		re := regexp.MustCompile(`(?m)^kubevirt_hco_out_of_band_modifications_total\{component_name="kubevirt/kubevirt-kubevirt-hyperconverged"\} (\d+)`)
+		// Over HTTPS, to a token allowed to GET /metrics.
+		addr := net.JoinHostPort(hcoPodIP(t, "name=hyperconverged-cluster-operator"), "8080")
+		if code, body := metricsGet(t, addr, ""); code != http.StatusUnauthorized {
+			t.Errorf("the operator's /metrics without a token: %d %s", code, body)
+		}
+		scraper := scraperToken(t)
 		var metrics string
 		var m []string
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-			metrics = string(podGet(t, "name=hyperconverged-cluster-operator", 8080, "/metrics"))
+			var code int
+			if code, metrics = metricsGet(t, addr, scraper); code != http.StatusOK {
+				t.Fatalf("the operator's /metrics with the scraper's token: %d %s", code, metrics)
+			}
 			if m = re.FindStringSubmatch(metrics); (m != nil && m[1] != "0") || time.Now().After(deadline) {
 				break
 			}

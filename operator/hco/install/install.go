@@ -25,6 +25,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/hco/crd"
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/api/securemetrics"
 	"github.com/kubevmm/kubevmm/operator/hco"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
@@ -92,6 +93,8 @@ func Objects(c Config) ([]client.Object, error) {
 			{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: ro},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}
+	// Its /metrics answers a token allowed to GET /metrics only.
+	role.Rules = append(role.Rules, securemetrics.ReviewRules()...)
 	labels := map[string]string{"name": OperatorName}
 	ctr := corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + operatorImageName + ":" + c.ImageTag, ImagePullPolicy: c.PullPolicy,
 		Args: []string{"--version=" + c.ImageTag, "--webhook", "--webhook-port=" + strconv.Itoa(WebhookPort),
