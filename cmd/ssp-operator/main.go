@@ -5,6 +5,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,6 +31,7 @@ func main() {
 func run() error {
 	var o ssp.Options
 	var f manager.Flags
+	flag.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the operator's namespace, where the SSP must be (default $POD_NAMESPACE)")
 	flag.StringVar(&o.ImageRegistry, "image-registry", "localhost/kubevmm", "virt-template-validator's image repository prefix")
 	flag.StringVar(&o.ImageTag, "image-tag", "devel", "virt-template-validator's image tag (and the version the SSP reports)")
 	flag.DurationVar(&o.CertSettle, "secret-propagation", certs.DefaultSettle, "how long a new CA of the validator's is published before a valid certificate is replaced by one it signs (the kubelet's sync period and cache)")
@@ -39,6 +41,9 @@ func run() error {
 		return err
 	}
 	o.PullPolicy = f.PullPolicy
+	if o.Namespace == "" {
+		return errors.New("--namespace (or $POD_NAMESPACE) is required")
+	}
 	return f.Run(manager.Operator{
 		Name:             "ssp-operator",
 		LeaderElectionID: "ssp-operator.ssp.kubevirt.io",
@@ -53,6 +58,6 @@ func run() error {
 			}
 			return nil, nil
 		},
-		Log: []any{"registry", o.ImageRegistry, "tag", o.ImageTag},
+		Log: []any{"namespace", o.Namespace, "registry", o.ImageRegistry, "tag", o.ImageTag},
 	})
 }

@@ -43,8 +43,12 @@ const (
 	TemplateTypeBase  = "base"
 )
 
-// Options are the operator's: the validator's image.
+// Options are the operator's: its namespace and the validator's image.
 type Options struct {
+	// Namespace is the operator's own: the SSP is reconciled there only,
+	// so the validator's certificates (Secrets) are written there only
+	// and the operator is granted Secrets there only (a Role).
+	Namespace     string
 	ImageRegistry string
 	ImageTag      string
 	PullPolicy    corev1.PullPolicy
@@ -135,6 +139,11 @@ func Decide(o Observed, opts Options, now metav1.Time) Decision {
 		st.Phase = sspv1beta3.PhaseDeleted
 		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionFalse, "everything deployed was removed")
 		return Decision{Action: Finalize, Status: st}
+	}
+	if s.Namespace != opts.Namespace {
+		conds(corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue,
+			fmt.Sprintf("the SSP must be in the operator's namespace, %s: this one is ignored", opts.Namespace))
+		return Decision{Action: Nothing, Status: st}
 	}
 	if !o.Active {
 		// Upstream refuses a second SSP at admission; here it is refused

@@ -25,7 +25,7 @@ import (
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 )
 
-var opts = Options{ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
+var opts = Options{Namespace: "kubevirt", ImageRegistry: "reg.example/kubevmm", ImageTag: "v1", PullPolicy: corev1.PullIfNotPresent}
 
 // defaultStrategy is KubeVirt's, what a cluster without a KubeVirt CR
 // gets.

@@ -82,7 +82,7 @@ func TestSSPEnvtest(t *testing.T) {
 	opCfg := apiserver.AsServiceAccount(cfg, ns, ssp.OperatorName)
 	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
 	r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Options: ssp.Options{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
+		Options: ssp.Options{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
 	require.NoError(t, r.SetupWithManager(mgr))
 	require.NoError(t, (&ssp.TektonTasksReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr))
 	apiserver.Run(t, mgr)
@@ -253,16 +253,33 @@ func TestSSPEnvtest(t *testing.T) {
 	})
 
 	t.Run("a second SSP is refused", func(t *testing.T) {
-		second := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "second"},
+		second := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "second"},
 			Spec: sspv1beta3.SSPSpec{CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "other"}}}
 		require.NoError(t, k8s.Create(ctx, second))
-		second = waitCond("second", "other", sspv1beta3.ConditionDegraded,
+		second = waitCond("second", ns, sspv1beta3.ConditionDegraded,
 			"True/Degraded: there is one SSP per cluster and kubevirt/ssp-kubevirt-hyperconverged is the cluster's: this one is ignored")
 		assert.Empty(t, second.Finalizers)
 		l := &templatev1.TemplateList{}
 		require.NoError(t, k8s.List(ctx, l, client.InNamespace("other")))
 		assert.Empty(t, l.Items, "nothing deployed for it")
 		require.NoError(t, k8s.Delete(ctx, second))
+	})
+	t.Run("an SSP outside the operator's namespace is refused", func(t *testing.T) {
+		// The operator may write Secrets (the validator's certificates)
+		// in its own namespace only.
+		elsewhere := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "elsewhere"},
+			Spec: sspv1beta3.SSPSpec{CommonTemplates: sspv1beta3.CommonTemplates{Namespace: "other"}}}
+		require.NoError(t, k8s.Create(ctx, elsewhere))
+		elsewhere = waitCond("elsewhere", "other", sspv1beta3.ConditionDegraded,
+			"True/Degraded: the SSP must be in the operator's namespace, kubevirt: this one is ignored")
+		assert.Empty(t, elsewhere.Finalizers)
+		l := &templatev1.TemplateList{}
+		require.NoError(t, k8s.List(ctx, l, client.InNamespace("other")))
+		assert.Empty(t, l.Items, "nothing deployed for it")
+		secrets := &corev1.SecretList{}
+		require.NoError(t, k8s.List(ctx, secrets, client.InNamespace("other")))
+		assert.Empty(t, secrets.Items, "no certificate made for it")
+		require.NoError(t, k8s.Delete(ctx, elsewhere))
 	})
 
 	t.Run("paused", func(t *testing.T) {

@@ -60,10 +60,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: all},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: all},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services"}, Verbs: all},
-			// The validator's CA and serving certificate, which it makes;
-			// the templates' namespace; the KubeVirt CR, whose
-			// certificateRotateStrategy the certificates follow.
-			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: all},
+			// The templates' namespace; the KubeVirt CR, whose
+			// certificateRotateStrategy the validator's certificates
+			// follow.
 			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: append([]string{"create", "patch"}, read...)},
 			// The golden images' crons.
 			{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"dataimportcrons"}, Verbs: all},
@@ -113,6 +112,11 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 	objs = append(objs, kit.RoleRBAC(OperatorName+"-auth-binder", "kube-system", c.Namespace, OperatorName,
 		[]rbacv1.PolicyRule{{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}})...)
 	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
+	// The validator's CA and serving certificate, which it reads and
+	// applies in the SSP's namespace: its own (Options.Namespace). The
+	// garbage collector deletes them with the SSP.
+	objs = append(objs, kit.RoleRBAC(OperatorName+"-secrets", c.Namespace, c.Namespace, OperatorName,
+		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update", "patch"}}})...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})
 	}

@@ -42,8 +42,9 @@
 // A spec that sets a field kubevmm does not implement, a missing
 // templates namespace or a KubeVirt
 // certificateRotateStrategy that cannot be used leave the phase and make
-// the SSP Degraded, naming the cause; nothing is applied until it is fixed. A second SSP (not the
-// oldest) is Degraded and ignored. The annotation kubevirt.io/operator.paused
+// the SSP Degraded, naming the cause; nothing is applied until it is fixed. An SSP outside the
+// operator's namespace (Options.Namespace), and a second SSP in it (not
+// the oldest), is Degraded and ignored. The annotation kubevirt.io/operator.paused
 // ("true") stops reconciling (status.paused) until removed.
 package ssp
 
@@ -239,8 +240,10 @@ func (r *Reconciler) observe(ctx context.Context, s *sspv1beta3.SSP) (Observed, 
 		o.Remaining = n
 		return o, err
 	}
+	// Only an SSP in the operator's namespace counts (Decide ignores the
+	// others).
 	all := &sspv1beta3.SSPList{}
-	if err := r.APIReader.List(ctx, all); err != nil {
+	if err := r.APIReader.List(ctx, all, client.InNamespace(r.Options.Namespace)); err != nil {
 		return o, fmt.Errorf("listing SSPs: %w", err)
 	}
 	// The oldest is the cluster's (the name breaks a tie): one created

@@ -52,7 +52,6 @@ var allowList = map[string]string{
 	"ClusterRole kubevirt-operator: apps deployments,daemonsets *":                                                                                     deploys,
 	"ClusterRole kubevirt-operator: kubevirt.io kubevirts,kubevirts/status,kubevirts/finalizers *":                                                     ownAPI,
 	"ClusterRole kubevirt-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                                   grantsComponents,
-	"ClusterRole ssp-operator:  secrets *":                                                                                                             operatorSecrets,
 	"ClusterRole ssp-operator:  serviceaccounts,services *":                                                                                            operatorCore,
 	"ClusterRole ssp-operator: admissionregistration.k8s.io validatingwebhookconfigurations *":                                                         webhooks,
 	"ClusterRole ssp-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                       installsCRDs,
