@@ -53,6 +53,7 @@ func TestDecide(t *testing.T) {
 	with := func(o Observed, f func(*Observed)) Observed { f(&o); return o }
 	tests := []struct {
 		name    string
+		ns      string // the SSP's; "" is the operator's, kubevirt
 		spec    sspv1beta3.SSPSpec
 		ann     map[string]string
 		deleted bool
@@ -74,6 +75,10 @@ func TestDecide(t *testing.T) {
 		{name: "a second SSP", obs: Observed{Other: "kubevirt/first"}, action: Nothing, phase: "",
 			conds: map[sspv1beta3.ConditionType]string{
 				sspv1beta3.ConditionDegraded:  "True/Degraded: there is one SSP per cluster and kubevirt/first is the cluster's: this one is ignored",
+				sspv1beta3.ConditionAvailable: "False/Available"}},
+		{name: "outside the operator's namespace", ns: "other", obs: ready, action: Nothing, phase: "",
+			conds: map[sspv1beta3.ConditionType]string{
+				sspv1beta3.ConditionDegraded:  "True/Degraded: the SSP must be in the operator's namespace, kubevirt: this one is ignored",
 				sspv1beta3.ConditionAvailable: "False/Available"}},
 		{name: "paused", ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "true"}, obs: ready, action: Nothing, paused: true},
 		{name: "not paused by another value", ann: map[string]string{sspv1beta3.OperatorPausedAnnotation: "no"}, obs: ready, action: Deploy,
@@ -100,7 +105,11 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: "kubevirt", Generation: 3, Annotations: tc.ann}, Spec: tc.spec}
+			ns := tc.ns
+			if ns == "" {
+				ns = "kubevirt"
+			}
+			s := &sspv1beta3.SSP{ObjectMeta: metav1.ObjectMeta{Name: "ssp", Namespace: ns, Generation: 3, Annotations: tc.ann}, Spec: tc.spec}
 			if s.Spec.CommonTemplates.Namespace == "" {
 				s.Spec.CommonTemplates.Namespace = "openshift"
 			}
