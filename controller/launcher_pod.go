@@ -254,6 +254,9 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 					Type:             corev1.SeccompProfileTypeLocalhost,
 					LocalhostProfile: ptr.To(spec.SeccompProfile),
 				},
+				// The launcher serves its guest DHCP on port 67, as this
+				// user (package launcher, dhcp.go).
+				Sysctls: spec.LauncherSysctls(&vmi.Spec),
 			},
 			InitContainers:   initContainers,
 			ImagePullSecrets: pullSecrets,

@@ -19,8 +19,9 @@ import (
 
 // Launcher pods, a migration's target included, pass the PodSecurity
 // "restricted" level, as the API server's admission judges it, whatever
-// the VMI brings in (kernelBoot and containerDisk init containers); and
-// each VMI's launchers run as a user of their own.
+// the VMI brings in (kernelBoot and containerDisk init containers, the
+// sysctl that lets the launcher serve its masquerade NIC DHCP); and each
+// VMI's launchers run as a user of their own.
 func TestLauncherPodsAreRestricted(t *testing.T) {
 	vmi := func(uid string) *v1.VirtualMachineInstance {
 		return &v1.VirtualMachineInstance{
@@ -30,8 +31,10 @@ func TestLauncherPodsAreRestricted(t *testing.T) {
 					Memory: &v1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))},
 					Firmware: &v1.Firmware{KernelBoot: &v1.KernelBoot{Container: &v1.KernelBootContainer{
 						Image: "kernels:1", KernelPath: "/boot/vmlinux", InitrdPath: "/boot/initrd"}}},
+					Devices: v1.Devices{Interfaces: []v1.Interface{{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}}}},
 				},
-				Volumes: []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disks:1"}}}},
+				Networks: []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}},
+				Volumes:  []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "disks:1"}}}},
 			},
 		}
 	}
@@ -56,6 +59,7 @@ func TestLauncherPodsAreRestricted(t *testing.T) {
 		}
 		assert.Equal(t, corev1.SeccompProfileTypeLocalhost, pod.Spec.SecurityContext.SeccompProfile.Type)
 		assert.Equal(t, spec.SeccompProfile, *pod.Spec.SecurityContext.SeccompProfile.LocalhostProfile)
+		assert.Equal(t, []corev1.Sysctl{{Name: spec.UnprivilegedPortSysctl, Value: "67"}}, pod.Spec.SecurityContext.Sysctls, name)
 	}
 
 	uidA, uidB := *podA.Spec.SecurityContext.RunAsUser, *podB.Spec.SecurityContext.RunAsUser

@@ -1,24 +1,16 @@
 package handler
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"strings"
-	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
-	"github.com/kubevmm/kubevmm/net/dhcp"
 )
 
 // Bridge binding on the pod network (KubeVirt's): the guest takes the
@@ -32,7 +24,7 @@ import (
 // What eth0 had, its IPv4 network and its MAC, is recorded in the
 // bridge's alias (spec.PodBridgeRecord, JSON) before it is changed: the
 // record lives and dies with the pod's network namespace, so a second
-// pass, or a restarted virt-handler, reads the same lease and MAC from
+// pass, or a restarted virt-handler, reads the same network and MAC from
 // it, though eth0 has neither any more. The bridge
 // has the link-local spec.PodBridgeFakeIP, the DHCP server's address,
 // and a route to the pod IP: the pod reaches its guest there
@@ -40,14 +32,9 @@ import (
 // 169.254.75.10 is on its link, so it answers there and not through the
 // pod network's gateway.
 //
-// The DHCP server is a goroutine of virt-handler with a UDP socket made
-// inside the pod's network namespace, bound to k6t-eth0
-// (SO_BINDTODEVICE), port 67. It runs in virt-handler because the
-// launcher has no capabilities and must not have: binding port 67 and
-// broadcasting on the bridge would need them, and the pod's addresses are
-// virt-handler's to move anyway. A socket holds its namespace, so the
-// server is stopped when the VMI's pod or guest goes, and started again
-// for running VMIs by a restarted handler (dhcpServers).
+// The guest's DHCP server is its launcher's (package launcher, dhcp.go),
+// which serves the lease of the record: virt-handler never reads the
+// guest's packets.
 //
 // The guest's MAC is its macAddress, else, as KubeVirt does, eth0's
 // original MAC (spec.PodNIC.TakesPodMAC): the guest keeps the identity
@@ -95,60 +82,6 @@ func readPodNet(pod netlink.Link) (podNet, error) {
 		pn.Routes = append(pn.Routes, pr)
 	}
 	return pn, nil
-}
-
-// lease is the DHCP lease of pn: the address, the default route's gateway
-// as router, every route (and an on-link route to the bridge's address)
-// as classless routes, the MTU, the pod's DNS settings, and hostname.
-func (pn podNet) lease(resolv []byte, hostname string) (*dhcp.Lease, error) {
-	ip, ipnet, err := net.ParseCIDR(pn.Addr)
-	if err != nil || ip.To4() == nil {
-		return nil, fmt.Errorf("recorded pod address %q: not an IPv4 CIDR", pn.Addr)
-	}
-	fake := net.ParseIP(spec.PodBridgeFakeIP).To4()
-	l := &dhcp.Lease{IP: ip.To4(), Mask: ipnet.Mask, ServerID: fake, Hostname: hostname,
-		MTU: uint16(min(max(pn.MTU, 0), 65535)), Time: 24 * time.Hour}
-	for _, r := range pn.Routes {
-		_, dst, err := net.ParseCIDR(r.Dst)
-		if err != nil || dst.IP.To4() == nil {
-			return nil, fmt.Errorf("recorded pod route %q: not an IPv4 CIDR", r.Dst)
-		}
-		route := dhcp.Route{Dst: *dst}
-		if r.Gw != "" {
-			if route.Gateway = net.ParseIP(r.Gw).To4(); route.Gateway == nil {
-				return nil, fmt.Errorf("recorded pod route %s: gateway %q is not an IPv4 address", r.Dst, r.Gw)
-			}
-		}
-		if ones, _ := dst.Mask.Size(); ones == 0 {
-			l.Router = route.Gateway
-		}
-		l.Routes = append(l.Routes, route)
-	}
-	l.Routes = append(l.Routes, dhcp.Route{Dst: net.IPNet{IP: fake, Mask: net.CIDRMask(32, 32)}})
-	l.DNS, l.Search = parseResolvConf(resolv)
-	return l, nil
-}
-
-// parseResolvConf reads the IPv4 nameservers and the search domains of a
-// resolv.conf (the pod's, as the kubelet wrote it); what it does not
-// understand it skips.
-func parseResolvConf(b []byte) (dns []net.IP, search []string) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case "nameserver":
-			if ip := net.ParseIP(f[1]).To4(); ip != nil {
-				dns = append(dns, ip)
-			}
-		case "search", "domain":
-			search = f[1:]
-		}
-	}
-	return dns, search
 }
 
 // setupPodBridgeAddrs runs in the pod's namespace, before eth0 joins the
@@ -251,91 +184,4 @@ func recordedPodNet(ns netns.NsHandle) (pn podNet, ok bool, err error) {
 		return pn, false, err
 	}
 	return podNet(rec), true, nil
-}
-
-// dhcpServers are the DHCP servers of the VMIs on this node with a NIC
-// bridge-bound on the pod network, one per VMI (only one NIC can be on
-// the pod network), with the launcher pod it serves in.
-type dhcpServers struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]*podDHCP
-}
-
-type podDHCP struct {
-	pod  types.UID
-	conn net.PacketConn
-}
-
-// running says whether the server of VMI key serves pod.
-func (d *dhcpServers) running(key types.NamespacedName, pod types.UID) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.m[key] != nil && d.m[key].pod == pod
-}
-
-// start starts the server of VMI key for the guest MAC mac (MACFor's;
-// with podMAC, spec.PodNIC.TakesPodMAC, only the fallback of the recorded
-// one) in ns, the network namespace of its launcher pod, with the pod's
-// resolv.conf, unless it runs already; one serving another pod of the VMI
-// is stopped first. Until the NIC is wired (its record on the bridge)
-// there is nothing to serve yet.
-func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types.UID, ns netns.NsHandle, resolv []byte, mac net.HardwareAddr, podMAC bool, hostname string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if s := d.m[key]; s != nil {
-		if s.pod == pod {
-			return nil
-		}
-		_ = s.conn.Close() // a UDP socket's close fails only when closed already
-		delete(d.m, key)
-	}
-	pn, ok, err := recordedPodNet(ns)
-	if err != nil || !ok {
-		return err
-	}
-	l, err := pn.lease(resolv, hostname)
-	if err != nil {
-		return err
-	}
-	if podMAC {
-		if mac, err = spec.PodBridgeRecord(pn).GuestMAC(mac); err != nil {
-			return err
-		}
-	}
-	var conn net.PacketConn
-	if err := inNetns(ns, func() error {
-		conn, err = dhcp.Listen(spec.BridgeName(spec.PodInterface))
-		return err
-	}); err != nil {
-		return err
-	}
-	if d.m == nil {
-		d.m = map[types.NamespacedName]*podDHCP{}
-	}
-	d.m[key] = &podDHCP{pod: pod, conn: conn}
-	log.Info("DHCP server started", "vmi", key.String(), "pod", pod, "ip", l.IP.String(), "mac", mac.String())
-	go func() {
-		if err := dhcp.Serve(conn, mac, l); err != nil {
-			// Forgotten, so that the next pass starts it again.
-			log.Error(err, "DHCP server failed", "vmi", key.String())
-			d.mu.Lock()
-			if s := d.m[key]; s != nil && s.conn == conn {
-				delete(d.m, key)
-			}
-			d.mu.Unlock()
-			_ = conn.Close()
-		}
-	}()
-	return nil
-}
-
-// stop stops the server of VMI key, if any.
-func (d *dhcpServers) stop(log logr.Logger, key types.NamespacedName) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if s := d.m[key]; s != nil {
-		_ = s.conn.Close() // Serve returns
-		delete(d.m, key)
-		log.Info("DHCP server stopped", "vmi", key.String(), "pod", s.pod)
-	}
 }

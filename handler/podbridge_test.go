@@ -8,44 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/net/dhcp"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
-
-func TestPodNetLease(t *testing.T) {
-	pn := podNet{Addr: "10.244.0.7/24", MTU: 1450, Routes: []podRoute{
-		{Dst: "0.0.0.0/0", Gw: "10.244.0.1"}, {Dst: "10.96.0.0/12", Gw: "10.244.0.1"}}}
-	resolv := []byte("# kubelet\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\nnameserver fd00::a\noptions ndots:5\nnameserver\n")
-	l, err := pn.lease(resolv, "vm1")
-	require.NoError(t, err)
-	assert.Equal(t, "10.244.0.7", l.IP.String())
-	assert.Equal(t, "ffffff00", l.Mask.String())
-	assert.Equal(t, "10.244.0.1", l.Router.String())
-	assert.Equal(t, spec.PodBridgeFakeIP, l.ServerID.String())
-	assert.Equal(t, uint16(1450), l.MTU)
-	assert.Equal(t, "vm1", l.Hostname)
-	assert.Equal(t, []net.IP{net.IPv4(10, 96, 0, 10).To4()}, l.DNS, "IPv4 nameservers only")
-	assert.Equal(t, []string{"ns1.svc.cluster.local", "svc.cluster.local", "cluster.local"}, l.Search)
-	var routes []string
-	for _, r := range l.Routes {
-		routes = append(routes, r.Dst.String()+" via "+r.Gateway.String())
-	}
-	assert.Equal(t, []string{"0.0.0.0/0 via 10.244.0.1", "10.96.0.0/12 via 10.244.0.1", spec.PodBridgeFakeIP + "/32 via <nil>"}, routes,
-		"the pod's routes, and the bridge's address on link")
-
-	for _, bad := range []podNet{{Addr: "fd00::7/64"}, {Addr: "junk"}, {Addr: "10.0.0.2/24", Routes: []podRoute{{Dst: "x"}}},
-		{Addr: "10.0.0.2/24", Routes: []podRoute{{Dst: "0.0.0.0/0", Gw: "nope"}}}} {
-		_, err := bad.lease(nil, "")
-		assert.Error(t, err, "%+v", bad)
-	}
-}
 
 // Bridge binding on the pod network, in real namespaces: a pod with eth0
 // (10.244.0.7/24, a default route and one more) on a veth to the node.
@@ -53,8 +24,8 @@ func TestPodNetLease(t *testing.T) {
 // its original being the guest's (twice: the second pass changes
 // nothing), and a real DHCP client (busybox udhcpc) on the guest's side
 // of the in-pod bridge, with eth0's original MAC, gets the pod's
-// address, router, routes, MTU and DNS from the server virt-handler runs;
-// another MAC gets nothing. The pod then reaches the guest at its pod IP,
+// address, router, routes, MTU and DNS from the record, served as the
+// launcher serves it; another MAC gets nothing. The pod then reaches the guest at its pod IP,
 // as port-forward does, and the node reaches it too.
 func TestPodBridgeDHCP(t *testing.T) {
 	busybox := hosttools.Require(t, "busybox")
@@ -122,13 +93,20 @@ func TestPodBridgeDHCP(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, hg.LinkSetHardwareAddr(ge, guestMAC))
 
-	var d dhcpServers
-	key := types.NamespacedName{Namespace: "ns1", Name: "vm1"}
+	// The launcher's server (package launcher, dhcp.go), serving the lease
+	// of the record for the recorded MAC, on the bridge, in the pod.
 	resolv := []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n")
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "the recorded MAC's server")
-	t.Cleanup(func() { d.stop(logr.Discard(), key) })
-	require.True(t, d.running(key, "pod-1"))
-	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "a second start is a no-op")
+	lease, err := spec.PodBridgeRecord(pn).Lease(resolv, "vm1")
+	require.NoError(t, err)
+	mac, err := spec.PodBridgeRecord(pn).GuestMAC(derived)
+	require.NoError(t, err)
+	var conn net.PacketConn
+	require.NoError(t, podNs.Do(func() error {
+		conn, err = dhcp.Listen(br)
+		return err
+	}))
+	t.Cleanup(func() { conn.Close() })
+	go dhcp.Serve(conn, mac, lease) //nolint:errcheck // ends when conn closes
 
 	// udhcpc runs its script with the lease in the environment.
 	dir := t.TempDir()
@@ -199,7 +177,4 @@ func TestPodBridgeDHCP(t *testing.T) {
 	c, err = dialInNetns(node, "10.244.0.7:8080")
 	require.NoError(t, err, "the node reaches the guest at the pod IP")
 	c.Close()
-
-	d.stop(logr.Discard(), key)
-	assert.False(t, d.running(key, "pod-1"))
 }

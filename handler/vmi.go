@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,7 +85,6 @@ type VMIReconciler struct {
 	mu      sync.Mutex
 	pressed map[types.UID]bool // VMIs whose guest was asked to shut down
 	proxies proxies            // the source ends of migration streams
-	dhcp    dhcpServers        // for NICs bridge-bound on the pod network
 }
 
 // shutdownGuest asks the guest to shut down (through its agent when
@@ -163,17 +160,12 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	logger := log.FromContext(ctx)
 	vmi := &v1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.dhcp.stop(logger, req.NamespacedName)
-		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if vmi.Status.NodeName != r.NodeName {
-		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if vmi.IsFinal() {
-		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, r.forgetFinal(ctx, vmi)
 	}
 	if vmi.Status.Phase != v1.Scheduled && vmi.Status.Phase != v1.Running {
@@ -271,14 +263,10 @@ type observation struct {
 
 // plan is what one pass does, decided from an observation alone.
 type plan struct {
-	setupNetwork bool // prepare the pod network the starting launcher waits for
-	// serveDHCP: the guest of a NIC bridge-bound on the pod network is
-	// served its lease (started if need be: a restarted handler);
-	// stopDHCP: its guest or pod is gone.
-	serveDHCP, stopDHCP bool
-	shutdown            bool        // the VMI is deleted: ask the guest to shut down (agent or power button)
-	hotplug             hotplugPlan // volumes to attach to or detach from the guest
-	stopGuest           bool        // the VMI's grace period is over: stop the guest
+	setupNetwork bool        // prepare the pod network the starting launcher waits for
+	shutdown     bool        // the VMI is deleted: ask the guest to shut down (agent or power button)
+	hotplug      hotplugPlan // volumes to attach to or detach from the guest
+	stopGuest    bool        // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
 	status *v1.VirtualMachineInstanceStatus
@@ -290,10 +278,6 @@ type plan struct {
 
 // decide is the handler's policy for one VMI.
 func decide(o observation) plan {
-	podBridge := false
-	for _, n := range spec.PodNICs(&o.vmi.Spec) {
-		podBridge = podBridge || n.PodBridge()
-	}
 	if !o.answered {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
@@ -301,18 +285,17 @@ func decide(o observation) plan {
 			st := o.vmi.Status.DeepCopy()
 			st.SetPhase(v1.Failed, o.now)
 			st.Reason = ReasonLauncherFailed
-			return plan{status: st, quiet: true, stopDHCP: podBridge}
+			return plan{status: st, quiet: true}
 		}
 		return plan{requeue: startingPoll}
 	}
-	p := plan{serveDHCP: podBridge && o.live, stopDHCP: podBridge && !o.live}
+	var p plan
 	switch o.info.State {
 	case api.State(spec.StateStarting):
 		p.setupNetwork = o.live
 		p.requeue = startingPoll
 	case api.StateStopped:
 		// final: nothing more to ask
-		p.serveDHCP, p.stopDHCP = false, podBridge
 	case api.StateMigrated:
 		// A source whose guest left: the migration's pass (or, for an
 		// older migration, nothing) speaks for the VMI, not this end.
@@ -350,15 +333,6 @@ func (r *VMIReconciler) apply(ctx context.Context, o observation, l launcherConn
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
 			return err
 		}
-	}
-	if p.serveDHCP {
-		if err := r.serveDHCP(ctx, vmi, l); err != nil {
-			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "DHCP", "%v", err)
-			return err
-		}
-	}
-	if p.stopDHCP {
-		r.dhcp.stop(log.FromContext(ctx), client.ObjectKeyFromObject(vmi))
 	}
 	if p.shutdown {
 		r.shutdownGuest(ctx, vmi, l)
@@ -609,47 +583,6 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 	defer ns.Close()
 	if err := SetupPodNetwork(ns, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-	}
-	return nil
-}
-
-// serveDHCP makes sure the DHCP server of the VMI's NIC bridge-bound on
-// the pod network runs in its launcher's pod (podbridge.go).
-func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
-	for _, n := range spec.PodNICs(&vmi.Spec) {
-		if !n.PodBridge() {
-			continue
-		}
-		key := client.ObjectKeyFromObject(vmi)
-		if r.dhcp.running(key, l.dir.podUID) {
-			return nil
-		}
-		mac, err := n.MACFor(string(vmi.UID))
-		if err != nil {
-			return fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		proc, err := l.process(ctx)
-		if err != nil {
-			return fmt.Errorf("finding the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		defer proc.Close()
-		// The DNS settings the kubelet gave the pod are the guest's.
-		resolv, err := proc.readFile("/etc/resolv.conf")
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("the resolv.conf of the pod of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		ns, err := proc.netns()
-		if err != nil {
-			return fmt.Errorf("the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
-		defer ns.Close()
-		hostname := vmi.Spec.Hostname
-		if hostname == "" {
-			hostname = vmi.Name
-		}
-		if err := r.dhcp.start(log.FromContext(ctx), key, l.dir.podUID, ns, resolv, mac, n.TakesPodMAC(), hostname); err != nil {
-			return fmt.Errorf("DHCP server of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
-		}
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ type Paths struct {
 	// SysClassNet is /sys/class/net, where the launcher waits for the taps
 	// virt-handler creates.
 	SysClassNet string
+	// ResolvConf is the pod's resolv.conf: the DNS settings of the
+	// leases the launcher serves.
+	ResolvConf string
 	// PVCDiskDir holds the Filesystem PVCs' mounts, BlockDeviceDir the
 	// Block PVCs' devices, EmptyDiskDir the emptyDisk images (see
 	// spec.PVCDiskDir); PVCs is what the pod says of the claims
@@ -56,6 +59,7 @@ func DefaultPaths(socketDir string) Paths {
 		SecretDir:        spec.SecretDir,
 		RunDir:           "/tmp/kubevmm",
 		SysClassNet:      "/sys/class/net",
+		ResolvConf:       "/etc/resolv.conf",
 		PVCDiskDir:       spec.PVCDiskDir,
 		BlockDeviceDir:   spec.BlockDeviceDir,
 		EmptyDiskDir:     spec.EmptyDiskDir,
@@ -136,6 +140,8 @@ type NICConfig struct {
 	Queues int
 	// LinkDown: the interface's state is down.
 	LinkDown bool
+	// DHCP is the lease the launcher serves the guest (dhcp.go).
+	DHCP dhcpLease
 }
 
 // BuildVMConfig turns a VMI into the guest's configuration. It checks what
@@ -222,10 +228,11 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	if c.Cmdline == "" {
 		c.Cmdline = machine.DefaultCmdline
 	}
-	// Masquerade: the guest is GuestIP behind GatewayIP. The kernel's
-	// IP autoconfiguration takes it from ip= when built with it
-	// (virt-handler serves DHCP only to bridge on the pod network); otherwise the parameter is ignored. The guest
-	// names its NICs in device order, as PodNICs orders them.
+	// Masquerade: the guest is GuestIP behind GatewayIP, which a DHCP
+	// client gets from the launcher (dhcp.go); a kernel built with IP
+	// autoconfiguration takes it from ip= as well, one without ignores
+	// the parameter. The guest names its NICs in device order, as
+	// PodNICs orders them.
 	if masq >= 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
 		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
 	}
@@ -263,31 +270,29 @@ func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if n.Binding == spec.BindingMasquerade {
-			masq = len(out)
+		lease := noLease
+		switch {
+		case n.Binding == spec.BindingMasquerade:
+			masq, lease = len(out), masqueradeLease
+		case n.ServesDHCP(): // the other one: bridge on the pod network
+			lease = podBridgeLease
 		}
-		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, PodMAC: n.TakesPodMAC(), Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown})
+		out = append(out, NICConfig{Name: n.Name, Tap: n.Tap, MAC: mac, PodMAC: n.TakesPodMAC(), Model: n.Model, Queues: n.Queues, LinkDown: n.LinkDown, DHCP: lease})
 	}
 	return out, masq, nil
 }
 
 // readPodMACs gives the NICs that take the pod interface's MAC the one
-// virt-handler recorded on the in-pod bridge (spec.PodBridgeRecord), as
-// sysClassNet shows it: once the taps exist, the record does. A record
-// without one (an older virt-handler's) leaves MACFor's.
+// virt-handler recorded on the in-pod bridge (spec.PodBridgeRecord). A
+// record without one (an older virt-handler's) leaves MACFor's.
 func readPodMACs(sysClassNet string, nics []NICConfig) error {
 	for i := range nics {
 		if !nics[i].PodMAC {
 			continue
 		}
-		path := filepath.Join(sysClassNet, spec.BridgeName(spec.PodInterface), "ifalias")
-		b, err := os.ReadFile(path)
+		rec, err := podBridgeRecord(sysClassNet)
 		if err != nil {
 			return fmt.Errorf("interface %s: the pod interface's MAC: %w", nics[i].Name, err)
-		}
-		rec, err := spec.ParsePodBridgeRecord(strings.TrimSpace(string(b)))
-		if err != nil {
-			return fmt.Errorf("interface %s: %w", nics[i].Name, err)
 		}
 		mac, err := rec.GuestMAC(nics[i].MAC)
 		if err != nil {

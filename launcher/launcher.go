@@ -124,35 +124,39 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	defer stopServing()
 
-	// The taps are virt-handler's to create, in this pod's network
-	// namespace; until they exist there is nothing to attach the NICs to
-	// (and a NIC that takes the pod interface's MAC does not know it).
-	if err := waitForTaps(ctx, o.Paths.SysClassNet, cfg.NICs, logf); err != nil {
-		if ctx.Err() != nil {
-			logf("stopped before the guest started")
-			_ = sw.Stop() // no backend yet: this only records the stop
-			writeExit(o.Paths.SocketDir, sw.Info(), logf)
-			return 0, nil
-		}
-		return 1, err
+	// Before the guest started: ended (stopped) or failed, recorded for
+	// virt-handler either way.
+	stopped := func(why string) (int, error) {
+		logf("%s", why)
+		_ = sw.Stop() // no backend yet: this only records the stop
+		writeExit(o.Paths.SocketDir, sw.Info(), logf)
+		return 0, nil
 	}
-
-	t0 := time.Now()
-	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, log, sandbox)
-	if err != nil {
-		if ctx.Err() != nil && o.Incoming != "" {
-			// Deleted while waiting for the migration: nothing ran here.
-			logf("stopped before a migration arrived")
-			_ = sw.Stop() // no backend yet: this only records the stop
-			writeExit(o.Paths.SocketDir, sw.Info(), logf)
-			return 0, nil
-		}
+	failed := func(err error) (int, error) {
 		sw.fail(err)
 		writeExit(o.Paths.SocketDir, sw.Info(), logf)
 		log.Error("the guest could not start", "error", err)
 		// Answer the handler until the pod goes, so it reads the reason.
 		lingerUntil(ctx, o.Linger)
 		return 1, err
+	}
+	stopDHCP, err := readyNetwork(ctx, o.Paths, cfg.NICs, guestHostname(vmi.Name, vmi.Spec.Hostname), log, logf)
+	if err != nil {
+		if ctx.Err() != nil {
+			return stopped("stopped before the guest started")
+		}
+		return failed(err)
+	}
+	defer stopDHCP()
+
+	t0 := time.Now()
+	be, err := startBackend(ctx, o, backendName, cfg, vmi, sw, log, sandbox)
+	if err != nil {
+		if ctx.Err() != nil && o.Incoming != "" {
+			// Deleted while waiting for the migration: nothing ran here.
+			return stopped("stopped before a migration arrived")
+		}
+		return failed(err)
 	}
 	defer func() {
 		if err := be.Close(); err != nil {
@@ -171,6 +175,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 		log.Info("guest started", "backend", backendName, "took", time.Since(t0).Round(time.Millisecond))
 	}
 
+	return untilGuestEnds(ctx, o, be, sw, grace, log, logf), nil
+}
+
+// untilGuestEnds waits for the guest to end, records how it did, and
+// keeps answering virt-handler until the pod goes; it returns the
+// launcher's exit code.
+func untilGuestEnds(ctx context.Context, o Options, be backend, sw *switchVM, grace time.Duration, log *slog.Logger, logf func(string, ...any)) int {
 	waitForGuest(ctx, be, sw, grace, log)
 	info := be.Info()
 	log.Info("guest ended", "state", info.State, "exit", info.Exit, "error", info.Error)
@@ -178,14 +189,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if info.State == api.StateMigrated {
 		// The guest runs on the migration target now and virt-handler,
 		// which stopped this end, has read what it needs: this pod is done.
-		return 0, nil
+		return 0
 	}
 	code := 0
 	if be.Failed() {
 		code = 1
 	}
 	lingerUntil(ctx, o.Linger)
-	return code, nil
+	return code
 }
 
 // pollAgent polls the guest agent through the vsock device at socket for
@@ -413,6 +424,19 @@ func writeExit(dir string, info api.Info, logf func(string, ...any)) {
 	} else {
 		logf("recording the exit: %v", err)
 	}
+}
+
+// readyNetwork waits for the NICs' taps, which are virt-handler's to
+// create in this pod's network namespace: until they exist there is
+// nothing to attach the NICs to, a NIC that takes the pod interface's MAC
+// does not know it, and a lease has no device to be served on. Then it
+// starts the DHCP servers (before the guest, so that its first
+// DHCPDISCOVER is answered); stop closes them.
+func readyNetwork(ctx context.Context, p Paths, nics []NICConfig, hostname string, log *slog.Logger, logf func(string, ...any)) (stop func(), err error) {
+	if err := waitForTaps(ctx, p.SysClassNet, nics, logf); err != nil {
+		return nil, err
+	}
+	return serveDHCP(p, nics, hostname, log)
 }
 
 // tapPollInterval: /sys/class/net has no notification a non-root process

@@ -36,6 +36,8 @@ func TestBuildVMConfigSeveralNICs(t *testing.T) {
 	assert.Equal(t, "02:00:00:00:00:01", c.NICs[0].MAC.String())
 	assert.NotEqual(t, c.NICs[1].MAC.String(), c.NICs[2].MAC.String())
 	assert.Equal(t, []bool{false, false, true}, []bool{c.NICs[0].LinkDown, c.NICs[1].LinkDown, c.NICs[2].LinkDown})
+	assert.Equal(t, []dhcpLease{noLease, masqueradeLease, noLease}, []dhcpLease{c.NICs[0].DHCP, c.NICs[1].DHCP, c.NICs[2].DHCP},
+		"the launcher serves a lease to the masquerade NIC only")
 	assert.Contains(t, c.Cmdline, " ip=10.0.2.2::10.0.2.1:255.255.255.0::eth1:off", "the masquerade NIC is the guest's second")
 
 	os.WriteFile(c.Kernel, []byte("kernel"), 0o644)
@@ -77,6 +79,7 @@ func TestPodBridgeNICTakesPodMAC(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, c.NICs, 1)
 	assert.True(t, c.NICs[0].PodMAC)
+	assert.Equal(t, podBridgeLease, c.NICs[0].DHCP)
 	derived := c.NICs[0].MAC
 	require.NotNil(t, derived)
 

@@ -155,19 +155,19 @@ func validateTopLevel(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.Err
 	if g := s.TerminationGracePeriodSeconds; g != nil && *g < 0 {
 		errs = append(errs, invalid(p.Child("terminationGracePeriodSeconds"), *g, "must not be negative"))
 	}
-	// KubeVirt hands the pod's DNS settings to the guest over DHCP; kubevmm
-	// does so only for bridge on the pod network (masquerade has no DHCP:
-	// the guest's address is on its kernel command line), so elsewhere
-	// they would only reach the launcher.
+	// KubeVirt hands the pod's DNS settings to the guest over DHCP, as the
+	// launcher does for masquerade and bridge on the pod network; without
+	// such a NIC they would only reach the launcher.
 	dhcp := false
 	for _, n := range spec.PodNICs(s) {
-		dhcp = dhcp || n.PodBridge()
+		dhcp = dhcp || n.ServesDHCP()
 	}
+	const why = "the guest gets no DNS settings: kubevmm serves DHCP only to masquerade and bridge on the pod network"
 	if dp := s.DNSPolicy; !dhcp && dp != "" && dp != corev1.DNSClusterFirst {
-		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), "the guest gets no DNS settings: kubevmm serves DHCP only to bridge on the pod network"))
+		errs = append(errs, notSupported(p.Child("dnsPolicy"), string(dp), why))
 	}
 	if s.DNSConfig != nil && !dhcp {
-		errs = append(errs, unsupported(p, "dnsConfig", "the guest gets no DNS settings: kubevmm serves DHCP only to bridge on the pod network"))
+		errs = append(errs, unsupported(p, "dnsConfig", why))
 	}
 	if a := s.Architecture; a != "" && a != "amd64" {
 		errs = append(errs, notSupported(p.Child("architecture"), a, "amd64"))

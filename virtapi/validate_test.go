@@ -38,6 +38,13 @@ func baseSpec(t *testing.T) *v1.VirtualMachineInstanceSpec {
 	return s
 }
 
+// onlyMultus leaves s one NIC, bridge on a multus network: nothing on
+// the pod network.
+func onlyMultus(s *v1.VirtualMachineInstanceSpec) {
+	s.Domain.Devices.Interfaces = []v1.Interface{{Name: "br1", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}}}
+	s.Networks = []v1.Network{{Name: "br1", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br1"}}}}
+}
+
 func validate(s *v1.VirtualMachineInstanceSpec, annotations map[string]string) field.ErrorList {
 	return ValidateVMISpec(field.NewPath("spec"), s, field.NewPath("metadata"), annotations)
 }
@@ -153,12 +160,13 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 		// The rest of each section.
 		{name: "read-only SATA disk", field: "domain.devices.disks[0].disk.readonly", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { disk(s).Disk.Bus, disk(s).Disk.ReadOnly = v1.DiskBusSATA, true }},
-		{name: "dnsConfig", field: "dnsConfig", typ: notSupported,
+		{name: "dnsConfig without a NIC on the pod network", field: "dnsConfig", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				onlyMultus(s)
 				s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
 			}},
-		{name: "dnsPolicy None", field: "dnsPolicy", typ: notSupported,
-			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSNone }},
+		{name: "dnsPolicy None without a NIC on the pod network", field: "dnsPolicy", typ: notSupported,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) { onlyMultus(s); s.DNSPolicy = corev1.DNSNone }},
 		{name: "SMM on the kubevmm VMM", field: "domain.features.smm", typ: notSupported,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { features(s).SMM = &v1.FeatureState{} }},
 		{name: "SMM off on QEMU", field: "domain.features.smm.enabled", typ: notSupported,
@@ -467,6 +475,9 @@ func TestValidateVMISpecAccepts(t *testing.T) {
 		{"dnsPolicy ClusterFirst", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSClusterFirst }},
 		{"dnsPolicy None and dnsConfig with bridge on the pod network (its DHCP hands them to the guest)", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			s.Domain.Devices.Interfaces[0].InterfaceBindingMethod = v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}
+			s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
+		}},
+		{"dnsPolicy None and dnsConfig with masquerade (its DHCP too)", nil, func(s *v1.VirtualMachineInstanceSpec) {
 			s.DNSPolicy, s.DNSConfig = corev1.DNSNone, &corev1.PodDNSConfig{Nameservers: []string{"1.1.1.1"}}
 		}},
 		{"a 20-character serial", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Domain.Devices.Disks[0].Serial = strings.Repeat("s", 20) }},

@@ -471,12 +471,12 @@ func GuestExitFailed(exit string) bool {
 }
 
 // PodBridge says whether the NIC is bridge-bound on the pod network:
-// the guest has the pod's IPv4 address, handed out by virt-handler's
+// the guest has the pod's IPv4 address, handed out by the launcher's
 // DHCP server, and the pod keeps none of its own.
 func (n PodNIC) PodBridge() bool { return n.Binding == BindingBridge && n.Multus == "" }
 
 // PodBridgeFakeIP is the address of the in-pod bridge of a NIC
 // bridge-bound on the pod network (KubeVirt's link-local "fake IP"): the
-// pod's own, from which virt-handler's DHCP server answers and the pod
+// pod's own, from which the launcher's DHCP server answers and the pod
 // (port-forward) reaches the guest, whose pod IP it no longer has.
 const PodBridgeFakeIP = "169.254.75.10"

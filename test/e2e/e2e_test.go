@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -493,12 +494,23 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		t.Logf("guest: %s (console connected, marker after %v)", strings.TrimSpace(line), time.Since(t0).Round(time.Second))
 	})
 
-	t.Run("masquerade: the guest reaches the node, the pod IP reaches the guest", func(t *testing.T) {
-		// No DHCP yet: the guest configures KubeVirt's masquerade address
-		// itself. The token is computed by the guest's shell, so the
-		// echoed command line cannot match it.
-		out := consoleRun(t, "ip addr add 10.0.2.2/24 dev eth0 && ip link set eth0 up && ip route add default via 10.0.2.1 && "+
+	t.Run("masquerade: the guest takes its lease by DHCP, reaches the node, the pod IP reaches the guest", func(t *testing.T) {
+		// The guest's DHCP client (busybox udhcpc) gets KubeVirt's
+		// masquerade lease from the launcher and applies it with a script
+		// as a distribution's would. The tokens are computed by the
+		// guest's shell, so the echoed command line cannot match them.
+		script := `printf '#!/bin/sh\n[ "$1" = bound ] || exit 0\nip addr add $ip/$mask dev $interface\nip route add default via $router\n` +
+			`echo LEASE ip=$ip router=$router mtu=$mtu hostname=$hostname\n' >/tmp/dhcp && chmod +x /tmp/dhcp`
+		out := consoleRun(t, script+" && ip link set eth0 up && udhcpc -i eth0 -f -q -n -t 30 -T 2 -O mtu -s /tmp/dhcp && "+
 			"ping -c 1 -W 10 10.200.0.1 && echo NET-$((40+2))", "NET-42", 5*time.Minute)
+		lease := regexp.MustCompile(`LEASE ip=(\d+\.\d+\.\d+\.\d+) router=(\d+\.\d+\.\d+\.\d+) mtu=(\d*) hostname=([a-z0-9-]+)`).FindStringSubmatch(out)
+		if lease == nil {
+			t.Fatalf("the guest printed no lease:\n%s", out)
+		}
+		t.Logf("guest's lease: %s", lease[0])
+		if lease[1] != spec.GuestIP || lease[2] != spec.GatewayIP || lease[4] != vmName {
+			t.Errorf("lease %q: want ip %s, router %s, hostname %s", lease[0], spec.GuestIP, spec.GatewayIP, vmName)
+		}
 		t.Logf("guest -> node: %s", pingSummary(out))
 		podIP := jsonpath(t, "vmi/"+vmName, "{.status.interfaces[0].ipAddress}")
 		ping, err := exec.Command(hosttools.Require(t, "ping"), "-c", "3", "-W", "10", podIP).CombinedOutput()

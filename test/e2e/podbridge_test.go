@@ -19,7 +19,7 @@ import (
 
 // TestPodBridgeBinding: a VMI whose only NIC is bridge-bound on the pod
 // network (one guest boot). Its guest takes the pod's IP by DHCP from
-// virt-handler (the guest's `ip addr` shows the IP kubectl reports for
+// its launcher (the guest's `ip addr` shows the IP kubectl reports for
 // the pod), and its echo server answers on the pod IP from another pod
 // (virt-api's), from the node, and through `virtctl port-forward`
 // (virt-handler dials the guest from the pod, now that the pod has no IP

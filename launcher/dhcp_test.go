@@ -1,0 +1,125 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/net/link"
+	"github.com/kubevmm/kubevmm/test/hosttools"
+)
+
+// The launcher's DHCP server, in real network namespaces: a pod with the
+// masquerade NIC's device (a veth named as the tap, with the gateway's
+// address) and a guest on its other end running a real DHCP client
+// (busybox udhcpc) with the NIC's MAC. The guest gets KubeVirt's
+// masquerade lease with the pod's MTU, DNS and the VMI's hostname;
+// another MAC gets nothing. A bridge NIC on the pod network whose record
+// is missing is a clear error, and the launcher holds no socket after it.
+func TestServeDHCP(t *testing.T) {
+	busybox := hosttools.Require(t, "busybox")
+	if os.Getuid() != 0 {
+		t.Skip("needs root for network namespaces and veths")
+	}
+	pod := testNetns(t, "pod")
+	guest := testNetns(t, "guest")
+	hp, err := pod.Handle()
+	require.NoError(t, err)
+	defer hp.Close()
+	require.NoError(t, hp.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "tap0"}, PeerName: "ge0"}))
+	ge, err := hp.LinkByName("ge0")
+	require.NoError(t, err)
+	gfd, err := netns.GetFromName(guest.Name)
+	require.NoError(t, err)
+	defer gfd.Close()
+	require.NoError(t, hp.LinkSetNsFd(ge, int(gfd)))
+	require.NoError(t, link.Up(hp, "tap0", spec.GatewayIP+"/24"))
+	hg, err := guest.Handle()
+	require.NoError(t, err)
+	defer hg.Close()
+	guestMAC := net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 9}
+	ge, err = hg.LinkByName("ge0")
+	require.NoError(t, err)
+	require.NoError(t, hg.LinkSetHardwareAddr(ge, guestMAC))
+	require.NoError(t, link.Up(hg, "ge0", ""))
+
+	p := testPaths(t)
+	p.ResolvConf = filepath.Join(t.TempDir(), "resolv.conf")
+	require.NoError(t, os.WriteFile(p.ResolvConf, []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(p.SysClassNet, spec.PodInterface), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(p.SysClassNet, spec.PodInterface, "mtu"), []byte("1400\n"), 0o644))
+	masq := NICConfig{Name: "default", Tap: "tap0", MAC: guestMAC, DHCP: masqueradeLease}
+	noRecord := NICConfig{Name: "pb", Tap: "tap1", MAC: guestMAC, DHCP: podBridgeLease}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	serve := func(nics ...NICConfig) (stop func(), err error) {
+		// The sockets are made in the pod's namespace, as the launcher's are.
+		derr := pod.Do(func() error {
+			stop, err = serveDHCP(p, nics, "vm1", log)
+			return nil
+		})
+		require.NoError(t, derr)
+		return stop, err
+	}
+	_, err = serve(masq, noRecord)
+	assert.ErrorContains(t, err, "interface pb: DHCP server: the pod network recorded on "+spec.BridgeName(spec.PodInterface))
+	stop, err := serve(masq)
+	require.NoError(t, err, "port 67 is free again: the failed start closed its socket")
+	t.Cleanup(stop)
+
+	dir := t.TempDir()
+	script := filepath.Join(dir, "script")
+	require.NoError(t, os.WriteFile(script, []byte("#!"+busybox+" sh\n[ \"$1\" = bound ] && env > "+dir+"/lease\nexit 0\n"), 0o755))
+	udhcpc := func() error {
+		return guest.Do(func() error {
+			out, err := exec.Command(busybox, "udhcpc", "-i", "ge0", "-n", "-q", "-f", "-t", "3", "-T", "1", "-s", script, "-O", "mtu", "-O", "search").CombinedOutput()
+			if err != nil {
+				t.Logf("udhcpc: %s", out)
+			}
+			return err
+		})
+	}
+	require.NoError(t, udhcpc())
+	b, err := os.ReadFile(filepath.Join(dir, "lease"))
+	require.NoError(t, err)
+	env := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			env[k] = v
+		}
+	}
+	assert.Equal(t, spec.GuestIP, env["ip"])
+	assert.Equal(t, "24", env["mask"])
+	assert.Equal(t, spec.GatewayIP, env["router"])
+	assert.Equal(t, spec.GatewayIP, env["serverid"])
+	assert.Equal(t, "1400", env["mtu"])
+	assert.Equal(t, "10.96.0.10", env["dns"])
+	assert.Equal(t, "ns1.svc.cluster.local svc.cluster.local", env["search"])
+	assert.Equal(t, "vm1", env["hostname"])
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "lease")))
+	require.NoError(t, hg.LinkSetHardwareAddr(ge, net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 10}))
+	assert.Error(t, udhcpc(), "no lease for another MAC")
+	assert.NoFileExists(t, filepath.Join(dir, "lease"))
+}
+
+// testNetns is a named network namespace, removed with the test.
+func testNetns(t *testing.T, role string) *link.Netns {
+	t.Helper()
+	ns, err := link.NewNetns(fmt.Sprintf("kvl-%s-%d", role, os.Getpid()%100000))
+	require.NoError(t, err)
+	t.Cleanup(func() { ns.Delete() })
+	return ns
+}
