@@ -38,6 +38,7 @@ func run() error {
 		Name:             "cdi-operator",
 		LeaderElectionID: "cdi-operator." + cdiv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{cdiv1.AddToScheme},
+		Options:          ctrl.Options{Cache: cdi.CacheOptions()},
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

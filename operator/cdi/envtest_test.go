@@ -47,7 +47,16 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 		Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner: "kubevirt.io.hostpath-provisioner", VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}))
 
-	mgr := apiserver.NewManager(t, cfg, ctrl.Options{Scheme: s})
+	// The operator runs as its service account, with the RBAC it is
+	// deployed with.
+	ops, err := install.OperatorObjects(install.OperatorConfig{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest"})
+	require.NoError(t, err)
+	for _, o := range ops {
+		if k := o.GetObjectKind().GroupVersionKind().Kind; k != "CustomResourceDefinition" && k != "Namespace" { // StartCDI installed them, the test made it
+			require.NoError(t, k8s.Create(ctx, o))
+		}
+	}
+	mgr := apiserver.NewManager(t, apiserver.AsServiceAccount(cfg, install.Namespace, install.OperatorName), ctrl.Options{Scheme: s, Cache: cdi.CacheOptions()})
 	r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: cdi.Options{
 		Config: install.Config{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}, Version: "envtest"}}
 	require.NoError(t, r.SetupWithManager(mgr))

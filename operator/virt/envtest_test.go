@@ -75,7 +75,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, ns, "kubevirt-operator")
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme()})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(), Cache: virt.CacheOptions(ns)})
 	// No kubelet mounts the Secrets here: a new CA signs leaves at once
 	// (SecretPropagation 0; the wait is TestPlanCertificatesLeavesWaitForANewCA's).
 	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,

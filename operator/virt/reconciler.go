@@ -53,6 +53,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -378,7 +379,7 @@ func (r *Reconciler) deleteComponents(ctx context.Context) error {
 func (r *Reconciler) list(ctx context.Context, gvk schema.GroupVersionKind) (*unstructured.UnstructuredList, error) {
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := r.APIReader.List(ctx, l, managed); err != nil {
+	if err := r.APIReader.List(ctx, l, append(kit.InOwnNamespace(gvk, r.Options.Namespace), managed)...); err != nil {
 		if apimeta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			return l, nil // the kind's API is not served (no aggregator): nothing of it deployed
 		}
@@ -386,6 +387,11 @@ func (r *Reconciler) list(ctx context.Context, gvk schema.GroupVersionKind) (*un
 	}
 	return l, nil
 }
+
+// CacheOptions are the manager's cache options for the reconciler of
+// the components in namespace: the namespaced core kinds it deploys are
+// cached from there only, where its Role grants them.
+func CacheOptions(namespace string) cache.Options { return kit.OwnNamespaceCache(namespace) }
 
 // SetupWithManager registers the reconciler: KubeVirt CRs, and the
 // deployed objects' metadata by label, each change mapped to every

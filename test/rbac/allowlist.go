@@ -21,7 +21,6 @@ const (
 // for what is broad), reviewed, with why. Key: "WHO: GROUPS RESOURCES
 // VERBS" as key() writes it.
 var allowList = map[string]string{
-	"ClusterRole cdi-operator:  serviceaccounts,services,configmaps,secrets *":                                                                         operatorSecrets,
 	"ClusterRole cdi-operator: admissionregistration.k8s.io validatingwebhookconfigurations,mutatingwebhookconfigurations *":                           webhooks,
 	"ClusterRole cdi-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                       installsCRDs,
 	"ClusterRole cdi-operator: apiregistration.k8s.io apiservices *":                                                                                   aggregatedAPI,
@@ -45,7 +44,6 @@ var allowList = map[string]string{
 	"ClusterRole hostpath-provisioner-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                       grantsComponents,
 	"ClusterRole hostpath-provisioner-operator: storage.k8s.io csidrivers *":                                                                           csiDriver,
 	"ClusterRole hyperconverged-cluster-operator: hco.kubevirt.io hyperconvergeds,hyperconvergeds/status,hyperconvergeds/finalizers *":                 ownAPI,
-	"ClusterRole kubevirt-operator:  serviceaccounts,services,configmaps,secrets *":                                                                    operatorSecrets,
 	"ClusterRole kubevirt-operator: admissionregistration.k8s.io mutatingwebhookconfigurations,validatingwebhookconfigurations *":                      webhooks,
 	"ClusterRole kubevirt-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                  installsCRDs,
 	"ClusterRole kubevirt-operator: apiregistration.k8s.io apiservices *":                                                                              aggregatedAPI,

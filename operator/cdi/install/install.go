@@ -138,7 +138,6 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: any},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: any},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: any},
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps", "secrets"}, Verbs: any},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, Verbs: any},
 		{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: any},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -151,6 +150,9 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 	out = append(out, ns)
 	out = append(out, rbac(OperatorName, OperatorName, rules)...)
 	out = append(out, kit.LeaseRBAC(OperatorName, Namespace, OperatorName)...)
+	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
+	// are all in Namespace, the only one it reads them in.
+	out = append(out, kit.RoleRBAC(OperatorName, Namespace, Namespace, OperatorName, kit.OwnNamespaceRules())...)
 	return append(out, deployment(OperatorName, OperatorName, corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag,
 		ImagePullPolicy: c.PullPolicy, Args: args})), nil
 }

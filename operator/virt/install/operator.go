@@ -51,7 +51,6 @@ func Operator(c Config) ([]client.Object, error) {
 			{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: everything},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: everything},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "daemonsets"}, Verbs: everything},
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps", "secrets"}, Verbs: everything},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		}}
 	pull := c.PullPolicy
@@ -73,6 +72,9 @@ func Operator(c Config) ([]client.Object, error) {
 		b.deploy(OperatorName, "kubevirt-operator", ctr, nil),
 	}
 	objs = append(objs, kit.LeaseRBAC("kubevirt-operator", c.Namespace, "kubevirt-operator")...)
+	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
+	// are all in its namespace, the only one it reads them in.
+	objs = append(objs, kit.RoleRBAC("kubevirt-operator", c.Namespace, c.Namespace, "kubevirt-operator", kit.OwnNamespaceRules())...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})
 	}
