@@ -48,6 +48,7 @@ func run() error {
 		Name:             "cluster-network-addons-operator",
 		LeaderElectionID: "cluster-network-addons-operator." + networkaddonsv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{networkaddonsv1.AddToScheme},
+		Options:          ctrl.Options{Cache: network.CacheOptions()},
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

@@ -42,6 +42,7 @@ func run() error {
 		Name:             "hostpath-provisioner-operator",
 		LeaderElectionID: "hostpath-provisioner-operator." + hppv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{hppv1.AddToScheme},
+		Options:          ctrl.Options{Cache: hostpath.CacheOptions()},
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &hostpath.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

@@ -54,7 +54,7 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 	}
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + hostpath.OperatorName}
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: hostpath.CacheOptions()})
 	r := &hostpath.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: hostpath.Options{Version: "envtest",
 		Image: "localhost/kubevmm/hostpath-provisioner:envtest", PullPolicy: corev1.PullIfNotPresent, KubeletRoot: "/var/lib/kubelet"}}
 	require.NoError(t, r.SetupWithManager(mgr))

@@ -39,13 +39,15 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		// what it need not hold itself.
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: all},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: all},
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: all},
 		{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csidrivers"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),
 		"--kubelet-root=" + c.KubeletRoot, "--health-probe-bind-address=:8081"}
 	op := kit.OperatorObjects(kit.Operator{Name: OperatorName, Namespace: install.Namespace,
-		Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, PullPolicy: c.PullPolicy, Rules: rules, Args: args})
+		Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, PullPolicy: c.PullPolicy, Rules: rules, Args: args,
+		// The driver's ServiceAccount, in its own namespace, the only one
+		// it reads them in.
+		NamespaceRules: kit.OwnNamespaceRules("serviceaccounts")})
 	return append([]client.Object{hppCRD, install.NamespaceObject()}, op...), nil
 }

@@ -54,7 +54,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, install.Namespace, network.OperatorName)
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: network.CacheOptions()})
 	r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: network.Options{Version: "envtest",
 		KubeMacPoolImage: "localhost/kubevmm/kubemacpool:envtest",
 		Config: install.Config{MultusImage: "localhost/kubevmm/kubevmm-multus:envtest", BridgeMarkerImage: "localhost/kubevmm/bridge-marker:envtest",

@@ -41,7 +41,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: all},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings", "roles", "rolebindings"}, Verbs: all},
 		{APIGroups: []string{"apps"}, Resources: []string{"daemonsets", "deployments"}, Verbs: all},
-		{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps"}, Verbs: all},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, Verbs: all},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
@@ -50,8 +49,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		"--health-probe-bind-address=:8081"}
 	op := kit.OperatorObjects(kit.Operator{Name: OperatorName, Namespace: install.Namespace,
 		Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag, PullPolicy: c.PullPolicy, Rules: rules, Args: args,
-		// kubemacpool's CA and serving certificate, which it makes in its
-		// own namespace and reads uncached.
-		NamespaceRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}})
+		// Its components' ServiceAccounts, Services and ConfigMaps, and
+		// kubemacpool's CA and serving certificate: all in its own
+		// namespace, the only one it reads them in.
+		NamespaceRules: kit.OwnNamespaceRules("serviceaccounts", "services", "configmaps", "secrets")})
 	return append([]client.Object{nacCRD, install.NamespaceObject()}, op...), nil
 }

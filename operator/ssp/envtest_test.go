@@ -80,7 +80,7 @@ func TestSSPEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, ns, ssp.OperatorName)
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: ssp.CacheOptions(ns)})
 	r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Options: ssp.Options{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
 	require.NoError(t, r.SetupWithManager(mgr))

@@ -59,7 +59,6 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: all},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: all},
 			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: all},
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services"}, Verbs: all},
 			// The templates' namespace; the KubeVirt CR, whose
 			// certificateRotateStrategy the validator's certificates
 			// follow.
@@ -115,6 +114,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 	// The validator's CA and serving certificate, which it reads and
 	// applies in the SSP's namespace: its own (Options.Namespace). The
 	// garbage collector deletes them with the SSP.
+	// The validator's ServiceAccount and Service, in the same namespace,
+	// the only one it reads them in.
+	objs = append(objs, kit.RoleRBAC(OperatorName, c.Namespace, c.Namespace, OperatorName, kit.OwnNamespaceRules("serviceaccounts", "services"))...)
 	objs = append(objs, kit.RoleRBAC(OperatorName+"-secrets", c.Namespace, c.Namespace, OperatorName,
 		[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update", "patch"}}})...)
 	for _, o := range objs {

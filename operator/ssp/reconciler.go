@@ -333,7 +333,7 @@ func (r *Reconciler) certStrategy(ctx context.Context) (st certs.Strategy, bad, 
 func (r *Reconciler) owned(ctx context.Context, s *sspv1beta3.SSP, gvk schema.GroupVersionKind) ([]unstructured.Unstructured, error) {
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	opts := []client.ListOption{managed}
+	opts := append(kit.InOwnNamespace(gvk, r.Options.Namespace), managed)
 	if gvk == roleBindingGVK {
 		opts = append(opts, client.InNamespace("kube-system"))
 	}
@@ -385,6 +385,11 @@ func (r *Reconciler) cleanup(ctx context.Context, s *sspv1beta3.SSP) error {
 	}
 	return nil
 }
+
+// CacheOptions are the manager's cache options for the reconciler of
+// the SSP in namespace: the namespaced core kinds it deploys are cached
+// from there only, where its Role grants them.
+func CacheOptions(namespace string) cache.Options { return kit.OwnNamespaceCache(namespace) }
 
 // SetupWithManager registers the reconciler: SSPs, and the deployed
 // objects' metadata by label, each change mapped to every SSP.

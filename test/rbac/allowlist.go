@@ -10,8 +10,6 @@ const (
 	aggregatedAPI    = "the APIService of its aggregated API (virt-api's subresources, cdi-apiserver's upload API), its caBundle kept current"
 	deploys          = "deploys its components and reverts drift"
 	csiDriver        = "the driver's CSIDriver object"
-	operatorCore     = "its components' ServiceAccounts, Services and ConfigMaps; they are in its own namespace, so a Role would do (to narrow)"
-	operatorSecrets  = "its components' certificates and keys; they are in its own namespace, so a Role would do (to narrow)"
 	cdiPods          = "importer, upload server and clone source pods and their claims, in the users' namespaces (upstream's cdi-deployment)"
 	cdiSecrets       = "upload servers' Services and certificates and clone sources' client certificates, in the users' namespaces, and the upload CA in its own (upstream's cdi-deployment makes them too)"
 	sspContent       = "the common templates, instance types and preferences, and the golden images' DataImportCrons it deploys"
@@ -32,13 +30,11 @@ var allowList = map[string]string{
 	"ClusterRole cdi: cdi.kubevirt.io dataimportcrons,dataimportcrons/status,dataimportcrons/finalizers *":                                             ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datasources,datasources/status *":                                                                                ownAPI,
 	"ClusterRole cdi: cdi.kubevirt.io datavolumes,datavolumes/status,datavolumes/finalizers *":                                                         ownAPI,
-	"ClusterRole cluster-network-addons-operator:  serviceaccounts,services,configmaps *":                                                              operatorCore,
 	"ClusterRole cluster-network-addons-operator: admissionregistration.k8s.io mutatingwebhookconfigurations *":                                        webhooks,
 	"ClusterRole cluster-network-addons-operator: apiextensions.k8s.io customresourcedefinitions *":                                                    installsCRDs,
 	"ClusterRole cluster-network-addons-operator: apps daemonsets,deployments *":                                                                       deploys,
 	"ClusterRole cluster-network-addons-operator: networkaddonsoperator.network.kubevirt.io networkaddonsconfigs,networkaddonsconfigs/status *":        ownAPI,
 	"ClusterRole cluster-network-addons-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                     grantsComponents,
-	"ClusterRole hostpath-provisioner-operator:  serviceaccounts *":                                                                                    operatorCore,
 	"ClusterRole hostpath-provisioner-operator: apps daemonsets *":                                                                                     deploys,
 	"ClusterRole hostpath-provisioner-operator: hostpathprovisioner.kubevirt.io hostpathprovisioners,hostpathprovisioners/status *":                    ownAPI,
 	"ClusterRole hostpath-provisioner-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                       grantsComponents,
@@ -50,7 +46,6 @@ var allowList = map[string]string{
 	"ClusterRole kubevirt-operator: apps deployments,daemonsets *":                                                                                     deploys,
 	"ClusterRole kubevirt-operator: kubevirt.io kubevirts,kubevirts/status,kubevirts/finalizers *":                                                     ownAPI,
 	"ClusterRole kubevirt-operator: rbac.authorization.k8s.io clusterroles,clusterrolebindings,roles,rolebindings *":                                   grantsComponents,
-	"ClusterRole ssp-operator:  serviceaccounts,services *":                                                                                            operatorCore,
 	"ClusterRole ssp-operator: admissionregistration.k8s.io validatingwebhookconfigurations *":                                                         webhooks,
 	"ClusterRole ssp-operator: apiextensions.k8s.io customresourcedefinitions *":                                                                       installsCRDs,
 	"ClusterRole ssp-operator: apps deployments *":                                                                                                     deploys,

@@ -152,7 +152,7 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 	out = append(out, kit.LeaseRBAC(OperatorName, Namespace, OperatorName)...)
 	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
 	// are all in Namespace, the only one it reads them in.
-	out = append(out, kit.RoleRBAC(OperatorName, Namespace, Namespace, OperatorName, kit.OwnNamespaceRules())...)
+	out = append(out, kit.RoleRBAC(OperatorName, Namespace, Namespace, OperatorName, kit.OwnNamespaceRules("serviceaccounts", "services", "configmaps", "secrets"))...)
 	return append(out, deployment(OperatorName, OperatorName, corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag,
 		ImagePullPolicy: c.PullPolicy, Args: args})), nil
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // An operator deploys its components' ServiceAccounts, Services,
-// ConfigMaps and Secrets in its own namespace only, so it is granted them
-// there only (a Role, OwnNamespaceRules) and reads them there only: its
+// ConfigMaps and Secrets in its own namespace only, so it is granted those
+// it deploys there only (a Role, OwnNamespaceRules) and reads them there only: its
 // lists are limited to the namespace (InOwnNamespace) and so is its cache
 // of them (OwnNamespaceCache), since a cluster-wide watch would need a
 // cluster-wide grant, which for Secrets is every tenant's.
@@ -23,10 +23,10 @@ var ownNamespaceKinds = []schema.GroupVersionKind{
 	corev1.SchemeGroupVersion.WithKind("Secret"),
 }
 
-// OwnNamespaceRules grant those kinds, for a Role in the operator's
-// namespace.
-func OwnNamespaceRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "services", "configmaps", "secrets"},
+// OwnNamespaceRules grant resources, some of those kinds, for a Role in
+// the operator's namespace.
+func OwnNamespaceRules(resources ...string) []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: resources,
 		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}
 }
 

@@ -74,7 +74,7 @@ func Operator(c Config) ([]client.Object, error) {
 	objs = append(objs, kit.LeaseRBAC("kubevirt-operator", c.Namespace, "kubevirt-operator")...)
 	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
 	// are all in its namespace, the only one it reads them in.
-	objs = append(objs, kit.RoleRBAC("kubevirt-operator", c.Namespace, c.Namespace, "kubevirt-operator", kit.OwnNamespaceRules())...)
+	objs = append(objs, kit.RoleRBAC("kubevirt-operator", c.Namespace, c.Namespace, "kubevirt-operator", kit.OwnNamespaceRules("serviceaccounts", "services", "configmaps", "secrets"))...)
 	for _, o := range objs {
 		o.SetLabels(map[string]string{ManagedByLabel: c.ManagedBy})
 	}
