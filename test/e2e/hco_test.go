@@ -39,7 +39,7 @@ func hcoWait(t *testing.T, what, cond string, bound time.Duration) {
 func podGet(t *testing.T, selector string, port int, path string) []byte {
 	t.Helper()
 	c := &http.Client{Timeout: time.Minute}
-	resp, err := c.Get("http://" + net.JoinHostPort(hcoPodIP(t, selector), strconv.Itoa(port)) + path)
+	resp, err := c.Get("http://" + net.JoinHostPort(podIPs(t, hcoNS, selector)[0], strconv.Itoa(port)) + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,17 +49,6 @@ func podGet(t *testing.T, selector string, port int, path string) []byte {
 		t.Fatalf("GET %s from %s: %s, %v", path, selector, resp.Status, err)
 	}
 	return b
-}
-
-// hcoPodIP is the IP of the first pod in the HCO's namespace that
-// selector selects.
-func hcoPodIP(t *testing.T, selector string) string {
-	t.Helper()
-	ip := strings.Fields(hcoKubectl(t, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].status.podIP}"))
-	if len(ip) == 0 {
-		t.Fatalf("no pod %s with an IP", selector)
-	}
-	return ip[0]
 }
 
 // TestHyperConverged: the cluster's HyperConverged CR (sync.sh made it)
@@ -115,7 +104,7 @@ func TestHyperConverged(t *testing.T) {
 		// right after its reverting write: read until it shows.
 		re := regexp.MustCompile(`(?m)^kubevirt_hco_out_of_band_modifications_total\{component_name="kubevirt/kubevirt-kubevirt-hyperconverged"\} (\d+)`)
 		// Over HTTPS, to a token allowed to GET /metrics.
-		addr := net.JoinHostPort(hcoPodIP(t, "name=hyperconverged-cluster-operator"), "8080")
+		addr := net.JoinHostPort(podIPs(t, hcoNS, "name=hyperconverged-cluster-operator")[0], "8080")
 		if code, body := metricsGet(t, addr, ""); code != http.StatusUnauthorized {
 			t.Errorf("the operator's /metrics without a token: %d %s", code, body)
 		}

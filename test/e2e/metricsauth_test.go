@@ -43,14 +43,21 @@ func scraperToken(t *testing.T) string {
 	return strings.TrimSpace(kubectl(t, "-n", "default", "create", "token", "e2e-prometheus", "--duration=1h"))
 }
 
+// podIPs are the IPs of the pods in namespace that selector selects; at
+// least one, or the test fails.
+func podIPs(t *testing.T, namespace, selector string) []string {
+	t.Helper()
+	ips := strings.Fields(kubectl(t, "-n", namespace, "get", "pods", "-l", selector, "-o", "jsonpath={.items[*].status.podIP}"))
+	if len(ips) == 0 {
+		t.Fatalf("no pod %s in %s with an IP", selector, namespace)
+	}
+	return ips
+}
+
 // componentIPs are the pod IPs of a kubevirt component (label kubevirt.io).
 func componentIPs(t *testing.T, app string) []string {
 	t.Helper()
-	ips := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io="+app, "-o", "jsonpath={.items[*].status.podIP}"))
-	if len(ips) == 0 {
-		t.Fatalf("no %s pod with an IP", app)
-	}
-	return ips
+	return podIPs(t, "kubevirt", "kubevirt.io="+app)
 }
 
 // serviceEndpoint is the address and port of a Service's first endpoint:
