@@ -50,25 +50,36 @@ func serveDHCP(p Paths, nics []NICConfig, hostname string, log *slog.Logger) (st
 		return nil, fmt.Errorf("the pod's resolv.conf: %w", err)
 	}
 	for _, n := range nics {
-		l, dev, err := nicLease(p, n, resolv, hostname)
-		if err == nil && l != nil {
-			var c net.PacketConn
-			if c, err = dhcp.Listen(dev); err == nil {
-				conns = append(conns, c)
-				log.Info("DHCP server started", "interface", n.Name, "device", dev, "ip", l.IP.String(), "mac", n.MAC.String())
-				go func() {
-					if err := dhcp.Serve(c, n.MAC, l); err != nil {
-						log.Error("DHCP server failed", "interface", n.Name, "error", err)
-					}
-				}()
-			}
-		}
+		c, err := serveNIC(p, n, resolv, hostname, log)
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("interface %s: DHCP server: %w", n.Name, err)
 		}
+		if c != nil {
+			conns = append(conns, c)
+		}
 	}
 	return stop, nil
+}
+
+// serveNIC starts the DHCP server of n, if its guest is served one: the
+// server's socket, which ends it when closed.
+func serveNIC(p Paths, n NICConfig, resolv []byte, hostname string, log *slog.Logger) (net.PacketConn, error) {
+	l, dev, err := nicLease(p, n, resolv, hostname)
+	if err != nil || l == nil {
+		return nil, err
+	}
+	c, err := dhcp.Listen(dev)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("DHCP server started", "interface", n.Name, "device", dev, "ip", l.IP.String(), "mac", n.MAC.String())
+	go func() {
+		if err := dhcp.Serve(c, n.MAC, l); err != nil {
+			log.Error("DHCP server failed", "interface", n.Name, "error", err)
+		}
+	}()
+	return c, nil
 }
 
 // nicLease is the lease n's guest is served and the device it is served
