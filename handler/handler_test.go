@@ -118,6 +118,8 @@ func TestDecide(t *testing.T) {
 	now := metav1.NewTime(time.Unix(10000, 0))
 	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	failed := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+	servesDHCP := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{
+		Sysctls: []corev1.Sysctl{{Name: spec.UnprivilegedPortSysctl, Value: "67"}}}}, Status: running.Status}
 	deletedAgo := func(d time.Duration, grace int64) func(*v1.VirtualMachineInstance) {
 		return func(vmi *v1.VirtualMachineInstance) {
 			at := metav1.NewTime(now.Add(-d))
@@ -165,10 +167,22 @@ func TestDecide(t *testing.T) {
 		{name: "deleted, grace period over: stop the guest", mutate: deletedAgo(61*time.Second, 60), pod: running,
 			info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{shutdown: true, stopGuest: true, requeue: startingPoll}, hasStatus: true, phase: v1.Running},
-		{name: "pod bridge, starting: the network (its DHCP is the launcher's)", mutate: podBridge, pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+		// A launcher pod of this version: its launcher serves DHCP.
+		{name: "pod bridge, starting: the network (its DHCP is the launcher's)", mutate: podBridge, pod: servesDHCP, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
 			want: plan{setupNetwork: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
-		{name: "pod bridge, running: nothing to do", mutate: podBridge, pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
+		{name: "pod bridge, running: nothing to do", mutate: podBridge, pod: servesDHCP, info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+		// One of an earlier version (no sysctl): virt-handler serves it.
+		{name: "pod bridge, earlier launcher, starting: network and DHCP", mutate: podBridge, pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+			want: plan{setupNetwork: true, serveDHCP: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
+		{name: "pod bridge, earlier launcher, running: DHCP (again, after a handler restart)", mutate: podBridge, pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
+			want: plan{serveDHCP: true, requeue: runningPoll}, hasStatus: true, phase: v1.Running},
+		{name: "pod bridge, earlier launcher, no answer yet: the server stays", mutate: podBridge, pod: running,
+			want: plan{requeue: startingPoll}},
+		{name: "pod bridge, earlier launcher, the guest ended: no more DHCP", mutate: podBridge, pod: running, info: api.Info{State: api.StateStopped, Exit: "reset"}, live: true, answered: true,
+			want: plan{stopDHCP: true}, hasStatus: true, phase: v1.Succeeded},
+		{name: "pod bridge, earlier launcher, the pod ended: no more DHCP", mutate: podBridge, pod: failed,
+			want: plan{quiet: true, stopDHCP: true}, hasStatus: true, phase: v1.Failed, reason: ReasonLauncherFailed},
 		{name: "deleted, launcher not live: nothing to stop", mutate: deletedAgo(61*time.Second, 60), pod: running,
 			info: api.Info{State: api.StateRunning}, answered: true,
 			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},

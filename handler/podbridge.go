@@ -33,8 +33,9 @@ import (
 // pod network's gateway.
 //
 // The guest's DHCP server is its launcher's (package launcher, dhcp.go),
-// which serves the lease of the record: virt-handler never reads the
-// guest's packets.
+// which serves the lease of the record: virt-handler reads no guest's
+// packets, but those of a launcher pod of an earlier version, whose
+// launcher serves none (legacydhcp.go).
 //
 // The guest's MAC is its macAddress, else, as KubeVirt does, eth0's
 // original MAC (spec.PodNIC.TakesPodMAC): the guest keeps the identity

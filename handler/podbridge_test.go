@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
-	"github.com/kubevmm/kubevmm/net/dhcp"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
@@ -24,8 +25,9 @@ import (
 // its original being the guest's (twice: the second pass changes
 // nothing), and a real DHCP client (busybox udhcpc) on the guest's side
 // of the in-pod bridge, with eth0's original MAC, gets the pod's
-// address, router, routes, MTU and DNS from the record, served as the
-// launcher serves it; another MAC gets nothing. The pod then reaches the guest at its pod IP,
+// address, router, routes, MTU and DNS from the server virt-handler runs
+// for a launcher of an earlier version (legacydhcp.go: the record's lease,
+// as the launcher serves it now); another MAC gets nothing. The pod then reaches the guest at its pod IP,
 // as port-forward does, and the node reaches it too.
 func TestPodBridgeDHCP(t *testing.T) {
 	busybox := hosttools.Require(t, "busybox")
@@ -93,20 +95,13 @@ func TestPodBridgeDHCP(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, hg.LinkSetHardwareAddr(ge, guestMAC))
 
-	// The launcher's server (package launcher, dhcp.go), serving the lease
-	// of the record for the recorded MAC, on the bridge, in the pod.
+	var d dhcpServers
+	key := types.NamespacedName{Namespace: "ns1", Name: "vm1"}
 	resolv := []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n")
-	lease, err := spec.PodBridgeRecord(pn).Lease(resolv, "vm1")
-	require.NoError(t, err)
-	mac, err := spec.PodBridgeRecord(pn).GuestMAC(derived)
-	require.NoError(t, err)
-	var conn net.PacketConn
-	require.NoError(t, podNs.Do(func() error {
-		conn, err = dhcp.Listen(br)
-		return err
-	}))
-	t.Cleanup(func() { conn.Close() })
-	go dhcp.Serve(conn, mac, lease) //nolint:errcheck // ends when conn closes
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "the recorded MAC's server")
+	t.Cleanup(func() { d.stop(logr.Discard(), key) })
+	require.True(t, d.running(key, "pod-1"))
+	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "a second start is a no-op")
 
 	// udhcpc runs its script with the lease in the environment.
 	dir := t.TempDir()
@@ -177,4 +172,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	c, err = dialInNetns(node, "10.244.0.7:8080")
 	require.NoError(t, err, "the node reaches the guest at the pod IP")
 	c.Close()
+
+	d.stop(logr.Discard(), key)
+	assert.False(t, d.running(key, "pod-1"))
 }

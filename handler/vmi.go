@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -85,6 +86,7 @@ type VMIReconciler struct {
 	mu      sync.Mutex
 	pressed map[types.UID]bool // VMIs whose guest was asked to shut down
 	proxies proxies            // the source ends of migration streams
+	dhcp    dhcpServers        // for NICs bridge-bound on the pod network
 }
 
 // shutdownGuest asks the guest to shut down (through its agent when
@@ -160,12 +162,17 @@ func (r *VMIReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result
 	logger := log.FromContext(ctx)
 	vmi := &v1.VirtualMachineInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.dhcp.stop(logger, req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if vmi.Status.NodeName != r.NodeName {
+		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if vmi.IsFinal() {
+		r.dhcp.stop(logger, req.NamespacedName)
 		return ctrl.Result{}, r.forgetFinal(ctx, vmi)
 	}
 	if vmi.Status.Phase != v1.Scheduled && vmi.Status.Phase != v1.Running {
@@ -263,10 +270,15 @@ type observation struct {
 
 // plan is what one pass does, decided from an observation alone.
 type plan struct {
-	setupNetwork bool        // prepare the pod network the starting launcher waits for
-	shutdown     bool        // the VMI is deleted: ask the guest to shut down (agent or power button)
-	hotplug      hotplugPlan // volumes to attach to or detach from the guest
-	stopGuest    bool        // the VMI's grace period is over: stop the guest
+	setupNetwork bool // prepare the pod network the starting launcher waits for
+	// serveDHCP: the guest of a NIC bridge-bound on the pod network in
+	// a launcher pod of an earlier version is served its lease
+	// (legacydhcp.go; started if need be: a restarted handler);
+	// stopDHCP: its guest or pod is gone.
+	serveDHCP, stopDHCP bool
+	shutdown            bool        // the VMI is deleted: ask the guest to shut down (agent or power button)
+	hotplug             hotplugPlan // volumes to attach to or detach from the guest
+	stopGuest           bool        // the VMI's grace period is over: stop the guest
 	// status to write (with the backend annotation); nil: this launcher
 	// does not speak for the VMI.
 	status *v1.VirtualMachineInstanceStatus
@@ -278,6 +290,12 @@ type plan struct {
 
 // decide is the handler's policy for one VMI.
 func decide(o observation) plan {
+	// Only a launcher from before the launchers served DHCP needs it.
+	podBridge := false
+	for _, n := range spec.PodNICs(&o.vmi.Spec) {
+		podBridge = podBridge || n.PodBridge()
+	}
+	podBridge = podBridge && o.pod != nil && !spec.LauncherServesDHCP(o.pod)
 	if !o.answered {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
@@ -285,17 +303,18 @@ func decide(o observation) plan {
 			st := o.vmi.Status.DeepCopy()
 			st.SetPhase(v1.Failed, o.now)
 			st.Reason = ReasonLauncherFailed
-			return plan{status: st, quiet: true}
+			return plan{status: st, quiet: true, stopDHCP: podBridge}
 		}
 		return plan{requeue: startingPoll}
 	}
-	var p plan
+	p := plan{serveDHCP: podBridge && o.live, stopDHCP: podBridge && !o.live}
 	switch o.info.State {
 	case api.State(spec.StateStarting):
 		p.setupNetwork = o.live
 		p.requeue = startingPoll
 	case api.StateStopped:
 		// final: nothing more to ask
+		p.serveDHCP, p.stopDHCP = false, podBridge
 	case api.StateMigrated:
 		// A source whose guest left: the migration's pass (or, for an
 		// older migration, nothing) speaks for the VMI, not this end.
@@ -333,6 +352,15 @@ func (r *VMIReconciler) apply(ctx context.Context, o observation, l launcherConn
 			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "%v", err)
 			return err
 		}
+	}
+	if p.serveDHCP {
+		if err := r.serveDHCP(ctx, vmi, l); err != nil {
+			r.Recorder.Eventf(vmi, nil, corev1.EventTypeWarning, ReasonNetworkFailed, "DHCP", "%v", err)
+			return err
+		}
+	}
+	if p.stopDHCP {
+		r.dhcp.stop(log.FromContext(ctx), client.ObjectKeyFromObject(vmi))
 	}
 	if p.shutdown {
 		r.shutdownGuest(ctx, vmi, l)

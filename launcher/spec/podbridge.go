@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -84,6 +85,15 @@ func LauncherSysctls(s *v1.VirtualMachineInstanceSpec) []corev1.Sysctl {
 		}
 	}
 	return nil
+}
+
+// LauncherServesDHCP says whether the launcher of pod serves its guest's
+// DHCP: a launcher pod of an earlier version, made without
+// UnprivilegedPortSysctl, has a launcher that serves none (virt-handler
+// did).
+func LauncherServesDHCP(pod *corev1.Pod) bool {
+	sc := pod.Spec.SecurityContext
+	return sc != nil && slices.ContainsFunc(sc.Sysctls, func(s corev1.Sysctl) bool { return s.Name == UnprivilegedPortSysctl })
 }
 
 // ServesDHCP says whether the launcher serves the NIC's guest a DHCP

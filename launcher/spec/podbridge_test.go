@@ -44,6 +44,8 @@ func TestTakesPodMAC(t *testing.T) {
 			} else {
 				assert.Empty(t, LauncherSysctls(s))
 			}
+			pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{Sysctls: LauncherSysctls(s)}}}
+			assert.Equal(t, tc.dhcp, LauncherServesDHCP(pod), "its pod says whether its launcher serves DHCP")
 		})
 	}
 }
