@@ -13,6 +13,7 @@ import (
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/cdi"
+	cdiinstall "github.com/kubevmm/kubevmm/operator/cdi/install"
 	"github.com/kubevmm/kubevmm/operator/manager"
 )
 
@@ -38,7 +39,7 @@ func run() error {
 		Name:             "cdi-operator",
 		LeaderElectionID: "cdi-operator." + cdiv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{cdiv1.AddToScheme},
-		Options:          ctrl.Options{Cache: cdi.CacheOptions()},
+		OwnNamespace:     cdiinstall.Namespace,
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

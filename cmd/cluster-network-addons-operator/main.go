@@ -16,6 +16,7 @@ import (
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
 	"github.com/kubevmm/kubevmm/operator/manager"
 	"github.com/kubevmm/kubevmm/operator/network"
+	netinstall "github.com/kubevmm/kubevmm/operator/network/install"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func run() error {
 		Name:             "cluster-network-addons-operator",
 		LeaderElectionID: "cluster-network-addons-operator." + networkaddonsv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{networkaddonsv1.AddToScheme},
-		Options:          ctrl.Options{Cache: network.CacheOptions()},
+		OwnNamespace:     netinstall.Namespace,
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath"
+	hppinstall "github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/manager"
 )
 
@@ -42,7 +43,7 @@ func run() error {
 		Name:             "hostpath-provisioner-operator",
 		LeaderElectionID: "hostpath-provisioner-operator." + hppv1.GroupName,
 		AddToScheme:      []func(*runtime.Scheme) error{hppv1.AddToScheme},
-		Options:          ctrl.Options{Cache: hostpath.CacheOptions()},
+		OwnNamespace:     hppinstall.Namespace,
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &hostpath.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

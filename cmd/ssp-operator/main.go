@@ -48,7 +48,7 @@ func run() error {
 		Name:             "ssp-operator",
 		LeaderElectionID: "ssp-operator.ssp.kubevirt.io",
 		AddToScheme:      []func(*runtime.Scheme) error{sspv1beta3.AddToScheme, tektonv1alpha1.AddToScheme},
-		Options:          ctrl.Options{Cache: ssp.CacheOptions(o.Namespace)},
+		OwnNamespace:     o.Namespace,
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

@@ -48,7 +48,8 @@ func run() error {
 		Name:             "virt-operator",
 		LeaderElectionID: "virt-operator.kubevirt.io",
 		// The replaced pod of a rollout hands over at once.
-		Options: ctrl.Options{LeaderElectionReleaseOnCancel: true, Cache: virt.CacheOptions(o.Namespace)},
+		Options:      ctrl.Options{LeaderElectionReleaseOnCancel: true},
+		OwnNamespace: o.Namespace,
 		Setup: func(mgr ctrl.Manager) (healthz.Checker, error) {
 			r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: o}
 			if err := r.SetupWithManager(mgr); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/certs"
 	"github.com/kubevmm/kubevmm/operator/cdi"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
@@ -56,7 +57,7 @@ func TestCDIOperatorEnvtest(t *testing.T) {
 			require.NoError(t, k8s.Create(ctx, o))
 		}
 	}
-	mgr := apiserver.NewManager(t, apiserver.AsServiceAccount(cfg, install.Namespace, install.OperatorName), ctrl.Options{Scheme: s, Cache: cdi.CacheOptions()})
+	mgr := apiserver.NewManager(t, apiserver.AsServiceAccount(cfg, install.Namespace, install.OperatorName), ctrl.Options{Scheme: s, Cache: kit.OwnNamespaceCache(install.Namespace)})
 	r := &cdi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: cdi.Options{
 		Config: install.Config{ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}, Version: "envtest"}}
 	require.NoError(t, r.SetupWithManager(mgr))

@@ -42,7 +42,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -206,11 +205,6 @@ func (r *Reconciler) observe(ctx context.Context, c *cdiv1.CDI) (Observed, error
 	}
 	return o, nil
 }
-
-// CacheOptions are the manager's cache options for the reconciler: the
-// namespaced core kinds it deploys are cached from install.Namespace
-// only, where its Role grants them.
-func CacheOptions() cache.Options { return kit.OwnNamespaceCache(install.Namespace) }
 
 // SetupWithManager registers the reconciler: the CDI, what it owns, and
 // StorageClasses and DataVolumes (which every CDI hears of: there is one).

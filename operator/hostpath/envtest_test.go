@@ -24,6 +24,7 @@ import (
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
 	"github.com/kubevmm/kubevmm/operator/hostpath"
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
 
@@ -54,7 +55,7 @@ func TestHostPathProvisionerEnvtest(t *testing.T) {
 	}
 	opCfg := rest.CopyConfig(cfg)
 	opCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + install.Namespace + ":" + hostpath.OperatorName}
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: hostpath.CacheOptions()})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: kit.OwnNamespaceCache(install.Namespace)})
 	r := &hostpath.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: hostpath.Options{Version: "envtest",
 		Image: "localhost/kubevmm/hostpath-provisioner:envtest", PullPolicy: corev1.PullIfNotPresent, KubeletRoot: "/var/lib/kubelet"}}
 	require.NoError(t, r.SetupWithManager(mgr))

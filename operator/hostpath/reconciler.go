@@ -45,7 +45,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -136,11 +135,6 @@ func older(a, b *hppv1.HostPathProvisioner) bool {
 	}
 	return a.Name < b.Name
 }
-
-// CacheOptions are the manager's cache options for the reconciler: the
-// namespaced core kinds it deploys are cached from install.Namespace
-// only, where its Role grants them.
-func CacheOptions() cache.Options { return kit.OwnNamespaceCache(install.Namespace) }
 
 // SetupWithManager registers the reconciler: the HostPathProvisioners
 // (one deleted may leave the driver to another: all are reconciled then)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Flags are the flags every operator takes.
@@ -87,6 +88,11 @@ type Operator struct {
 	// Options are the manager's options beyond the shared ones (a
 	// webhook server, metrics: off unless set here).
 	Options ctrl.Options
+	// OwnNamespace is the namespace of the components it deploys, where
+	// its Role grants it ServiceAccounts, Services, ConfigMaps and
+	// Secrets: it caches those kinds from there only
+	// (kit.OwnNamespaceCache).
+	OwnNamespace string
 	// Setup adds the reconcilers to the manager and returns the readiness
 	// check, nil for a ping.
 	Setup func(ctrl.Manager) (healthz.Checker, error)
@@ -112,6 +118,9 @@ func (f *Flags) Run(op Operator) error {
 	opts := op.Options
 	opts.Scheme, opts.HealthProbeBindAddress = scheme, f.ProbeAddr
 	opts.LeaderElection, opts.LeaderElectionID, opts.LeaderElectionNamespace = f.LeaderElect, op.LeaderElectionID, f.LeaseNamespace
+	if op.OwnNamespace != "" {
+		opts.Cache = kit.OwnNamespaceCache(op.OwnNamespace)
+	}
 	if opts.Metrics.BindAddress == "" {
 		opts.Metrics.BindAddress = "0"
 	}

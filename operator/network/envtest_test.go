@@ -25,6 +25,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/conditions"
 	"github.com/kubevmm/kubevmm/api/networkaddons/crd"
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/network"
 	"github.com/kubevmm/kubevmm/operator/network/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -54,7 +55,7 @@ func TestNetworkAddonsEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, install.Namespace, network.OperatorName)
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: network.CacheOptions()})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: kit.OwnNamespaceCache(install.Namespace)})
 	r := &network.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: network.Options{Version: "envtest",
 		KubeMacPoolImage: "localhost/kubevmm/kubemacpool:envtest",
 		Config: install.Config{MultusImage: "localhost/kubevmm/kubevmm-multus:envtest", BridgeMarkerImage: "localhost/kubevmm/bridge-marker:envtest",

@@ -66,7 +66,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -214,11 +213,6 @@ func (r *Reconciler) observe(ctx context.Context, nac *networkaddonsv1.NetworkAd
 	}
 	return o, nil
 }
-
-// CacheOptions are the manager's cache options for the reconciler: the
-// namespaced core kinds it deploys are cached from install.Namespace
-// only, where its Role grants them.
-func CacheOptions() cache.Options { return kit.OwnNamespaceCache(install.Namespace) }
 
 // SetupWithManager registers the reconciler: the NetworkAddonsConfig and
 // the metadata of what it owns.

@@ -33,6 +33,7 @@ import (
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/ssp"
 	"github.com/kubevmm/kubevmm/test/apiserver"
 )
@@ -80,7 +81,7 @@ func TestSSPEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, ns, ssp.OperatorName)
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: ssp.CacheOptions(ns)})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: s, Cache: kit.OwnNamespaceCache(ns)})
 	r := &ssp.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Options: ssp.Options{Namespace: ns, ImageRegistry: "localhost/kubevmm", ImageTag: "envtest", PullPolicy: corev1.PullNever}}
 	require.NoError(t, r.SetupWithManager(mgr))

@@ -386,11 +386,6 @@ func (r *Reconciler) cleanup(ctx context.Context, s *sspv1beta3.SSP) error {
 	return nil
 }
 
-// CacheOptions are the manager's cache options for the reconciler of
-// the SSP in namespace: the namespaced core kinds it deploys are cached
-// from there only, where its Role grants them.
-func CacheOptions(namespace string) cache.Options { return kit.OwnNamespaceCache(namespace) }
-
 // SetupWithManager registers the reconciler: SSPs, and the deployed
 // objects' metadata by label, each change mapped to every SSP.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {

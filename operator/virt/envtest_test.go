@@ -29,6 +29,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/virt"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 	"github.com/kubevmm/kubevmm/test/apiserver"
@@ -75,7 +76,7 @@ func TestKubeVirtEnvtest(t *testing.T) {
 		}
 	}
 	opCfg := apiserver.AsServiceAccount(cfg, ns, "kubevirt-operator")
-	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(), Cache: virt.CacheOptions(ns)})
+	mgr := apiserver.NewManager(t, opCfg, ctrl.Options{Scheme: k8s.Scheme(), Cache: kit.OwnNamespaceCache(ns)})
 	// No kubelet mounts the Secrets here: a new CA signs leaves at once
 	// (SecretPropagation 0; the wait is TestPlanCertificatesLeavesWaitForANewCA's).
 	r := &virt.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Options: virt.Options{Namespace: ns,

@@ -53,7 +53,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -387,11 +386,6 @@ func (r *Reconciler) list(ctx context.Context, gvk schema.GroupVersionKind) (*un
 	}
 	return l, nil
 }
-
-// CacheOptions are the manager's cache options for the reconciler of
-// the components in namespace: the namespaced core kinds it deploys are
-// cached from there only, where its Role grants them.
-func CacheOptions(namespace string) cache.Options { return kit.OwnNamespaceCache(namespace) }
 
 // SetupWithManager registers the reconciler: KubeVirt CRs, and the
 // deployed objects' metadata by label, each change mapped to every
