@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +57,8 @@ func TestMetricsNeedAToken(t *testing.T) {
 	} {
 		require.NoError(t, c.Create(ctx, o))
 	}
+	apiserver.WaitAllowed(t, c, authzv1.SubjectAccessReviewSpec{User: "system:serviceaccount:" + ns + ":prometheus",
+		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}})
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	token := func(sa string) string {

@@ -23,6 +23,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -129,6 +130,8 @@ func startCluster(t *testing.T) *cluster {
 	} {
 		require.NoError(t, admin.Create(ctx, o))
 	}
+	apiserver.WaitAllowed(t, admin, authzv1.SubjectAccessReviewSpec{User: "system:serviceaccount:" + ns + ":prometheus",
+		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}})
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "prometheus", &authnv1.TokenRequest{}, metav1.CreateOptions{})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +41,8 @@ func TestUserRolesEnvtest(t *testing.T) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		}))
+		apiserver.WaitAllowed(t, admin, authzv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: "get", Group: v1.GroupName, Resource: "virtualmachines"}})
 	}
 	bind("viewer", "kubevirt.io:view")
 	bind("editor", "kubevirt.io:edit")

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,8 @@ func TestDataVolumeWebhooksEnvtest(t *testing.T) {
 	require.NoError(t, c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "golden", Name: "cloner"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cloner"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}))
+	apiserver.WaitAllowed(t, c, authzv1.SubjectAccessReviewSpec{User: alice.Username, Groups: alice.Groups,
+		ResourceAttributes: &authzv1.ResourceAttributes{Namespace: "golden", Verb: "create", Group: cdiv1.GroupName, Resource: "datavolumes", Subresource: "source"}})
 	assert.True(t, create(ValidateDataVolumePath, "copy", nil, fromGolden).Allowed)
 	ann = patched(create(MutateDataVolumePath, "copy", nil, fromGolden))
 	require.NoError(t, grants(ann, types.NamespacedName{Namespace: "golden", Name: "fedora-abc"}, "copy"))
