@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -20,20 +19,16 @@ import (
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/net/tap"
+	"github.com/kubevmm/kubevmm/test/netnstest"
 )
 
 // testNetns is a named network namespace and its handle, removed with the test.
 func testNetns(t *testing.T, role string) (*link.Netns, netns.NsHandle) {
 	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root for network namespaces, veths, bridges and taps")
-	}
-	name := fmt.Sprintf("kvt-%s-%d", role, os.Getpid()%100000)
-	ns, err := link.NewNetns(name)
+	ns := netnstest.New(t, role)
+	h, err := netns.GetFromName(ns.Name)
 	require.NoError(t, err)
-	h, err := netns.GetFromName(name)
-	require.NoError(t, err)
-	t.Cleanup(func() { h.Close(); ns.Delete() })
+	t.Cleanup(func() { h.Close() })
 	return ns, h
 }
 

@@ -2,10 +2,6 @@ package handler
 
 import (
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -16,7 +12,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/net/link"
-	"github.com/kubevmm/kubevmm/test/hosttools"
+	"github.com/kubevmm/kubevmm/test/netnstest"
 )
 
 // Bridge binding on the pod network, in real namespaces: a pod with eth0
@@ -30,7 +26,6 @@ import (
 // as the launcher serves it now); another MAC gets nothing. The pod then reaches the guest at its pod IP,
 // as port-forward does, and the node reaches it too.
 func TestPodBridgeDHCP(t *testing.T) {
-	busybox := hosttools.Require(t, "busybox")
 	podNs, pod := testNetns(t, "pod")
 	nodeNs, node := testNetns(t, "node")
 	guestNs, guest := testNetns(t, "guest")
@@ -103,28 +98,11 @@ func TestPodBridgeDHCP(t *testing.T) {
 	require.True(t, d.running(key, "pod-1"))
 	require.NoError(t, d.start(logr.Discard(), key, "pod-1", pod, resolv, derived, true, "vm1"), "a second start is a no-op")
 
-	// udhcpc runs its script with the lease in the environment.
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script")
-	require.NoError(t, os.WriteFile(script, []byte("#!"+busybox+" sh\n[ \"$1\" = bound ] && env > "+dir+"/lease\nexit 0\n"), 0o755))
-	udhcpc := func(iface string) error {
-		return guestNs.Do(func() error {
-			out, err := exec.Command(busybox, "udhcpc", "-i", iface, "-n", "-q", "-f", "-t", "3", "-T", "1", "-s", script, "-O", "mtu", "-O", "staticroutes", "-O", "search").CombinedOutput()
-			if err != nil {
-				t.Logf("udhcpc: %s", out)
-			}
-			return err
-		})
+	udhcpc := func(iface string) (map[string]string, error) {
+		return netnstest.Udhcpc(t, guestNs, iface, "mtu", "staticroutes", "search")
 	}
-	require.NoError(t, udhcpc("ge0"))
-	b, err := os.ReadFile(filepath.Join(dir, "lease"))
+	env, err := udhcpc("ge0")
 	require.NoError(t, err)
-	env := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			env[k] = v
-		}
-	}
 	assert.Equal(t, "10.244.0.7", env["ip"])
 	assert.Equal(t, "255.255.255.0", env["subnet"])
 	assert.Equal(t, "24", env["mask"])
@@ -139,7 +117,8 @@ func TestPodBridgeDHCP(t *testing.T) {
 	// Another MAC on the bridge is not answered.
 	veth(t, podNs, "gst1", "", guest, "ge1", "", guestNs)
 	require.NoError(t, link.Attach(hp, "gst1", br))
-	assert.Error(t, udhcpc("ge1"), "no lease for another MAC")
+	_, err = udhcpc("ge1")
+	assert.Error(t, err, "no lease for another MAC")
 
 	// The guest configures its lease as a guest does; the pod reaches it
 	// at the pod IP (port-forward's path), the node too.

@@ -1,14 +1,11 @@
 package launcher
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,7 +15,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/net/link"
-	"github.com/kubevmm/kubevmm/test/hosttools"
+	"github.com/kubevmm/kubevmm/test/netnstest"
 )
 
 // The launcher's DHCP server, in real network namespaces: a pod with the
@@ -29,12 +26,8 @@ import (
 // another MAC gets nothing. A bridge NIC on the pod network whose record
 // is missing is a clear error, and the launcher holds no socket after it.
 func TestServeDHCP(t *testing.T) {
-	busybox := hosttools.Require(t, "busybox")
-	if os.Getuid() != 0 {
-		t.Skip("needs root for network namespaces and veths")
-	}
-	pod := testNetns(t, "pod")
-	guest := testNetns(t, "guest")
+	pod := netnstest.New(t, "pod")
+	guest := netnstest.New(t, "guest")
 	hp, err := pod.Handle()
 	require.NoError(t, err)
 	defer hp.Close()
@@ -79,27 +72,8 @@ func TestServeDHCP(t *testing.T) {
 	require.NoError(t, err, "port 67 is free again: the failed start closed its socket")
 	t.Cleanup(stop)
 
-	dir := t.TempDir()
-	script := filepath.Join(dir, "script")
-	require.NoError(t, os.WriteFile(script, []byte("#!"+busybox+" sh\n[ \"$1\" = bound ] && env > "+dir+"/lease\nexit 0\n"), 0o755))
-	udhcpc := func() error {
-		return guest.Do(func() error {
-			out, err := exec.Command(busybox, "udhcpc", "-i", "ge0", "-n", "-q", "-f", "-t", "3", "-T", "1", "-s", script, "-O", "mtu", "-O", "search").CombinedOutput()
-			if err != nil {
-				t.Logf("udhcpc: %s", out)
-			}
-			return err
-		})
-	}
-	require.NoError(t, udhcpc())
-	b, err := os.ReadFile(filepath.Join(dir, "lease"))
+	env, err := netnstest.Udhcpc(t, guest, "ge0", "mtu", "search")
 	require.NoError(t, err)
-	env := map[string]string{}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			env[k] = v
-		}
-	}
 	assert.Equal(t, spec.GuestIP, env["ip"])
 	assert.Equal(t, "24", env["mask"])
 	assert.Equal(t, spec.GatewayIP, env["router"])
@@ -109,17 +83,8 @@ func TestServeDHCP(t *testing.T) {
 	assert.Equal(t, "ns1.svc.cluster.local svc.cluster.local", env["search"])
 	assert.Equal(t, "vm1", env["hostname"])
 
-	require.NoError(t, os.Remove(filepath.Join(dir, "lease")))
 	require.NoError(t, hg.LinkSetHardwareAddr(ge, net.HardwareAddr{0x02, 0x6b, 0x76, 0, 0, 10}))
-	assert.Error(t, udhcpc(), "no lease for another MAC")
-	assert.NoFileExists(t, filepath.Join(dir, "lease"))
-}
-
-// testNetns is a named network namespace, removed with the test.
-func testNetns(t *testing.T, role string) *link.Netns {
-	t.Helper()
-	ns, err := link.NewNetns(fmt.Sprintf("kvl-%s-%d", role, os.Getpid()%100000))
-	require.NoError(t, err)
-	t.Cleanup(func() { ns.Delete() })
-	return ns
+	env, err = netnstest.Udhcpc(t, guest, "ge0", "mtu", "search")
+	assert.Error(t, err, "no lease for another MAC")
+	assert.Nil(t, env)
 }
