@@ -119,12 +119,3 @@ func podBridgeRecord(sysClassNet string) (spec.PodBridgeRecord, error) {
 	}
 	return spec.ParsePodBridgeRecord(strings.TrimSpace(string(b)))
 }
-
-// guestHostname is the hostname the guest's lease gives it: the VMI's
-// spec.hostname, else its name (KubeVirt's).
-func guestHostname(vmiName, hostname string) string {
-	if hostname != "" {
-		return hostname
-	}
-	return vmiName
-}

@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		lingerUntil(ctx, o.Linger)
 		return 1, err
 	}
-	stopDHCP, err := readyNetwork(ctx, o.Paths, cfg.NICs, guestHostname(vmi.Name, vmi.Spec.Hostname), log, logf)
+	stopDHCP, err := readyNetwork(ctx, o.Paths, cfg.NICs, spec.GuestHostname(vmi), log, logf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return stopped("stopped before the guest started")

@@ -33,6 +33,7 @@ import (
 	"strings"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // Labels of the two kinds of disk, as cloud-init looks for them.
@@ -90,7 +91,7 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 	uuid := string(vmi.UID)
 	var files []file
 	if noCloud {
-		meta, err := json.Marshal(noCloudMeta{InstanceID: uuid, LocalHostname: Hostname(vmi), PublicKeys: keys})
+		meta, err := json.Marshal(noCloudMeta{InstanceID: uuid, LocalHostname: spec.GuestHostname(vmi), PublicKeys: keys})
 		if err != nil {
 			return nil, true, err
 		}
@@ -100,7 +101,7 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 		}
 	} else {
 		id := vmi.Name + "." + vmi.Namespace
-		meta, err := json.Marshal(configDriveMeta{LegacyInstanceID: id, InstanceID: id, Hostname: Hostname(vmi), UUID: uuid, PublicKeys: keys})
+		meta, err := json.Marshal(configDriveMeta{LegacyInstanceID: id, InstanceID: id, Hostname: spec.GuestHostname(vmi), UUID: uuid, PublicKeys: keys})
 		if err != nil {
 			return nil, true, err
 		}
@@ -119,19 +120,6 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 		return nil, true, fmt.Errorf("cloud-init volume %s: %w", v.Name, err)
 	}
 	return img, true, nil
-}
-
-// Hostname is the guest's hostname as KubeVirt gives it: spec.hostname,
-// else the VMI's name up to its first dot, at most 63 characters.
-func Hostname(vmi *v1.VirtualMachineInstance) string {
-	if vmi.Spec.Hostname != "" {
-		return vmi.Spec.Hostname
-	}
-	h, _, _ := strings.Cut(vmi.Name, ".")
-	if len(h) > 63 {
-		h = h[:63]
-	}
-	return h
 }
 
 type noCloudMeta struct {

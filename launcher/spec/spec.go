@@ -166,6 +166,20 @@ const (
 	PodInterface         = "eth0"
 )
 
+// GuestHostname is the guest's hostname as KubeVirt gives it, in its
+// cloud-init metadata and its DHCP lease alike: spec.hostname, else the
+// VMI's name up to its first dot, at most 63 characters.
+func GuestHostname(vmi *v1.VirtualMachineInstance) string {
+	if vmi.Spec.Hostname != "" {
+		return vmi.Spec.Hostname
+	}
+	h, _, _ := strings.Cut(vmi.Name, ".")
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
 // TapName is the tap device of the i-th pod-network NIC.
 func TapName(i int) string { return "tap" + strconv.Itoa(i) }
 

@@ -371,3 +371,18 @@ func TestQueues(t *testing.T) {
 	require.Len(t, nics, 1)
 	assert.Equal(t, 2, nics[0].Queues, "the pod NIC's tap gets a queue per vCPU")
 }
+
+// The guest's hostname, in its cloud-init metadata and its DHCP lease:
+// KubeVirt's rule.
+func TestGuestHostname(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	for _, tc := range []struct{ name, hostname, want string }{
+		{"vm1", "", "vm1"},
+		{"vm1", "web", "web"},
+		{"db.prod", "", "db"},
+		{long, "", long[:63]},
+	} {
+		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: tc.name}, Spec: v1.VirtualMachineInstanceSpec{Hostname: tc.hostname}}
+		assert.Equal(t, tc.want, GuestHostname(vmi), "%+v", tc)
+	}
+}
