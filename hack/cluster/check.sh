@@ -106,6 +106,7 @@ for f in "$CLUSTER_DIR"/*.pid; do [ -e "$f" ] && left="$left $(basename "$f")"; 
 for b in etcd kube-apiserver kube-scheduler kube-controller-manager kubelet kube-proxy; do
   pgrep -f "^$K8S_BIN/$b" >/dev/null && fail "$b still running after cluster-down"
 done
+pgrep -f "^$KUBE_ROUTER_DIR/bin/kube-router" >/dev/null && fail "kube-router still running after cluster-down"
 pgrep -f "containerd --config $CLUSTER_DIR" >/dev/null && fail "containerd still running after cluster-down"
 "$K" get nodes >/dev/null 2>&1 && fail "the API server still answers after cluster-down"
 pass "make cluster-down stopped everything ($(since "$t") s)"

@@ -36,6 +36,7 @@ fi
 # apiserver's shutdown.
 stop registry "$REGISTRY_BIN_DIR/registry-$REGISTRY_VERSION serve"
 stop kube-proxy "$K8S_BIN/kube-proxy"
+stop kube-router "$KUBE_ROUTER_DIR/bin/kube-router"
 stop socat "socat TCP-LISTEN:$API_PORT"
 stop kubelet "$K8S_BIN/kubelet"
 stop kube-controller-manager "$K8S_BIN/kube-controller-manager"
@@ -67,7 +68,7 @@ for n in /run/netns/cni-*; do
   # removed from here; it is only a leak, not worth failing for.
   rm -f "$n" 2>/dev/null || log "down.sh: $n is hidden under a later /run/netns mount; left in place"
 done
-# iptables chains of kube-proxy and the kubelet (all KUBE-*; this machine
+# iptables chains of kube-proxy, kube-router and the kubelet (all KUBE-*; this machine
 # runs no other Kubernetes).
 for ipt in iptables ip6tables; do
   command -v "$ipt" >/dev/null || continue
@@ -79,6 +80,11 @@ for ipt in iptables ip6tables; do
     for ch in $("$ipt-save" -t "$t" 2>/dev/null | awk -F'[: ]' '/^:KUBE-/{print $2}'); do "$ipt" -t "$t" -X "$ch" 2>/dev/null || true; done
   done
 done
+# kube-router's ipsets, now that no rule refers to them (it names them
+# KUBE-* and kube-router-*).
+if command -v ipset >/dev/null; then
+  for set in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router-)' || true); do ipset destroy "$set" 2>/dev/null || true; done
+fi
 for br in "$POD_BRIDGE" "$NODE_BRIDGE"; do
   ip link show "$br" >/dev/null 2>&1 && ip link del "$br"
 done

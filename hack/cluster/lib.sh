@@ -22,6 +22,10 @@ CONTAINERD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
 CNI_DIR=$KUBEVMM_CACHE/cni
 CNI_BIN=$CNI_DIR/bin
 CNI_PLUGINS_VERSION=v1.9.1
+# The NetworkPolicy enforcer (hack/cluster/kube-router.sh builds it):
+# kube-router's firewall alone, on the node like kube-proxy.
+KUBE_ROUTER_DIR=$KUBEVMM_CACHE/kube-router
+KUBE_ROUTER_VERSION=v2.1.0
 
 # v1.35.x and not 1.36: 1.36 drops containerd 1.x, and Debian 12 ships 1.6.
 # v1.35.4 is what the module proxy serves (later patches are filtered out).

@@ -7,7 +7,7 @@ set -euo pipefail
 
 mkdir -p "$PKI_DIR"
 cd "$PKI_DIR"
-want="node=$NODE_NAME ip=$NODE_IP api=$SERVICE_API_IP v=2"
+want="node=$NODE_NAME ip=$NODE_IP api=$SERVICE_API_IP v=3"
 if [ "$(cat .stamp 2>/dev/null)" = "$want" ] && openssl x509 -checkend 86400 -noout -in ca.crt >/dev/null 2>&1 \
    && openssl x509 -checkend 86400 -noout -in apiserver.crt >/dev/null 2>&1; then
   exit 0
@@ -60,6 +60,7 @@ sign ca scheduler system:kube-scheduler ""
 sign ca controller-manager system:kube-controller-manager ""
 sign ca kubelet "system:node:$NODE_NAME" system:nodes
 sign ca kube-proxy system:kube-proxy ""
+sign ca kube-router system:kube-router ""
 # The aggregation layer: kube-apiserver proxies requests for aggregated APIs
 # (virt-api's subresources.kubevirt.io) with this client certificate, from
 # its own CA, and the aggregated server trusts the X-Remote-* headers only
@@ -72,5 +73,6 @@ kubeconfig scheduler system:kube-scheduler
 kubeconfig controller-manager system:kube-controller-manager
 kubeconfig kubelet "system:node:$NODE_NAME"
 kubeconfig kube-proxy system:kube-proxy
+kubeconfig kube-router system:kube-router
 chmod 0644 ./*.crt ./*.kubeconfig sa.pub
 echo "$want" > .stamp

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Brings up a real single-node Kubernetes on this machine: etcd,
 # kube-apiserver (with the aggregation layer configured), containerd,
-# kube-scheduler, kube-controller-manager, kubelet and kube-proxy, all
+# kube-scheduler, kube-controller-manager, kubelet, kube-proxy and
+# kube-router's NetworkPolicy firewall, all
 # started in the background with their PIDs recorded under
 # $KUBEVMM_CACHE/k8s/cluster; waits until the node is Ready.
 # Idempotent: components already running are left alone.
@@ -20,7 +21,8 @@ phase "kubernetes $KUBE_VERSION binaries present"
 "$HACK_DIR/cluster/pki.sh"
 phase "PKI present"
 "$HACK_DIR/cluster/cni-plugins.sh" >/dev/null
-phase "CNI plugins present"
+KUBE_ROUTER=$("$HACK_DIR/cluster/kube-router.sh")
+phase "CNI plugins and kube-router present"
 
 mkdir -p "$LOG_DIR" "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/kubelet" "$CLUSTER_DIR/conf"
 P=$PKI_DIR B=$K8S_BIN
@@ -153,7 +155,18 @@ wait_for "node $NODE_NAME Ready" 300 node_ready
 wait_for "default service account" 120 kubectl_admin get serviceaccount default -n default
 phase "node $NODE_NAME Ready"
 
-for n in etcd kube-apiserver containerd kube-scheduler kube-controller-manager kubelet socat kube-proxy registry; do
+# NetworkPolicies: the bridge plugin enforces none, kube-router's firewall
+# does (kube-router.sh), on the node as kube-proxy is, once the node it
+# finds itself by exists. Its health and metrics servers are off: nothing
+# listens for it on the node.
+kubectl_admin apply -f "$CONF_DIR/kube-router-rbac.yaml" >/dev/null
+start kube-router "$KUBE_ROUTER" "$KUBE_ROUTER" --kubeconfig="$P/kube-router.kubeconfig" \
+  --hostname-override="$NODE_NAME" --run-firewall=true --run-router=false --run-service-proxy=false \
+  --enable-cni=false --service-cluster-ip-range="$SERVICE_CIDR" --health-port=0 --metrics-port=0
+wait_for "kube-router's firewall chains" 120 sh -c 'iptables -S KUBE-ROUTER-FORWARD'
+phase "NetworkPolicy firewall (kube-router) running"
+
+for n in etcd kube-apiserver containerd kube-scheduler kube-controller-manager kubelet socat kube-proxy kube-router registry; do
   printf '  %-24s pid %s\n' "$n" "$(cat "$CLUSTER_DIR/$n.pid")"
 done
 log "up.sh: cluster up in $(since "$T0") s. Use hack/kubectl.sh, or export KUBECONFIG=$KUBECONFIG_ADMIN"
