@@ -35,6 +35,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -214,7 +215,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&cdiv1.CDIConfig{}).
 		Owns(&cdiv1.StorageProfile{})
 	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &admissionregistrationv1.ValidatingWebhookConfiguration{},
-		&admissionregistrationv1.MutatingWebhookConfiguration{}} {
+		&admissionregistrationv1.MutatingWebhookConfiguration{}, &networkingv1.NetworkPolicy{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
 	b = b.Watches(&storagev1.StorageClass{}, kit.EnqueueAll(mgr.GetClient(), &cdiv1.CDIList{}))

@@ -114,7 +114,8 @@ func TestDecideObjects(t *testing.T) {
 		assert.True(t, *ref.Controller)
 	}
 	assert.ElementsMatch(t, []string{"ServiceAccount hostpath-provisioner", "ClusterRole hostpath-provisioner", "ClusterRoleBinding hostpath-provisioner",
-		"Role hostpath-provisioner", "RoleBinding hostpath-provisioner", "CSIDriver kubevirt.io.hostpath-provisioner", "DaemonSet hostpath-provisioner"}, kinds,
+		"Role hostpath-provisioner", "RoleBinding hostpath-provisioner", "CSIDriver kubevirt.io.hostpath-provisioner", "DaemonSet hostpath-provisioner",
+		"NetworkPolicy hostpath-provisioner"}, kinds,
 		"no StorageClass and no namespace: the users' and the operator's")
 
 	ds := find(t, d.Apply, "DaemonSet")

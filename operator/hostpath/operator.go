@@ -49,5 +49,5 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		// The driver's ServiceAccount, in its own namespace, the only one
 		// it reads them in.
 		NamespaceRules: kit.OwnNamespaceRules("serviceaccounts")})
-	return append([]client.Object{hppCRD, install.NamespaceObject()}, op...), nil
+	return append([]client.Object{hppCRD, install.NamespaceObject(), kit.DenyByDefault(install.Namespace)}, op...), nil
 }

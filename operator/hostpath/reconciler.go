@@ -38,6 +38,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -146,7 +147,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			CreateFunc: func(event.CreateEvent) bool { return false }, UpdateFunc: func(event.UpdateEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false }}))
 	for _, obj := range []client.Object{&appsv1.DaemonSet{}, &corev1.ServiceAccount{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{},
-		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &storagev1.CSIDriver{}} {
+		&rbacv1.Role{}, &rbacv1.RoleBinding{}, &storagev1.CSIDriver{}, &networkingv1.NetworkPolicy{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
 	return b.Complete(r)

@@ -54,7 +54,8 @@ func TestDecide(t *testing.T) {
 	multusObjs := []string{"CustomResourceDefinition network-attachment-definitions.k8s.cni.cncf.io",
 		"ServiceAccount kubevmm-multus", "ClusterRole kubevmm:kubevmm-multus", "ClusterRoleBinding kubevmm:kubevmm-multus", "DaemonSet kubevmm-multus"}
 	kmpObjs := []string{"Secret kubemacpool-ca", "Secret kubemacpool-service", "ConfigMap kubemacpool-mac-range-config", "ServiceAccount kubemacpool", "ClusterRole kubevmm:kubemacpool", "ClusterRoleBinding kubevmm:kubemacpool",
-		"Role kubevmm:kubemacpool", "RoleBinding kubevmm:kubemacpool", "RoleBinding kubevmm:kubemacpool-auth-reader", "Deployment " + install.KubeMacPool, "Service kubemacpool-service", "MutatingWebhookConfiguration kubemacpool-mutator"}
+		"Role kubevmm:kubemacpool", "RoleBinding kubevmm:kubemacpool", "RoleBinding kubevmm:kubemacpool-auth-reader", "Deployment " + install.KubeMacPool, "Service kubemacpool-service", "MutatingWebhookConfiguration kubemacpool-mutator",
+		"NetworkPolicy " + install.KubeMacPool}
 	markerObjs := []string{"ServiceAccount bridge-marker", "ClusterRole kubevmm:bridge-marker", "ClusterRoleBinding kubevmm:bridge-marker", "DaemonSet bridge-marker"}
 	for _, tc := range []struct {
 		name      string
@@ -70,15 +71,15 @@ func TestDecide(t *testing.T) {
 		configMap *[2]string
 		wantRange string
 	}{
-		{name: "nothing requested: available, all removed", deleted: 8 + 12,
+		{name: "nothing requested: available, all removed", deleted: 8 + 13,
 			conds: "Available=True Progressing=False Degraded=False ", observed: "v9"},
 		{name: "multus deploying", spec: networkaddonsv1.NetworkAddonsConfigSpec{Multus: &networkaddonsv1.Multus{}},
-			apply: multusObjs, deleted: 4 + 12, conds: "Available=False Progressing=True Degraded=False ", message: "not ready yet: " + multusDS},
+			apply: multusObjs, deleted: 4 + 13, conds: "Available=False Progressing=True Degraded=False ", message: "not ready yet: " + multusDS},
 		{name: "both ready", spec: networkaddonsv1.NetworkAddonsConfigSpec{Multus: &networkaddonsv1.Multus{}, LinuxBridge: &networkaddonsv1.LinuxBridge{}},
-			ready: []string{multusDS, markerDS}, apply: append(append([]string{}, multusObjs...), markerObjs...), deleted: 12,
+			ready: []string{multusDS, markerDS}, apply: append(append([]string{}, multusObjs...), markerObjs...), deleted: 13,
 			conds: "Available=True Progressing=False Degraded=False ", observed: "v9"},
 		{name: "linuxBridge waits for bridge-marker", spec: networkaddonsv1.NetworkAddonsConfigSpec{LinuxBridge: &networkaddonsv1.LinuxBridge{}, ImagePullPolicy: corev1.PullAlways},
-			ready: []string{multusDS}, apply: markerObjs, deleted: 4 + 12, pullAlway: true,
+			ready: []string{multusDS}, apply: markerObjs, deleted: 4 + 13, pullAlway: true,
 			conds: "Available=False Progressing=True Degraded=False ", message: "not ready yet: " + markerDS},
 		{name: "an unsupported key is refused by name, nothing touched", spec: networkaddonsv1.NetworkAddonsConfigSpec{Multus: &networkaddonsv1.Multus{}},
 			unknown: []string{"ovs", "multus.delegates"},

@@ -53,5 +53,5 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		// kubemacpool's CA and serving certificate: all in its own
 		// namespace, the only one it reads them in.
 		NamespaceRules: kit.OwnNamespaceRules("serviceaccounts", "services", "configmaps", "secrets")})
-	return append([]client.Object{nacCRD, install.NamespaceObject()}, op...), nil
+	return append([]client.Object{nacCRD, install.NamespaceObject(), kit.DenyByDefault(install.Namespace)}, op...), nil
 }

@@ -60,6 +60,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -220,7 +221,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("networkaddonsconfig").For(&networkaddonsv1.NetworkAddonsConfig{})
 	for _, obj := range []client.Object{&appsv1.DaemonSet{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &corev1.ConfigMap{},
 		&corev1.Service{}, &rbacv1.ClusterRole{}, &rbacv1.ClusterRoleBinding{}, &rbacv1.Role{}, &rbacv1.RoleBinding{},
-		&admissionregistrationv1.MutatingWebhookConfiguration{}} {
+		&admissionregistrationv1.MutatingWebhookConfiguration{}, &networkingv1.NetworkPolicy{}} {
 		b = b.Owns(obj, builder.OnlyMetadata)
 	}
 	return b.Complete(r)

@@ -83,6 +83,16 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 	for _, crd := range crds {
 		objs = append(objs, crd)
 	}
+	dep := &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{ServiceAccountName: OperatorName, Containers: []corev1.Container{ctr},
+					TerminationGracePeriodSeconds: ptr.To(int64(5))},
+			},
+		}}
 	objs = append(objs,
 		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace}},
 		role,
@@ -95,16 +105,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 		// reader Role itself (so it may grant it) and may write
 		// RoleBindings in kube-system, nowhere else.
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
-		&appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To(int32(1)),
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{ServiceAccountName: OperatorName, Containers: []corev1.Container{ctr},
-						TerminationGracePeriodSeconds: ptr.To(int64(5))},
-				},
-			}},
+		dep,
+		// It only calls the API server.
+		kit.NetworkPolicy(dep, kit.Traffic{}),
 	)
 	// RoleBindings in kube-system, nowhere else: the validator's reader
 	// binding (see ReaderBinding above).

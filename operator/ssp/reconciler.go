@@ -105,6 +105,7 @@ var watched = []schema.GroupVersionKind{
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
 	{Version: "v1", Kind: "Service"},
 	{Version: "v1", Kind: "ServiceAccount"},
+	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"},
 	cleanupOrder[0], cleanupOrder[2], cleanupOrder[3],
 }
 

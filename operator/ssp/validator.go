@@ -17,6 +17,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/templatevalidator/webhook"
 )
 
@@ -133,5 +134,7 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 		// is where extension API servers do.
 		frontproxy.ReaderBinding(ValidatorAuthReader, ns, ValidatorServiceAccount),
 		svc, deploy, webhooks,
+		// Its webhooks answer the API server only (client certificate).
+		kit.NetworkPolicy(deploy, kit.Traffic{Serve: []int32{ValidatorPort}}),
 	}
 }

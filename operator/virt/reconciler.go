@@ -92,6 +92,8 @@ var deletionOrder = []schema.GroupVersionKind{
 	{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"},
 	{Group: "apps", Version: "v1", Kind: "DaemonSet"},
 	{Group: "apps", Version: "v1", Kind: "Deployment"},
+	// After the workloads: no pod runs without its policy.
+	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"},
 	{Version: "v1", Kind: "Service"},
 	{Version: "v1", Kind: "ConfigMap"},
 	{Version: "v1", Kind: "Secret"},

@@ -101,7 +101,10 @@ func ControllerObjects(c Config) []client.Object {
 	// DataVolume controller) and extended ones checked (the clone
 	// controller).
 	secretVolume(&dep.Spec.Template.Spec.Containers[0], &dep.Spec.Template.Spec, SecretTokenKey, ControllerTokenDir)
-	return append(append(rbac(ControllerAccount, ControllerRole, rules), kit.LeaseRBAC(Controller, Namespace, ControllerAccount)...), dep)
+	// It polls the registries DataImportCrons name (any address) and
+	// reads the importers' progress from their pods.
+	return append(append(rbac(ControllerAccount, ControllerRole, rules), kit.LeaseRBAC(Controller, Namespace, ControllerAccount)...),
+		dep, kit.NetworkPolicy(dep, kit.Traffic{ToAnywhere: true}))
 }
 
 // ControllerTokenDir is where cdi-controller reads the token key pair
@@ -153,8 +156,11 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
 	// are all in Namespace, the only one it reads them in.
 	out = append(out, kit.RoleRBAC(OperatorName, Namespace, Namespace, OperatorName, kit.OwnNamespaceRules("serviceaccounts", "services", "configmaps", "secrets"))...)
-	return append(out, deployment(OperatorName, OperatorName, corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag,
-		ImagePullPolicy: c.PullPolicy, Args: args})), nil
+	dep := deployment(OperatorName, OperatorName, corev1.Container{Name: OperatorName, Image: c.ImageRegistry + "/" + OperatorName + ":" + c.ImageTag,
+		ImagePullPolicy: c.PullPolicy, Args: args})
+	// The namespace is closed by default; the operator only calls the
+	// API server.
+	return append(out, dep, kit.DenyByDefault(Namespace), kit.NetworkPolicy(dep, kit.Traffic{})), nil
 }
 
 // rbac is a ServiceAccount in Namespace bound to a ClusterRole of rules.

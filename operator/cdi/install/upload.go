@@ -13,6 +13,7 @@ import (
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 	"github.com/kubevmm/kubevmm/storage/cdi/upload"
 )
@@ -52,9 +53,10 @@ func secretVolume(ctr *corev1.Container, spec *corev1.PodSpec, name, path string
 }
 
 // httpsComponent is a Deployment serving HTTPS on 8443 (ready on
-// /healthz) behind Service svc (443).
-func httpsComponent(c Config, name, account, svc string, args []string, mounts func(*corev1.Container, *corev1.PodSpec)) []client.Object {
-	dep := deployment(name, account, corev1.Container{Name: name, Image: c.image(name), ImagePullPolicy: c.PullPolicy, Args: args,
+// /healthz) behind Service svc (443), open to any caller (it
+// authenticates them itself) and sending what t allows.
+func httpsComponent(c Config, name, account, svc string, t kit.Traffic, mounts func(*corev1.Container, *corev1.PodSpec)) []client.Object {
+	dep := deployment(name, account, corev1.Container{Name: name, Image: c.image(name), ImagePullPolicy: c.PullPolicy,
 		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}}})
 	spec := &dep.Spec.Template.Spec
 	ctr := &spec.Containers[0]
@@ -63,7 +65,8 @@ func httpsComponent(c Config, name, account, svc string, args []string, mounts f
 	service := &corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{Selector: dep.Spec.Selector.MatchLabels,
 			Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}}
-	return []client.Object{dep, service}
+	t.Serve = append(t.Serve, 8443)
+	return []client.Object{dep, service, kit.NetworkPolicy(dep, t)}
 }
 
 // APIServerObjects are cdi-apiserver's: RBAC (SubjectAccessReviews, the
@@ -83,7 +86,7 @@ func APIServerObjects(c Config) []client.Object {
 			Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-admin": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{uploadv1.GroupName}, Resources: []string{uploadv1.Resource}, Verbs: []string{"create"}}}},
 	)
-	out = append(out, httpsComponent(c, APIServer, APIServer, APIServerService, nil, func(ctr *corev1.Container, spec *corev1.PodSpec) {
+	out = append(out, httpsComponent(c, APIServer, APIServer, APIServerService, kit.Traffic{}, func(ctr *corev1.Container, spec *corev1.PodSpec) {
 		secretVolume(ctr, spec, SecretAPIServerCert, "/etc/cdi-apiserver/server")
 		secretVolume(ctr, spec, SecretTokenKey, "/etc/cdi-apiserver/token", token.PrivateKeyKey)
 	})...)
@@ -105,7 +108,9 @@ func APIServerObjects(c Config) []client.Object {
 func UploadProxyObjects(c Config) []client.Object {
 	out := rbac(UploadProxy, UploadProxy, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "services"}, Verbs: []string{"get", "list", "watch"}}})
-	return append(out, httpsComponent(c, UploadProxy, UploadProxy, UploadProxy, nil, func(ctr *corev1.Container, spec *corev1.PodSpec) {
+	// It forwards each upload to the claim's upload server, in the
+	// claim's namespace.
+	return append(out, httpsComponent(c, UploadProxy, UploadProxy, UploadProxy, kit.Traffic{ToPods: []int32{upload.Port}}, func(ctr *corev1.Container, spec *corev1.PodSpec) {
 		secretVolume(ctr, spec, SecretUploadProxyCert, "/etc/cdi-uploadproxy/server")
 		secretVolume(ctr, spec, SecretUploadProxyClient, "/etc/cdi-uploadproxy/client")
 		secretVolume(ctr, spec, SecretTokenKey, "/etc/cdi-uploadproxy/token", token.PublicKeyKey)

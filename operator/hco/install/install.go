@@ -111,6 +111,7 @@ func Objects(c Config) ([]client.Object, error) {
 		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: CLIDownloadPort}}, Resources: requests("5m", "16Mi"), SecurityContext: nonRoot(),
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(CLIDownloadPort)}},
 			PeriodSeconds: 2}}
+	download := deployment(meta(CLIDownloadName), dlLabels, "", dl, nil)
 	path := hco.ValidatePath
 	objs := []client.Object{
 		hcoCRD,
@@ -141,8 +142,13 @@ func Objects(c Config) ([]client.Object, error) {
 				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 				AdmissionReviewVersions: []string{"v1"},
 			}}},
-		deployment(meta(CLIDownloadName), dlLabels, "", dl, nil),
+		download,
 		service(meta(CLIDownloadName), dlLabels, CLIDownloadPort),
+		// Its webhook answers the API server only (client certificate),
+		// its metrics a token allowed to read them; the downloads are
+		// for anyone.
+		kit.NetworkPolicy(operator, kit.Traffic{Serve: []int32{WebhookPort, metricsPort}}),
+		kit.NetworkPolicy(download, kit.Traffic{Serve: []int32{CLIDownloadPort}}),
 	}
 	objs = append(objs, kit.LeaseRBAC(OperatorName, c.Namespace, OperatorName)...)
 	// The webhook's certificate, which it makes, and the CA bundle it puts

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/storage/hostpath"
 )
 
@@ -146,6 +147,9 @@ func Objects(c Config) []client.Object {
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: Name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: Name, Namespace: Namespace}}},
 		driver, ds,
+		// The driver talks to the kubelet over unix sockets, and to the
+		// API server.
+		kit.NetworkPolicy(ds, kit.Traffic{}),
 	}
 }
 

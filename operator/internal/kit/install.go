@@ -31,9 +31,9 @@ type Operator struct {
 // leader election lease's Role and binding (LeaseRBAC), the Role and
 // binding of NamespaceRules if any, and the one-replica Deployment that
 // run an operator: non-root with every capability dropped, POD_NAMESPACE
-// set, ready when /readyz on :8081 answers. The network and hostpath
-// operators are deployed so; their CRD and namespace come first, from
-// their callers.
+// set, ready when /readyz on :8081 answers; and its NetworkPolicy. The
+// network and hostpath operators are deployed so; their CRD, namespace
+// and the namespace's DenyByDefault come first, from their callers.
 func OperatorObjects(o Operator) []client.Object {
 	ctr := corev1.Container{Name: o.Name, Image: o.Image, ImagePullPolicy: o.PullPolicy,
 		Args: o.Args,
@@ -45,6 +45,17 @@ func OperatorObjects(o Operator) []client.Object {
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz",
 			Port: intstr.FromInt(8081), Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}}
 	labels := map[string]string{v1.AppLabel: o.Name}
+	dep := &appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{ServiceAccountName: o.Name, Containers: []corev1.Container{ctr},
+					TerminationGracePeriodSeconds: ptr.To(int64(5))},
+			},
+		}}
 	objs := LeaseRBAC(o.Name, o.Namespace, o.Name)
 	if len(o.NamespaceRules) > 0 {
 		objs = append(objs, RoleRBAC(o.Name, o.Namespace, o.Namespace, o.Name, o.NamespaceRules)...)
@@ -58,17 +69,9 @@ func OperatorObjects(o Operator) []client.Object {
 			ObjectMeta: metav1.ObjectMeta{Name: o.Name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.Name},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: o.Name, Namespace: o.Namespace}}},
-		&appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-			ObjectMeta: metav1.ObjectMeta{Name: o.Name, Namespace: o.Namespace},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr.To(int32(1)),
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{ServiceAccountName: o.Name, Containers: []corev1.Container{ctr},
-						TerminationGracePeriodSeconds: ptr.To(int64(5))},
-				},
-			}},
+		dep,
+		// It only calls the API server.
+		NetworkPolicy(dep, Traffic{}),
 	)
 }
 

@@ -5,8 +5,9 @@
 // server-side applying what Decide wants, deciding when a Deployment or
 // DaemonSet has rolled out, mapping a watched change to every CR of
 // a kind (each operator's CR is a singleton by convention, and the next
-// one takes over when the first goes), and the objects that run an
-// operator itself (install.go). Where operators really differ
+// one takes over when the first goes), the objects that run an
+// operator itself (install.go), and the NetworkPolicies that close a
+// component's namespace and open what each component needs (netpol.go). Where operators really differ
 // (what they observe, what they decide, what they log) they keep their
 // own code.
 package kit

@@ -2,6 +2,7 @@ package kit
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -9,8 +10,9 @@ import (
 )
 
 // An operator deploys its components' ServiceAccounts, Services,
-// ConfigMaps and Secrets in its own namespace only, so it is granted those
-// it deploys there only (a Role, OwnNamespaceRules) and reads them there only: its
+// ConfigMaps, Secrets and NetworkPolicies in its own namespace only, so it
+// is granted those it deploys there only (a Role, OwnNamespaceRules) and
+// reads them there only: its
 // lists are limited to the namespace (InOwnNamespace) and so is its cache
 // of them (OwnNamespaceCache), since a cluster-wide watch would need a
 // cluster-wide grant, which for Secrets is every tenant's.
@@ -21,20 +23,23 @@ var ownNamespaceKinds = []schema.GroupVersionKind{
 	corev1.SchemeGroupVersion.WithKind("Service"),
 	corev1.SchemeGroupVersion.WithKind("ConfigMap"),
 	corev1.SchemeGroupVersion.WithKind("Secret"),
+	networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"),
 }
 
-// OwnNamespaceRules grant resources, some of those kinds, for a Role in
-// the operator's namespace.
+// OwnNamespaceRules grant resources, some of the core kinds above, and
+// NetworkPolicies (every operator deploys its components' policies), for
+// a Role in the operator's namespace.
 func OwnNamespaceRules(resources ...string) []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: resources,
-		Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}
+	verbs := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: resources, Verbs: verbs},
+		{APIGroups: []string{networkingv1.GroupName}, Resources: []string{"networkpolicies"}, Verbs: verbs}}
 }
 
 // OwnNamespaceCache limits the cache of those kinds, typed or metadata
 // only, to namespace.
 func OwnNamespaceCache(namespace string) cache.Options {
 	by := map[client.Object]cache.ByObject{}
-	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
+	for _, obj := range []client.Object{&corev1.ServiceAccount{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.Secret{}, &networkingv1.NetworkPolicy{}} {
 		by[obj] = cache.ByObject{Namespaces: map[string]cache.Config{namespace: {}}}
 	}
 	return cache.Options{ByObject: by}

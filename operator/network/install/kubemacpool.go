@@ -16,6 +16,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // kubemacpool's objects, upstream's names.
@@ -109,5 +110,6 @@ func KubeMacPoolObjects(c KubeMacPoolConfig) ([]client.Object, error) {
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "webhook", Port: 443, TargetPort: intstr.FromInt32(kubeMacPoolPort)}}}}
 	hook := kubemacpool.MutatingWebhook(KubeMacPoolWebhook, Namespace, KubeMacPoolService, c.CABundle)
 	hook.Labels = managed()
-	return append(objs, deploy, svc, hook), nil
+	// Its webhook answers the API server only (client certificate).
+	return append(objs, deploy, svc, hook, kit.NetworkPolicy(deploy, kit.Traffic{Serve: []int32{kubeMacPoolPort}})), nil
 }

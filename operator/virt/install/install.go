@@ -40,6 +40,7 @@ import (
 	"github.com/kubevmm/kubevmm/handler"
 	handlerrbac "github.com/kubevmm/kubevmm/handler/rbac"
 	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
 
@@ -313,12 +314,18 @@ func (b *builder) controlPlane() error {
 			{Name: "config", MountPath: configDir, ReadOnly: true}}}
 	configVol := corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName}}}}
+	ctrl := b.deploy(VirtControllerName, "kubevirt-controller", vc, []corev1.Volume{configVol})
+	api := b.deploy(VirtAPIName, "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", SecretAPICerts), secretVol("handler-client", SecretAPIClient), configVol})
 	b.add(
-		cm,
-		b.deploy(VirtControllerName, "kubevirt-controller", vc, []corev1.Volume{configVol}),
-		b.deploy(VirtAPIName, "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", SecretAPICerts), secretVol("handler-client", SecretAPIClient), configVol}),
+		cm, ctrl, api,
 		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: b.meta(VirtAPIName), Spec: corev1.ServiceSpec{
 			Selector: appLabels(VirtAPIName), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},
+		// virt-controller serves its metrics; virt-api its API, webhooks
+		// and metrics, and calls the handlers' API (consoles, pause,
+		// guest agent).
+		kit.NetworkPolicy(ctrl, kit.Traffic{Serve: []int32{8443}}),
+		kit.NetworkPolicy(api, kit.Traffic{Serve: []int32{8443},
+			To: []kit.Peer{{Pods: appLabels(VirtHandlerName), Ports: []int32{handler.Port}}}}),
 	)
 	return nil
 }
@@ -355,7 +362,7 @@ func (b *builder) handler() error {
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
 		}}
-	b.add(&appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: b.meta(VirtHandlerName),
+	ds := &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: b.meta(VirtHandlerName),
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: appLabels(VirtHandlerName)},
 			Template: corev1.PodTemplateSpec{
@@ -371,7 +378,14 @@ func (b *builder) handler() error {
 						secretVol("certs", SecretHandlerCerts),
 					}},
 			},
-		}})
+		}}
+	// Its API answers virt-api only, its migration port the other nodes'
+	// handlers only (both mutual TLS besides); its metrics anyone with a
+	// token allowed to read them.
+	migration := kit.Peer{Pods: appLabels(VirtHandlerName), Ports: []int32{spec.HandlerMigrationPort}}
+	b.add(ds, kit.NetworkPolicy(ds, kit.Traffic{Serve: []int32{8443},
+		From: []kit.Peer{{Pods: appLabels(VirtAPIName), Ports: []int32{handler.Port}}, migration},
+		To:   []kit.Peer{migration}}))
 	return nil
 }
 

@@ -69,8 +69,11 @@ func Operator(c Config) ([]client.Object, error) {
 		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-operator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubevirt-operator"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kubevirt-operator", Namespace: c.Namespace}}},
-		b.deploy(OperatorName, "kubevirt-operator", ctr, nil),
 	}
+	dep := b.deploy(OperatorName, "kubevirt-operator", ctr, nil)
+	// The namespace is closed by default; the operator only calls the
+	// API server.
+	objs = append(objs, dep, kit.DenyByDefault(c.Namespace), kit.NetworkPolicy(dep, kit.Traffic{}))
 	objs = append(objs, kit.LeaseRBAC("kubevirt-operator", c.Namespace, "kubevirt-operator")...)
 	// The components' ServiceAccounts, Services, ConfigMaps and Secrets
 	// are all in its namespace, the only one it reads them in.
