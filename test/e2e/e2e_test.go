@@ -569,24 +569,30 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		if source == "" || strings.Contains(source, " ") {
 			t.Fatalf("want one launcher pod before the migration, got %q", source)
 		}
-		// Strangers on the pod network, in the source launcher pod's own
-		// network namespace (where a guest that broke out would be),
-		// reach the handler's migration port before the source does: one
-		// starts a TLS handshake without virt-handler's certificate, one
-		// connects and stalls. The port speaks TLS, refuses the first,
-		// and neither keeps the migration from succeeding.
+		// A stranger in the source launcher pod's own network namespace
+		// (where a guest that broke out would be) does not reach the
+		// handler's migration port: its NetworkPolicy lets only the
+		// other handlers in. Strangers on the node, which policies do
+		// not restrict, reach it before the source does: one starts a
+		// TLS handshake without virt-handler's certificate, one connects
+		// and stalls. The port speaks TLS, refuses the first, and
+		// neither keeps the migration from succeeding.
 		handlerIP := strings.TrimSpace(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-handler", "-o", "jsonpath={.items[0].status.podIP}"))
 		migAddr := net.JoinHostPort(handlerIP, strconv.Itoa(spec.HandlerMigrationPort))
 		srcPIDs := podProcesses(jsonpath(t, "pod/"+source, "{.metadata.uid}"), "virt-launcher")
 		if len(srcPIDs) == 0 {
 			t.Fatalf("no virt-launcher process in pod %s", source)
 		}
-		stalled, err := dialFromNetns(srcPIDs[0], migAddr)
+		if c, err := dialFromNetns(srcPIDs[0], migAddr); err == nil {
+			c.Close()
+			t.Fatalf("pod %s reached the handler's migration port %s, which its NetworkPolicy closes to it", source, migAddr)
+		}
+		stalled, err := dialFromNetns(os.Getpid(), migAddr)
 		if err != nil {
-			t.Fatalf("connecting to %s from pod %s: %v", migAddr, source, err)
+			t.Fatalf("connecting to %s from the node: %v", migAddr, err)
 		}
 		defer stalled.Close()
-		first, herr := strangerHandshake(srcPIDs[0], migAddr)
+		first, herr := strangerHandshake(os.Getpid(), migAddr)
 		t.Logf("a stranger's handshake with %s: first bytes % x, %v", migAddr, first, herr)
 		if len(first) < 2 || first[0] != 0x16 || first[1] != 0x03 {
 			t.Fatalf("the migration port did not answer with a TLS handshake record: % x", first)

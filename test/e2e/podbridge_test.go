@@ -83,13 +83,10 @@ func TestPodBridgeBinding(t *testing.T) {
 	assert.Equal(t, spec.ReasonInterfaceNotLiveMigratable, migratable.Reason)
 	assert.Contains(t, migratable.Message, "interface default")
 
-	// Another pod reaches the guest at the pod IP: from virt-api's.
-	apiPod := strings.Fields(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-api", "-o", "jsonpath={.items[*].metadata.uid}"))
-	require.NotEmpty(t, apiPod)
-	pids = podProcesses(apiPod[0], "virt-api")
-	require.NotEmpty(t, pids, "a virt-api process")
-	c, err := dialFromNetns(pids[0], net.JoinHostPort(podIP, "1234"))
-	require.NoError(t, err, "virt-api's pod reaches the guest's echo server at the pod IP")
+	// Another pod reaches the guest at the pod IP.
+	probe := netprobePod(t, ns, "probe", func(f string) (string, error) { return run(t, "kubectl.sh", "-n", ns, "create", "-f", f) })
+	c, err := dialFromNetns(probe, net.JoinHostPort(podIP, "1234"))
+	require.NoError(t, err, "another pod reaches the guest's echo server at the pod IP")
 	_, err = c.Write([]byte("from another pod\n"))
 	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))

@@ -124,17 +124,31 @@ func TestRestrictedNamespace(t *testing.T) {
 	}
 
 	t.Run("virt-api and virt-handler refuse a client in the pod", func(t *testing.T) {
+		// virt-handler's API is closed to the pod by its NetworkPolicy
+		// (virt-api's pods only); its certificate check is then tried
+		// from the node, which policies do not restrict.
 		apiIP := strings.TrimSpace(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-api", "-o", "jsonpath={.items[0].status.podIP}"))
 		handlerIP := strings.TrimSpace(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-handler", "-o", "jsonpath={.items[0].status.podIP}"))
-		for _, tc := range []struct{ name, addr, path string }{
+		for _, tc := range []struct {
+			name, addr, path string
+			closedToPods     bool
+		}{
 			// The aggregated API's own path, as the front proxy forwards
 			// it, claiming to be an admin: only the front proxy's
 			// certificate makes virt-api believe the headers.
 			{"virt-api stop, a forged X-Remote-User", net.JoinHostPort(apiIP, "8443"),
-				"/apis/subresources.kubevirt.io/v1/namespaces/" + restrictedNS + "/virtualmachines/" + vmName + "/stop"},
+				"/apis/subresources.kubevirt.io/v1/namespaces/" + restrictedNS + "/virtualmachines/" + vmName + "/stop", false},
 			{"virt-handler pause", net.JoinHostPort(handlerIP, strconv.Itoa(handler.Port)),
-				"/v1/namespaces/" + restrictedNS + "/virtualmachineinstances/" + vmName + "/pause"},
+				"/v1/namespaces/" + restrictedNS + "/virtualmachineinstances/" + vmName + "/pause", true},
 		} {
+			from := pids[0]
+			if tc.closedToPods {
+				if c, err := dialFromNetns(from, tc.addr); err == nil {
+					c.Close()
+					t.Errorf("%s: the launcher pod reached %s, which its NetworkPolicy closes to it", tc.name, tc.addr)
+				}
+				from = os.Getpid()
+			}
 			req, err := http.NewRequest(http.MethodPut, "https://"+tc.addr+tc.path, strings.NewReader("{}"))
 			if err != nil {
 				t.Fatal(err)
@@ -142,7 +156,7 @@ func TestRestrictedNamespace(t *testing.T) {
 			req.Header.Set("X-Remote-User", "system:admin")
 			req.Header.Set("X-Remote-Group", "system:masters")
 			req.Header.Set("Content-Type", "application/json")
-			status, err := strangerRequest(t, pids[0], tc.addr, req)
+			status, err := strangerRequest(t, from, tc.addr, req)
 			t.Logf("%s (%s): status %d, %v", tc.name, tc.addr, status, err)
 			if err == nil && status != http.StatusUnauthorized && status != http.StatusForbidden {
 				t.Errorf("%s: answered %d to a client without a certificate", tc.name, status)

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,7 +169,11 @@ func webhookPost(t *testing.T, addr, path string, body []byte) (int, string) {
 // cdi-apiserver, the template validator and the HCO (64 to kubemacpool,
 // four MACs asked for in each) are 401:
 // they answer only the API server's client certificate, and her VM made
-// through the API server still gets its MAC. A copy of her
+// through the API server still gets its MAC. Her pod reaches the
+// components' ports that serve anyone (those webhooks, the aggregated
+// APIs, /metrics, the upload proxy, the CLI downloads) and none of the
+// others, which their NetworkPolicies close; of the components only
+// cdi-deployment (registries anywhere) reaches her pod. A copy of her
 // VMI's launcher pod labelled as a migration target gets nothing from
 // virt-handler (no tap: its launcher waits). The
 // victim's marker never appears in the attacker's namespace, and no clone
@@ -351,6 +357,44 @@ func TestTenantIsolation(t *testing.T) {
 		mac := kubectl(t, "-n", attacker, "get", "vm/nics", "-o", "jsonpath={.spec.template.spec.domain.devices.interfaces[0].macAddress}")
 		_, err = macpool.ParseMAC(mac)
 		assert.NoError(t, err, "kubemacpool gave her VM a MAC through the API server: %q", mac)
+	})
+
+	t.Run("her pods and the components reach each other only where a job needs it", func(t *testing.T) {
+		// Before the components' NetworkPolicies (and an enforcer on the
+		// node), every port below was open to her pod: virt-handler's
+		// API and migration ports (mutual TLS their only guard) and every
+		// component's health port; and every component reached her pod.
+		probe := netprobePod(t, attacker, "probe", func(f string) (string, error) { return mallory("create", "-f", f) })
+		var closed, open int
+		for _, cp := range componentPorts(t, probe) {
+			anyone, known := openToAnyone[cp.workload]
+			require.True(t, known, "%s (workload %s): the test does not know what it serves", cp.pod, cp.workload)
+			if slices.Contains(anyone, cp.port) {
+				assert.True(t, cp.reached, "%s at %s serves anyone, yet her pod did not reach it", cp.pod, cp.addr)
+				open++
+			} else {
+				assert.False(t, cp.reached, "her pod reached %s at %s, which its NetworkPolicy closes to her", cp.pod, cp.addr)
+				closed++
+			}
+		}
+		t.Logf("her pod reached the %d ports that serve anyone and none of the other %d", open, closed)
+		assert.Positive(t, closed, "ports closed to her were tried")
+
+		// Her pod listens, and the node reaches it; of the components
+		// only cdi-deployment does, whose registries may be anywhere.
+		addr := net.JoinHostPort(kubectl(t, "-n", attacker, "get", "pod", "probe", "-o", "jsonpath={.status.podIP}"), strconv.Itoa(netprobePort))
+		c, err := dialFromNetns(os.Getpid(), addr)
+		require.NoError(t, err, "the node reaches her pod at %s", addr)
+		c.Close()
+		reached := componentsReaching(t, addr)
+		for w, ok := range reached {
+			assert.Equal(t, w == "cdi-deployment", ok, "%s reaching her pod at %s", w, addr)
+		}
+		t.Logf("the components that reached her pod, of %d: %v", len(reached), reached)
+
+		// A policy deleted is drift: its operator puts it back.
+		kubectl(t, "-n", hcoNS, "delete", "networkpolicy", "virt-handler", "--wait=true")
+		kubectl(t, "-n", hcoNS, "wait", "networkpolicy/virt-handler", "--for=create", "--timeout=120s")
 	})
 
 	t.Run("a fake migration-target pod", func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // leave none of theirs behind.
 const installedKinds = "deployments,daemonsets,services,configmaps,secrets,serviceaccounts,roles,rolebindings," +
 	"clusterroles,clusterrolebindings,validatingwebhookconfigurations,mutatingwebhookconfigurations,apiservices," +
-	"customresourcedefinitions"
+	"customresourcedefinitions,networkpolicies"
 
 // TestUninstallAndReinstall: with no VM in the cluster, deleting the
 // HyperConverged CR removes what it made and what its operands' operators
@@ -54,6 +54,9 @@ func TestUninstallAndReinstall(t *testing.T) {
 		"/validatingwebhookconfiguration.admissionregistration.k8s.io/virt-template-validator",
 		"/mutatingwebhookconfiguration.admissionregistration.k8s.io/kubemacpool-mutator",
 		"/apiservice.apiregistration.k8s.io/v1.subresources.kubevirt.io",
+		"kubevirt/networkpolicy.networking.k8s.io/virt-handler", "kubevirt/networkpolicy.networking.k8s.io/virt-template-validator",
+		"cluster-network-addons/networkpolicy.networking.k8s.io/kubemacpool-mac-controller-manager",
+		"cdi/networkpolicy.networking.k8s.io/cdi-deployment",
 	} {
 		if !before[o] {
 			t.Errorf("%s was not there before the uninstall: this test's list is out of date", o)
@@ -151,6 +154,7 @@ func objectNames(t *testing.T) map[string]bool {
 		"MutatingWebhookConfiguration":   "mutatingwebhookconfiguration.admissionregistration.k8s.io",
 		"APIService":                     "apiservice.apiregistration.k8s.io",
 		"CustomResourceDefinition":       "customresourcedefinition.apiextensions.k8s.io",
+		"NetworkPolicy":                  "networkpolicy.networking.k8s.io",
 	}
 	names := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
