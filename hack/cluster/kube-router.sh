@@ -37,10 +37,15 @@ mkdir -p "$src"
 cd "$src"
 printf 'module kubevmm.local/kube-router\n\ngo 1.25.0\n' > go.mod
 rm -f go.sum
+# quiet runs a command, showing what it printed only if it fails.
+quiet() {
+  local out
+  out=$("$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+}
 pkg=github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
-go get "$pkg@$KUBE_ROUTER_VERSION" "${raised[@]}" >/dev/null 2>&1 || go get "$pkg@$KUBE_ROUTER_VERSION" "${raised[@]}"
+quiet go get "$pkg@$KUBE_ROUTER_VERSION" "${raised[@]}"
 # The raised modules may need go.sum lines of their own new dependencies.
-go get "$pkg@$KUBE_ROUTER_VERSION" >/dev/null 2>&1 || go get "$pkg@$KUBE_ROUTER_VERSION"
+quiet go get "$pkg@$KUBE_ROUTER_VERSION"
 mkdir -p "$KUBE_ROUTER_DIR/bin"
 go build -trimpath -ldflags "-s -w" -o "$bin.new" "$pkg"
 mv -f "$bin.new" "$bin"

@@ -15,15 +15,15 @@ import (
 // component's policy (NetworkPolicy, from its Traffic) opens what its
 // job needs; the API server and DNS are open to every component.
 
-// APIServerPorts are the API server's ports a component connects to: 443
+// apiServerPorts are the API server's ports a component connects to: 443
 // is the kubernetes Service's, 6443 the usual port behind it (policies
 // see the address after the Service's DNAT on some enforcers and before
 // it on others). The API server's addresses are not known here; the port
 // is what names it.
-var APIServerPorts = []int32{443, 6443}
+var apiServerPorts = []int32{443, 6443}
 
-// DNSPort is DNS's, over UDP and TCP.
-const DNSPort = 53
+// dnsPort is DNS's, over UDP and TCP.
+const dnsPort = 53
 
 // DenyByDefault is the NetworkPolicy that makes every pod of namespace
 // isolated in both directions without allowing anything.
@@ -88,8 +88,8 @@ func NetworkPolicy(workload client.Object, t Traffic) *networkingv1.NetworkPolic
 		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: tcp(p.Ports...), From: pods(p.Pods)})
 	}
 	spec.Egress = []networkingv1.NetworkPolicyEgressRule{
-		{Ports: tcp(APIServerPorts...)},
-		{Ports: append(tcp(DNSPort), port(corev1.ProtocolUDP, DNSPort))},
+		{Ports: tcp(apiServerPorts...)},
+		{Ports: append(tcp(dnsPort), port(corev1.ProtocolUDP, dnsPort))},
 	}
 	for _, p := range t.To {
 		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: tcp(p.Ports...), To: pods(p.Pods)})
