@@ -50,8 +50,8 @@ type Traffic struct {
 	From []Peer
 	// To are ports of pods of the component's namespace it connects to.
 	To []Peer
-	// ToPods are ports of pods in any namespace it connects to (a tenant's
-	// upload server, an importer's progress).
+	// ToPods are ports of pods in any namespace it connects to (a
+	// tenant's upload server).
 	ToPods []int32
 	// ToAnywhere lets it connect to any address and port: addresses its
 	// users name (a registry polled for a DataImportCron).
