@@ -53,16 +53,13 @@ var netprobeImage struct {
 // netprobePort is where a netprobe pod accepts connections.
 const netprobePort = 8080
 
-// netprobePod makes pod name in namespace with create (kubectl create -f
-// of a file, as whoever the test means) and returns its netprobe process.
-func netprobePod(t *testing.T, namespace, name string, create func(file string) (string, error)) int {
+// netprobePod makes pod name in namespace with create (which applies a
+// manifest as whoever the test means) and returns its netprobe process.
+func netprobePod(t *testing.T, namespace, name string, create func(manifest string)) int {
 	t.Helper()
 	netprobeImage.once.Do(func() { netprobeImage.out, netprobeImage.err = run(t, "cluster/images.sh", "netprobe") })
 	require.NoError(t, netprobeImage.err, netprobeImage.out)
-	f := filepath.Join(t.TempDir(), name+".yaml")
-	require.NoError(t, os.WriteFile(f, []byte(strings.Replace(netprobeManifest, "%s", name, 1)), 0o600))
-	out, err := create(f)
-	require.NoError(t, err, out)
+	create(strings.Replace(netprobeManifest, "%s", name, 1))
 	kubectl(t, "-n", namespace, "wait", "pod/"+name, "--for=condition=Ready", "--timeout=120s")
 	pids := podProcesses(kubectl(t, "-n", namespace, "get", "pod", name, "-o", "jsonpath={.metadata.uid}"), "netprobe")
 	require.NotEmpty(t, pids, "the netprobe process of pod %s/%s", namespace, name)
@@ -141,14 +138,13 @@ type componentPort struct {
 	reached  bool
 }
 
-// componentPorts dials every port every component pod listens on from
-// the node, which reaches them all (policies never restrict a pod's
-// node, so this shows the port listens), and then from pid's network
-// namespace.
-func componentPorts(t *testing.T, pid int) []componentPort {
+// componentPorts dials every port each of pods listens on from the
+// node, which reaches them all (policies never restrict a pod's node, so
+// this shows the port listens), and then from pid's network namespace.
+func componentPorts(t *testing.T, pods []corev1.Pod, pid int) []componentPort {
 	t.Helper()
 	var out []componentPort
-	for _, p := range componentPods(t) {
+	for _, p := range pods {
 		for _, port := range listeningPorts(p) {
 			cp := componentPort{pod: p.Namespace + "/" + p.Name, workload: workloadOf(p), port: port,
 				addr: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port))}
@@ -165,12 +161,12 @@ func componentPorts(t *testing.T, pid int) []componentPort {
 	return out
 }
 
-// componentsReaching dials addr from every component pod's network
-// namespace and says, by workload, which reached it.
-func componentsReaching(t *testing.T, addr string) map[string]bool {
+// componentsReaching dials addr from each of pods' network namespace and
+// says, by workload, which reached it.
+func componentsReaching(t *testing.T, pods []corev1.Pod, addr string) map[string]bool {
 	t.Helper()
 	got := map[string]bool{}
-	for _, p := range componentPods(t) {
+	for _, p := range pods {
 		// The container's process: its image's entrypoint,
 		// /usr/bin/<image name> (a command name keeps 15 bytes).
 		name, _, _ := strings.Cut(filepath.Base(p.Spec.Containers[0].Image), ":")

@@ -84,7 +84,7 @@ func TestPodBridgeBinding(t *testing.T) {
 	assert.Contains(t, migratable.Message, "interface default")
 
 	// Another pod reaches the guest at the pod IP.
-	probe := netprobePod(t, ns, "probe", func(f string) (string, error) { return run(t, "kubectl.sh", "-n", ns, "create", "-f", f) })
+	probe := netprobePod(t, ns, "probe", func(m string) { applyYAMLIn(t, ns, "probe", m) })
 	c, err := dialFromNetns(probe, net.JoinHostPort(podIP, "1234"))
 	require.NoError(t, err, "another pod reaches the guest's echo server at the pod IP")
 	_, err = c.Write([]byte("from another pod\n"))

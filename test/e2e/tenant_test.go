@@ -364,9 +364,13 @@ func TestTenantIsolation(t *testing.T) {
 		// node), every port below was open to her pod: virt-handler's
 		// API and migration ports (mutual TLS their only guard) and every
 		// component's health port; and every component reached her pod.
-		probe := netprobePod(t, attacker, "probe", func(f string) (string, error) { return mallory("create", "-f", f) })
+		probe := netprobePod(t, attacker, "probe", func(m string) {
+			out, err := malloryApply("probe", m)
+			require.NoError(t, err, out)
+		})
+		pods := componentPods(t)
 		var closed, open int
-		for _, cp := range componentPorts(t, probe) {
+		for _, cp := range componentPorts(t, pods, probe) {
 			anyone, known := openToAnyone[cp.workload]
 			require.True(t, known, "%s (workload %s): the test does not know what it serves", cp.pod, cp.workload)
 			if slices.Contains(anyone, cp.port) {
@@ -386,7 +390,7 @@ func TestTenantIsolation(t *testing.T) {
 		c, err := dialFromNetns(os.Getpid(), addr)
 		require.NoError(t, err, "the node reaches her pod at %s", addr)
 		c.Close()
-		reached := componentsReaching(t, addr)
+		reached := componentsReaching(t, pods, addr)
 		for w, ok := range reached {
 			assert.Equal(t, w == "cdi-deployment", ok, "%s reaching her pod at %s", w, addr)
 		}
