@@ -1,16 +1,12 @@
 package virtapi
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
 
@@ -26,22 +22,16 @@ const (
 // DefaultMachineType is what KubeVirt's defaulting gives a VMI without one.
 const DefaultMachineType = "q35"
 
-type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
-
 // defaultSpec returns the JSON patch operations that apply KubeVirt's
 // defaults to a VMI spec at path p: the machine type, a disk for each
 // volume that has none (KubeVirt's SetDefaultVolumeDisk: a virtio disk of
 // the volume's name; KubeVirt's examples rely on it), and, when no NIC is
 // given and the pod interface is auto-attached, a masquerade interface on
 // the pod network named "default".
-func defaultSpec(s *v1.VirtualMachineInstanceSpec, p string) []jsonPatchOp {
-	var ops []jsonPatchOp
+func defaultSpec(s *v1.VirtualMachineInstanceSpec, p string) []admission.PatchOp {
+	var ops []admission.PatchOp
 	if s.Domain.Machine == nil || s.Domain.Machine.Type == "" {
-		ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/machine", Value: v1.Machine{Type: DefaultMachineType}})
+		ops = append(ops, admission.PatchOp{Op: "add", Path: p + "/domain/machine", Value: v1.Machine{Type: DefaultMachineType}})
 	}
 	hasDisk := map[string]bool{}
 	for _, d := range s.Domain.Devices.Disks {
@@ -55,150 +45,81 @@ func defaultSpec(s *v1.VirtualMachineInstanceSpec, p string) []jsonPatchOp {
 	}
 	switch {
 	case len(disks) > 0 && len(s.Domain.Devices.Disks) == 0:
-		ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/devices/disks", Value: disks})
+		ops = append(ops, admission.PatchOp{Op: "add", Path: p + "/domain/devices/disks", Value: disks})
 	case len(disks) > 0:
 		for _, d := range disks {
-			ops = append(ops, jsonPatchOp{Op: "add", Path: p + "/domain/devices/disks/-", Value: d})
+			ops = append(ops, admission.PatchOp{Op: "add", Path: p + "/domain/devices/disks/-", Value: d})
 		}
 	}
 	auto := s.Domain.Devices.AutoattachPodInterface == nil || *s.Domain.Devices.AutoattachPodInterface
 	if auto && len(s.Domain.Devices.Interfaces) == 0 && len(s.Networks) == 0 {
 		ops = append(ops,
-			jsonPatchOp{Op: "add", Path: p + "/domain/devices/interfaces", Value: []v1.Interface{{
+			admission.PatchOp{Op: "add", Path: p + "/domain/devices/interfaces", Value: []v1.Interface{{
 				Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}},
 			}}},
-			jsonPatchOp{Op: "add", Path: p + "/networks", Value: []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}},
+			admission.PatchOp{Op: "add", Path: p + "/networks", Value: []v1.Network{{Name: "default", NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}},
 		)
 	}
 	return ops
 }
 
-func (s *Server) admission(w http.ResponseWriter, r *http.Request, review func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil || ar.Request == nil {
-		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
-		return
-	}
-	resp := review(ar.Request)
-	resp.UID = ar.Request.UID
-	out := admissionv1.AdmissionReview{TypeMeta: ar.TypeMeta, Response: resp}
-	w.Header().Set("Content-Type", "application/json")
-	// An API server gone mid-body retries the review or fails it itself.
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-func allow() *admissionv1.AdmissionResponse { return &admissionv1.AdmissionResponse{Allowed: true} }
-
-// deny refuses the object with one cause per field error, as KubeVirt's
-// webhooks do: status.details.causes carry each error's type
-// (FieldValueNotSupported, FieldValueInvalid, FieldValueRequired, ...), field
-// and message, and the status message joins the causes' messages.
-func deny(errs field.ErrorList) *admissionv1.AdmissionResponse {
-	causes := make([]metav1.StatusCause, len(errs))
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		// A not-supported error's detail says it all ("... is not
-		// supported by kubevmm"); the others read as Kubernetes' do.
-		body := e.ErrorBody()
-		if e.Type == field.ErrorTypeNotSupported && e.Detail != "" {
-			body = e.Detail
-		}
-		msgs[i] = e.Field + ": " + body
-		causes[i] = metav1.StatusCause{Type: metav1.CauseType(e.Type), Field: e.Field, Message: msgs[i]}
-	}
-	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
-	}}
-}
-
-// refuse denies for a reason that is no field's (an undecodable object).
-func refuse(msg string) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest, Message: msg,
-	}}
-}
-
-func patched(ops []jsonPatchOp) *admissionv1.AdmissionResponse {
-	resp := allow()
-	if len(ops) == 0 {
-		return resp
-	}
-	b, err := json.Marshal(ops)
-	if err != nil {
-		return refuse("internal error: " + err.Error())
-	}
-	pt := admissionv1.PatchTypeJSONPatch
-	resp.Patch, resp.PatchType = b, &pt
-	return resp
-}
-
-func decodeErr(err error) *admissionv1.AdmissionResponse {
-	return refuse("cannot decode the object: " + err.Error())
-}
-
 func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create {
-		return allow()
+		return admission.Allow()
 	}
 	vmi := &v1.VirtualMachineInstance{}
-	if err := json.Unmarshal(req.Object.Raw, vmi); err != nil {
-		return decodeErr(err)
+	if resp, ok := admission.DecodeToMutate(req.Object.Raw, vmi); !ok {
+		return resp
 	}
 	ops := defaultSpec(&vmi.Spec, "/spec")
 	// KubeVirt records acceptance on create: the VMI starts out Pending.
 	if vmi.Status.Phase == "" {
-		ops = append(ops, jsonPatchOp{Op: "add", Path: "/status", Value: map[string]any{"phase": v1.Pending}})
+		ops = append(ops, admission.PatchOp{Op: "add", Path: "/status", Value: map[string]any{"phase": v1.Pending}})
 	}
-	return patched(ops)
+	return admission.Patch(ops)
 }
 
 func mutateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return allow()
+		return admission.Allow()
 	}
 	vm := &v1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		return decodeErr(err)
+	if resp, ok := admission.DecodeToMutate(req.Object.Raw, vm); !ok {
+		return resp
 	}
 	if vm.Spec.Template == nil {
-		return allow()
+		return admission.Allow()
 	}
-	return patched(defaultSpec(&vm.Spec.Template.Spec, "/spec/template/spec"))
+	return admission.Patch(defaultSpec(&vm.Spec.Template.Spec, "/spec/template/spec"))
 }
 
 func validateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	vmi := &v1.VirtualMachineInstance{}
-	if err := json.Unmarshal(req.Object.Raw, vmi); err != nil {
-		return decodeErr(err)
+	if resp := admission.Decode(req.Object.Raw, vmi, "the VirtualMachineInstance"); resp != nil {
+		return resp
 	}
 	if req.Operation == admissionv1.Update {
 		// The spec of a VMI is fixed once created (the launcher runs it),
 		// but for its hot-plugged volumes (addvolume/removevolume).
 		old := &v1.VirtualMachineInstance{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-			return decodeErr(err)
+		if resp := admission.Decode(req.OldObject.Raw, old, "the old VirtualMachineInstance"); resp != nil {
+			return resp
 		}
 		if errs := validateHotplugUpdate(&old.Spec, &vmi.Spec); len(errs) > 0 {
-			return deny(errs)
+			return admission.Deny(errs)
 		}
-		return allow()
+		return admission.Allow()
 	}
 	if errs := ValidateVMISpec(field.NewPath("spec"), &vmi.Spec, field.NewPath("metadata"), vmi.Annotations); len(errs) > 0 {
-		return deny(errs)
+		return admission.Deny(errs)
 	}
-	return allow()
+	return admission.Allow()
 }
 
 func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	vm := &v1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		return decodeErr(err)
+	if resp := admission.Decode(req.Object.Raw, vm, "the VirtualMachine"); resp != nil {
+		return resp
 	}
 	var errs field.ErrorList
 	p := field.NewPath("spec")
@@ -235,21 +156,21 @@ func validateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespons
 	errs = append(errs, validateMatchers(p, vm.Spec.Instancetype, vm.Spec.Preference)...)
 	if req.Operation == admissionv1.Update {
 		old := &v1.VirtualMachine{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-			return decodeErr(err)
+		if resp := admission.Decode(req.OldObject.Raw, old, "the old object"); resp != nil {
+			return resp
 		}
 		errs = append(errs, validateMatcherUpdates(p, old, vm)...)
 	}
 	if len(errs) > 0 {
-		return deny(errs)
+		return admission.Deny(errs)
 	}
-	return allow()
+	return admission.Allow()
 }
 
 func validateVMIM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	m := &v1.VirtualMachineInstanceMigration{}
-	if err := json.Unmarshal(req.Object.Raw, m); err != nil {
-		return decodeErr(err)
+	if resp := admission.Decode(req.Object.Raw, m, "the migration"); resp != nil {
+		return resp
 	}
 	var errs field.ErrorList
 	p := field.NewPath("spec")
@@ -263,7 +184,7 @@ func validateVMIM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionRespo
 		errs = append(errs, unsupported(p, "priority", ""))
 	}
 	if len(errs) > 0 {
-		return deny(errs)
+		return admission.Deny(errs)
 	}
-	return allow()
+	return admission.Allow()
 }

@@ -213,6 +213,7 @@ func TestKubeVirtExamplesAdmitted(t *testing.T) {
 		{"kubevirt-vm-cirros-sata.yaml", PathMutateVM, PathValidateVM},
 		{"kubevirt-vm-priorityclass.yaml", PathMutateVM, PathValidateVM},
 		{"kubevirt-vmi-fedora.yaml", PathMutateVMI, PathValidateVMI},
+		{"kubevirt-vm-alpine-datavolume.yaml", PathMutateVM, PathValidateVM},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			in := testdata(t, tc.file)

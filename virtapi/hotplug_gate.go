@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -60,7 +61,7 @@ func (s *Server) gateHotplugSpecs(vm bool, next func(*admissionv1.AdmissionReque
 		}
 		p, cur, err := hotplugVolumeNames(req.Object.Raw, vm)
 		if err != nil {
-			return decodeErr(err)
+			return admission.Refuse(http.StatusBadRequest, "cannot decode the object: "+err.Error())
 		}
 		if len(cur) == 0 {
 			return next(req)
@@ -68,7 +69,7 @@ func (s *Server) gateHotplugSpecs(vm bool, next func(*admissionv1.AdmissionReque
 		var old []string
 		if req.Operation == admissionv1.Update {
 			if _, old, err = hotplugVolumeNames(req.OldObject.Raw, vm); err != nil {
-				return decodeErr(err)
+				return admission.Refuse(http.StatusBadRequest, "cannot decode the object: "+err.Error())
 			}
 		}
 		var errs field.ErrorList
@@ -82,12 +83,12 @@ func (s *Server) gateHotplugSpecs(vm bool, next func(*admissionv1.AdmissionReque
 		}
 		on, err := s.hotplugEnabled()
 		if err != nil {
-			return refuse("reading the cluster configuration: " + err.Error())
+			return admission.Refuse(http.StatusInternalServerError, "reading the cluster configuration: "+err.Error())
 		}
 		if on {
 			return next(req)
 		}
-		return deny(errs)
+		return admission.Deny(errs)
 	}
 }
 

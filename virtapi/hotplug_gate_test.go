@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -74,7 +75,10 @@ func TestHotplugGateSpecs(t *testing.T) {
 		return b
 	}
 	passed := false
-	next := func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { passed = true; return allow() }
+	next := func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		passed = true
+		return admission.Allow()
+	}
 	for _, tc := range []struct {
 		name     string
 		isVM     bool

@@ -2,11 +2,13 @@ package virtapi
 
 import (
 	"encoding/json"
+	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	"github.com/kubevmm/kubevmm/launcher/spec"
 )
@@ -24,7 +26,7 @@ func (s *Server) gateSeccomp(vm bool, next func(*admissionv1.AdmissionRequest) *
 		}
 		p, mode, err := seccompMode(req.Object.Raw, vm)
 		if err != nil {
-			return decodeErr(err)
+			return admission.Refuse(http.StatusBadRequest, "cannot decode the object: "+err.Error())
 		}
 		if mode == "" || mode == "kill" {
 			return next(req)
@@ -32,7 +34,7 @@ func (s *Server) gateSeccomp(vm bool, next func(*admissionv1.AdmissionRequest) *
 		if req.Operation == admissionv1.Update {
 			_, old, err := seccompMode(req.OldObject.Raw, vm)
 			if err != nil {
-				return decodeErr(err)
+				return admission.Refuse(http.StatusBadRequest, "cannot decode the object: "+err.Error())
 			}
 			if old == mode {
 				return next(req)
@@ -42,14 +44,14 @@ func (s *Server) gateSeccomp(vm bool, next func(*admissionv1.AdmissionRequest) *
 		if s.Config != nil {
 			c, err := s.Config()
 			if err != nil {
-				return refuse("reading the cluster configuration: " + err.Error())
+				return admission.Refuse(http.StatusInternalServerError, "reading the cluster configuration: "+err.Error())
 			}
 			on = c.HasFeatureGate(clusterconfig.FeatureGateVMMSeccompOptOut)
 		}
 		if on {
 			return next(req)
 		}
-		return deny(field.ErrorList{field.Forbidden(p, clusterconfig.FeatureGateVMMSeccompOptOut+
+		return admission.Deny(field.ErrorList{field.Forbidden(p, clusterconfig.FeatureGateVMMSeccompOptOut+
 			" feature gate is not enabled: only the cluster's configuration may loosen the VMM's seccomp filter (\""+mode+"\")")})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kubevmm/kubevmm/api/admission"
 )
 
 // A VM's owner may not loosen the VMM's seccomp filter by annotation: a
@@ -17,7 +19,10 @@ import (
 func TestSeccompGate(t *testing.T) {
 	s, set := gateFile(t)
 	passed := false
-	next := func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { passed = true; return allow() }
+	next := func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		passed = true
+		return admission.Allow()
+	}
 	vmi := func(mode string) []byte {
 		ann := map[string]string{}
 		if mode != "" {

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
@@ -67,25 +68,31 @@ type Server struct {
 	Config func() (clusterconfig.ClusterConfig, error)
 }
 
+// withoutContext makes a decision that reads nothing from the API an
+// admission.Func.
+func withoutContext(decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) admission.Func {
+	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return decide(req)
+	}
+}
+
 // Handler is every route.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// The webhooks answer the API server only (its front-proxy client
 	// certificate): a review is the API server's word on what is stored.
-	hook := func(path string, f http.HandlerFunc) {
-		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, f))
+	review := func(path string, decide admission.Func) {
+		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(decide)))
 	}
-	hook(PathMutateVMI, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVMI) })
-	hook(PathMutateVM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, mutateVM) })
-	hook(PathValidateVMI, func(w http.ResponseWriter, r *http.Request) {
-		s.admission(w, r, s.gateSeccomp(false, s.gateHotplugSpecs(false, validateVMI)))
+	review(PathMutateVMI, withoutContext(mutateVMI))
+	review(PathMutateVM, withoutContext(mutateVM))
+	review(PathValidateVMI, withoutContext(s.gateSeccomp(false, s.gateHotplugSpecs(false, validateVMI))))
+	review(PathValidateVM, func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return s.gateSeccomp(true, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			return s.validateVMClones(ctx, req)
+		}))(req)
 	})
-	hook(PathValidateVM, func(w http.ResponseWriter, r *http.Request) {
-		s.admission(w, r, s.gateSeccomp(true, s.gateHotplugSpecs(true, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-			return s.validateVMClones(r.Context(), req)
-		})))
-	})
-	hook(PathValidateVMIM, func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, validateVMIM) })
+	review(PathValidateVMIM, withoutContext(validateVMIM))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	// Prometheus scrapes the same HTTPS port, as KubeVirt's virt-api
 	// serves it, with a token allowed to GET /metrics, as for every

@@ -460,9 +460,13 @@ func validateDisks(p *field.Path, disks []v1.Disk, volumes []v1.Volume) field.Er
 	for _, v := range volumes {
 		vols[v.Name] = true
 	}
+	seen := map[string]bool{}
 	for i, d := range disks {
 		dp := p.Index(i)
-		if !vols[d.Name] {
+		// Two disks of one name would both be the volume's: KubeVirt
+		// refuses the second, naming it.
+		errs = append(errs, uniqueName(dp.Child("name"), d.Name, seen, "disk")...)
+		if d.Name != "" && !vols[d.Name] {
 			errs = append(errs, invalid(dp.Child("name"), d.Name, "no volume named %q", d.Name))
 		}
 		n := 0

@@ -2,11 +2,12 @@ package virtapi
 
 import (
 	"context"
-	"encoding/json"
+	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
@@ -22,8 +23,8 @@ func (s *Server) validateVMClones(ctx context.Context, req *admissionv1.Admissio
 		return resp
 	}
 	vm := &v1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		return decodeErr(err)
+	if resp := admission.Decode(req.Object.Raw, vm, "the VirtualMachine"); resp != nil {
+		return resp
 	}
 	ns := vm.Namespace
 	if ns == "" {
@@ -35,18 +36,18 @@ func (s *Server) validateVMClones(ctx context.Context, req *admissionv1.Admissio
 		// validateVM has decoded every template's spec.
 		spec, err := vm.Spec.DataVolumeTemplates[i].DataVolumeSpec()
 		if err != nil {
-			return decodeErr(err)
+			return admission.Refuse(http.StatusBadRequest, "cannot decode the object: "+err.Error())
 		}
 		_, ferr, err := cloneauth.Check(ctx, s.Client, p.Index(i).Child("spec"), ns, spec, cloneauth.User(req.UserInfo))
 		if err != nil {
-			return refuse("authorizing the clone: " + err.Error())
+			return admission.Refuse(http.StatusInternalServerError, "authorizing the clone: "+err.Error())
 		}
 		if ferr != nil {
 			errs = append(errs, ferr)
 		}
 	}
 	if len(errs) > 0 {
-		return deny(errs)
+		return admission.Deny(errs)
 	}
-	return allow()
+	return admission.Allow()
 }

@@ -3,6 +3,7 @@ package virtapi
 import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"strings"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -107,9 +108,9 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 			{"upload", "", src.Upload != nil},
 			{"blank", "", src.Blank != nil},
 			{"pvc", "", src.PVC != nil},
+			{"registry", "", src.Registry != nil},
 			{"s3", "", src.S3 != nil},
 			{"gcs", "", src.GCS != nil},
-			{"registry", "not yet", src.Registry != nil},
 			{"imageio", "", src.Imageio != nil},
 			{"vddk", "", src.VDDK != nil},
 			{"snapshot", "not yet", src.Snapshot != nil},
@@ -120,7 +121,7 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 				continue
 			}
 			n++
-			if i >= 4 {
+			if i >= 5 {
 				errs = append(errs, unsupported(sp, k.name, k.why))
 			}
 		}
@@ -132,6 +133,9 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 		}
 		if c := src.PVC; c != nil && c.Name == "" {
 			errs = append(errs, required(sp.Child("pvc", "name"), "the source PVC's name"))
+		}
+		if r := src.Registry; r != nil {
+			errs = append(errs, validateRegistrySource(sp.Child("registry"), r)...)
 		}
 	}
 	switch {
@@ -160,6 +164,35 @@ func validateDataVolumeSpec(p *field.Path, s *cdiv1.DataVolumeSpec) field.ErrorL
 	}
 	if len(s.Checkpoints) > 0 {
 		errs = append(errs, unsupported(p, "checkpoints", "multi-stage import"))
+	}
+	return errs
+}
+
+// validateRegistrySource is the DataVolume CRD's rules on a registry
+// source (api/cdi/v1beta1 DataVolumeSourceRegistry), which a VM's
+// dataVolumeTemplates meet here, before virt-controller creates the
+// DataVolume: a docker:// URL, no OpenShift image stream, a known pull
+// method, and credentials and CAs only where the importer pod pulls.
+func validateRegistrySource(p *field.Path, r *cdiv1.DataVolumeSourceRegistry) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case r.ImageStream != nil:
+		errs = append(errs, unsupported(p, "imageStream", "OpenShift image streams"))
+	case r.URL == nil || *r.URL == "":
+		errs = append(errs, required(p.Child("url"), "the image, docker://host[:port]/repository[:tag|@sha256:digest]"))
+	case !strings.HasPrefix(*r.URL, "docker://"):
+		errs = append(errs, invalid(p.Child("url"), *r.URL, "want docker://host[:port]/repository[:tag|@sha256:digest]"))
+	}
+	if m := r.PullMethod; m != nil {
+		switch *m {
+		case cdiv1.RegistryPullPod:
+		case cdiv1.RegistryPullNode:
+			if r.SecretRef != nil || r.CertConfigMap != nil {
+				errs = append(errs, field.Forbidden(p.Child("pullMethod"), "node pulls with the node's credentials and trust: secretRef and certConfigMap apply to pullMethod pod only"))
+			}
+		default:
+			errs = append(errs, notSupported(p.Child("pullMethod"), string(*m), "pod, node"))
+		}
 	}
 	return errs
 }

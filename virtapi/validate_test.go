@@ -182,6 +182,10 @@ func TestValidateVMISpecRefuses(t *testing.T) {
 			}},
 		{name: "disk without volume", field: "domain.devices.disks[0].name", typ: invalid,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].Name = "other" }},
+		{name: "two disks of one name", field: "domain.devices.disks[1].name", typ: field.ErrorTypeDuplicate,
+			mutate: func(s *v1.VirtualMachineInstanceSpec) {
+				s.Domain.Devices.Disks = append(s.Domain.Devices.Disks, s.Domain.Devices.Disks[0])
+			}},
 		{name: "volume without source", field: "volumes[0].containerDisk", typ: required,
 			mutate: func(s *v1.VirtualMachineInstanceSpec) { s.Volumes[0].ContainerDisk = nil }},
 		{name: "PVC without a claim name", field: "volumes[0].persistentVolumeClaim.claimName", typ: required,

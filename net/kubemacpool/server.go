@@ -29,7 +29,6 @@ package kubemacpool
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,7 +36,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -47,8 +45,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/securemetrics"
@@ -124,13 +123,15 @@ func (s *Server) Handler() http.Handler {
 	reg.MustRegister(collisions{s.Pool}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	securemetrics.Route(mux, s.MetricsGuard, reg)
-	mux.Handle("POST "+PathMutateVM, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.admission)))
+	mux.Handle("POST "+PathMutateVM, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		return s.Admit(req)
+	})))
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "the MAC pool is not rebuilt from the VMs yet, or no MAC range is configured", http.StatusServiceUnavailable)
 			return
 		}
-		if _, err := s.certificate(); err != nil {
+		if _, err := admission.Certificate(s.CertDir); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -156,66 +157,13 @@ func (c collisions) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (s *Server) certificate() (*tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
-	}
-	return &c, nil
-}
-
-// Serve serves Handler over HTTPS on ln until ctx ends.
+// Serve serves Handler over HTTPS on ln until ctx ends (admission.ServeTLS).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.Callers == nil {
 		return errors.New("kubemacpool: no Callers: the webhook would hand out MACs to anyone")
 	}
-	srv := &http.Server{
-		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			// Reviews come with the API server's certificate, checked
-			// by route; probes and scrapes without one.
-			ClientAuth: tls.RequestClientCert,
-			// Read per handshake: a rotated Secret's files take effect
-			// without a restart.
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.certificate() },
-		},
-	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
 	s.Log.Info("serving", "addr", ln.Addr().String(), "certDir", s.CertDir)
-	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-func (s *Server) admission(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil || ar.Request == nil {
-		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
-		return
-	}
-	resp := s.Admit(ar.Request)
-	resp.UID = ar.Request.UID
-	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
-}
-
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value string `json:"value"`
+	return admission.ServeTLS(ctx, ln, s.Handler(), s.CertDir)
 }
 
 // Admit fills every interface's missing macAddress: on an update with the
@@ -226,22 +174,22 @@ type patchOp struct {
 // response warns naming the other VMs, and kmp_mac_collisions counts it.
 func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return allow(nil, nil)
+		return admission.Allow()
 	}
 	if !s.ready.Load() {
-		return refuse(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "kubemacpool is not ready: the MAC pool is not rebuilt from the VMs yet", nil)
+		return admission.Refuse(http.StatusServiceUnavailable, "kubemacpool is not ready: the MAC pool is not rebuilt from the VMs yet")
 	}
 	vm := &v1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		return refuse(http.StatusBadRequest, metav1.StatusReasonBadRequest, "cannot decode the VirtualMachine: "+err.Error(), nil)
+	if resp, ok := admission.DecodeToMutate(req.Object.Raw, vm); !ok {
+		return resp
 	}
 	// A VM being deleted is updated to take its finalizers off.
 	if vm.DeletionTimestamp != nil || vm.Spec.Template == nil {
-		return allow(nil, nil)
+		return admission.Allow()
 	}
 	ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces
 	if errs := macpool.CheckInterfaces(ifaces); len(errs) > 0 {
-		return refuseInterfaces(errs)
+		return admission.Deny(interfaceErrors(ifaces, errs))
 	}
 	oldMACs := oldInterfaceMACs(req)
 	name := req.Name
@@ -266,7 +214,7 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.Pool.Held(owner)
-	var patch []patchOp
+	var patch []admission.PatchOp
 	var warnings []string
 	for i, iface := range ifaces {
 		path := fmt.Sprintf("/spec/template/spec/domain/devices/interfaces/%d/macAddress", i)
@@ -283,14 +231,14 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 			m, err := s.Pool.Allocate(owner)
 			if err != nil {
 				s.Pool.Set(owner, before)
-				return refuse(http.StatusInternalServerError, metav1.StatusReasonInternalError,
-					fmt.Sprintf("spec.template.spec.domain.devices.interfaces[%d].macAddress (interface %s): %v", i, iface.Name, err), nil)
+				return admission.Refuse(http.StatusInternalServerError,
+					fmt.Sprintf("spec.template.spec.domain.devices.interfaces[%d].macAddress (interface %s): %v", i, iface.Name, err))
 			}
-			patch = append(patch, patchOp{Op: "add", Path: path, Value: m.String()})
+			patch = append(patch, admission.PatchOp{Op: "add", Path: path, Value: m.String()})
 			continue
 		}
 		if iface.MacAddress == "" {
-			patch = append(patch, patchOp{Op: "add", Path: path, Value: want})
+			patch = append(patch, admission.PatchOp{Op: "add", Path: path, Value: want})
 		}
 		m, err := macpool.ParseMAC(want)
 		if err != nil { // checked above: cannot happen
@@ -312,7 +260,7 @@ func (s *Server) Admit(req *admissionv1.AdmissionRequest) *admissionv1.Admission
 			s.Log.Info("admitted", "vm", owner, "op", req.Operation, "assigned", patch, "collisions", warnings)
 		}
 	}
-	return allow(patch, warnings)
+	return admission.Patch(patch, warnings...)
 }
 
 // added are the MACs in after that are not in before.
@@ -341,30 +289,12 @@ func oldInterfaceMACs(req *admissionv1.AdmissionRequest) map[string]string {
 	return macs
 }
 
-func refuseInterfaces(errs []macpool.InterfaceError) *admissionv1.AdmissionResponse {
-	causes := make([]metav1.StatusCause, len(errs))
-	msgs := make([]string, len(errs))
+// interfaceErrors names each refused MAC's field.
+func interfaceErrors(ifaces []v1.Interface, errs []macpool.InterfaceError) field.ErrorList {
+	p := field.NewPath("spec", "template", "spec", "domain", "devices", "interfaces")
+	out := make(field.ErrorList, len(errs))
 	for i, e := range errs {
-		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field(), Message: e.Err.Error()}
-		msgs[i] = e.Error()
+		out[i] = field.Invalid(p.Index(e.Index).Child("macAddress"), ifaces[e.Index].MacAddress, fmt.Sprintf("interface %s: %v", e.Name, e.Err))
 	}
-	return refuse(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, strings.Join(msgs, ", "), causes)
-}
-
-func allow(patch []patchOp, warnings []string) *admissionv1.AdmissionResponse {
-	resp := &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
-	if len(patch) > 0 {
-		b, _ := json.Marshal(patch) // strings only: cannot fail
-		pt := admissionv1.PatchTypeJSONPatch
-		resp.Patch, resp.PatchType = b, &pt
-	}
-	return resp
-}
-
-func refuse(code int32, reason metav1.StatusReason, msg string, causes []metav1.StatusCause) *admissionv1.AdmissionResponse {
-	st := &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}
-	if len(causes) > 0 {
-		st.Details = &metav1.StatusDetails{Causes: causes}
-	}
-	return &admissionv1.AdmissionResponse{Allowed: false, Result: st}
+	return out
 }

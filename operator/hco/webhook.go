@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/certs"
 	kvv1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
@@ -108,55 +108,56 @@ type Validator struct {
 	Namespace string
 }
 
-// Handle admits creates and updates of a CR kubevmm can honour, and a
-// delete unless its uninstall strategy blocks it.
-func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
+// Review admits creates and updates of a CR kubevmm can honour, and a
+// delete unless its uninstall strategy blocks it. Its refusals are 403
+// Forbidden, as upstream's (controller-runtime's Denied).
+func (v *Validator) Review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation == admissionv1.Delete {
 		return v.admitDelete(ctx, req)
 	}
 	hc, unknown, certPath, err := DecodeHCO(req.Object.Raw)
 	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+		return admission.Refuse(http.StatusBadRequest, err.Error())
 	}
 	if req.Operation == admissionv1.Create && (hc.Name != hcov1.Name || hc.Namespace != v.Namespace) {
-		return admission.Denied(fmt.Sprintf("a HyperConverged must be named %s in namespace %s, not %s in %s",
+		return admission.Refuse(http.StatusForbidden, fmt.Sprintf("a HyperConverged must be named %s in namespace %s, not %s in %s",
 			hcov1.Name, v.Namespace, hc.Name, hc.Namespace))
 	}
 	if hc.DeletionTimestamp != nil {
-		return admission.Allowed("being deleted") // its finalizer is removed by an update
+		return admission.Allow() // being deleted: its finalizer is removed by an update
 	}
 	if len(unknown) > 0 {
-		return admission.Denied(fmt.Sprintf("not supported by kubevmm: spec.%s", strings.Join(unknown, ", spec.")))
+		return admission.Refuse(http.StatusForbidden, fmt.Sprintf("not supported by kubevmm: spec.%s", strings.Join(unknown, ", spec.")))
 	}
 	if err := ValidateCertConfig(hc.Spec.Security.CertConfig, certPath); err != nil {
-		return admission.Denied(err.Error())
+		return admission.Refuse(http.StatusForbidden, err.Error())
 	}
 	if err := Validate(hc); err != nil {
-		return admission.Denied(err.Error())
+		return admission.Refuse(http.StatusForbidden, err.Error())
 	}
-	return admission.Allowed("")
+	return admission.Allow()
 }
 
-func (v *Validator) admitDelete(ctx context.Context, req admission.Request) admission.Response {
+func (v *Validator) admitDelete(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if len(req.OldObject.Raw) == 0 {
-		return admission.Allowed("")
+		return admission.Allow()
 	}
 	hc, _, _, err := DecodeHCO(req.OldObject.Raw)
 	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+		return admission.Refuse(http.StatusBadRequest, err.Error())
 	}
 	if uninstallStrategy(&hc.Spec) != hcov1.BlockUninstallIfWorkloadsExist {
-		return admission.Allowed("")
+		return admission.Allow()
 	}
 	vms, vmis, err := countWorkloads(ctx, v.Reader)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
+		return admission.Refuse(http.StatusInternalServerError, err.Error())
 	}
 	if vms+vmis > 0 {
-		return admission.Denied(fmt.Sprintf("uninstallStrategy BlockUninstallIfWorkloadsExist: %d VirtualMachines and %d VirtualMachineInstances exist; delete them first",
+		return admission.Refuse(http.StatusForbidden, fmt.Sprintf("uninstallStrategy BlockUninstallIfWorkloadsExist: %d VirtualMachines and %d VirtualMachineInstances exist; delete them first",
 			vms, vmis))
 	}
-	return admission.Allowed("")
+	return admission.Allow()
 }
 
 // countWorkloads counts the cluster's VMs and VMIs; none when their CRDs
@@ -218,6 +219,6 @@ func convertReview(req *apiextensionsv1.ConversionRequest) *apiextensionsv1.Conv
 // conversion is a pure function of what it is sent, and the API server
 // calls conversion webhooks without the admission plugins' credentials.
 func RegisterWebhooks(ws webhook.Server, reader client.Reader, namespace string, callers frontproxy.Callers) {
-	ws.Register(ValidatePath, frontproxy.OnlyAPIServer(callers, &admission.Webhook{Handler: &Validator{Reader: reader, Namespace: namespace}}))
+	ws.Register(ValidatePath, frontproxy.OnlyAPIServer(callers, admission.Handler((&Validator{Reader: reader, Namespace: namespace}).Review)))
 	ws.Register(ConvertPath, ConversionHandler())
 }

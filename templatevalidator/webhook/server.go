@@ -17,7 +17,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,10 +24,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -42,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/find"
@@ -98,27 +96,19 @@ func (s *Server) Handler() http.Handler {
 	reg.MustRegister(s.rejected, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	securemetrics.Route(mux, s.MetricsGuard, reg)
-	hook := func(path string, admit admitFunc) {
-		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.admission(w, r, admit) })))
+	hook := func(path string, admit admission.Func) {
+		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(admit)))
 	}
 	hook(PathVirtualMachine, s.admitVM)
 	hook(PathTemplate, s.admitTemplate)
 	mux.HandleFunc("GET "+PathReady, func(w http.ResponseWriter, _ *http.Request) {
-		if _, err := s.certificate(); err != nil {
+		if _, err := admission.Certificate(s.CertDir); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
 	return mux
-}
-
-func (s *Server) certificate() (*tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(filepath.Join(s.CertDir, "tls.crt"), filepath.Join(s.CertDir, "tls.key"))
-	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
-	}
-	return &c, nil
 }
 
 // ListenAndServe serves Handler over HTTPS on addr until ctx ends.
@@ -130,102 +120,57 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve serves Handler over HTTPS on ln until ctx ends.
+// Serve serves Handler over HTTPS on ln until ctx ends (admission.ServeTLS).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.Callers == nil {
 		return errors.New("virt-template-validator: no Callers: the webhooks would answer anyone")
 	}
-	srv := &http.Server{
-		Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			// Reviews come with the API server's certificate, checked
-			// by route; probes and scrapes without one.
-			ClientAuth: tls.RequestClientCert,
-			// Read per handshake: a rotated Secret's files take effect
-			// without a restart (the API server keeps its connections,
-			// so handshakes are few).
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.certificate() },
-		},
-	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// Past the grace time open reviews are cut; the API server
-		// applies the webhook's failure policy to them.
-		_ = srv.Shutdown(sctx)
-	}()
 	s.Log.Info("serving", "addr", ln.Addr().String(), "certDir", s.CertDir)
-	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-type admitFunc func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
-
-func (s *Server) admission(w http.ResponseWriter, r *http.Request, admit admitFunc) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	var ar admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &ar); err != nil || ar.Request == nil {
-		http.Error(w, fmt.Sprintf("not an AdmissionReview: %v", err), http.StatusBadRequest)
-		return
-	}
-	resp := admit(r.Context(), ar.Request)
-	resp.UID = ar.Request.UID
-	out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
-	w.Header().Set("Content-Type", "application/json")
-	// An API server gone mid-body retries the review or fails it itself.
-	_ = json.NewEncoder(w).Encode(out)
+	return admission.ServeTLS(ctx, ln, s.Handler(), s.CertDir)
 }
 
 func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return allow(nil)
+		return admission.Allow()
 	}
 	vm := &v1.VirtualMachine{}
-	if err := json.Unmarshal(req.Object.Raw, vm); err != nil {
-		return refuse(http.StatusBadRequest, "cannot decode the VirtualMachine: "+err.Error())
+	if resp := admission.Decode(req.Object.Raw, vm, "the VirtualMachine"); resp != nil {
+		return resp
 	}
 	// A VM being deleted is updated to take its finalizers off: never
 	// stand in the way of that.
 	if vm.DeletionTimestamp != nil {
-		return allow(nil)
+		return admission.Allow()
 	}
 	if _, skip := vm.Annotations[tv.AnnotationSkipValidations]; skip {
-		return allow(nil)
+		return admission.Allow()
 	}
 	if req.Operation == admissionv1.Update {
 		old := &v1.VirtualMachine{}
 		if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && sameForRules(old, vm) {
-			return allow(nil)
+			return admission.Allow()
 		}
 	}
 	raw, source, err := s.rules(ctx, vm)
 	if err != nil {
 		s.Log.Error("reading the rules", "vm", req.Namespace+"/"+req.Name, "err", err)
-		return refuse(http.StatusInternalServerError, err.Error())
+		return admission.Refuse(http.StatusInternalServerError, err.Error())
 	}
 	rules, err := tv.ParseRules(raw)
 	if err != nil {
-		return refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the validation rules of %s: %v", source, err))
+		return admission.Refuse(http.StatusUnprocessableEntity, fmt.Sprintf("the validation rules of %s: %v", source, err))
 	}
 	if len(rules) == 0 {
-		return allow(nil)
+		return admission.Allow()
 	}
 	exp, err := s.expanded(ctx, vm)
 	if err != nil {
 		s.Log.Error("reading the instance type", "vm", req.Namespace+"/"+req.Name, "err", err)
-		return refuse(http.StatusInternalServerError, err.Error())
+		return admission.Refuse(http.StatusInternalServerError, err.Error())
 	}
 	res, err := tv.Evaluate(rules, exp)
 	if err != nil {
-		return refuse(http.StatusBadRequest, err.Error())
+		return admission.Refuse(http.StatusBadRequest, err.Error())
 	}
 	warnings := make([]string, len(res.Warnings))
 	for i, f := range res.Warnings {
@@ -235,20 +180,17 @@ func (s *Server) admitVM(ctx context.Context, req *admissionv1.AdmissionRequest)
 		if len(warnings) > 0 {
 			s.Log.Info("admitted with warnings", "vm", req.Namespace+"/"+req.Name, "rules", source, "warnings", warnings)
 		}
-		return allow(warnings)
+		return admission.Allow(warnings...)
 	}
 	causes := make([]metav1.StatusCause, len(res.Violations))
-	msgs := make([]string, len(res.Violations))
 	for i, f := range res.Violations {
 		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: f.Path, Message: f.String()}
-		msgs[i] = f.Path + ": " + f.String()
 	}
-	s.Log.Info("refused", "vm", req.Namespace+"/"+req.Name, "rules", source, "violations", msgs)
+	resp := admission.DenyCauses(causes)
+	resp.Warnings = warnings
+	s.Log.Info("refused", "vm", req.Namespace+"/"+req.Name, "rules", source, "violations", resp.Result.Message)
 	s.rejected.Inc()
-	return &admissionv1.AdmissionResponse{Allowed: false, Warnings: warnings, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-		Message: strings.Join(msgs, ", "), Details: &metav1.StatusDetails{Causes: causes},
-	}}
+	return resp
 }
 
 // expanded returns the VM with its instance type and preference applied
@@ -326,17 +268,17 @@ func (s *Server) rules(ctx context.Context, vm *v1.VirtualMachine) (raw, source 
 // template's.
 func (s *Server) admitTemplate(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Delete {
-		return allow(nil)
+		return admission.Allow()
 	}
 	t := &unstructured.Unstructured{}
-	if err := json.Unmarshal(req.OldObject.Raw, &t.Object); err != nil {
-		return refuse(http.StatusBadRequest, "cannot decode the Template: "+err.Error())
+	if resp := admission.Decode(req.OldObject.Raw, &t.Object, "the Template"); resp != nil {
+		return resp
 	}
 	vms := &metav1.PartialObjectMetadataList{}
 	vms.SetGroupVersionKind(v1.GroupVersion.WithKind("VirtualMachineList"))
 	if err := s.Client.List(ctx, vms, client.MatchingLabels{tv.LabelTemplate: req.Name, tv.LabelTemplateNamespace: req.Namespace}); err != nil {
 		s.Log.Error("listing the template's VMs", "template", req.Namespace+"/"+req.Name, "err", err)
-		return refuse(http.StatusInternalServerError, "listing the VMs of the template: "+err.Error())
+		return admission.Refuse(http.StatusInternalServerError, "listing the VMs of the template: "+err.Error())
 	}
 	hasRules := tv.TemplateRules(t) != ""
 	var using []string
@@ -350,23 +292,9 @@ func (s *Server) admitTemplate(ctx context.Context, req *admissionv1.AdmissionRe
 		}
 	}
 	if len(using) == 0 {
-		return allow(nil)
+		return admission.Allow()
 	}
 	slices.Sort(using)
 	s.Log.Info("refused deleting a template", "template", req.Namespace+"/"+req.Name, "vms", using)
-	return refuse(http.StatusForbidden, "Template cannot be deleted, because the following VMs are referencing it for validation: "+strings.Join(using, ", "))
-}
-
-func allow(warnings []string) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
-}
-
-func refuse(code int32, msg string) *admissionv1.AdmissionResponse {
-	reason := map[int32]metav1.StatusReason{
-		http.StatusBadRequest: metav1.StatusReasonBadRequest, http.StatusForbidden: metav1.StatusReasonForbidden,
-		http.StatusUnprocessableEntity: metav1.StatusReasonInvalid, http.StatusInternalServerError: metav1.StatusReasonInternalError,
-	}[code]
-	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
-		Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg,
-	}}
+	return admission.Refuse(http.StatusForbidden, "Template cannot be deleted, because the following VMs are referencing it for validation: "+strings.Join(using, ", "))
 }

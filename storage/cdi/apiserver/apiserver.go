@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubevmm/kubevmm/api/admission"
 	uploadv1 "github.com/kubevmm/kubevmm/api/cdi/upload/v1beta1"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
@@ -61,8 +62,8 @@ func (s *Server) Handler() http.Handler {
 				Kind: "UploadTokenRequest", Verbs: []string{"create"}}}})
 	})
 	mux.HandleFunc("POST "+gv+"/namespaces/{namespace}/"+uploadv1.Resource, s.createToken)
-	mux.Handle("POST "+ValidateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.validateDataVolume)))
-	mux.Handle("POST "+MutateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, http.HandlerFunc(s.mutateDataVolume)))
+	mux.Handle("POST "+ValidateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(s.validateDataVolume)))
+	mux.Handle("POST "+MutateDataVolumePath, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(s.mutateDataVolume)))
 	return mux
 }
 
