@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -112,24 +113,17 @@ func TestAttachWhileOutputIsPending(t *testing.T) {
 	srv, cli := net.Pipe()
 	defer cli.Close()
 	go c.Attach(srv)
-	got := make(chan string, 1)
-	go func() {
-		cli.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var b []byte
-		buf := make([]byte, 100)
-		for !strings.Contains(string(b), "three\n") {
-			n, err := cli.Read(buf)
-			b = append(b, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
-		got <- string(b)
-	}()
-	time.Sleep(50 * time.Millisecond) // let Attach replay the history
+	// "three" is written once the client is attached (its replay waits
+	// for the stuck flusher): it is no part of the history replayed.
+	for attached := false; !attached; {
+		runtime.Gosched()
+		c.mu.Lock()
+		attached = c.client == srv
+		c.mu.Unlock()
+	}
 	c.Write([]byte("three\n"))
 	close(g.release)
-	assert.Equal(t, "one\ntwo\nthree\n", <-got)
+	assert.Equal(t, "one\ntwo\nthree\n", readUntil(t, cli, "three\n"))
 	require.NoError(t, c.Close())
 	assert.Equal(t, "one\ntwo\nthree\n", g.String())
 }
