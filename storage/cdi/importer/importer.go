@@ -62,6 +62,7 @@ import (
 	"github.com/ulikunitz/xz"
 	"golang.org/x/sys/unix"
 
+	"github.com/kubevmm/kubevmm/storage/cdi/sparse"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
 
@@ -69,7 +70,7 @@ import (
 const DiskImage = "disk.img"
 
 // chunk is the unit of streaming and of zero detection in a stream.
-const chunk = 1 << 20
+const chunk = sparse.Chunk
 
 const (
 	// copyPiece is the largest read and write of a conversion.
@@ -298,9 +299,9 @@ func (t *target) fetch(ctx context.Context, o Options) error {
 	}
 	if !qcow2 {
 		// Raw: nothing to convert, so no scratch space.
-		n, err := writeSparse(t.f, img, !t.block, t.usable)
+		n, err := sparse.Copy(t.f, img, !t.block, t.usable)
 		switch {
-		case errors.Is(err, errTooLarge):
+		case errors.Is(err, sparse.ErrTooLarge):
 			return fmt.Errorf("no space: the image from %s is larger than the %d bytes usable on the PVC", o.URL, t.usable)
 		case errors.Is(err, unix.ENOSPC):
 			return fmt.Errorf("no space left on the PVC writing the image from %s: %w", o.URL, err)
@@ -321,7 +322,7 @@ func (t *target) fetch(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the scratch image: %w", err)
 	}
-	n, err := writeSparse(f, img, true, -1)
+	n, err := sparse.Copy(f, img, true, -1)
 	if err == nil {
 		err = f.Truncate(n)
 	}
@@ -496,66 +497,6 @@ func (n named) Read(b []byte) (int, error) {
 	return c, err
 }
 
-// errTooLarge: a stream is longer than its limit.
-var errTooLarge = errors.New("the image is larger than its limit")
-
-// writeSparse copies r into f, skipping the chunks of zeros if skip (a
-// file reads zeros where nothing was written; a device may hold old
-// data); it returns how many bytes r had. More than limit bytes (if not
-// negative) is errTooLarge, nothing past it written.
-func writeSparse(f *os.File, r io.Reader, skip bool, limit int64) (int64, error) {
-	buf := make([]byte, chunk)
-	var off int64
-	for {
-		n, err := fill(r, buf)
-		if limit >= 0 && off+int64(n) > limit {
-			return off, errTooLarge
-		}
-		if n > 0 && (!skip || !allZero(buf[:n])) {
-			if _, werr := f.WriteAt(buf[:n], off); werr != nil {
-				return off, werr
-			}
-		}
-		off += int64(n)
-		if errors.Is(err, io.EOF) {
-			return off, nil
-		}
-		if err != nil {
-			return off, err
-		}
-	}
-}
-
-// fill reads r until buf is full or r ends (io.EOF). Unlike io.ReadFull
-// it passes a reader's own io.ErrUnexpectedEOF (a truncated compressed
-// stream) on as the error it is.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // checkQcow2 refuses a qcow2 image whose header (head, of a size-byte
 // file) is bad or names a backing file.
 func checkQcow2(head []byte, size int64, url string) error {
@@ -686,7 +627,7 @@ func (t *target) copyPiece(src block.Disk, buf []byte, off int64, data bool, fro
 		if _, err := src.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("reading the image from %s at %d: %w", from, off, err)
 		}
-		if !t.block && allZero(buf) {
+		if !t.block && sparse.AllZero(buf) {
 			return nil
 		}
 	} else {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kubevmm/kubevmm/storage/cdi/registry"
+	"github.com/kubevmm/kubevmm/storage/cdi/sparse"
 )
 
 // SourceRegistry is a registry import's Source.
@@ -116,7 +117,7 @@ func pull(ctx context.Context, o Options, ref registry.Ref) (string, error) {
 		if err != nil {
 			return fmt.Errorf("creating the scratch image: %w", err)
 		}
-		n, err := writeSparse(f, img, true, -1)
+		n, err := sparse.Copy(f, img, true, -1)
 		if err == nil {
 			err = f.Truncate(n)
 		}

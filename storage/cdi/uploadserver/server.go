@@ -46,6 +46,7 @@ import (
 
 	"github.com/ulikunitz/xz"
 
+	"github.com/kubevmm/kubevmm/storage/cdi/sparse"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
 
@@ -403,7 +404,7 @@ func (s *Server) openDest() (*dest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("disk image: %w", err)
 	}
-	return &dest{f: f, part: part, path: path, grow: s.cfg.Size / chunk * chunk}, nil
+	return &dest{f: f, part: part, path: path, grow: s.cfg.Size / sparse.Chunk * sparse.Chunk}, nil
 }
 
 func (d *dest) abort() {
@@ -451,63 +452,14 @@ func (d *dest) commit(size int64) error {
 	return nil
 }
 
-const chunk = 1 << 20
-
-// copySparse copies src to the start of w, at most limit bytes (more is
-// the client's error), skipping all-zero chunks when sparse (the file
-// reads zeros there). It returns the bytes copied.
-func copySparse(w *os.File, src io.Reader, limit int64, sparse bool) (int64, error) {
-	buf := make([]byte, chunk)
-	var off int64
-	for {
-		n, err := fill(src, buf)
-		if n > 0 {
-			if off+int64(n) > limit {
-				return off, bad("image is larger than the usable size %d", limit)
-			}
-			if !sparse || !allZero(buf[:n]) {
-				if _, werr := w.WriteAt(buf[:n], off); werr != nil {
-					return off, fmt.Errorf("writing the disk: %w", werr)
-				}
-			}
-			off += int64(n)
-		}
-		if errors.Is(err, io.EOF) {
-			return off, nil
-		}
-		if err != nil {
-			return off, err
-		}
+// copySparse is sparse.Copy, a stream longer than limit being the
+// client's error.
+func copySparse(w *os.File, src io.Reader, limit int64, skipZeros bool) (int64, error) {
+	n, err := sparse.Copy(w, src, skipZeros, limit)
+	if errors.Is(err, sparse.ErrTooLarge) {
+		return n, bad("image is larger than the usable size %d", limit)
 	}
-}
-
-// fill reads until buf is full or r fails; unlike io.ReadFull it passes
-// on r's own io.ErrUnexpectedEOF (a body cut short) as an error.
-func fill(r io.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
+	return n, err
 }
 
 // TLSConfig serves with certFile/keyFile and verifies a client
