@@ -109,30 +109,18 @@ func (d *Deferred) WriteZeroes(off, n int64, unmap bool) error {
 
 // ReadvAt is the image's vectored read, or a read per buffer.
 func (d *Deferred) ReadvAt(bufs [][]byte, off int64) error {
-	if v, ok := d.disk.(VectorIO); ok {
-		return v.ReadvAt(bufs, off)
+	if d.disk == nil {
+		return errNotOpen
 	}
-	for _, b := range bufs {
-		if _, err := d.ReadAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
+	return ReadvAt(d.disk, bufs, off)
 }
 
 // WritevAt is the image's vectored write, or a write per buffer.
 func (d *Deferred) WritevAt(bufs [][]byte, off int64) error {
-	if v, ok := d.disk.(VectorIO); ok {
-		return v.WritevAt(bufs, off)
+	if d.disk == nil {
+		return errNotOpen
 	}
-	for _, b := range bufs {
-		if _, err := d.WriteAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
+	return WritevAt(d.disk, bufs, off)
 }
 
 // Unlock lets go of the open image's lock.

@@ -145,6 +145,36 @@ type VectorIO interface {
 	WritevAt(bufs [][]byte, off int64) error
 }
 
+// ReadvAt fills bufs from disk at off, with one vectored read where the
+// disk can (VectorIO), else a read per buffer.
+func ReadvAt(disk Disk, bufs [][]byte, off int64) error {
+	if v, ok := disk.(VectorIO); ok {
+		return v.ReadvAt(bufs, off)
+	}
+	for _, b := range bufs {
+		if _, err := disk.ReadAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}
+
+// WritevAt writes bufs to disk at off, with one vectored write where the
+// disk can (VectorIO), else a write per buffer.
+func WritevAt(disk Disk, bufs [][]byte, off int64) error {
+	if v, ok := disk.(VectorIO); ok {
+		return v.WritevAt(bufs, off)
+	}
+	for _, b := range bufs {
+		if _, err := disk.WriteAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}
+
 // iovMax is Linux's UIO_MAXIOV.
 const iovMax = 1024
 

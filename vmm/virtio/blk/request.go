@@ -100,7 +100,7 @@ func Execute(r *Request, disk block.Disk, lim Limits, serial []byte, m *Metrics)
 		}
 		off := int64(r.Sector * block.SectorSize)
 		if r.Type == TypeIn {
-			if err := readv(disk, r.Data, off); err != nil {
+			if err := block.ReadvAt(disk, r.Data, off); err != nil {
 				m.IOErrors.Add(1)
 				return StatusIOErr, uint32(r.DataLen)
 			}
@@ -112,7 +112,7 @@ func Execute(r *Request, disk block.Disk, lim Limits, serial []byte, m *Metrics)
 			m.ReadOnlyWrites.Add(1)
 			return StatusIOErr, 0
 		}
-		if err := writev(disk, r.Data, off); err != nil {
+		if err := block.WritevAt(disk, r.Data, off); err != nil {
 			m.IOErrors.Add(1)
 			return StatusIOErr, 0
 		}
@@ -186,31 +186,4 @@ func discard(r *Request, disk block.Disk, lim Limits, m *Metrics) (byte, uint32)
 	}
 	m.Discards.Add(1)
 	return StatusOK, 0
-}
-
-// readv fills bufs from disk at off, with one preadv where the disk can.
-func readv(disk block.Disk, bufs queue.Buffers, off int64) error {
-	if v, ok := disk.(block.VectorIO); ok {
-		return v.ReadvAt(bufs, off)
-	}
-	for _, b := range bufs {
-		if _, err := disk.ReadAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
-}
-
-func writev(disk block.Disk, bufs queue.Buffers, off int64) error {
-	if v, ok := disk.(block.VectorIO); ok {
-		return v.WritevAt(bufs, off)
-	}
-	for _, b := range bufs {
-		if _, err := disk.WriteAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
 }

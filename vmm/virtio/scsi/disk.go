@@ -375,7 +375,7 @@ func (l *LUN) readWrite(cdb []byte, in, out queue.Buffers, m *Metrics) Result {
 	buf = buf.Slice(nil, 0, n)
 	off := int64(lba * block.SectorSize)
 	if write {
-		if err := writev(l.Disk, buf, off); err != nil {
+		if err := block.WritevAt(l.Disk, buf, off); err != nil {
 			m.IOErrors.Add(1)
 			return check(SenseWriteError)
 		}
@@ -383,38 +383,11 @@ func (l *LUN) readWrite(cdb []byte, in, out queue.Buffers, m *Metrics) Result {
 		m.WriteBytes.Add(n)
 		return Result{Status: StatusGood, DataOut: n}
 	}
-	if err := readv(l.Disk, buf, off); err != nil {
+	if err := block.ReadvAt(l.Disk, buf, off); err != nil {
 		m.IOErrors.Add(1)
 		return check(SenseReadError)
 	}
 	m.Reads.Add(1)
 	m.ReadBytes.Add(n)
 	return good(n)
-}
-
-// readv fills bufs from disk at off, with one preadv where the disk can.
-func readv(disk block.Disk, bufs queue.Buffers, off int64) error {
-	if v, ok := disk.(block.VectorIO); ok {
-		return v.ReadvAt(bufs, off)
-	}
-	for _, b := range bufs {
-		if _, err := disk.ReadAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
-}
-
-func writev(disk block.Disk, bufs queue.Buffers, off int64) error {
-	if v, ok := disk.(block.VectorIO); ok {
-		return v.WritevAt(bufs, off)
-	}
-	for _, b := range bufs {
-		if _, err := disk.WriteAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
 }
