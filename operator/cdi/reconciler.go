@@ -38,7 +38,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/operator/cdi/install"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
@@ -87,7 +87,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.Info("state", "from", was, "to", is)
 	}
 	if d.AddFinalizer {
-		if err := kit.AddFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+		if err := patch.AddFinalizer(ctx, r.Client, c, Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -99,12 +99,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: cdiv1.CDIConfigName}, cc); err != nil {
 			return reconcile.Result{}, fmt.Errorf("reading CDIConfig %s: %w", cdiv1.CDIConfigName, err)
 		}
-		if !equality.Semantic.DeepEqual(cc.Status, *d.ConfigStatus) {
-			orig := cc.DeepCopy()
-			cc.Status = *d.ConfigStatus
-			if err := r.Client.Status().Patch(ctx, cc, client.MergeFrom(orig)); err != nil {
-				return reconcile.Result{}, fmt.Errorf("writing CDIConfig %s's status: %w", cdiv1.CDIConfigName, err)
-			}
+		if err := patch.Status(ctx, r.Client, cc, &cc.Status, *d.ConfigStatus); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	for name, want := range d.ProfileStatus {
@@ -112,23 +108,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, sp); err != nil {
 			return reconcile.Result{}, fmt.Errorf("reading StorageProfile %s: %w", name, err)
 		}
-		if !equality.Semantic.DeepEqual(sp.Status, want) {
-			orig := sp.DeepCopy()
-			sp.Status = want
-			if err := r.Client.Status().Patch(ctx, sp, client.MergeFrom(orig)); err != nil {
-				return reconcile.Result{}, fmt.Errorf("writing StorageProfile %s's status: %w", name, err)
-			}
+		if err := patch.Status(ctx, r.Client, sp, &sp.Status, want); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
-	if !equality.Semantic.DeepEqual(c.Status, d.Status) {
-		orig := c.DeepCopy()
-		c.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, c, &c.Status, d.Status); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, err
 	}
 	if d.RemoveFinalizer {
-		if _, err := kit.RemoveFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+		if err := patch.RemoveFinalizer(ctx, r.Client, c, Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

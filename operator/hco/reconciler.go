@@ -39,7 +39,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -56,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hcov1 "github.com/kubevmm/kubevmm/api/hco/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
@@ -114,7 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	switch d.Action {
 	case Apply:
-		if err := kit.AddFinalizer(ctx, r.Client, hc, Finalizer); err != nil {
+		if err := patch.AddFinalizer(ctx, r.Client, hc, Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
 		// An operand's edit is counted as soon as the write that reverts
@@ -161,21 +162,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Operands whose operator is gone keep their finalizer: poll too.
 		requeue = 2 * time.Second
 	}
-	if !equality.Semantic.DeepEqual(hc.Status, d.Status) {
-		orig := hc.DeepCopy()
-		hc.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, hc, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, hc, &hc.Status, d.Status); err != nil {
+		return reconcile.Result{}, err
 	}
-	if d.Action == Finalize {
-		removed, err := kit.RemoveFinalizer(ctx, r.Client, hc, Finalizer)
-		if err != nil {
+	if d.Action == Finalize && controllerutil.ContainsFinalizer(hc, Finalizer) {
+		if err := patch.RemoveFinalizer(ctx, r.Client, hc, Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
-		if removed {
-			log.Info("uninstalled")
-		}
+		log.Info("uninstalled")
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }

@@ -41,7 +41,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hppv1 "github.com/kubevmm/kubevmm/api/hostpathprovisioner/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/operator/hostpath/install"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
@@ -91,12 +91,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := kit.Apply(ctx, r.Client, FieldManager, d.Apply); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !equality.Semantic.DeepEqual(hpp.Status, d.Status) {
-		orig := hpp.DeepCopy()
-		hpp.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, hpp, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, hpp, &hpp.Status, d.Status); err != nil {
+		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, nil
 }

@@ -62,7 +62,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -72,6 +71,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	networkaddonsv1 "github.com/kubevmm/kubevmm/api/networkaddons/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/net/kubemacpool"
 	"github.com/kubevmm/kubevmm/net/macpool"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
@@ -130,12 +130,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, fmt.Errorf("deleting %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
 		}
 	}
-	if !equality.Semantic.DeepEqual(nac.Status, d.Status) {
-		orig := nac.DeepCopy()
-		nac.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, nac, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, nac, &nac.Status, d.Status); err != nil {
+		return reconcile.Result{}, err
 	}
 	for _, why := range d.Renewed {
 		log.Info("certificate renewed", "secret", why)

@@ -56,7 +56,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +66,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,6 +76,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
@@ -164,21 +165,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		for _, why := range d.Renewed {
 			log.Info("certificate renewed", "secret", why)
 		}
-		if err := kit.AddFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer); err != nil {
+		if err := patch.AddFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
-		for _, u := range d.Objects {
-			err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
-			if apimeta.IsNoMatchError(err) {
-				// The Template CRD applied just before is not served yet,
-				// or virt-operator has not installed the instance types'.
-				log.Info("waiting for the API to be served", "kind", u.GetKind())
-				requeue = 2 * time.Second
-				break
-			}
-			if err != nil {
-				return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
-			}
+		switch err := kit.Apply(ctx, r.Client, FieldManager, d.Objects); {
+		case apimeta.IsNoMatchError(err):
+			// The Template CRD applied just before is not served yet,
+			// or virt-operator has not installed the instance types'.
+			log.Info("waiting for the API to be served", "error", err.Error())
+			requeue = 2 * time.Second
+		case err != nil:
+			return reconcile.Result{}, err
 		}
 		if requeue == 0 && !r.watchingAll {
 			for _, gvk := range watchedLater {
@@ -210,21 +207,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		requeue = time.Second
 	}
-	if !equality.Semantic.DeepEqual(s.Status, d.Status) {
-		orig := s.DeepCopy()
-		s.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, s, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, s, &s.Status, d.Status); err != nil {
+		return reconcile.Result{}, err
 	}
-	if d.Action == Finalize {
-		removed, err := kit.RemoveFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer)
-		if err != nil {
+	if d.Action == Finalize && controllerutil.ContainsFinalizer(s, sspv1beta3.Finalizer) {
+		if err := patch.RemoveFinalizer(ctx, r.Client, s, sspv1beta3.Finalizer); err != nil {
 			return reconcile.Result{}, err
 		}
-		if removed {
-			log.Info("removed")
-		}
+		log.Info("removed")
 	}
 	if d.Action == Deploy && !d.CertsDue.IsZero() && requeue == 0 {
 		// Nothing else wakes the operator when a certificate comes due.

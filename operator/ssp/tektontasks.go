@@ -2,7 +2,6 @@ package ssp
 
 import (
 	"context"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubevmm/kubevmm/api/conditions"
+	"github.com/kubevmm/kubevmm/api/patch"
 	sspv1beta3 "github.com/kubevmm/kubevmm/api/ssp/v1beta3"
 	tektonv1alpha1 "github.com/kubevmm/kubevmm/api/tektontasks/v1alpha1"
 )
@@ -47,10 +47,8 @@ func (r *TektonTasksReconciler) Reconcile(ctx context.Context, req reconcile.Req
 	if equality.Semantic.DeepEqual(tt.Status, st) {
 		return reconcile.Result{}, nil
 	}
-	orig := tt.DeepCopy()
-	tt.Status = st
-	if err := r.Client.Status().Patch(ctx, tt, client.MergeFrom(orig)); err != nil {
-		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
+	if err := patch.Status(ctx, r.Client, tt, &tt.Status, st); err != nil {
+		return reconcile.Result{}, err
 	}
 	logf.FromContext(ctx).Info("deprecated: nothing deployed")
 	return reconcile.Result{}, nil

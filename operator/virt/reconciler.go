@@ -45,7 +45,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,12 +53,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubevmm/kubevmm/api/certs"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/operator/virt/install"
 )
@@ -136,7 +137,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var requeue time.Duration
 	switch d.Action {
 	case Deploy:
-		if err := kit.AddFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer); err != nil {
+		if err := patch.AddFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer); err != nil {
 			return reconcile.Result{}, err
 		}
 		if err := kit.Apply(ctx, r.Client, FieldManager, d.Objects); err != nil {
@@ -166,21 +167,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			requeue = 5 * time.Second
 		}
 	}
-	if !equality.Semantic.DeepEqual(kv.Status, d.Status) {
-		orig := kv.DeepCopy()
-		kv.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, kv, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, kv, &kv.Status, d.Status); err != nil {
+		return reconcile.Result{}, err
 	}
-	if d.Action == Finalize {
-		removed, err := kit.RemoveFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer)
-		if err != nil {
+	if d.Action == Finalize && controllerutil.ContainsFinalizer(kv, v1.KubeVirtFinalizer) {
+		if err := patch.RemoveFinalizer(ctx, r.Client, kv, v1.KubeVirtFinalizer); err != nil {
 			return reconcile.Result{}, err
 		}
-		if removed {
-			log.Info("uninstalled")
-		}
+		log.Info("uninstalled")
 	}
 	return reconcile.Result{RequeueAfter: requeue}, nil
 }

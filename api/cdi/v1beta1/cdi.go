@@ -121,69 +121,38 @@ type ConditionState struct {
 	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
-// stamp sets s's times from old, the condition it replaces (nil if
-// none): LastTransitionTime is when Status last changed, and
-// LastHeartbeatTime when the reason, message or status last changed (an
-// unchanged condition makes no write).
-func (s *ConditionState) stamp(old *ConditionState, now metav1.Time) {
-	if old == nil {
-		s.LastTransitionTime, s.LastHeartbeatTime = now, now
-		return
-	}
-	s.LastTransitionTime, s.LastHeartbeatTime = old.LastTransitionTime, old.LastHeartbeatTime
-	if old.Status != s.Status {
-		s.LastTransitionTime = now
-	}
-	if old.Status != s.Status || old.Reason != s.Reason || old.Message != s.Message {
-		s.LastHeartbeatTime = now
-	}
+// fields are the conditions.Fields of the condition of type t whose
+// state s is: both times are stamped.
+func (s *ConditionState) fields(t string) conditions.Fields {
+	return conditions.Fields{Type: t, Status: s.Status, Reason: s.Reason, Message: s.Message,
+		LastTransitionTime: &s.LastTransitionTime, LastHeartbeatTime: &s.LastHeartbeatTime}
 }
 
-// SetCondition sets or replaces the condition of c's type (see stamp).
+// ConditionFields make the kinds' conditions (each a type of its own and
+// the ConditionState they share) conditions.Kinds: set and found by
+// conditions.Set and Find.
+func (c *Condition) ConditionFields() conditions.Fields { return c.fields(string(c.Type)) }
+
+// ConditionFields is as Condition's.
+func (c *DataVolumeCondition) ConditionFields() conditions.Fields { return c.fields(string(c.Type)) }
+
+// ConditionFields is as Condition's.
+func (c *DataSourceCondition) ConditionFields() conditions.Fields { return c.fields(string(c.Type)) }
+
+// ConditionFields is as Condition's.
+func (c *DataImportCronCondition) ConditionFields() conditions.Fields {
+	return c.fields(string(c.Type))
+}
+
+// SetCondition sets or replaces the condition of c's type
+// (conditions.Set).
 func SetCondition(conds []Condition, c Condition, now metav1.Time) []Condition {
-	return setCondition[Condition, *Condition](conds, c, now)
+	return conditions.Set(conds, c, now)
 }
 
 // FindCondition is the condition of type t, nil if none.
 func FindCondition(conds []Condition, t ConditionType) *Condition {
-	return findCondition[Condition, *Condition](conds, t)
-}
-
-// kindCondition is one kind's condition (Condition, DataVolumeCondition,
-// DataSourceCondition, DataImportCronCondition): a type of its own and
-// the ConditionState they share, set and found by the same two functions.
-type kindCondition[C any, T comparable] interface {
-	*C
-	conditionType() T
-	state() *ConditionState
-}
-
-func (s *ConditionState) state() *ConditionState { return s }
-
-func (c Condition) conditionType() ConditionType                             { return c.Type }
-func (c DataVolumeCondition) conditionType() DataVolumeConditionType         { return c.Type }
-func (c DataSourceCondition) conditionType() DataSourceConditionType         { return c.Type }
-func (c DataImportCronCondition) conditionType() DataImportCronConditionType { return c.Type }
-
-// setCondition sets or replaces the condition of c's type, stamped.
-func setCondition[C any, PC kindCondition[C, T], T comparable](conds []C, c C, now metav1.Time) []C {
-	if old := findCondition[C, PC](conds, PC(&c).conditionType()); old != nil {
-		PC(&c).state().stamp(PC(old).state(), now)
-		*old = c
-		return conds
-	}
-	PC(&c).state().stamp(nil, now)
-	return append(conds, c)
-}
-
-// findCondition is the condition of type t, nil if none.
-func findCondition[C any, PC kindCondition[C, T], T comparable](conds []C, t T) *C {
-	for i := range conds {
-		if PC(&conds[i]).conditionType() == t {
-			return &conds[i]
-		}
-	}
-	return nil
+	return conditions.Find(conds, t)
 }
 
 // CDIConfigName is the one CDIConfig's name.

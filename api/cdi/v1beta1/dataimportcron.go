@@ -2,6 +2,8 @@ package v1beta1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // DataImportCronCRDName is the DataImportCron CRD's name.
@@ -145,12 +147,12 @@ type DataImportCronCondition struct {
 }
 
 // SetDataImportCronCondition sets or replaces the condition of c's type
-// (see stamp).
+// (conditions.Set).
 func SetDataImportCronCondition(conds []DataImportCronCondition, c DataImportCronCondition, now metav1.Time) []DataImportCronCondition {
-	return setCondition[DataImportCronCondition, *DataImportCronCondition](conds, c, now)
+	return conditions.Set(conds, c, now)
 }
 
 // FindDataImportCronCondition is the condition of type t, nil if none.
 func FindDataImportCronCondition(conds []DataImportCronCondition, t DataImportCronConditionType) *DataImportCronCondition {
-	return findCondition[DataImportCronCondition, *DataImportCronCondition](conds, t)
+	return conditions.Find(conds, t)
 }

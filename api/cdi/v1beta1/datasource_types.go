@@ -2,6 +2,8 @@ package v1beta1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // DataSource names a PVC that DataVolumes clone through their sourceRef
@@ -72,13 +74,13 @@ type DataSourceCondition struct {
 	ConditionState `json:",inline"`
 }
 
-// SetDataSourceCondition sets or replaces the condition of c's type (see
-// stamp).
+// SetDataSourceCondition sets or replaces the condition of c's type
+// (conditions.Set).
 func SetDataSourceCondition(conds []DataSourceCondition, c DataSourceCondition, now metav1.Time) []DataSourceCondition {
-	return setCondition[DataSourceCondition, *DataSourceCondition](conds, c, now)
+	return conditions.Set(conds, c, now)
 }
 
 // FindDataSourceCondition is the condition of type t, nil if none.
 func FindDataSourceCondition(conds []DataSourceCondition, t DataSourceConditionType) *DataSourceCondition {
-	return findCondition[DataSourceCondition, *DataSourceCondition](conds, t)
+	return conditions.Find(conds, t)
 }

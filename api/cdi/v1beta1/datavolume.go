@@ -4,6 +4,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // DataVolume is a PVC and where its data comes from: the DataVolume
@@ -269,13 +271,13 @@ type DataVolumeCondition struct {
 	ConditionState `json:",inline"`
 }
 
-// SetDataVolumeCondition sets or replaces the condition of c's type (see
-// stamp).
+// SetDataVolumeCondition sets or replaces the condition of c's type
+// (conditions.Set).
 func SetDataVolumeCondition(conds []DataVolumeCondition, c DataVolumeCondition, now metav1.Time) []DataVolumeCondition {
-	return setCondition[DataVolumeCondition, *DataVolumeCondition](conds, c, now)
+	return conditions.Set(conds, c, now)
 }
 
 // FindDataVolumeCondition is the condition of type t, nil if none.
 func FindDataVolumeCondition(conds []DataVolumeCondition, t DataVolumeConditionType) *DataVolumeCondition {
-	return findCondition[DataVolumeCondition, *DataVolumeCondition](conds, t)
+	return conditions.Find(conds, t)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubevmm/kubevmm/api/conditions"
 )
 
 // Labels, annotations and finalizers, spelled as KubeVirt spells them so that
@@ -107,22 +109,12 @@ func (vmi *VirtualMachineInstance) IsRunning() bool {
 
 // GetCondition returns the VMI condition of that type, or nil.
 func (vmi *VirtualMachineInstance) GetCondition(t VirtualMachineInstanceConditionType) *VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == t {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
+	return conditions.Find(vmi.Status.Conditions, t)
 }
 
 // GetCondition returns the VM condition of that type, or nil.
 func (vm *VirtualMachine) GetCondition(t VirtualMachineConditionType) *VirtualMachineCondition {
-	for i := range vm.Status.Conditions {
-		if vm.Status.Conditions[i].Type == t {
-			return &vm.Status.Conditions[i]
-		}
-	}
-	return nil
+	return conditions.Find(vm.Status.Conditions, t)
 }
 
 // IsFinal reports whether the migration ended.

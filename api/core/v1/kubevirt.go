@@ -324,28 +324,5 @@ const (
 
 // GetCondition returns the condition of that type, or nil.
 func (kv *KubeVirt) GetCondition(t KubeVirtConditionType) *KubeVirtCondition {
-	for i := range kv.Status.Conditions {
-		if kv.Status.Conditions[i].Type == t {
-			return &kv.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-// SetKubeVirtCondition sets or replaces the condition of c's type; its
-// LastTransitionTime moves only when its status changes.
-func SetKubeVirtCondition(conds []KubeVirtCondition, c KubeVirtCondition, now metav1.Time) []KubeVirtCondition {
-	for i := range conds {
-		if conds[i].Type != c.Type {
-			continue
-		}
-		c.LastTransitionTime = conds[i].LastTransitionTime
-		if conds[i].Status != c.Status {
-			c.LastTransitionTime = now
-		}
-		conds[i] = c
-		return conds
-	}
-	c.LastTransitionTime = now
-	return append(conds, c)
+	return conditions.Find(kv.Status.Conditions, t)
 }

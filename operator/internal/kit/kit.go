@@ -1,13 +1,14 @@
 // Package kit holds the steps every operator under operator/ takes the
 // same way, so that each rule has one home: reading a CR's spec as
-// stored to refuse what kubevmm does not declare, adding and removing the
-// CR's finalizer, turning objects into apply configurations and
-// server-side applying what Decide wants, deciding when a Deployment or
-// DaemonSet has rolled out, mapping a watched change to every CR of
-// a kind (each operator's CR is a singleton by convention, and the next
-// one takes over when the first goes), the objects that run an
-// operator itself (install.go), and the NetworkPolicies that close a
-// component's namespace and open what each component needs (netpol.go). Where operators really differ
+// stored to refuse what kubevmm does not declare, turning objects into
+// apply configurations and server-side applying what Decide wants,
+// deciding when a Deployment or DaemonSet has rolled out, mapping a
+// watched change to every CR of a kind (each operator's CR is a singleton
+// by convention, and the next one takes over when the first goes), the
+// objects that run an operator itself (install.go), and the
+// NetworkPolicies that close a component's namespace and open what each
+// component needs (netpol.go). A CR's finalizer and status are written as
+// every controller writes them (api/patch). Where operators really differ
 // (what they observe, what they decide, what they log) they keep their
 // own code.
 package kit
@@ -24,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -53,36 +53,6 @@ func StoredSpec(ctx context.Context, r client.Reader, obj client.Object, gvk sch
 	}
 	m, _ := raw.Object["spec"].(map[string]any)
 	return m, unknown, nil
-}
-
-// AddFinalizer adds finalizer to obj unless it has it. The patch carries
-// obj's resourceVersion: a CR changed meanwhile (deleted, say) fails it
-// and the next pass decides again.
-func AddFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) error {
-	if controllerutil.ContainsFinalizer(obj, finalizer) {
-		return nil
-	}
-	orig := obj.DeepCopyObject().(client.Object)
-	controllerutil.AddFinalizer(obj, finalizer)
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding the finalizer: %w", err)
-	}
-	return nil
-}
-
-// RemoveFinalizer removes finalizer from obj if it has it, and says
-// whether it did. A CR already gone is no error: removing the finalizer
-// was the last step.
-func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) (bool, error) {
-	if !controllerutil.ContainsFinalizer(obj, finalizer) {
-		return false, nil
-	}
-	orig := obj.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(obj, finalizer)
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-		return false, fmt.Errorf("removing the finalizer: %w", err)
-	}
-	return true, nil
 }
 
 // ApplyConfiguration is obj as the operator applies it: its JSON less

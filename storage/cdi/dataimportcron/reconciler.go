@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 )
 
 // digestTimeout bounds one digest read: an unreachable registry is a
@@ -48,10 +49,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if r.Now != nil {
 		now = r.Now()
 	}
-	if c.DeletionTimestamp == nil && !controllerutil.ContainsFinalizer(c, Finalizer) {
-		controllerutil.AddFinalizer(c, Finalizer)
-		if err := r.Client.Update(ctx, c); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+	if c.DeletionTimestamp == nil {
+		if err := patch.AddFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+			return reconcile.Result{}, err
 		}
 	}
 	o := Observed{Cron: c}
@@ -106,20 +106,16 @@ func (r *Reconciler) write(ctx context.Context, log *slog.Logger, c *cdiv1.DataI
 			return fmt.Errorf("deleting DataSource %s: %w", ds.Name, err)
 		}
 	}
-	if !equality.Semantic.DeepEqual(c.Status, d.Status) {
-		old := FindDataImportCronUpToDate(c.Status)
-		orig := c.DeepCopy()
-		c.Status = d.Status
-		if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(orig)); err != nil {
-			return fmt.Errorf("writing the status: %w", err)
-		}
-		if now := FindDataImportCronUpToDate(d.Status); now != old {
-			log.Info("state", "upToDate", now)
-		}
+	old := FindDataImportCronUpToDate(c.Status)
+	if err := patch.Status(ctx, r.Client, c, &c.Status, d.Status); err != nil {
+		return err
 	}
-	if d.Finalize && controllerutil.RemoveFinalizer(c, Finalizer) {
-		if err := r.Client.Update(ctx, c); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("removing the finalizer: %w", err)
+	if now := FindDataImportCronUpToDate(d.Status); now != old {
+		log.Info("state", "upToDate", now)
+	}
+	if d.Finalize && controllerutil.ContainsFinalizer(c, Finalizer) {
+		if err := patch.RemoveFinalizer(ctx, r.Client, c, Finalizer); err != nil {
+			return err
 		}
 		log.Info("removed", "retentionPolicy", ptr.Deref(c.Spec.RetentionPolicy, cdiv1.DataImportCronRetainAll))
 	}

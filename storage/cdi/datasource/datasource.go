@@ -20,7 +20,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 )
 
 // The Ready condition's reasons (upstream's).
@@ -117,18 +117,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	st := Status(ds, s, metav1.Now())
-	if equality.Semantic.DeepEqual(ds.Status, st) {
-		return reconcile.Result{}, nil
-	}
 	if old, c := cdiv1.FindDataSourceCondition(ds.Status.Conditions, cdiv1.DataSourceReady), cdiv1.FindDataSourceCondition(st.Conditions, cdiv1.DataSourceReady); old == nil || old.Reason != c.Reason {
 		logf.FromContext(ctx).Info("state", "ready", c.Status, "reason", c.Reason)
 	}
-	orig := ds.DeepCopy()
-	ds.Status = st
-	if err := r.Client.Status().Patch(ctx, ds, client.MergeFrom(orig)); err != nil {
-		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{}, patch.Status(ctx, r.Client, ds, &ds.Status, st)
 }
 
 // SetupWithManager registers the reconciler: DataSources, and the PVCs

@@ -44,7 +44,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -55,6 +54,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/api/patch"
 	"github.com/kubevmm/kubevmm/storage/cdi/importer"
 	"github.com/kubevmm/kubevmm/storage/cdi/token"
 )
@@ -117,12 +117,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if dv.Status.Phase != st.Phase {
 		log.Info("state", "from", dv.Status.Phase, "to", st.Phase)
 	}
-	if !equality.Semantic.DeepEqual(dv.Status, st) {
-		orig := dv.DeepCopy()
-		dv.Status = st
-		if err := r.Client.Status().Patch(ctx, dv, client.MergeFrom(orig)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
-		}
+	if err := patch.Status(ctx, r.Client, dv, &dv.Status, st); err != nil {
+		return reconcile.Result{}, err
 	}
 	if st.Phase == cdiv1.ImportInProgress || st.Phase == cdiv1.CloneInProgress || s.Waiting != nil {
 		return reconcile.Result{RequeueAfter: progressInterval}, nil
