@@ -2,6 +2,7 @@ package hco
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -277,13 +278,13 @@ func aggregate(o Observed, st *hcov1.HyperConvergedStatus, set func(string, meta
 		}
 		conds := operandConditions(cur)
 		if c := conds[hcov1.ConditionAvailable]; c.status != "True" && notAvail == "" {
-			notAvail, notAvailMsg = kind+"NotAvailable", or(c.message, kind+" "+op.Name+" is not available")
+			notAvail, notAvailMsg = kind+"NotAvailable", cmp.Or(c.message, kind+" "+op.Name+" is not available")
 		}
 		if c := conds[hcov1.ConditionProgressing]; (c.status == "True" || len(conds) == 0) && progressing == "" {
-			progressing, progMsg = kind+"Progressing", or(c.message, kind+" "+op.Name+" reports no conditions yet")
+			progressing, progMsg = kind+"Progressing", cmp.Or(c.message, kind+" "+op.Name+" reports no conditions yet")
 		}
 		if c := conds[hcov1.ConditionDegraded]; c.status == "True" && degraded == "" {
-			degraded, degMsg = kind+"Degraded", or(c.message, kind+" "+op.Name+" is degraded")
+			degraded, degMsg = kind+"Degraded", cmp.Or(c.message, kind+" "+op.Name+" is degraded")
 		}
 	}
 	if notAvail != "" {
@@ -621,13 +622,6 @@ func toMap(v any) (map[string]any, error) {
 	}
 	var m map[string]any
 	return m, json.Unmarshal(b, &m)
-}
-
-func or(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
 }
 
 func decode(b []byte) any {

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubevmm/kubevmm/api/certs"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // ValidatorCASecret holds the CA (tls.crt, tls.key) that signs the
@@ -32,9 +33,9 @@ func validatorCerts(o Observed, namespace string, now metav1.Time, settle time.D
 func certSecrets(p certs.Plan, namespace string) []client.Object {
 	leaf := p.Leaves[ValidatorSecret]
 	return []client.Object{
-		&corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorCASecret, Namespace: namespace},
+		&corev1.Secret{TypeMeta: kit.TypeMeta("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorCASecret, Namespace: namespace},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{corev1.TLSCertKey: p.CA.Cert, corev1.TLSPrivateKeyKey: p.CA.Key}},
-		&corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorSecret, Namespace: namespace},
+		&corev1.Secret{TypeMeta: kit.TypeMeta("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorSecret, Namespace: namespace},
 			Type: corev1.SecretTypeOpaque, Data: map[string][]byte{corev1.TLSCertKey: leaf.Cert, corev1.TLSPrivateKeyKey: leaf.Key, CABundleKey: p.Bundle}},
 	}
 }

@@ -47,7 +47,7 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 	}
 	all := []string{"*"}
 	read := []string{"get", "list", "watch"}
-	role := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
+	role := &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{sspv1beta3.GroupName}, Resources: []string{"ssps", "ssps/status", "ssps/finalizers"}, Verbs: all},
 			{APIGroups: []string{tektonv1alpha1.GroupName}, Resources: []string{"tektontasks", "tektontasks/status"}, Verbs: all},
@@ -83,7 +83,7 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 	for _, crd := range crds {
 		objs = append(objs, crd)
 	}
-	dep := &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
+	dep := &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -94,9 +94,9 @@ func Operator(c OperatorConfig) ([]client.Object, error) {
 			},
 		}}
 	objs = append(objs,
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace}},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName, Namespace: c.Namespace}},
 		role,
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: OperatorName},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		// The validator reads who the API server is (it answers only its

@@ -39,10 +39,6 @@ const (
 	ValidatorPort = 8443
 )
 
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
-}
-
 // validator is virt-template-validator: its service account and RBAC, its
 // Deployment, Service and webhooks (in the SSP's namespace; the webhooks
 // trust ca).
@@ -79,7 +75,7 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
 			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
-	deploy := &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorName, Namespace: ns},
+	deploy := &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorName, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -95,7 +91,7 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 				},
 			},
 		}}
-	svc := &corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorName, Namespace: ns},
+	svc := &corev1.Service{TypeMeta: kit.TypeMeta("v1", "Service"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorName, Namespace: ns},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "webhook", Port: 443, TargetPort: intstr.FromInt32(ValidatorPort)}}}}
 	// Both refuse when the validator cannot be asked (upstream's
 	// failurePolicy): a rule that is not checked must not let a VM in.
@@ -112,7 +108,7 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 		return []admissionregistrationv1.RuleWithOperations{{Operations: ops,
 			Rule: admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}}}}
 	}
-	webhooks := &admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+	webhooks := &admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
 		ObjectMeta: metav1.ObjectMeta{Name: ValidatorName},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{
 			hook("virtualmachine-admission.ssp.kubevirt.io", webhook.PathVirtualMachine,
@@ -124,10 +120,10 @@ func validator(s *sspv1beta3.SSP, o Options, ca []byte) []client.Object {
 				&metav1.LabelSelector{MatchLabels: map[string]string{TemplateTypeLabel: TemplateTypeBase}}),
 		}}
 	return []client.Object{
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorServiceAccount, Namespace: ns}},
-		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRole},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorServiceAccount, Namespace: ns}},
+		&rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRole},
 			Rules: webhook.ClusterRoleRules()},
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRoleBinding},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: ValidatorClusterRoleBinding},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ValidatorClusterRole},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: ValidatorServiceAccount, Namespace: ns}}},
 		// It answers the API server's reviews only, and learns who that

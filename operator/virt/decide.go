@@ -1,6 +1,7 @@
 package virt
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -142,7 +143,7 @@ func Decide(o Observed, defaults Options, now metav1.Time) Decision {
 		return decideDelete(o, &st, set)
 	}
 
-	tag, registry := or(kv.Spec.ImageTag, defaults.ImageTag), or(kv.Spec.ImageRegistry, defaults.ImageRegistry)
+	tag, registry := cmp.Or(kv.Spec.ImageTag, defaults.ImageTag), cmp.Or(kv.Spec.ImageRegistry, defaults.ImageRegistry)
 	st.TargetKubeVirtVersion, st.TargetKubeVirtRegistry = tag, registry
 	failed := func(msg string) Decision {
 		if st.Phase == "" {
@@ -247,13 +248,6 @@ func decideDelete(o Observed, st *v1.KubeVirtStatus, set func(v1.KubeVirtConditi
 	return Decision{Action: Finalize, Status: *st}
 }
 
-func or(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
-}
-
 // desired is every object to apply: the CRDs first, the CA bundle and
 // the CA, then install's (the leaf Secrets among them), labelled and
 // annotated, with the CR's patches applied.
@@ -264,7 +258,7 @@ func desired(kv *v1.KubeVirt, certs certPlan, o Options, tag, registry string) (
 	}
 	caObjs, leaves := certs.objects(o.Namespace)
 	objs, err := install.Objects(install.Config{Namespace: o.Namespace, ImageRegistry: registry, ImageTag: tag,
-		PullPolicy: corev1.PullPolicy(or(string(kv.Spec.ImagePullPolicy), string(o.PullPolicy))),
+		PullPolicy: corev1.PullPolicy(cmp.Or(string(kv.Spec.ImagePullPolicy), string(o.PullPolicy))),
 		PluginDir:  o.PluginDir, KubeletRoot: o.KubeletRoot, Configuration: cc, CABundle: certs.bundle, Certificates: leaves, ManagedBy: ManagedBy})
 	if err != nil {
 		return nil, err

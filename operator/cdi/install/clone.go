@@ -9,6 +9,7 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/cdi/cloneauth"
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/storage/cdi/apiserver"
 )
 
@@ -54,7 +55,7 @@ func CloneAuthObjects(c Config) []client.Object {
 			Service: &admissionregistrationv1.ServiceReference{Namespace: Namespace, Name: APIServerService, Path: ptr.To(path), Port: ptr.To[int32](443)}}
 	}
 	webhook := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeWebhook},
+		TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeWebhook},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:         "datavolume-validate.cdi.kubevirt.io",
 			ClientConfig: clientConfig(apiserver.ValidateDataVolumePath),
@@ -68,7 +69,7 @@ func CloneAuthObjects(c Config) []client.Object {
 		}},
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta: tm("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeMutatingWebhook},
+		TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"), ObjectMeta: metav1.ObjectMeta{Name: DataVolumeMutatingWebhook},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:         "datavolume-mutate.cdi.kubevirt.io",
 			ClientConfig: clientConfig(apiserver.MutateDataVolumePath),
@@ -82,7 +83,7 @@ func CloneAuthObjects(c Config) []client.Object {
 		}},
 	}
 	role := func(name, aggregate string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
-		return &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name,
+		return &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: name,
 			Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-" + aggregate: "true"}}, Rules: rules}
 	}
 	read := []string{"get", "list", "watch"}

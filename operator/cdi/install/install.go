@@ -147,7 +147,7 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 	}
 	args := []string{"--image-registry=" + c.ImageRegistry, "--image-tag=" + c.ImageTag, "--image-pull-policy=" + string(c.PullPolicy),
 		"--health-probe-bind-address=:8081", "--leader-elect"}
-	ns := &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
+	ns := &corev1.Namespace{TypeMeta: kit.TypeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
 		// Importer pods run in users' namespaces; CDI's own run restricted.
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}
 	out = append(out, ns)
@@ -166,9 +166,9 @@ func OperatorObjects(c OperatorConfig) ([]client.Object, error) {
 // rbac is a ServiceAccount in Namespace bound to a ClusterRole of rules.
 func rbac(account, role string, rules []rbacv1.PolicyRule) []client.Object {
 	return []client.Object{
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: account, Namespace: Namespace}},
-		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules},
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: role},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: account, Namespace: Namespace}},
+		&rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: role},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: Namespace}}},
 	}
@@ -184,12 +184,8 @@ func deployment(name, account string, ctr corev1.Container) *appsv1.Deployment {
 	ctr.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt(8081),
 		Scheme: corev1.URISchemeHTTP}}, PeriodSeconds: 2}
 	labels := map[string]string{"cdi.kubevirt.io": name}
-	return &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels},
+	return &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{ServiceAccountName: account, Containers: []corev1.Container{ctr}, TerminationGracePeriodSeconds: ptr.To(int64(5))}}}}
-}
-
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }

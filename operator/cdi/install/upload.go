@@ -62,7 +62,7 @@ func httpsComponent(c Config, name, account, svc string, t kit.Traffic, mounts f
 	ctr := &spec.Containers[0]
 	ctr.ReadinessProbe.HTTPGet = &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(8443), Scheme: corev1.URISchemeHTTPS}
 	mounts(ctr, spec)
-	service := &corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace},
+	service := &corev1.Service{TypeMeta: kit.TypeMeta("v1", "Service"), ObjectMeta: metav1.ObjectMeta{Name: svc, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{Selector: dep.Spec.Selector.MatchLabels,
 			Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}}
 	t.Serve = append(t.Serve, 8443)
@@ -78,11 +78,11 @@ func APIServerObjects(c Config) []client.Object {
 	out := rbac(APIServer, APIServer, []rbacv1.PolicyRule{
 		{APIGroups: []string{cdiv1.GroupName}, Resources: []string{"datasources"}, Verbs: []string{"get"}}})
 	out = append(out,
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: APIServer + "-auth-delegator"},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: APIServer + "-auth-delegator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: APIServer, Namespace: Namespace}}},
 		frontproxy.ReaderBinding(APIServer+"-auth-reader", Namespace, APIServer),
-		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: UserRole,
+		&rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: UserRole,
 			Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-admin": "true", "rbac.authorization.k8s.io/aggregate-to-edit": "true"}},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{uploadv1.GroupName}, Resources: []string{uploadv1.Resource}, Verbs: []string{"create"}}}},
 	)

@@ -59,10 +59,6 @@ type Config struct {
 	ManagedBy string
 }
 
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
-}
-
 // Objects is everything that deploys the HCO operator, CRD first.
 func Objects(c Config) ([]client.Object, error) {
 	hcoCRD, err := crd.CRD(&crd.WebhookConversion{Namespace: c.Namespace, Name: WebhookService, Port: WebhookPort})
@@ -73,7 +69,7 @@ func Objects(c Config) ([]client.Object, error) {
 	all := []string{"*"}
 	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	ro := []string{"get", "list", "watch"}
-	role := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
+	role := &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{hcov1.GroupName}, Resources: []string{"hyperconvergeds", "hyperconvergeds/status", "hyperconvergeds/finalizers"}, Verbs: all},
 			// The operands.
@@ -115,9 +111,9 @@ func Objects(c Config) ([]client.Object, error) {
 	path := hco.ValidatePath
 	objs := []client.Object{
 		hcoCRD,
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: meta(OperatorName)},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: meta(OperatorName)},
 		role,
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: OperatorName},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: OperatorName},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: OperatorName, Namespace: c.Namespace}}},
 		// Its webhook answers the API server's reviews only, and learns
@@ -125,7 +121,7 @@ func Objects(c Config) ([]client.Object, error) {
 		frontproxy.ReaderBinding(OperatorName+"-auth-reader", c.Namespace, OperatorName),
 		operator,
 		service(meta(WebhookService), labels, WebhookPort),
-		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
 			ObjectMeta: metav1.ObjectMeta{Name: WebhookConfig},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 				Name: WebhookConfig,
@@ -170,7 +166,7 @@ func Objects(c Config) ([]client.Object, error) {
 
 func deployment(m metav1.ObjectMeta, labels map[string]string, sa string, ctr corev1.Container, vols []corev1.Volume) *appsv1.Deployment {
 	m.Labels = labels
-	return &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: m,
+	return &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: m,
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(sa != ""),
@@ -179,7 +175,7 @@ func deployment(m metav1.ObjectMeta, labels map[string]string, sa string, ctr co
 }
 
 func service(m metav1.ObjectMeta, selector map[string]string, port int32) *corev1.Service {
-	return &corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: m, Spec: corev1.ServiceSpec{Selector: selector,
+	return &corev1.Service{TypeMeta: kit.TypeMeta("v1", "Service"), ObjectMeta: m, Spec: corev1.ServiceSpec{Selector: selector,
 		Ports: []corev1.ServicePort{{Port: port, TargetPort: intstr.FromInt32(port), Protocol: corev1.ProtocolTCP}}}}
 }
 

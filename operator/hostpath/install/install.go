@@ -57,7 +57,7 @@ type Config struct {
 // NamespaceObject is the namespace, privileged: the driver bind-mounts
 // volumes and attaches loop devices.
 func NamespaceObject() *corev1.Namespace {
-	return &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
+	return &corev1.Namespace{TypeMeta: kit.TypeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
 }
 
@@ -69,7 +69,7 @@ func Objects(c Config) []client.Object {
 	meta := func(n string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: n, Namespace: Namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubevmm"}}
 	}
-	role := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: Name},
+	role := &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: Name},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
@@ -78,7 +78,7 @@ func Objects(c Config) []client.Object {
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 		}}
 	// Its capacity objects, in its namespace, owned by its DaemonSet.
-	nsRole := &rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta(Name),
+	nsRole := &rbacv1.Role{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta(Name),
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"csistoragecapacities"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get"}},
@@ -116,7 +116,7 @@ func Objects(c Config) []client.Object {
 	if tolerations == nil {
 		tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
-	ds := &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: meta(Name),
+	ds := &appsv1.DaemonSet{TypeMeta: kit.TypeMeta("apps/v1", "DaemonSet"), ObjectMeta: meta(Name),
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: appLabels(Name)},
 			Template: corev1.PodTemplateSpec{
@@ -131,19 +131,19 @@ func Objects(c Config) []client.Object {
 	// mount; persistent volumes only. The kubelet gives a Filesystem
 	// volume to the pod's fsGroup (File: the volumes have no fsType), so
 	// a non-root virt-launcher can make its disk.img there.
-	driver := &storagev1.CSIDriver{TypeMeta: tm("storage.k8s.io/v1", "CSIDriver"), ObjectMeta: metav1.ObjectMeta{Name: hostpath.DriverName},
+	driver := &storagev1.CSIDriver{TypeMeta: kit.TypeMeta("storage.k8s.io/v1", "CSIDriver"), ObjectMeta: metav1.ObjectMeta{Name: hostpath.DriverName},
 		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(false),
 			FSGroupPolicy:        ptr.To(storagev1.FileFSGroupPolicy),
 			StorageCapacity:      ptr.To(true),
 			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}}}
 	return []client.Object{
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: meta(Name)},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: meta(Name)},
 		role,
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: Name},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: Name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: Name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: Name, Namespace: Namespace}}},
 		nsRole,
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta(Name),
+		&rbacv1.RoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta(Name),
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: Name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: Name, Namespace: Namespace}}},
 		driver, ds,
@@ -158,7 +158,7 @@ func Objects(c Config) []client.Object {
 // claims may be ReadWriteMany: shared on their node).
 func StorageClasses(pool string) []client.Object {
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := &storagev1.StorageClass{TypeMeta: tm("storage.k8s.io/v1", "StorageClass"),
+	sc := &storagev1.StorageClass{TypeMeta: kit.TypeMeta("storage.k8s.io/v1", "StorageClass"),
 		ObjectMeta:        metav1.ObjectMeta{Name: StorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner:       hostpath.DriverName,
 		Parameters:        map[string]string{hostpath.StoragePoolParameter: pool},
@@ -168,10 +168,6 @@ func StorageClasses(pool string) []client.Object {
 	shared.Name, shared.Annotations = SharedStorageClass, nil
 	shared.Parameters[hostpath.SharedOnNodeParameter] = "true"
 	return []client.Object{sc, shared}
-}
-
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }
 
 func appLabels(app string) map[string]string { return map[string]string{"kubevirt.io": app} }

@@ -20,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -82,6 +83,13 @@ func Apply(ctx context.Context, c client.Client, fieldManager string, objs []*un
 		}
 	}
 	return nil
+}
+
+// TypeMeta is the apiVersion and kind an object is built with (the
+// install packages' objects are applied as unstructured, which needs
+// both).
+func TypeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }
 
 // DeploymentReady says whether dep's current spec has rolled out: the

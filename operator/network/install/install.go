@@ -18,6 +18,7 @@ import (
 	"github.com/kubevmm/kubevmm/api/nad/crd"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/net/multus"
+	"github.com/kubevmm/kubevmm/operator/internal/kit"
 )
 
 // Namespace is the network add-ons' namespace, the cluster network
@@ -56,7 +57,7 @@ func Objects(c Config) ([]client.Object, error) {
 // NamespaceObject is the add-ons' namespace (privileged: the DaemonSets
 // use host paths and the host's network).
 func NamespaceObject() *corev1.Namespace {
-	return &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
+	return &corev1.Namespace{TypeMeta: kit.TypeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: Namespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
 }
 
@@ -67,7 +68,7 @@ func MultusObjects(c Config) ([]client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	nadCRD.TypeMeta = tm("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+	nadCRD.TypeMeta = kit.TypeMeta("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 	objs := []client.Object{nadCRD}
 	objs = append(objs, rbac(Multus, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
@@ -128,7 +129,7 @@ func bridgeMarkerDaemonSet(c Config) *appsv1.DaemonSet {
 
 func daemonSet(name string, ctr corev1.Container, vols []corev1.Volume) *appsv1.DaemonSet {
 	labels := map[string]string{"app": name}
-	return &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: meta(name),
+	return &appsv1.DaemonSet{TypeMeta: kit.TypeMeta("apps/v1", "DaemonSet"), ObjectMeta: meta(name),
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
@@ -142,9 +143,9 @@ func daemonSet(name string, ctr corev1.Container, vols []corev1.Volume) *appsv1.
 
 func rbac(name string, rules []rbacv1.PolicyRule) []client.Object {
 	return []client.Object{
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: meta(name)},
-		&rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevmm:" + name, Labels: managed()}, Rules: rules},
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: "kubevmm:" + name, Labels: managed()},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: meta(name)},
+		&rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevmm:" + name, Labels: managed()}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: "kubevmm:" + name, Labels: managed()},
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "kubevmm:" + name},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: Namespace}}},
 	}
@@ -164,8 +165,4 @@ func managed() map[string]string { return map[string]string{"app.kubernetes.io/m
 
 func meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: managed()}
-}
-
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }

@@ -60,13 +60,13 @@ func KubeMacPoolObjects(c KubeMacPoolConfig) ([]client.Object, error) {
 	if len(c.CABundle) == 0 {
 		return nil, errors.New("kubeMacPool: no CA bundle for the webhook's serving certificate")
 	}
-	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: meta(kubemacpool.ConfigMap),
+	cm := &corev1.ConfigMap{TypeMeta: kit.TypeMeta("v1", "ConfigMap"), ObjectMeta: meta(kubemacpool.ConfigMap),
 		Data: map[string]string{kubemacpool.KeyRangeStart: c.RangeStart, kubemacpool.KeyRangeEnd: c.RangeEnd}}
 	objs := []client.Object{cm}
 	objs = append(objs, rbac(kubeMacPoolAccount, kubemacpool.ClusterRoleRules())...)
 	objs = append(objs,
-		&rbacv1.Role{TypeMeta: tm("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta("kubevmm:" + kubeMacPoolAccount), Rules: kubemacpool.RoleRules()},
-		&rbacv1.RoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta("kubevmm:" + kubeMacPoolAccount),
+		&rbacv1.Role{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "Role"), ObjectMeta: meta("kubevmm:" + kubeMacPoolAccount), Rules: kubemacpool.RoleRules()},
+		&rbacv1.RoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "RoleBinding"), ObjectMeta: meta("kubevmm:" + kubeMacPoolAccount),
 			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "kubevmm:" + kubeMacPoolAccount},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: kubeMacPoolAccount, Namespace: Namespace}}})
 	// It answers the API server's reviews only, and learns who that is
@@ -90,7 +90,7 @@ func KubeMacPoolObjects(c KubeMacPoolConfig) ([]client.Object, error) {
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
 			ReadOnlyRootFilesystem: ptr.To(true), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
-	deploy := &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: meta(KubeMacPool),
+	deploy := &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: meta(KubeMacPool),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
 			// Two pods at once would each hand out MACs from their own
@@ -106,7 +106,7 @@ func KubeMacPoolObjects(c KubeMacPoolConfig) ([]client.Object, error) {
 				},
 			},
 		}}
-	svc := &corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: meta(KubeMacPoolService),
+	svc := &corev1.Service{TypeMeta: kit.TypeMeta("v1", "Service"), ObjectMeta: meta(KubeMacPoolService),
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "webhook", Port: 443, TargetPort: intstr.FromInt32(kubeMacPoolPort)}}}}
 	hook := kubemacpool.MutatingWebhook(KubeMacPoolWebhook, Namespace, KubeMacPoolService, c.CABundle)
 	hook.Labels = managed()

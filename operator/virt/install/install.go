@@ -106,7 +106,7 @@ func Namespace(name string) *corev1.Namespace {
 	// Said, not left to the cluster's default: virt-handler is privileged
 	// (it builds the launchers' networks and serves device plugins), which
 	// only the "privileged" PodSecurity level admits.
-	return &corev1.Namespace{TypeMeta: tm("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: name,
+	return &corev1.Namespace{TypeMeta: kit.TypeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: name,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
 }
 
@@ -120,7 +120,7 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	out := all[:0]
 	for _, c := range all {
 		if c.Name != v1.KubeVirtCRDName {
-			c.TypeMeta = tm("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+			c.TypeMeta = kit.TypeMeta("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 			out = append(out, c)
 		}
 	}
@@ -165,10 +165,6 @@ func (b *builder) meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: b.c.Namespace}
 }
 
-func tm(apiVersion, kind string) metav1.TypeMeta {
-	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
-}
-
 func (b *builder) image(n string) string { return b.c.ImageRegistry + "/" + n + ":" + b.c.ImageTag }
 
 func appLabels(app string) map[string]string { return map[string]string{v1.AppLabel: app} }
@@ -187,7 +183,7 @@ func secretVol(name, secret string) corev1.Volume {
 }
 
 func (b *builder) deploy(name, sa string, c corev1.Container, vols []corev1.Volume) *appsv1.Deployment {
-	return &appsv1.Deployment{TypeMeta: tm("apps/v1", "Deployment"), ObjectMeta: b.meta(name),
+	return &appsv1.Deployment{TypeMeta: kit.TypeMeta("apps/v1", "Deployment"), ObjectMeta: b.meta(name),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
 			Selector: &metav1.LabelSelector{MatchLabels: appLabels(name)},
@@ -225,15 +221,15 @@ func (b *builder) rbac() error {
 		b.add(r)
 	}
 	for _, sa := range []string{"kubevirt-controller", "kubevirt-handler", "kubevirt-apiserver"} {
-		b.add(&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: b.meta(sa)})
+		b.add(&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: b.meta(sa)})
 	}
 	crb := func(name, role, sa string) *rbacv1.ClusterRoleBinding {
-		return &rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+		return &rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}}
 	}
-	apiRole := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-apiserver"},
+	apiRole := &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-apiserver"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines/status"}, Verbs: []string{"get", "patch"}},
@@ -276,7 +272,7 @@ func (b *builder) secrets() error {
 // Secrets are the Secrets holding the components' certificates.
 func Secrets(namespace string, c *Certificates) []client.Object {
 	secret := func(name string, p KeyPair) *corev1.Secret {
-		return &corev1.Secret{TypeMeta: tm("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Type: corev1.SecretTypeOpaque,
+		return &corev1.Secret{TypeMeta: kit.TypeMeta("v1", "Secret"), ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Type: corev1.SecretTypeOpaque,
 			Data: map[string][]byte{"tls.crt": p.Cert, "tls.key": p.Key, caBundleSecretField: c.CA}}
 	}
 	return []client.Object{secret(SecretAPICerts, c.API), secret(SecretAPIClient, c.APIClient), secret(SecretHandlerCerts, c.Handler)}
@@ -296,7 +292,7 @@ func (b *builder) controlPlane() error {
 	}
 	const configDir, configFile = "/etc/kubevmm/config", "config.yaml"
 	pull := b.c.PullPolicy
-	cm := &corev1.ConfigMap{TypeMeta: tm("v1", "ConfigMap"), ObjectMeta: b.meta(ConfigMapName), Data: map[string]string{configFile: string(ccYAML)}}
+	cm := &corev1.ConfigMap{TypeMeta: kit.TypeMeta("v1", "ConfigMap"), ObjectMeta: b.meta(ConfigMapName), Data: map[string]string{configFile: string(ccYAML)}}
 	vc := corev1.Container{Name: VirtControllerName, Image: b.image("virt-controller"), ImagePullPolicy: pull,
 		Args: []string{"--launcher-image", b.image("virt-launcher"), "--launcher-image-pull-policy", string(pull), "--health-probe-bind-address=:8081",
 			"--config", configDir + "/" + configFile, "--metrics-bind-address=:8443"},
@@ -318,7 +314,7 @@ func (b *builder) controlPlane() error {
 	api := b.deploy(VirtAPIName, "kubevirt-apiserver", va, []corev1.Volume{secretVol("certs", SecretAPICerts), secretVol("handler-client", SecretAPIClient), configVol})
 	b.add(
 		cm, ctrl, api,
-		&corev1.Service{TypeMeta: tm("v1", "Service"), ObjectMeta: b.meta(VirtAPIName), Spec: corev1.ServiceSpec{
+		&corev1.Service{TypeMeta: kit.TypeMeta("v1", "Service"), ObjectMeta: b.meta(VirtAPIName), Spec: corev1.ServiceSpec{
 			Selector: appLabels(VirtAPIName), Ports: []corev1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt(8443)}}}},
 		// virt-controller serves its metrics; virt-api its API, webhooks
 		// and metrics, and calls the handlers' API (consoles, pause,
@@ -362,7 +358,7 @@ func (b *builder) handler() error {
 			{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
 			{Name: "certs", MountPath: "/etc/virt-handler/certs", ReadOnly: true},
 		}}
-	ds := &appsv1.DaemonSet{TypeMeta: tm("apps/v1", "DaemonSet"), ObjectMeta: b.meta(VirtHandlerName),
+	ds := &appsv1.DaemonSet{TypeMeta: kit.TypeMeta("apps/v1", "DaemonSet"), ObjectMeta: b.meta(VirtHandlerName),
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: appLabels(VirtHandlerName)},
 			Template: corev1.PodTemplateSpec{
@@ -424,13 +420,13 @@ func (b *builder) webhooks() error {
 		},
 	}}
 	b.add(
-		&admissionregistrationv1.MutatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
+		&admissionregistrationv1.MutatingWebhookConfiguration{TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"),
 			ObjectMeta: metav1.ObjectMeta{Name: MutatingWebhooks},
 			Webhooks: []admissionregistrationv1.MutatingWebhook{
 				mw("virtualmachines-mutator.kubevirt.io", virtapi.PathMutateVM, "virtualmachines", create, update),
 				mw("virtualmachineinstances-mutator.kubevirt.io", virtapi.PathMutateVMI, "virtualmachineinstances", create),
 			}},
-		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: tm("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+		&admissionregistrationv1.ValidatingWebhookConfiguration{TypeMeta: kit.TypeMeta("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
 			ObjectMeta: metav1.ObjectMeta{Name: ValidatingWebhooks},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{
 				vw("virtualmachine-validator.kubevirt.io", virtapi.PathValidateVM, "virtualmachines", create, update),

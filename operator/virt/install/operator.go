@@ -30,7 +30,7 @@ func Operator(c Config) ([]client.Object, error) {
 	var kvCRD client.Object
 	for _, crd := range all {
 		if crd.Name == v1.KubeVirtCRDName {
-			crd.TypeMeta = tm("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+			crd.TypeMeta = kit.TypeMeta("apiextensions.k8s.io/v1", "CustomResourceDefinition")
 			kvCRD = crd
 		}
 	}
@@ -39,7 +39,7 @@ func Operator(c Config) ([]client.Object, error) {
 	}
 	b := &builder{c: c}
 	everything := []string{"*"}
-	role := &rbacv1.ClusterRole{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-operator"},
+	role := &rbacv1.ClusterRole{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-operator"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"kubevirts", "kubevirts/status", "kubevirts/finalizers"}, Verbs: everything},
 			// Uninstall with RemoveWorkloads deletes them.
@@ -64,9 +64,9 @@ func Operator(c Config) ([]client.Object, error) {
 		Resources: req("10m", "32Mi"), SecurityContext: nonRoot(), ReadinessProbe: probe(corev1.URISchemeHTTP, 8081)}
 	objs := []client.Object{
 		kvCRD,
-		&corev1.ServiceAccount{TypeMeta: tm("v1", "ServiceAccount"), ObjectMeta: b.meta("kubevirt-operator")},
+		&corev1.ServiceAccount{TypeMeta: kit.TypeMeta("v1", "ServiceAccount"), ObjectMeta: b.meta("kubevirt-operator")},
 		role,
-		&rbacv1.ClusterRoleBinding{TypeMeta: tm("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-operator"},
+		&rbacv1.ClusterRoleBinding{TypeMeta: kit.TypeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: "kubevirt-operator"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubevirt-operator"},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "kubevirt-operator", Namespace: c.Namespace}}},
 	}
