@@ -60,6 +60,7 @@ func ValidateVMISpec(p *field.Path, s *v1.VirtualMachineInstanceSpec, meta *fiel
 	errs = append(errs, validateMachine(d.Child("machine"), s.Domain.Machine)...)
 	errs = append(errs, validateFirmware(d.Child("firmware"), s.Domain.Firmware)...)
 	errs = append(errs, validateFeatures(d.Child("features"), s.Domain.Features, backend)...)
+	errs = append(errs, validateQEMUDevices(d.Child("devices"), &s.Domain.Devices, backend)...)
 	errs = append(errs, validateClock(d.Child("clock"), s.Domain.Clock, s.Domain.Features)...)
 	errs = append(errs, validateTPM(d.Child("devices", "tpm"), s.Domain.Devices.TPM)...)
 	errs = append(errs, validateSecureBoot(d.Child("firmware", "bootloader", "efi", "secureBoot"), s)...)
@@ -413,7 +414,7 @@ func validateHyperv(p *field.Path, h *v1.FeatureHyperv) field.ErrorList {
 // console, no hotplug); one asking for what it does not is refused.
 // autoattachVSOCK is not among them: our VMM's guests always have a vsock
 // device, and with it the VMI gets a cluster-unique status.VSOCKCID and
-// the vsock subresource.
+// the vsock subresource (on QEMU it is refused: validateQEMUDevices).
 func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 	var errs field.ErrorList
 	for _, sw := range []struct {
@@ -437,6 +438,26 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 		errs = append(errs, unsupported(p, "inputs", ""))
 	}
 	return append(errs, validateMultiQueue(p, d)...)
+}
+
+// validateQEMUDevices refuses, on the QEMU backend, what only our VMM
+// gives the guest: a vsock device (autoattachVSOCK would get the VMI a CID
+// that no device carries) and a NIC whose link starts down (QEMU sets a
+// link down only over QMP once it runs, and the launcher refuses it).
+func validateQEMUDevices(p *field.Path, d *v1.Devices, backend spec.Backend) field.ErrorList {
+	if backend != spec.BackendQEMU {
+		return nil
+	}
+	var errs field.ErrorList
+	if isTrue(d.AutoattachVSOCK) {
+		errs = append(errs, notSupported(p.Child("autoattachVSOCK"), true, "the QEMU backend gives the guest no vsock device"))
+	}
+	for i, ifc := range d.Interfaces {
+		if ifc.State == "down" {
+			errs = append(errs, notSupported(p.Child("interfaces").Index(i).Child("state"), ifc.State, "the QEMU backend starts every link up"))
+		}
+	}
+	return errs
 }
 
 // validateMultiQueue: networkInterfaceMultiqueue and blockMultiQueue give
