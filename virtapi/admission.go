@@ -1,6 +1,9 @@
 package virtapi
 
 import (
+	"cmp"
+	"context"
+	"net/http"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -63,7 +66,10 @@ func defaultSpec(s *v1.VirtualMachineInstanceSpec, p string) []admission.PatchOp
 	return ops
 }
 
-func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// mutateVMI applies, to a VMI being created, the presets that select it
+// (applyPresets) and KubeVirt's defaults (defaultSpec), and records it
+// Pending.
+func (s *Server) mutateVMI(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create {
 		return admission.Allow()
 	}
@@ -71,12 +77,21 @@ func mutateVMI(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 	if resp, ok := admission.DecodeToMutate(req.Object.Raw, vmi); !ok {
 		return resp
 	}
-	ops := defaultSpec(&vmi.Spec, "/spec")
+	ns := cmp.Or(vmi.Namespace, req.Namespace)
+	presets, err := s.listPresets(ctx, ns)
+	if err != nil {
+		return admission.Refuse(http.StatusInternalServerError, err.Error())
+	}
+	ops, warnings, err := applyPresets(vmi, presets)
+	if err != nil {
+		return admission.Refuse(http.StatusUnprocessableEntity, err.Error())
+	}
+	ops = append(ops, defaultSpec(&vmi.Spec, "/spec")...)
 	// KubeVirt records acceptance on create: the VMI starts out Pending.
 	if vmi.Status.Phase == "" {
 		ops = append(ops, admission.PatchOp{Op: "add", Path: "/status", Value: map[string]any{"phase": v1.Pending}})
 	}
-	return admission.Patch(ops)
+	return admission.Patch(ops, warnings...)
 }
 
 func mutateVM(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {

@@ -84,7 +84,7 @@ func (s *Server) Handler() http.Handler {
 	review := func(path string, decide admission.Func) {
 		mux.Handle("POST "+path, frontproxy.OnlyAPIServer(s.Callers, admission.Handler(decide)))
 	}
-	review(PathMutateVMI, withoutContext(mutateVMI))
+	review(PathMutateVMI, s.mutateVMI)
 	review(PathMutateVM, withoutContext(mutateVM))
 	review(PathValidateVMI, withoutContext(s.gateSeccomp(false, s.gateHotplugSpecs(false, validateVMI))))
 	review(PathValidateVM, func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {

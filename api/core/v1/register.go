@@ -41,6 +41,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&VirtualMachine{}, &VirtualMachineList{},
 		&VirtualMachineInstance{}, &VirtualMachineInstanceList{},
 		&VirtualMachineInstanceMigration{}, &VirtualMachineInstanceMigrationList{},
+		&VirtualMachineInstancePreset{}, &VirtualMachineInstancePresetList{},
 		&KubeVirt{}, &KubeVirtList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)

@@ -234,6 +234,8 @@ func (b *builder) rbac() error {
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines", "virtualmachineinstances"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachines/status"}, Verbs: []string{"get", "patch"}},
 			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachineinstancemigrations"}, Verbs: []string{"create", "get", "list"}},
+			// The VMI mutating webhook applies the presets of the VMI's namespace.
+			{APIGroups: []string{v1.GroupName}, Resources: []string{"virtualmachineinstancepresets"}, Verbs: []string{"list"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 			// expand-spec reads what a VM's instance type and preference name.
 			{APIGroups: []string{v1beta1.GroupName}, Resources: []string{"virtualmachineinstancetypes", "virtualmachineclusterinstancetypes", "virtualmachinepreferences", "virtualmachineclusterpreferences"}, Verbs: []string{"get"}},
@@ -455,7 +457,7 @@ func UserRoles() []*rbacv1.ClusterRole {
 		"virtualmachines/addvolume", "virtualmachines/removevolume"}
 	// what the guest agent reports: viewers may read it too, as in KubeVirt
 	agentReads := []string{"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist"}
-	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations"}
+	kinds := []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations", "virtualmachineinstancepresets"}
 	role := func(name, label string, verbs []string, withSub bool) *rbacv1.ClusterRole {
 		r := &rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{label: "true"}},
