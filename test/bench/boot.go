@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kubevmm/kubevmm/launcher/qemu"
+	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 )
 
 // The boot section boots the unmodified test guest (its /init reports and
@@ -212,7 +213,7 @@ func hostArgs() string {
 	if _, err := os.Stat("/sys/module/kvm_pvm"); err != nil {
 		return ""
 	}
-	return "clearcpuid=cx16,smap,smep,pcid,invpcid,umip,erms,fsrm,fsgsbase,popcnt nopti mitigations=off random.trust_cpu=on"
+	return x86.HostKernelArgs(true)
 }
 
 func (r bootResults) render(b *strings.Builder) {

@@ -222,7 +222,7 @@ func TestXSaveLayoutOf(t *testing.T) {
 func TestHostKernelArgs(t *testing.T) {
 	assert.Empty(t, HostKernelArgs(false))
 	args := HostKernelArgs(true)
-	for _, want := range []string{"clearcpuid=", "popcnt", "erms", "nopti"} {
+	for _, want := range []string{"clearcpuid=", "popcnt", "erms", "nopti", "rodata=off"} {
 		assert.Contains(t, args, want)
 	}
 }
