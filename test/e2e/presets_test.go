@@ -29,6 +29,7 @@ const presetVMIJSON = `{"apiVersion":"kubevirt.io/v1","kind":"VirtualMachineInst
 // matching presets that disagree refuse the VMI, naming both. Dry runs of
 // the VMIs: no guest boots.
 func TestVMIPresets(t *testing.T) {
+	requireE2E(t)
 	t.Parallel()
 	pns := ownNamespace(t, "e2e-presets")
 	dir := t.TempDir()
