@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/cloudinit"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // The launcher pod brings the files of kernelBoot and containerDisk images
@@ -35,11 +35,11 @@ func TestRenderLauncherPodBootFiles(t *testing.T) {
 	require.Len(t, pod.Spec.InitContainers, 3)
 	bin, kb, disk := pod.Spec.InitContainers[0], pod.Spec.InitContainers[1], pod.Spec.InitContainers[2]
 	assert.Equal(t, "launcher:1", bin.Image)
-	assert.Equal(t, []string{"/usr/bin/virt-launcher", "install", spec.BinDir}, bin.Command)
+	assert.Equal(t, []string{"/usr/bin/virt-launcher", "install", vmispec.BinDir}, bin.Command)
 	assert.Equal(t, "kernels:1", kb.Image)
-	assert.Equal(t, []string{spec.BinDir + "/virt-launcher", "copy", "/boot/vmlinux", spec.KernelBootDir + "/kernel", "/boot/initrd", spec.KernelBootDir + "/initrd"}, kb.Command)
+	assert.Equal(t, []string{vmispec.BinDir + "/virt-launcher", "copy", "/boot/vmlinux", vmispec.KernelBootDir + "/kernel", "/boot/initrd", vmispec.KernelBootDir + "/initrd"}, kb.Command)
 	assert.Equal(t, "disks:1", disk.Image)
-	assert.Equal(t, []string{spec.BinDir + "/virt-launcher", "copy", "/disk", spec.ContainerDiskFile("root")}, disk.Command)
+	assert.Equal(t, []string{vmispec.BinDir + "/virt-launcher", "copy", "/disk", vmispec.ContainerDiskFile("root")}, disk.Command)
 	for _, c := range pod.Spec.InitContainers {
 		assert.Equal(t, []string{"ALL"}, []string{string(c.SecurityContext.Capabilities.Drop[0])}, c.Name)
 	}
@@ -47,11 +47,11 @@ func TestRenderLauncherPodBootFiles(t *testing.T) {
 	for _, m := range pod.Spec.Containers[0].VolumeMounts {
 		mounts[m.MountPath] = m.Name
 	}
-	assert.Contains(t, mounts, spec.KernelBootDir)
-	assert.Contains(t, mounts, spec.ContainerDiskDir)
+	assert.Contains(t, mounts, vmispec.KernelBootDir)
+	assert.Contains(t, mounts, vmispec.ContainerDiskDir)
 	assert.Equal(t, "pull", pod.Spec.ImagePullSecrets[0].Name)
 	require.NotNil(t, pod.Spec.SecurityContext)
-	assert.Equal(t, int64(spec.LauncherUID(vmi.UID)), *pod.Spec.SecurityContext.RunAsUser)
+	assert.Equal(t, int64(vmispec.LauncherUID(vmi.UID)), *pod.Spec.SecurityContext.RunAsUser)
 	assert.True(t, *pod.Spec.SecurityContext.RunAsNonRoot)
 
 	// Nothing to bring in: no init containers.
@@ -127,8 +127,8 @@ func TestRenderLauncherPodCloudInit(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]string{"cloud-init-userdata": "ud", "cloud-init-networkdata": "nd", "access-cred-0": "keys"}, secrets)
-	assert.Equal(t, "cloud-init-userdata", mounts[cloudinit.UserDataSecretDir(spec.SecretDir, "ci")])
-	assert.Equal(t, "cloud-init-networkdata", mounts[cloudinit.NetworkDataSecretDir(spec.SecretDir, "ci")])
-	assert.Equal(t, "access-cred-0", mounts[cloudinit.AccessCredentialDir(spec.SecretDir, "keys")])
-	assert.Equal(t, "cloud-init", mounts[spec.CloudInitDir])
+	assert.Equal(t, "cloud-init-userdata", mounts[cloudinit.UserDataSecretDir(vmispec.SecretDir, "ci")])
+	assert.Equal(t, "cloud-init-networkdata", mounts[cloudinit.NetworkDataSecretDir(vmispec.SecretDir, "ci")])
+	assert.Equal(t, "access-cred-0", mounts[cloudinit.AccessCredentialDir(vmispec.SecretDir, "keys")])
+	assert.Equal(t, "cloud-init", mounts[vmispec.CloudInitDir])
 }

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Hotplug attachment pods (KubeVirt's hp-volume-*): a running VMI's
@@ -69,7 +69,7 @@ const ReasonVolumePending = "Pending"
 // hotplugClaims is what readHotplugClaims found of the VMI's hot-plugged
 // volumes: the claims ready to attach, and why the others wait.
 type hotplugClaims struct {
-	ready   map[string]spec.PVCInfo
+	ready   map[string]vmispec.PVCInfo
 	waiting map[string]string
 }
 
@@ -79,12 +79,12 @@ type hotplugClaims struct {
 // WaitForFirstConsumer storage, the default here, the attachment pod is
 // that consumer, and nothing would ever bind the claim without it.
 func readHotplugClaims(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (hotplugClaims, error) {
-	hc := hotplugClaims{ready: map[string]spec.PVCInfo{}, waiting: map[string]string{}}
+	hc := hotplugClaims{ready: map[string]vmispec.PVCInfo{}, waiting: map[string]string{}}
 	for _, v := range vmi.Spec.Volumes {
 		if !v.IsHotplug() {
 			continue
 		}
-		name, _, _ := spec.VolumeClaim(&v)
+		name, _, _ := vmispec.VolumeClaim(&v)
 		if v.DataVolume != nil {
 			claim, syncErr := dataVolumeClaim(ctx, c, vmi.Namespace, v.DataVolume.Name)
 			if syncErr != nil {
@@ -105,7 +105,7 @@ func readHotplugClaims(ctx context.Context, c client.Reader, vmi *v1.VirtualMach
 		case err != nil:
 			return hc, fmt.Errorf("reading PVC %s/%s of volume %s: %w", vmi.Namespace, name, v.Name, err)
 		}
-		hc.ready[v.Name] = spec.NewPVCInfo(pvc)
+		hc.ready[v.Name] = vmispec.NewPVCInfo(pvc)
 	}
 	return hc, nil
 }
@@ -114,7 +114,7 @@ func readHotplugClaims(ctx context.Context, c client.Reader, vmi *v1.VirtualMach
 // claims (volume name -> claim) for its launcher pod, which must be on a
 // node. Restricted-PSA: non-root as the launcher's user, whose group owns
 // the claims' files (fsGroup, as on the launcher pod), no capabilities.
-func RenderAttachmentPod(vmi *v1.VirtualMachineInstance, launcher *corev1.Pod, claims map[string]spec.PVCInfo, cfg LauncherConfig) *corev1.Pod {
+func RenderAttachmentPod(vmi *v1.VirtualMachineInstance, launcher *corev1.Pod, claims map[string]vmispec.PVCInfo, cfg LauncherConfig) *corev1.Pod {
 	sc := launcher.Spec.SecurityContext
 	if sc == nil {
 		sc = &corev1.PodSecurityContext{}
@@ -212,7 +212,7 @@ func attachmentPods(ctx context.Context, c client.Reader, vmi *v1.VirtualMachine
 // attachmentPlan is what syncAttachmentPods does: create a pod for the
 // claims (nil: none), delete the pods listed.
 type attachmentPlan struct {
-	create map[string]spec.PVCInfo
+	create map[string]vmispec.PVCInfo
 	delete []*corev1.Pod
 }
 
@@ -220,14 +220,14 @@ type attachmentPlan struct {
 // first) and the claims ready to attach: a pod with exactly that set is
 // kept (made when there is none); the others go once it runs, all of them
 // when there is nothing to attach.
-func planAttachmentPods(pods []*corev1.Pod, ready map[string]spec.PVCInfo) attachmentPlan {
+func planAttachmentPods(pods []*corev1.Pod, ready map[string]vmispec.PVCInfo) attachmentPlan {
 	want := map[string]string{}
 	for name, info := range ready {
 		want[name] = info.ClaimName
 	}
 	var current *corev1.Pod
 	for _, p := range pods {
-		if !spec.PodDown(p) && maps.Equal(attachmentClaims(p), want) {
+		if !vmispec.PodDown(p) && maps.Equal(attachmentClaims(p), want) {
 			current = p
 		}
 	}
@@ -332,7 +332,7 @@ func decideVolumeStatus(vmi *v1.VirtualMachineInstance, hc hotplugClaims, pods [
 		s.Message = "waiting for the attachment pod"
 		var pod *corev1.Pod
 		for _, p := range pods {
-			if _, ok := attachmentClaims(p)[v.Name]; ok && !spec.PodDown(p) && (pod == nil || p.Status.Phase == corev1.PodRunning) {
+			if _, ok := attachmentClaims(p)[v.Name]; ok && !vmispec.PodDown(p) && (pod == nil || p.Status.Phase == corev1.PodRunning) {
 				pod = p
 			}
 		}

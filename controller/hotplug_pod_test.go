@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // The attachment pod passes the PodSecurity "restricted" level, runs as
@@ -25,7 +25,7 @@ func TestAttachmentPodIsRestricted(t *testing.T) {
 	launcher, err := RenderLauncherPod(vmi, LauncherConfig{Image: "launcher:1"})
 	require.NoError(t, err)
 	launcher.Name, launcher.UID, launcher.Spec.NodeName = "virt-launcher-vm-x", "pod-uid", "node01"
-	pod := RenderAttachmentPod(vmi, launcher, map[string]spec.PVCInfo{
+	pod := RenderAttachmentPod(vmi, launcher, map[string]vmispec.PVCInfo{
 		"fs":  {ClaimName: "fs-claim"},
 		"blk": {ClaimName: "blk-claim", Block: true},
 	}, LauncherConfig{Image: "launcher:1"})
@@ -60,7 +60,7 @@ func TestDecideVolumeStatusKeepsHandlersEntries(t *testing.T) {
 			{Name: "removed-pending", Phase: v1.VolumePending},
 		}},
 	}
-	hc := hotplugClaims{ready: map[string]spec.PVCInfo{"ready": {ClaimName: "ready"}, "new": {ClaimName: "new"}}}
+	hc := hotplugClaims{ready: map[string]vmispec.PVCInfo{"ready": {ClaimName: "ready"}, "new": {ClaimName: "new"}}}
 	got := decideVolumeStatus(vmi, hc, []*corev1.Pod{running})
 	require.Len(t, got, 3)
 	assert.Equal(t, ready, got[0])

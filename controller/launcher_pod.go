@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/cloudinit"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // The contract between virt-controller and virt-launcher. The launcher gets
@@ -25,19 +25,19 @@ import (
 //     the pod annotation VMIAnnotation;
 //   - KUBEVMM_VMI_NAME, KUBEVMM_VMI_NAMESPACE, KUBEVMM_VMI_UID, POD_NAME;
 //   - KUBEVMM_SOCKET_DIR: the pod's own directory shared with virt-handler
-//     (the emptyDir spec.SocketsVolume, which virt-handler finds in the
+//     (the emptyDir vmispec.SocketsVolume, which virt-handler finds in the
 //     kubelet's directory of the pod), where the launcher serves its
 //     control socket;
 //   - the kernelBoot kernel/initrd and the containerDisk images, copied by
-//     init containers into emptyDirs at launcher/spec.KernelBootDir and
-//     spec.ContainerDiskDir (see bootFileContainers);
-//   - it runs as the VMI's own user, spec.LauncherUID(vmi.UID), not root,
+//     init containers into emptyDirs at api/vmispec.KernelBootDir and
+//     vmispec.ContainerDiskDir (see bootFileContainers);
+//   - it runs as the VMI's own user, vmispec.LauncherUID(vmi.UID), not root,
 //     with a read-only root filesystem (an emptyDir on /tmp) under the
-//     seccomp profile spec.SeccompProfile, all capabilities dropped but
+//     seccomp profile vmispec.SeccompProfile, all capabilities dropped but
 //     NET_BIND_SERVICE: the pod passes the PodSecurity "restricted"
 //     level; virt-handler creates its taps (package handler);
 //   - the Secrets a cloud-init volume's disk is made of, mounted under
-//     spec.SecretDir, and an emptyDir at spec.CloudInitDir that the launcher
+//     vmispec.SecretDir, and an emptyDir at vmispec.CloudInitDir that the launcher
 //     renders the disk into (see cloudInitVolumes);
 //   - SIGTERM means: shut the guest down gracefully (package launcher: the
 //     guest's ACPI power button, then a stop),
@@ -59,7 +59,7 @@ const (
 	NodeSchedulableLabel = "kubevirt.io/schedulable"
 
 	// SocketRootDir is the launcher's socket directory.
-	SocketRootDir = spec.SocketRootDir
+	SocketRootDir = vmispec.SocketRootDir
 	// TmpDir is the launcher's writable /tmp (an emptyDir: the root
 	// filesystem is read-only).
 	TmpDir = "/tmp"
@@ -99,7 +99,7 @@ type LauncherConfig struct {
 func MemoryOverhead(vmi *v1.VirtualMachineInstance, guest resource.Quantity) resource.Quantity {
 	o := overheadFixed.DeepCopy()
 	perCPU := overheadPerVCPU.DeepCopy()
-	perCPU.Mul(int64(spec.VCPUs(&vmi.Spec)))
+	perCPU.Mul(int64(vmispec.VCPUs(&vmi.Spec)))
 	o.Add(perCPU)
 	o.Add(*resource.NewQuantity(guest.Value()/overheadGuestMemoryDivisor, resource.BinarySI))
 	return o
@@ -131,7 +131,7 @@ func computeContainer(vmi *v1.VirtualMachineInstance, image string, pullPolicy c
 		},
 		Resources: resources,
 		VolumeMounts: append([]corev1.VolumeMount{
-			{Name: spec.SocketsVolume, MountPath: SocketRootDir},
+			{Name: vmispec.SocketsVolume, MountPath: SocketRootDir},
 			{Name: tmpVolume, MountPath: TmpDir},
 			{Name: "vmi", MountPath: VMIFileDir, ReadOnly: true},
 		}, extraMounts...),
@@ -163,7 +163,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 	boot := *vmi
 	boot.Spec = *vmi.Spec.WithoutHotplugVolumes()
 	vmi = &boot
-	guest, err := spec.GuestMemory(&vmi.Spec)
+	guest, err := vmispec.GuestMemory(&vmi.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 	if pullPolicy == "" {
 		pullPolicy = corev1.PullIfNotPresent
 	}
-	uid := spec.LauncherUID(vmi.UID)
+	uid := vmispec.LauncherUID(vmi.UID)
 	initContainers, computeMounts, extraVolumes, pullSecrets := bootFileContainers(vmi, cfg.Image, pullPolicy)
 	ciMounts, ciVolumes := cloudInitVolumes(vmi)
 	computeMounts, extraVolumes = append(computeMounts, ciMounts...), append(extraVolumes, ciVolumes...)
@@ -220,7 +220,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To(spec.GracePeriodSeconds(&vmi.Spec) + LauncherGraceMargin),
+			TerminationGracePeriodSeconds: ptr.To(vmispec.GracePeriodSeconds(&vmi.Spec) + LauncherGraceMargin),
 			NodeSelector:                  nodeSelector,
 			Affinity:                      vmi.Spec.Affinity.DeepCopy(),
 			Tolerations:                   append([]corev1.Toleration(nil), vmi.Spec.Tolerations...),
@@ -252,11 +252,11 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 				// its own filter once the VM is set up.
 				SeccompProfile: &corev1.SeccompProfile{
 					Type:             corev1.SeccompProfileTypeLocalhost,
-					LocalhostProfile: ptr.To(spec.SeccompProfile),
+					LocalhostProfile: ptr.To(vmispec.SeccompProfile),
 				},
 				// The launcher serves its guest DHCP on port 67, as this
 				// user (package launcher, dhcp.go).
-				Sysctls: spec.LauncherSysctls(&vmi.Spec),
+				Sysctls: vmispec.LauncherSysctls(&vmi.Spec),
 			},
 			InitContainers:   initContainers,
 			ImagePullSecrets: pullSecrets,
@@ -264,7 +264,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 			Volumes: append([]corev1.Volume{
 				// The pod's own socket directory: no host path, and no
 				// other pod sees it; virt-handler finds it from the pod UID.
-				emptyDirVolume(spec.SocketsVolume),
+				emptyDirVolume(vmispec.SocketsVolume),
 				emptyDirVolume(tmpVolume),
 				{
 					Name: "vmi",
@@ -285,7 +285,7 @@ func RenderLauncherPod(vmi *v1.VirtualMachineInstance, cfg LauncherConfig) (*cor
 // the VMI's launcher pod, marked as the migration's target (label and
 // annotation), with its own socket directory (every pod has its own), its
 // launcher running as the source's user, told to receive the guest on
-// spec.MigrationInSocket instead of booting it, the migration's
+// vmispec.MigrationInSocket instead of booting it, the migration's
 // addedNodeSelector, and, unless sameNode, kept off the source's node.
 func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachineInstanceMigration, cfg LauncherConfig, sourceNode string, sameNode bool) (*corev1.Pod, error) {
 	pod, err := RenderLauncherPod(vmi, cfg)
@@ -298,7 +298,7 @@ func RenderMigrationTargetPod(vmi *v1.VirtualMachineInstance, m *v1.VirtualMachi
 	// The schedulable label stays required whatever the migration adds.
 	pod.Spec.NodeSelector[NodeSchedulableLabel] = "true"
 	c := &pod.Spec.Containers[0]
-	c.Env = append(c.Env, corev1.EnvVar{Name: spec.IncomingEnv, Value: "unix:" + SocketRootDir + "/" + spec.MigrationInSocket})
+	c.Env = append(c.Env, corev1.EnvVar{Name: vmispec.IncomingEnv, Value: "unix:" + SocketRootDir + "/" + vmispec.MigrationInSocket})
 	if !sameNode && sourceNode != "" {
 		notSource := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{sourceNode}}
 		if pod.Spec.Affinity == nil {
@@ -354,7 +354,7 @@ func launcherResources(vmi *v1.VirtualMachineInstance, guest resource.Quantity) 
 			req[corev1.ResourceCPU] = l.DeepCopy()
 		} else {
 			// KubeVirt's default CPU allocation ratio of 10: 100m per vCPU.
-			req[corev1.ResourceCPU] = *resource.NewMilliQuantity(100*int64(spec.VCPUs(&vmi.Spec)), resource.DecimalSI)
+			req[corev1.ResourceCPU] = *resource.NewMilliQuantity(100*int64(vmispec.VCPUs(&vmi.Spec)), resource.DecimalSI)
 		}
 	}
 	// Extended resources cannot be overcommitted: request == limit.
@@ -390,8 +390,8 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 	small := corev1.ResourceRequirements{Requests: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
 	}}
-	binMount := corev1.VolumeMount{Name: binVolume, MountPath: spec.BinDir, ReadOnly: true}
-	copyCmd := spec.BinDir + "/virt-launcher"
+	binMount := corev1.VolumeMount{Name: binVolume, MountPath: vmispec.BinDir, ReadOnly: true}
+	copyCmd := vmispec.BinDir + "/virt-launcher"
 	// The user's policy, else KubeVirt's (and the kubelet's) default:
 	// Always for :latest or no tag, IfNotPresent otherwise.
 	pull := func(p corev1.PullPolicy, image string) corev1.PullPolicy {
@@ -425,26 +425,26 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 	}
 	inits = append(inits, corev1.Container{
 		Name: "container-disk-binary", Image: launcherImage, ImagePullPolicy: launcherPull,
-		Command:         []string{"/usr/bin/virt-launcher", "install", spec.BinDir},
-		VolumeMounts:    []corev1.VolumeMount{{Name: binVolume, MountPath: spec.BinDir}},
+		Command:         []string{"/usr/bin/virt-launcher", "install", vmispec.BinDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: binVolume, MountPath: vmispec.BinDir}},
 		SecurityContext: sc, Resources: small,
 	})
 	vols = append(vols, emptyDirVolume(binVolume))
 	if kb != nil {
 		cmd := []string{copyCmd, "copy"}
 		if kb.KernelPath != "" {
-			cmd = append(cmd, kb.KernelPath, spec.KernelBootDir+"/"+spec.KernelFile)
+			cmd = append(cmd, kb.KernelPath, vmispec.KernelBootDir+"/"+vmispec.KernelFile)
 		}
 		if kb.InitrdPath != "" {
-			cmd = append(cmd, kb.InitrdPath, spec.KernelBootDir+"/"+spec.InitrdFile)
+			cmd = append(cmd, kb.InitrdPath, vmispec.KernelBootDir+"/"+vmispec.InitrdFile)
 		}
 		inits = append(inits, corev1.Container{
 			Name: "kernel-boot", Image: kb.Image, ImagePullPolicy: pull(kb.ImagePullPolicy, kb.Image), Command: cmd,
-			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: kernelVolume, MountPath: spec.KernelBootDir}},
+			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: kernelVolume, MountPath: vmispec.KernelBootDir}},
 			SecurityContext: sc, Resources: small,
 		})
 		vols = append(vols, emptyDirVolume(kernelVolume))
-		computeMounts = append(computeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: spec.KernelBootDir, ReadOnly: true})
+		computeMounts = append(computeMounts, corev1.VolumeMount{Name: kernelVolume, MountPath: vmispec.KernelBootDir, ReadOnly: true})
 		secret(kb.ImagePullSecret)
 	}
 	for _, v := range disks {
@@ -454,15 +454,15 @@ func bootFileContainers(vmi *v1.VirtualMachineInstance, launcherImage string, la
 		}
 		inits = append(inits, corev1.Container{
 			Name: "volume" + v.Name, Image: v.ContainerDisk.Image, ImagePullPolicy: pull(v.ContainerDisk.ImagePullPolicy, v.ContainerDisk.Image),
-			Command:         []string{copyCmd, "copy", src, spec.ContainerDiskFile(v.Name)},
-			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: diskVolume, MountPath: spec.ContainerDiskDir}},
+			Command:         []string{copyCmd, "copy", src, vmispec.ContainerDiskFile(v.Name)},
+			VolumeMounts:    []corev1.VolumeMount{binMount, {Name: diskVolume, MountPath: vmispec.ContainerDiskDir}},
 			SecurityContext: sc, Resources: small,
 		})
 		secret(v.ContainerDisk.ImagePullSecret)
 	}
 	if len(disks) > 0 {
 		vols = append(vols, emptyDirVolume(diskVolume))
-		computeMounts = append(computeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.ContainerDiskDir})
+		computeMounts = append(computeMounts, corev1.VolumeMount{Name: diskVolume, MountPath: vmispec.ContainerDiskDir})
 	}
 	return inits, computeMounts, vols, secrets
 }
@@ -479,7 +479,7 @@ func cloudInitVolumes(vmi *v1.VirtualMachineInstance) (mounts []corev1.VolumeMou
 	}
 	const diskVolume = "cloud-init"
 	vols = append(vols, corev1.Volume{Name: diskVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	mounts = append(mounts, corev1.VolumeMount{Name: diskVolume, MountPath: spec.CloudInitDir})
+	mounts = append(mounts, corev1.VolumeMount{Name: diskVolume, MountPath: vmispec.CloudInitDir})
 	secret := func(name, secretName, path string) {
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secretName}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: true})
@@ -491,10 +491,10 @@ func cloudInitVolumes(vmi *v1.VirtualMachineInstance) (mounts []corev1.VolumeMou
 		user, network = ci.CloudInitConfigDrive.UserDataSecretRef, ci.CloudInitConfigDrive.NetworkDataSecretRef
 	}
 	if user != nil {
-		secret("cloud-init-userdata", user.Name, cloudinit.UserDataSecretDir(spec.SecretDir, ci.Name))
+		secret("cloud-init-userdata", user.Name, cloudinit.UserDataSecretDir(vmispec.SecretDir, ci.Name))
 	}
 	if network != nil {
-		secret("cloud-init-networkdata", network.Name, cloudinit.NetworkDataSecretDir(spec.SecretDir, ci.Name))
+		secret("cloud-init-networkdata", network.Name, cloudinit.NetworkDataSecretDir(vmispec.SecretDir, ci.Name))
 	}
 	seen := map[string]bool{}
 	for _, c := range vmi.Spec.AccessCredentials {
@@ -504,7 +504,7 @@ func cloudInitVolumes(vmi *v1.VirtualMachineInstance) (mounts []corev1.VolumeMou
 		}
 		seen[k.Source.Secret.SecretName] = true
 		name := k.Source.Secret.SecretName
-		secret(fmt.Sprintf("access-cred-%d", len(seen)-1), name, cloudinit.AccessCredentialDir(spec.SecretDir, name))
+		secret(fmt.Sprintf("access-cred-%d", len(seen)-1), name, cloudinit.AccessCredentialDir(vmispec.SecretDir, name))
 	}
 	return mounts, vols
 }

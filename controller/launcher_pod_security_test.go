@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Launcher pods, a migration's target included, pass the PodSecurity
@@ -58,8 +58,8 @@ func TestLauncherPodsAreRestricted(t *testing.T) {
 			assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem, "%s: container %s", name, c.Name)
 		}
 		assert.Equal(t, corev1.SeccompProfileTypeLocalhost, pod.Spec.SecurityContext.SeccompProfile.Type)
-		assert.Equal(t, spec.SeccompProfile, *pod.Spec.SecurityContext.SeccompProfile.LocalhostProfile)
-		assert.Equal(t, []corev1.Sysctl{{Name: spec.UnprivilegedPortSysctl, Value: "67"}}, pod.Spec.SecurityContext.Sysctls, name)
+		assert.Equal(t, vmispec.SeccompProfile, *pod.Spec.SecurityContext.SeccompProfile.LocalhostProfile)
+		assert.Equal(t, []corev1.Sysctl{{Name: vmispec.UnprivilegedPortSysctl, Value: "67"}}, pod.Spec.SecurityContext.Sysctls, name)
 	}
 
 	uidA, uidB := *podA.Spec.SecurityContext.RunAsUser, *podB.Spec.SecurityContext.RunAsUser
@@ -67,8 +67,8 @@ func TestLauncherPodsAreRestricted(t *testing.T) {
 	assert.Equal(t, uidA, *target.Spec.SecurityContext.RunAsUser, "a migration's two launchers share the VMI's user")
 	assert.Equal(t, uidA, *podA.Spec.SecurityContext.RunAsGroup)
 	for _, u := range []int64{uidA, uidB} {
-		assert.GreaterOrEqual(t, u, int64(spec.LauncherUIDBase))
-		assert.Less(t, u, int64(spec.LauncherUIDBase+spec.LauncherUIDCount))
+		assert.GreaterOrEqual(t, u, int64(vmispec.LauncherUIDBase))
+		assert.Less(t, u, int64(vmispec.LauncherUIDBase+vmispec.LauncherUIDCount))
 	}
 	again, err := RenderLauncherPod(a, LauncherConfig{Image: "launcher:1"})
 	require.NoError(t, err)

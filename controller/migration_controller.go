@@ -24,7 +24,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Event reasons of the migration controller (KubeVirt's spelling where it
@@ -329,7 +329,7 @@ func (r *MigrationReconciler) step(ctx context.Context, p *migrationPass, cfg Cl
 		return 0, nil
 	case target == nil:
 		return r.start(ctx, p, cfg)
-	case spec.PodDown(target):
+	case vmispec.PodDown(target):
 		r.fail(ctx, p, fmt.Sprintf("the target pod %s ended before the migration started (%s)", target.Name, podEnd(target)))
 		return 0, nil
 	case ms != nil && ms.TargetNodeAddress != "":
@@ -386,7 +386,7 @@ func (r *MigrationReconciler) start(ctx context.Context, p *migrationPass, cfg C
 	if syncErr != nil {
 		return 0, syncErr.err
 	}
-	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
+	if ok, reason, msg := vmispec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
 		r.fail(ctx, p, fmt.Sprintf("VMI %s is not live-migratable (%s): %s", vmi.Name, reason, msg))
 		return 0, nil
 	}
@@ -471,7 +471,7 @@ func (r *MigrationReconciler) handOff(ctx context.Context, p *migrationPass, cfg
 	var source string
 	if pods, err := r.vmiPods(ctx, vmi); err != nil {
 		return err
-	} else if sp := spec.ActiveLauncherPod(vmi, pods); sp != nil {
+	} else if sp := vmispec.ActiveLauncherPod(vmi, pods); sp != nil {
 		source = sp.Name
 	}
 	lim := cfg.Limits()

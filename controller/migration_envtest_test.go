@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/controller"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // The migration controller's part of a live migration, with the test
@@ -192,11 +192,11 @@ func TestMigrationTargetPod(t *testing.T) {
 			c := target.Spec.Containers[0]
 			var incoming string
 			for _, e := range c.Env {
-				if e.Name == spec.IncomingEnv {
+				if e.Name == vmispec.IncomingEnv {
 					incoming = e.Value
 				}
 			}
-			assert.Equal(t, "unix:"+controller.SocketRootDir+"/"+spec.MigrationInSocket, incoming,
+			assert.Equal(t, "unix:"+controller.SocketRootDir+"/"+vmispec.MigrationInSocket, incoming,
 				"the launcher receives instead of booting, on a socket only its handler reaches")
 			if tc.sameNode {
 				assert.Nil(t, target.Spec.Affinity, "with %s the target may share the source's node", controller.FeatureGateSameNodeLiveMigration)
@@ -459,7 +459,7 @@ func TestMigrationAbortTooLate(t *testing.T) {
 	for i := range pods {
 		ptrs = append(ptrs, &pods[i])
 	}
-	active := spec.ActiveLauncherPod(vmi, ptrs)
+	active := vmispec.ActiveLauncherPod(vmi, ptrs)
 	require.NotNil(t, active, "the VMI has no launcher pod")
 	assert.Equal(t, target.Name, active.Name, "the VMI's launcher pod")
 	assert.Equal(t, v1.Running, vmi.Status.Phase)

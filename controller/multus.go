@@ -15,7 +15,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Secondary networks: a launcher pod asks Multus for the VMI's multus
@@ -31,7 +31,7 @@ import (
 
 // networkSelection is one element of the networks annotation: the NAD,
 // its namespace always written, the pod interface's name
-// (spec.MultusInterfaceName), where virt-handler finds the network, and
+// (vmispec.MultusInterfaceName), where virt-handler finds the network, and
 // the interface's macAddress, which asks the CNI plugin for it, as
 // KubeVirt does (the handler gives the pod interface another MAC before
 // it bridges the two).
@@ -50,7 +50,7 @@ func multusNetworks(vmi *v1.VirtualMachineInstance) []networkSelection {
 			continue
 		}
 		ns, name := nadName(vmi.Namespace, n.Multus.NetworkName)
-		out = append(out, networkSelection{Name: name, Namespace: ns, InterfaceRequest: spec.MultusInterfaceName(n.Name), MacRequest: macs[n.Name]})
+		out = append(out, networkSelection{Name: name, Namespace: ns, InterfaceRequest: vmispec.MultusInterfaceName(n.Name), MacRequest: macs[n.Name]})
 	}
 	return out
 }

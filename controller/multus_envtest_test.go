@@ -16,7 +16,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadcrd "github.com/kubevmm/kubevmm/api/nad/crd"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // installNADCRD installs Multus's NetworkAttachmentDefinition CRD.
@@ -71,7 +71,7 @@ func TestVMIMultusNetworks(t *testing.T) {
 	require.Len(t, pods, 1)
 	var nets []map[string]string
 	require.NoError(t, json.Unmarshal([]byte(pods[0].Annotations[nadv1.NetworksAnnotation]), &nets))
-	assert.Equal(t, []map[string]string{{"name": "br1", "namespace": ns, "interface": spec.MultusInterfaceName("br1"), "mac": "02:00:00:00:01:01"}}, nets)
+	assert.Equal(t, []map[string]string{{"name": "br1", "namespace": ns, "interface": vmispec.MultusInterfaceName("br1"), "mac": "02:00:00:00:01:01"}}, nets)
 	c := pods[0].Spec.Containers[0]
 	for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
 		q := l["bridge.network.kubevirt.io/br1"]

@@ -10,7 +10,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // The networks annotation lists the multus networks in spec order, the
@@ -34,17 +34,17 @@ func TestWithNetworks(t *testing.T) {
 	}
 	nets := multusNetworks(vmi)
 	require.Equal(t, []networkSelection{
-		{Name: "br1", Namespace: "vms", InterfaceRequest: spec.MultusInterfaceName("a"), MacRequest: "02:00:00:00:00:0a"},
-		{Name: "br2", Namespace: "infra", InterfaceRequest: spec.MultusInterfaceName("b")},
-		{Name: "br1", Namespace: "vms", InterfaceRequest: spec.MultusInterfaceName("c")},
+		{Name: "br1", Namespace: "vms", InterfaceRequest: vmispec.MultusInterfaceName("a"), MacRequest: "02:00:00:00:00:0a"},
+		{Name: "br2", Namespace: "infra", InterfaceRequest: vmispec.MultusInterfaceName("b")},
+		{Name: "br1", Namespace: "vms", InterfaceRequest: vmispec.MultusInterfaceName("c")},
 	}, nets)
 
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute"}}}}
 	res := map[string]string{nets[0].InterfaceRequest: "bridge.network.kubevirt.io/br1", nets[2].InterfaceRequest: "bridge.network.kubevirt.io/br1"}
 	require.NoError(t, withNetworks(pod, nets, res))
-	assert.JSONEq(t, `[{"name":"br1","namespace":"vms","interface":"`+spec.MultusInterfaceName("a")+`","mac":"02:00:00:00:00:0a"},
-		{"name":"br2","namespace":"infra","interface":"`+spec.MultusInterfaceName("b")+`"},
-		{"name":"br1","namespace":"vms","interface":"`+spec.MultusInterfaceName("c")+`"}]`, pod.Annotations[nadv1.NetworksAnnotation])
+	assert.JSONEq(t, `[{"name":"br1","namespace":"vms","interface":"`+vmispec.MultusInterfaceName("a")+`","mac":"02:00:00:00:00:0a"},
+		{"name":"br2","namespace":"infra","interface":"`+vmispec.MultusInterfaceName("b")+`"},
+		{"name":"br1","namespace":"vms","interface":"`+vmispec.MultusInterfaceName("c")+`"}]`, pod.Annotations[nadv1.NetworksAnnotation])
 	c := pod.Spec.Containers[0].Resources
 	for _, l := range []corev1.ResourceList{c.Requests, c.Limits} {
 		require.Len(t, l, 1)

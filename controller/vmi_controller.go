@@ -23,7 +23,7 @@ import (
 	cdiv1 "github.com/kubevmm/kubevmm/api/cdi/v1beta1"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // VMIReconciler gives each VirtualMachineInstance one virt-launcher pod and
@@ -105,7 +105,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pod := spec.ActiveLauncherPod(vmi, pods)
+	pod := vmispec.ActiveLauncherPod(vmi, pods)
 	if pod == nil && (vmi.Status.Phase == v1.Scheduling || vmi.Status.Phase == v1.Scheduled || vmi.Status.Phase == v1.Running) {
 		// The VMI says a pod was seen but the cache has none: it is gone,
 		// or the cache lags behind our own create. Only the API server can
@@ -113,7 +113,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if pods, err = r.launcherPods(ctx, r.APIReader, vmi); err != nil {
 			return ctrl.Result{}, err
 		}
-		pod = spec.ActiveLauncherPod(vmi, pods)
+		pod = vmispec.ActiveLauncherPod(vmi, pods)
 	}
 
 	var syncErr *syncError
@@ -143,7 +143,7 @@ func (r *VMIReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		if syncErr == nil {
 			syncErr = r.deleteMigratedSource(ctx, vmi, pods, pod)
 		}
-		if syncErr == nil && vmi.Status.Phase == v1.Running && pod != nil && !spec.PodDown(pod) && pod.Spec.NodeName != "" {
+		if syncErr == nil && vmi.Status.Phase == v1.Running && pod != nil && !vmispec.PodDown(pod) && pod.Spec.NodeName != "" {
 			hp, syncErr = r.syncHotplug(ctx, vmi, pod)
 		}
 	}
@@ -190,7 +190,7 @@ type syncError struct {
 
 // launcherPods lists the VMI's launcher pods (by the created-by label, then
 // checked against the controller reference), oldest first, migration
-// targets included: which one runs the guest is spec.ActiveLauncherPod's
+// targets included: which one runs the guest is vmispec.ActiveLauncherPod's
 // to say.
 func (r *VMIReconciler) launcherPods(ctx context.Context, reader client.Reader, vmi *v1.VirtualMachineInstance) ([]*corev1.Pod, error) {
 	list := &corev1.PodList{}
@@ -221,21 +221,21 @@ func migrationTargetPod(vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) *cor
 		return nil
 	}
 	for _, p := range pods {
-		if p.Name == ms.TargetPod && p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !spec.PodDown(p) {
+		if p.Name == ms.TargetPod && p.Labels[MigrationJobLabel] == string(ms.MigrationUID) && !vmispec.PodDown(p) {
 			return p
 		}
 	}
 	return nil
 }
 
-func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) (*corev1.Pod, *syncError) {
+func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineInstance, pvcs map[string]vmispec.PVCInfo) (*corev1.Pod, *syncError) {
 	// The cache said there is no pod. Ask the API server: the pod created by
 	// the previous reconcile may simply not have reached the cache yet.
 	live, err := r.launcherPods(ctx, r.APIReader, vmi)
 	if err != nil {
 		return nil, &syncError{reason: ReasonFailedCreate, err: err, retry: true}
 	}
-	if p := spec.ActiveLauncherPod(vmi, live); p != nil {
+	if p := vmispec.ActiveLauncherPod(vmi, live); p != nil {
 		return p, nil
 	}
 	pod, err := RenderLauncherPod(vmi, r.Launcher)
@@ -281,7 +281,7 @@ func (r *VMIReconciler) createPod(ctx context.Context, vmi *v1.VirtualMachineIns
 // that never ran has nothing to shut down: its pods go at once.
 func (r *VMIReconciler) deletePodsAfterGrace(ctx context.Context, vmi *v1.VirtualMachineInstance, pods []*corev1.Pod) (time.Duration, *syncError) {
 	if vmi.IsRunning() {
-		deadline := vmi.DeletionTimestamp.Add(time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second)
+		deadline := vmi.DeletionTimestamp.Add(time.Duration(vmispec.GracePeriodSeconds(&vmi.Spec)) * time.Second)
 		if left := deadline.Sub(r.now().Time); left > 0 {
 			return left, nil
 		}
@@ -301,7 +301,7 @@ func (r *VMIReconciler) deleteMigratedSource(ctx context.Context, vmi *v1.Virtua
 	}
 	var ended []*corev1.Pod
 	for _, p := range pods {
-		if p.Name == ms.SourcePod && p != active && spec.PodEnded(p) {
+		if p.Name == ms.SourcePod && p != active && vmispec.PodEnded(p) {
 			ended = append(ended, p)
 		}
 	}
@@ -316,7 +316,7 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		if onlyRunning && spec.PodEnded(p) {
+		if onlyRunning && vmispec.PodEnded(p) {
 			continue
 		}
 		// Preconditions: delete exactly the pod we looked at, not a
@@ -333,7 +333,7 @@ func (r *VMIReconciler) deletePods(ctx context.Context, vmi *v1.VirtualMachineIn
 
 // updateStatus derives the VMI status from the pods it observed (decide)
 // and writes what changed: the node label, then the status (write).
-func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, hp *hotplugState, syncErr *syncError) error {
+func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]vmispec.PVCInfo, hp *hotplugState, syncErr *syncError) error {
 	st := decideVMIStatus(vmi, pod, target, pvcs, syncErr, r.now())
 	if hp != nil {
 		st.VolumeStatus = decideVolumeStatus(vmi, hp.claims, hp.pods)
@@ -367,7 +367,7 @@ func (r *VMIReconciler) updateStatus(ctx context.Context, vmi *v1.VirtualMachine
 // its active launcher pod and its migration target pod (either may be nil),
 // its claims (readPVCs) and the sync's failure, if any. It changes nothing
 // it is given.
-func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]spec.PVCInfo, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
+func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pvcs map[string]vmispec.PVCInfo, syncErr *syncError, now metav1.Time) *v1.VirtualMachineInstanceStatus {
 	st := vmi.Status.DeepCopy()
 	podExists := pod != nil
 
@@ -379,7 +379,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 	switch st.Phase {
 	case v1.Pending:
 		switch {
-		case podExists && spec.PodDown(pod):
+		case podExists && vmispec.PodDown(pod):
 			st.SetPhase(v1.Failed, now)
 		case podExists && pod.Spec.NodeName != "":
 			st.SetPhase(v1.Scheduled, now)
@@ -393,7 +393,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 		}
 	case v1.Scheduling:
 		switch {
-		case !podExists || spec.PodDown(pod):
+		case !podExists || vmispec.PodDown(pod):
 			st.SetPhase(v1.Failed, now)
 		case pod.Spec.NodeName != "":
 			st.SetPhase(v1.Scheduled, now)
@@ -401,7 +401,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 	case v1.Scheduled:
 		// The handler has not taken over yet: if the pod goes away or ends
 		// now, nobody else will ever report on this VMI.
-		if !podExists || spec.PodDown(pod) {
+		if !podExists || vmispec.PodDown(pod) {
 			st.SetPhase(v1.Failed, now)
 		}
 	case v1.Running:
@@ -414,7 +414,7 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 	if st.Phase == v1.Scheduled && vmi.Status.Phase != v1.Scheduled && podExists {
 		st.NodeName = pod.Spec.NodeName
 	}
-	if podExists && !spec.PodDown(pod) {
+	if podExists && !vmispec.PodDown(pod) {
 		if pod.Status.QOSClass != "" {
 			st.QOSClass = ptr.To(pod.Status.QOSClass)
 		}
@@ -458,10 +458,10 @@ func decideVMIStatus(vmi *v1.VirtualMachineInstance, pod, target *corev1.Pod, pv
 }
 
 // liveMigratableCondition says whether the VMI can be live-migrated (a
-// fact of its spec and its claims: see spec.LiveMigratable).
-func liveMigratableCondition(vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) v1.VirtualMachineInstanceCondition {
+// fact of its spec and its claims: see vmispec.LiveMigratable).
+func liveMigratableCondition(vmi *v1.VirtualMachineInstance, pvcs map[string]vmispec.PVCInfo) v1.VirtualMachineInstanceCondition {
 	c := v1.VirtualMachineInstanceCondition{Type: v1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}
-	if ok, reason, msg := spec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
+	if ok, reason, msg := vmispec.LiveMigratable(vmi.Annotations, &vmi.Spec, pvcs); !ok {
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
 	}
 	return c

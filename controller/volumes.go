@@ -14,22 +14,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Disk volumes: a launcher pod gets each persistentVolumeClaim volume as
-// KubeVirt's does, a Filesystem claim mounted at spec.PVCDiskDir/<volume>
+// KubeVirt's does, a Filesystem claim mounted at vmispec.PVCDiskDir/<volume>
 // (the launcher makes disk.img in it), a Block claim as the device
-// spec.BlockDeviceDir/<volume>; an ephemeral volume's claim the same way,
+// vmispec.BlockDeviceDir/<volume>; an ephemeral volume's claim the same way,
 // read-only; emptyDisk images and ephemeral overlays go in one emptyDir.
 // A hostDisk's directory on the node is a hostPath volume at
-// spec.PVCDiskDir/<volume> (DirectoryOrCreate for DiskOrCreate), only
+// vmispec.PVCDiskDir/<volume> (DirectoryOrCreate for DiskOrCreate), only
 // with the HostDisk feature gate, as in KubeVirt: it gives whoever creates
 // VMIs files of the node. The claims are read only for VMIs that have
 // some (from the cache by the VMI controller, which watches them: a claim
 // that appears or changes brings its VMIs back; from the API server by
 // the migration controller): their mode and size go to the launcher
-// (spec.PVCInfoEnv), their access modes decide LiveMigratable.
+// (vmispec.PVCInfoEnv), their access modes decide LiveMigratable.
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
 
@@ -66,8 +66,8 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 	}
 	var out []reconcile.Request
 	for i := range list.Items {
-		for _, v := range spec.PVCVolumes(&list.Items[i].Spec) {
-			if claim, _, _ := spec.VolumeClaim(&v); claim == o.GetName() {
+		for _, v := range vmispec.PVCVolumes(&list.Items[i].Spec) {
+			if claim, _, _ := vmispec.VolumeClaim(&v); claim == o.GetName() {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 				break
 			}
@@ -79,10 +79,10 @@ func (r *VMIReconciler) vmisOfClaim(ctx context.Context, o client.Object) []reco
 // readPVCs reads the claim of each of the VMI's PVC volumes but the
 // hot-plugged ones, by volume name. A missing claim is an error naming it (ReasonFailedPVCNotFound);
 // a dataVolume volume's DataVolume must be ready (dataVolumeClaim).
-func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]spec.PVCInfo, *syncError) {
-	out := map[string]spec.PVCInfo{}
-	for _, v := range spec.PVCVolumes(vmi.Spec.WithoutHotplugVolumes()) { // the launcher pod's
-		name, _, _ := spec.VolumeClaim(&v)
+func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstance) (map[string]vmispec.PVCInfo, *syncError) {
+	out := map[string]vmispec.PVCInfo{}
+	for _, v := range vmispec.PVCVolumes(vmi.Spec.WithoutHotplugVolumes()) { // the launcher pod's
+		name, _, _ := vmispec.VolumeClaim(&v)
 		if v.DataVolume != nil {
 			// A DataVolume's claim, once the DataVolume is ready.
 			claim, syncErr := dataVolumeClaim(ctx, c, vmi.Namespace, v.DataVolume.Name)
@@ -101,7 +101,7 @@ func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstan
 			return nil, &syncError{reason: ReasonFailedCreate, retry: true,
 				err: fmt.Errorf("reading PVC %s/%s of volume %s: %w", vmi.Namespace, name, v.Name, err)}
 		}
-		out[v.Name] = spec.NewPVCInfo(pvc)
+		out[v.Name] = vmispec.NewPVCInfo(pvc)
 	}
 	return out, nil
 }
@@ -110,7 +110,7 @@ func readPVCs(ctx context.Context, c client.Reader, vmi *v1.VirtualMachineInstan
 // hostDisk and emptyDisk volumes (pvcs from readPVCs). A pod volume is
 // named after its VMI volume, as in KubeVirt; a name the pod already uses
 // is refused.
-func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[string]spec.PVCInfo) error {
+func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[string]vmispec.PVCInfo) error {
 	taken := map[string]bool{}
 	for _, v := range pod.Spec.Volumes {
 		taken[v.Name] = true
@@ -118,7 +118,7 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 	c := &pod.Spec.Containers[0]
 	emptyDisk := false
 	for _, v := range vmi.Spec.WithoutHotplugVolumes().Volumes { // hot-plugged ones come from the node
-		claim, ro, isClaim := spec.VolumeClaim(&v)
+		claim, ro, isClaim := vmispec.VolumeClaim(&v)
 		if (isClaim || v.HostDisk != nil) && taken[v.Name] {
 			return fmt.Errorf("spec.volumes[%s]: the name is taken by the launcher pod's own volume", v.Name)
 		}
@@ -133,7 +133,7 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: filepath.Dir(v.HostDisk.Path), Type: &t},
 			}})
-			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: spec.PVCDiskDir + "/" + v.Name})
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: vmispec.PVCDiskDir + "/" + v.Name})
 		case isClaim:
 			emptyDisk = emptyDisk || v.Ephemeral != nil
 			info, ok := pvcs[v.Name]
@@ -144,15 +144,15 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: info.ClaimName, ReadOnly: ro},
 			}})
 			if info.Block {
-				c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: spec.BlockDeviceDir + "/" + v.Name})
+				c.VolumeDevices = append(c.VolumeDevices, corev1.VolumeDevice{Name: v.Name, DevicePath: vmispec.BlockDeviceDir + "/" + v.Name})
 			} else {
-				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: spec.PVCDiskDir + "/" + v.Name, ReadOnly: ro})
+				c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: vmispec.PVCDiskDir + "/" + v.Name, ReadOnly: ro})
 			}
 		}
 	}
 	if emptyDisk {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, emptyDirVolume(emptyDiskVolume))
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: spec.EmptyDiskDir})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: vmispec.EmptyDiskDir})
 	}
 	if len(pvcs) == 0 {
 		return nil
@@ -162,10 +162,10 @@ func addDiskVolumes(pod *corev1.Pod, vmi *v1.VirtualMachineInstance, pvcs map[st
 	// fsGroup 107 the same way). A Block claim's device is the user's
 	// already (the runtime's device ownership from the security context).
 	pod.Spec.SecurityContext.FSGroup = ptr.To(*pod.Spec.SecurityContext.RunAsGroup)
-	env, err := spec.EncodePVCInfo(pvcs)
+	env, err := vmispec.EncodePVCInfo(pvcs)
 	if err != nil {
 		return err
 	}
-	c.Env = append(c.Env, corev1.EnvVar{Name: spec.PVCInfoEnv, Value: env})
+	c.Env = append(c.Env, corev1.EnvVar{Name: vmispec.PVCInfoEnv, Value: env})
 	return nil
 }

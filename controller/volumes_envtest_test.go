@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/controller"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 func createPVC(t *testing.T, ns, name string, mode corev1.PersistentVolumeMode, access corev1.PersistentVolumeAccessMode) {
@@ -73,18 +73,18 @@ func TestVMIDiskVolumes(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
-	assert.Equal(t, spec.PVCDiskDir+"/shared", mounts["shared"])
-	assert.Equal(t, spec.EmptyDiskDir, mounts["ephemeral-disks"])
+	assert.Equal(t, vmispec.PVCDiskDir+"/shared", mounts["shared"])
+	assert.Equal(t, vmispec.EmptyDiskDir, mounts["ephemeral-disks"])
 	assert.Equal(t, pod.Spec.SecurityContext.RunAsGroup, pod.Spec.SecurityContext.FSGroup, "the launcher's group owns the claims")
 	var env string
 	for _, e := range c.Env {
-		if e.Name == spec.PVCInfoEnv {
+		if e.Name == vmispec.PVCInfoEnv {
 			env = e.Value
 		}
 	}
-	info, err := spec.DecodePVCInfo(env)
+	info, err := vmispec.DecodePVCInfo(env)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]spec.PVCInfo{
+	assert.Equal(t, map[string]vmispec.PVCInfo{
 		"shared": {ClaimName: "rwx-fs", Shared: true, Size: 64 << 20},
 		"blk":    {ClaimName: "rwo-block", Block: true, Size: 64 << 20},
 	}, info)
@@ -92,7 +92,7 @@ func TestVMIDiskVolumes(t *testing.T) {
 	lm := vmi.GetCondition(v1.VirtualMachineInstanceIsMigratable)
 	require.NotNil(t, lm)
 	assert.Equal(t, corev1.ConditionFalse, lm.Status)
-	assert.Equal(t, spec.ReasonDisksNotLiveMigratable, lm.Reason)
+	assert.Equal(t, vmispec.ReasonDisksNotLiveMigratable, lm.Reason)
 	assert.Contains(t, lm.Message, "volume blk: PVC rwo-block is not shared")
 }
 
@@ -123,7 +123,7 @@ func TestMigrationOfPVCVolumes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"data=shared"}, claims)
-	assert.Contains(t, target.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: spec.PVCDiskDir + "/data"})
+	assert.Contains(t, target.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: vmispec.PVCDiskDir + "/data"})
 	require.NoError(t, k8s.Delete(context.Background(), m))
 
 	createPVC(t, ns, "local", corev1.PersistentVolumeFilesystem, corev1.ReadWriteMany)

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 func diskVMI(vols ...v1.Volume) *v1.VirtualMachineInstance {
@@ -27,11 +27,11 @@ func diskVMI(vols ...v1.Volume) *v1.VirtualMachineInstance {
 // A pod volume is named after its VMI volume: one the pod already has
 // is refused, naming it, rather than mounted in its place.
 func TestAddDiskVolumesRefusesTakenNames(t *testing.T) {
-	vmi := diskVMI(v1.Volume{Name: spec.SocketsVolume, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
+	vmi := diskVMI(v1.Volume{Name: vmispec.SocketsVolume, VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
 	pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "img"})
 	require.NoError(t, err)
-	err = addDiskVolumes(pod, vmi, map[string]spec.PVCInfo{spec.SocketsVolume: {ClaimName: "c"}})
-	assert.ErrorContains(t, err, "spec.volumes["+spec.SocketsVolume+"]: the name is taken")
+	err = addDiskVolumes(pod, vmi, map[string]vmispec.PVCInfo{vmispec.SocketsVolume: {ClaimName: "c"}})
+	assert.ErrorContains(t, err, "spec.volumes["+vmispec.SocketsVolume+"]: the name is taken")
 }
 
 // A VMI with only an emptyDisk gets its directory and nothing of claims.
@@ -41,10 +41,10 @@ func TestAddDiskVolumesEmptyDiskOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, addDiskVolumes(pod, vmi, nil))
 	c := pod.Spec.Containers[0]
-	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: spec.EmptyDiskDir})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: vmispec.EmptyDiskDir})
 	assert.Nil(t, pod.Spec.SecurityContext.FSGroup)
 	for _, e := range c.Env {
-		assert.NotEqual(t, spec.PVCInfoEnv, e.Name)
+		assert.NotEqual(t, vmispec.PVCInfoEnv, e.Name)
 	}
 }
 
@@ -61,7 +61,7 @@ func TestAddDiskVolumesEphemeralAndHostDisk(t *testing.T) {
 		v1.Volume{Name: "found", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: "/srv/b.img", Type: v1.HostDiskExists}}})
 	pod, err := RenderLauncherPod(vmi, LauncherConfig{Image: "img"})
 	require.NoError(t, err)
-	require.NoError(t, addDiskVolumes(pod, vmi, map[string]spec.PVCInfo{
+	require.NoError(t, addDiskVolumes(pod, vmi, map[string]vmispec.PVCInfo{
 		"golden": {ClaimName: "golden-fs"}, "raw": {ClaimName: "golden-blk", Block: true}}))
 
 	vols := map[string]corev1.VolumeSource{}
@@ -75,11 +75,11 @@ func TestAddDiskVolumesEphemeralAndHostDisk(t *testing.T) {
 	assert.NotNil(t, vols[emptyDiskVolume].EmptyDir, "the overlays' emptyDir")
 
 	c := pod.Spec.Containers[0]
-	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "golden", MountPath: spec.PVCDiskDir + "/golden", ReadOnly: true})
-	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "made", MountPath: spec.PVCDiskDir + "/made"})
-	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "found", MountPath: spec.PVCDiskDir + "/found"})
-	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: spec.EmptyDiskDir})
-	assert.Contains(t, c.VolumeDevices, corev1.VolumeDevice{Name: "raw", DevicePath: spec.BlockDeviceDir + "/raw"})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "golden", MountPath: vmispec.PVCDiskDir + "/golden", ReadOnly: true})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "made", MountPath: vmispec.PVCDiskDir + "/made"})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "found", MountPath: vmispec.PVCDiskDir + "/found"})
+	assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: emptyDiskVolume, MountPath: vmispec.EmptyDiskDir})
+	assert.Contains(t, c.VolumeDevices, corev1.VolumeDevice{Name: "raw", DevicePath: vmispec.BlockDeviceDir + "/raw"})
 }
 
 // hostDisk volumes need KubeVirt's HostDisk feature gate.

@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // assignVSOCKCID gives a VMI with autoattachVSOCK its vsock context ID,
@@ -43,10 +43,10 @@ func (r *VMIReconciler) assignVSOCKCID(ctx context.Context, vmi *v1.VirtualMachi
 	return nil
 }
 
-// freeCID is the lowest guest CID (from spec.GuestCID) not in used;
+// freeCID is the lowest guest CID (from vmispec.GuestCID) not in used;
 // 0xffffffff is VMADDR_CID_ANY.
 func freeCID(used map[uint32]bool) (uint32, error) {
-	for c := uint32(spec.GuestCID); c < math.MaxUint32; c++ {
+	for c := uint32(vmispec.GuestCID); c < math.MaxUint32; c++ {
 		if !used[c] {
 			return c, nil
 		}

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // WorkloadUpdater moves running VMIs onto virt-controller's current
@@ -326,7 +326,7 @@ func (r *WorkloadUpdater) observe(ctx context.Context, kv *v1.KubeVirt) (updateI
 		c := vmi.GetCondition(v1.VirtualMachineInstanceIsMigratable)
 		u := updateVMI{Key: k, Labelled: labelled, Migratable: c != nil && c.Status == corev1.ConditionTrue,
 			Migrating: migrating[k] || (vmi.Status.MigrationState != nil && !vmi.Status.MigrationState.Completed && !vmi.Status.MigrationState.Failed)}
-		if pod := spec.ActiveLauncherPod(vmi, byVMI[string(vmi.UID)]); pod != nil {
+		if pod := vmispec.ActiveLauncherPod(vmi, byVMI[string(vmi.UID)]); pod != nil {
 			for _, ct := range pod.Spec.Containers {
 				if ct.Name == ComputeContainerName {
 					u.Known, u.Outdated = true, ct.Image != r.Launcher.Image

@@ -9,13 +9,13 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Bridge binding, KubeVirt's for secondary networks: the pod interface
-// Multus created for the network (spec.PodNIC.PodInterface, a veth into
+// Multus created for the network (vmispec.PodNIC.PodInterface, a veth into
 // the node's bridge for a NAD of type bridge) and the guest's tap are the
-// two ports of an in-pod Linux bridge, spec.BridgeName:
+// two ports of an in-pod Linux bridge, vmispec.BridgeName:
 //
 //	guest eth1 ── tap1 ── k6t-<hash> ── pod<hash> ══ node: br1
 //
@@ -32,9 +32,9 @@ import (
 
 // setupBridge wires one bridge-bound NIC in ns, its tap last. Where the
 // NIC TakesPodMAC, guestMAC (MACFor's) is only the fallback of
-// spec.PodBridgeRecord.GuestMAC: the guest's is eth0's original.
-func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
-	br := spec.BridgeName(nic.PodInterface)
+// vmispec.PodBridgeRecord.GuestMAC: the guest's is eth0's original.
+func setupBridge(ns netns.NsHandle, nic vmispec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
+	br := vmispec.BridgeName(nic.PodInterface)
 	return inNetns(ns, func() error {
 		pod, err := netlink.LinkByName(nic.PodInterface)
 		if err != nil {
@@ -46,7 +46,7 @@ func setupBridge(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, 
 				return err
 			}
 			if nic.TakesPodMAC() {
-				if guestMAC, err = spec.PodBridgeRecord(pn).GuestMAC(guestMAC); err != nil {
+				if guestMAC, err = vmispec.PodBridgeRecord(pn).GuestMAC(guestMAC); err != nil {
 					return err
 				}
 			}

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/net/tap"
 	"github.com/kubevmm/kubevmm/test/netnstest"
@@ -122,8 +122,8 @@ func TestSetupBridgeBinding(t *testing.T) {
 	nodeNs, node := testNetns(t, "node")
 	peerNs, peer := testNetns(t, "peer")
 	guestMAC := net.HardwareAddr{0x02, 0, 0, 0, 0x0b, 0x01}
-	nic := spec.PodNIC{Name: "br1", Model: "virtio", Tap: "tap1", Queues: 1, Binding: spec.BindingBridge,
-		PodInterface: spec.MultusInterfaceName("br1"), Multus: "br1"}
+	nic := vmispec.PodNIC{Name: "br1", Model: "virtio", Tap: "tap1", Queues: 1, Binding: vmispec.BindingBridge,
+		PodInterface: vmispec.MultusInterfaceName("br1"), Multus: "br1"}
 
 	// The node's bridge br1 with the pod's veth (what the bridge CNI
 	// plugin makes) and another machine at 192.168.50.2.
@@ -151,7 +151,7 @@ func TestSetupBridgeBinding(t *testing.T) {
 		require.NoError(t, err)
 		br, err := hp.LinkByIndex(l.Attrs().MasterIndex)
 		require.NoError(t, err, "%s has a master", name)
-		assert.Equal(t, spec.BridgeName(nic.PodInterface), br.Attrs().Name, "%s is a port of the in-pod bridge", name)
+		assert.Equal(t, vmispec.BridgeName(nic.PodInterface), br.Attrs().Name, "%s is a port of the in-pod bridge", name)
 	}
 	l, err = hp.LinkByName(nic.PodInterface)
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestSetupBridgeBinding(t *testing.T) {
 // network) is an error naming it, and no tap is made.
 func TestSetupBridgeWithoutPodInterface(t *testing.T) {
 	podNs, pod := testNetns(t, "pod")
-	nic := spec.PodNIC{Name: "br1", Tap: "tap0", Queues: 1, Binding: spec.BindingBridge, PodInterface: spec.MultusInterfaceName("br1")}
+	nic := vmispec.PodNIC{Name: "br1", Tap: "tap0", Queues: 1, Binding: vmispec.BindingBridge, PodInterface: vmispec.MultusInterfaceName("br1")}
 	err := setupNIC(pod, nic, net.HardwareAddr{2, 0, 0, 0, 0, 1}, 107)
 	require.ErrorContains(t, err, "pod interface "+nic.PodInterface)
 	h, err := podNs.Handle()
@@ -191,14 +191,14 @@ func TestMasqueradePorts(t *testing.T) {
 		toGuest []int
 		refused []int
 	}{
-		{"all ports", nil, []int{22, 80}, []int{spec.MigrationPort}},
-		{"port 80 only", []v1.Port{{Port: 80}}, []int{80}, []int{22, 81, spec.MigrationPort}},
+		{"all ports", nil, []int{22, 80}, []int{vmispec.MigrationPort}},
+		{"port 80 only", []v1.Port{{Port: 80}}, []int{80}, []int{22, 81, vmispec.MigrationPort}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			podNs, pod := testNetns(t, "pod")
 			clientNs, client := testNetns(t, "client")
-			veth(t, podNs, spec.PodInterface, "10.200.0.2/24", client, "c0", "10.200.0.1/24", clientNs)
-			nic := spec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: spec.BindingMasquerade, PodInterface: spec.PodInterface, Ports: tc.ports}
+			veth(t, podNs, vmispec.PodInterface, "10.200.0.2/24", client, "c0", "10.200.0.1/24", clientNs)
+			nic := vmispec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: vmispec.BindingMasquerade, PodInterface: vmispec.PodInterface, Ports: tc.ports}
 			require.NoError(t, setupNIC(pod, nic, nil, 107))
 			tp := openTapIn(t, podNs, nic.Tap)
 			// The guest's neighbour entry, so the DNAT'ed SYN leaves at once.
@@ -208,7 +208,7 @@ func TestMasqueradePorts(t *testing.T) {
 			l, err := h.LinkByName(nic.Tap)
 			require.NoError(t, err)
 			require.NoError(t, h.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
-				IP: net.ParseIP(spec.GuestIP), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 2}}))
+				IP: net.ParseIP(vmispec.GuestIP), HardwareAddr: net.HardwareAddr{2, 0, 0, 0, 0, 2}}))
 
 			dial := func(port int) error {
 				return clientNs.Do(func() error {
@@ -231,7 +231,7 @@ func TestMasqueradePorts(t *testing.T) {
 					tcp := eth[14+int(eth[14]&0xf)*4:]
 					return len(tcp) >= 4 && int(binary.BigEndian.Uint16(tcp[2:])) == port
 				})
-				assert.Equal(t, net.ParseIP(spec.GuestIP).To4(), net.IP(syn[30:34]), "port %d is DNAT'ed to the guest", port)
+				assert.Equal(t, net.ParseIP(vmispec.GuestIP).To4(), net.IP(syn[30:34]), "port %d is DNAT'ed to the guest", port)
 			}
 		})
 	}

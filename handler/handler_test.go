@@ -12,7 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -33,7 +33,7 @@ func TestStatusFromInfo(t *testing.T) {
 	vmi := vmiWithPodNIC()
 
 	st := vmi.Status.DeepCopy()
-	statusFromInfo(st, vmi, api.Info{State: spec.StateStarting}, pod, now)
+	statusFromInfo(st, vmi, api.Info{State: vmispec.StateStarting}, pod, now)
 	if st.Phase != v1.Scheduled {
 		t.Fatalf("a starting launcher made the VMI %s", st.Phase)
 	}
@@ -119,7 +119,7 @@ func TestDecide(t *testing.T) {
 	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	failed := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed}}
 	servesDHCP := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{
-		Sysctls: []corev1.Sysctl{{Name: spec.UnprivilegedPortSysctl, Value: "67"}}}}, Status: running.Status}
+		Sysctls: []corev1.Sysctl{{Name: vmispec.UnprivilegedPortSysctl, Value: "67"}}}}, Status: running.Status}
 	deletedAgo := func(d time.Duration, grace int64) func(*v1.VirtualMachineInstance) {
 		return func(vmi *v1.VirtualMachineInstance) {
 			at := metav1.NewTime(now.Add(-d))
@@ -147,9 +147,9 @@ func TestDecide(t *testing.T) {
 			want: plan{requeue: startingPoll}},
 		{name: "no answer from an ended pod: the VMI failed", pod: failed,
 			want: plan{quiet: true}, hasStatus: true, phase: v1.Failed, reason: ReasonLauncherFailed},
-		{name: "starting: prepare the network", pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+		{name: "starting: prepare the network", pod: running, info: api.Info{State: vmispec.StateStarting}, live: true, answered: true,
 			want: plan{setupNetwork: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
-		{name: "starting, from an exit record: no network for a gone launcher", pod: running, info: api.Info{State: spec.StateStarting}, answered: true,
+		{name: "starting, from an exit record: no network for a gone launcher", pod: running, info: api.Info{State: vmispec.StateStarting}, answered: true,
 			want: plan{requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
 		{name: "running", pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},
@@ -168,12 +168,12 @@ func TestDecide(t *testing.T) {
 			info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{shutdown: true, stopGuest: true, requeue: startingPoll}, hasStatus: true, phase: v1.Running},
 		// A launcher pod of this version: its launcher serves DHCP.
-		{name: "pod bridge, starting: the network (its DHCP is the launcher's)", mutate: podBridge, pod: servesDHCP, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+		{name: "pod bridge, starting: the network (its DHCP is the launcher's)", mutate: podBridge, pod: servesDHCP, info: api.Info{State: vmispec.StateStarting}, live: true, answered: true,
 			want: plan{setupNetwork: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
 		{name: "pod bridge, running: nothing to do", mutate: podBridge, pod: servesDHCP, info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{requeue: runningPoll}, hasStatus: true, phase: v1.Running},
 		// One of an earlier version (no sysctl): virt-handler serves it.
-		{name: "pod bridge, earlier launcher, starting: network and DHCP", mutate: podBridge, pod: running, info: api.Info{State: spec.StateStarting}, live: true, answered: true,
+		{name: "pod bridge, earlier launcher, starting: network and DHCP", mutate: podBridge, pod: running, info: api.Info{State: vmispec.StateStarting}, live: true, answered: true,
 			want: plan{setupNetwork: true, serveDHCP: true, requeue: startingPoll}, hasStatus: true, phase: v1.Scheduled},
 		{name: "pod bridge, earlier launcher, running: DHCP (again, after a handler restart)", mutate: podBridge, pod: running, info: api.Info{State: api.StateRunning}, live: true, answered: true,
 			want: plan{serveDHCP: true, requeue: runningPoll}, hasStatus: true, phase: v1.Running},

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -28,7 +28,7 @@ import (
 // directories (mounted with HostToContainer propagation, so it sees the
 // kubelet's CSI mounts made after it started). It opens the claim's image
 // there (a Filesystem claim's disk.img, a Block claim's device) and hands
-// the open descriptor to the launcher (spec.HotplugSocket), which attaches
+// the open descriptor to the launcher (vmispec.HotplugSocket), which attaches
 // it to the guest's SCSI controller as it is: the launcher's container may
 // not open that device node itself. A hot-plugged volume gone from the
 // spec is detached. volumeStatus phases written here:
@@ -225,7 +225,7 @@ func (r *VMIReconciler) attachVolume(ctx context.Context, vmi *v1.VirtualMachine
 	if a.block {
 		f, err = openPublishedDevice(r.PluginsDir, a.podUID, pvc.Spec.VolumeName)
 	} else {
-		f, err = openPublishedImage(r.PodsDir, a.podUID, pvc.Spec.VolumeName, spec.DiskImgSize(pvc), gid)
+		f, err = openPublishedImage(r.PodsDir, a.podUID, pvc.Spec.VolumeName, vmispec.DiskImgSize(pvc), gid)
 	}
 	if err != nil {
 		return api.Volume{}, err
@@ -233,7 +233,7 @@ func (r *VMIReconciler) attachVolume(ctx context.Context, vmi *v1.VirtualMachine
 	defer func() { _ = f.Close() }() // the launcher holds its own descriptor
 	ctx, cancel := context.WithTimeout(ctx, hotplugTimeout)
 	defer cancel()
-	c, err := l.dir.dial(ctx, spec.HotplugSocket)
+	c, err := l.dir.dial(ctx, vmispec.HotplugSocket)
 	if err != nil {
 		return api.Volume{}, err
 	}

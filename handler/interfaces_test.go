@@ -10,7 +10,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
 )
@@ -30,7 +30,7 @@ func TestStatusInterfacesSeveralNICs(t *testing.T) {
 	vmi.Spec.Networks = append(vmi.Spec.Networks,
 		v1.Network{Name: "br1", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br1"}}},
 		v1.Network{Name: "br2", NetworkSource: v1.NetworkSource{Multus: &v1.MultusNetwork{NetworkName: "br2"}}})
-	pod1, pod2 := spec.MultusInterfaceName("br1"), spec.MultusInterfaceName("br2")
+	pod1, pod2 := vmispec.MultusInterfaceName("br1"), vmispec.MultusInterfaceName("br2")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nadv1.NetworkStatusAnnotation: `[
 			{"name":"cbr0","interface":"eth0","ips":["10.244.0.9"],"default":true},

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -29,8 +29,8 @@ type launcherConn struct {
 func (l launcherConn) String() string { return l.dir.String() }
 
 func (l launcherConn) client() *api.Client {
-	return api.NewDialClient(l.dir.String()+"/"+spec.ControlSocket, func(ctx context.Context) (net.Conn, error) {
-		return l.dir.dial(ctx, spec.ControlSocket)
+	return api.NewDialClient(l.dir.String()+"/"+vmispec.ControlSocket, func(ctx context.Context) (net.Conn, error) {
+		return l.dir.dial(ctx, vmispec.ControlSocket)
 	})
 }
 
@@ -48,7 +48,7 @@ const soPeerPidfd = 77
 // launcher that exits and leaves its PID to a process of another pod
 // gets that pod nothing. Close releases it.
 func (l launcherConn) process(ctx context.Context) (*launcherProcess, error) {
-	c, err := l.dir.dial(ctx, spec.ControlSocket)
+	c, err := l.dir.dial(ctx, vmispec.ControlSocket)
 	if err != nil {
 		return nil, err
 	}
@@ -239,13 +239,13 @@ func (l launcherConn) info(ctx context.Context) (api.Info, bool, error) {
 	if err == nil {
 		return i, true, nil
 	}
-	if b, ferr := l.dir.readFile(spec.ExitFile); ferr == nil {
+	if b, ferr := l.dir.readFile(vmispec.ExitFile); ferr == nil {
 		var rec api.Info
 		if json.Unmarshal(b, &rec) == nil {
 			return rec, false, nil
 		}
 	}
-	if ok, serr := l.dir.exists(spec.ControlSocket); serr == nil && !ok {
+	if ok, serr := l.dir.exists(vmispec.ControlSocket); serr == nil && !ok {
 		return api.Info{}, false, errNoSocket
 	}
 	return api.Info{}, false, err

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 func TestCgroupOfPod(t *testing.T) {
@@ -48,7 +48,7 @@ func TestCgroupOfPod(t *testing.T) {
 // nothing is opened in its namespaces.
 func TestLauncherProcessOutsideItsPod(t *testing.T) {
 	d, _ := testSocketDir(t)
-	l, err := d.listen(spec.ControlSocket, unix.Getuid(), unix.Getgid())
+	l, err := d.listen(vmispec.ControlSocket, unix.Getuid(), unix.Getgid())
 	require.NoError(t, err)
 	defer l.Close()
 	go func() {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/net/dhcp"
 )
 
@@ -23,7 +23,7 @@ import (
 // launcher (package launcher, dhcp.go). A launcher pod from an earlier
 // version, still running after an upgrade (such a VMI does not migrate),
 // has a launcher that serves none: virt-handler served it then, and for
-// those pods, and only those (spec.LauncherServesDHCP is false: the pod
+// those pods, and only those (vmispec.LauncherServesDHCP is false: the pod
 // lacks the sysctl that lets its launcher bind the port), it still does,
 // so that their guests keep renewing their leases until they are
 // restarted. It goes once no supported upgrade starts from such a
@@ -50,7 +50,7 @@ func (d *dhcpServers) running(key types.NamespacedName, pod types.UID) bool {
 }
 
 // start starts the server of VMI key for the guest MAC mac (MACFor's;
-// with podMAC, spec.PodNIC.TakesPodMAC, only the fallback of the recorded
+// with podMAC, vmispec.PodNIC.TakesPodMAC, only the fallback of the recorded
 // one) in ns, the network namespace of its launcher pod, with the pod's
 // resolv.conf, unless it runs already; one serving another pod of the VMI
 // is stopped first. Until the NIC is wired (its record on the bridge)
@@ -69,18 +69,18 @@ func (d *dhcpServers) start(log logr.Logger, key types.NamespacedName, pod types
 	if err != nil || !ok {
 		return err
 	}
-	l, err := spec.PodBridgeRecord(pn).Lease(resolv, hostname)
+	l, err := vmispec.PodBridgeRecord(pn).Lease(resolv, hostname)
 	if err != nil {
 		return err
 	}
 	if podMAC {
-		if mac, err = spec.PodBridgeRecord(pn).GuestMAC(mac); err != nil {
+		if mac, err = vmispec.PodBridgeRecord(pn).GuestMAC(mac); err != nil {
 			return err
 		}
 	}
 	var conn net.PacketConn
 	if err := inNetns(ns, func() error {
-		conn, err = dhcp.Listen(spec.BridgeName(spec.PodInterface))
+		conn, err = dhcp.Listen(vmispec.BridgeName(vmispec.PodInterface))
 		return err
 	}); err != nil {
 		return err
@@ -119,7 +119,7 @@ func (d *dhcpServers) stop(log logr.Logger, key types.NamespacedName) {
 // serveDHCP makes sure the DHCP server of the VMI's NIC bridge-bound on
 // the pod network runs in its launcher's pod, one of an earlier version.
 func (r *VMIReconciler) serveDHCP(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
-	for _, n := range spec.PodNICs(&vmi.Spec) {
+	for _, n := range vmispec.PodNICs(&vmi.Spec) {
 		if !n.PodBridge() {
 			continue
 		}

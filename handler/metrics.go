@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -130,7 +130,7 @@ func (c *MetricsCollector) collectVMI(ctx context.Context, ch chan<- prometheus.
 // blkN for the N-th disk of the spec and netN for the N-th pod NIC.
 func (c *MetricsCollector) devices(vmi *v1.VirtualMachineInstance, m vmmCounters, counter func(*prometheus.Desc, uint64, ...string)) {
 	disks := vmi.Spec.Domain.Devices.Disks
-	nics := spec.PodNICs(&vmi.Spec)
+	nics := vmispec.PodNICs(&vmi.Spec)
 	for dev, n := range m.Virtio {
 		if i, ok := deviceIndex(dev, "blk"); ok && i < len(disks) {
 			d := disks[i].Name

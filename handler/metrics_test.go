@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/machine"
 	"github.com/kubevmm/kubevmm/vmm/runner/runnertest"
@@ -77,7 +77,7 @@ func TestMetricsCollector(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, make([]byte, 1<<20), 0o600))
 		disks = append(disks, machine.DiskConfig{Path: p})
 	}
-	vmm := runnertest.SpinningWith(t, filepath.Join(dir.String(), spec.ControlSocket), disks)
+	vmm := runnertest.SpinningWith(t, filepath.Join(dir.String(), vmispec.ControlSocket), disks)
 
 	col := &MetricsCollector{Client: k8s, NodeName: "node01", PodsDir: pods}
 	const want = `

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -37,14 +37,14 @@ import (
 //     pod on its node) reads the target launcher in its pod's own socket
 //     directory and gives it its pod network, exactly as for any launcher,
 //     and once the launcher
-//     waits for the guest (state Incoming, on spec.MigrationInSocket)
+//     waits for the guest (state Incoming, on vmispec.MigrationInSocket)
 //     opens its end of the stream (migration_proxy.go) and writes where:
 //     migrationState.targetNodeAddress, this handler's pod IP, and the
 //     proxy's port in targetDirectMigrationNodePorts;
 //   - the source's handler (syncMigrationSource, part of the VMI loop)
 //     then records the start (startTimestamp, mode), opens its end of the
 //     stream and tells its launcher to migrate into it (vmm/api Migrate to
-//     spec.MigrationOutSocket, with the bandwidth cap and timeouts of the
+//     vmispec.MigrationOutSocket, with the bandwidth cap and timeouts of the
 //     configuration), follows it, and writes the verdict:
 //     completed (the VMI's node becomes the target's; the source's VMM,
 //     whose guest left, is stopped and its launcher exits) or failed (the
@@ -190,12 +190,12 @@ func (r *VMIReconciler) startMigration(ctx context.Context, vmi *v1.VirtualMachi
 	target := strings.TrimPrefix(req.To, "tcp:")
 	logger := log.FromContext(ctx)
 	if _, err := r.proxies.get(sourceProxyKey(ms), func() (*migrationProxy, error) {
-		return listenSource(l.dir, spec.LauncherUID(vmi.UID), target, string(ms.MigrationUID), r.MigrationTLS.Client,
+		return listenSource(l.dir, vmispec.LauncherUID(vmi.UID), target, string(ms.MigrationUID), r.MigrationTLS.Client,
 			func(f string, a ...any) { logger.Info(fmt.Sprintf(f, a...)) })
 	}); err != nil {
 		return ctrl.Result{}, false, r.failMigration(ctx, vmi, err.Error())
 	}
-	req.To = "unix:" + filepath.Join(r.launcherSocketDir(), spec.MigrationOutSocket)
+	req.To = "unix:" + filepath.Join(r.launcherSocketDir(), vmispec.MigrationOutSocket)
 	qctx, cancel := context.WithTimeout(ctx, time.Minute) // includes the connect
 	err := c.Migrate(qctx, req)
 	cancel()
@@ -266,7 +266,7 @@ func (r *VMIReconciler) abortMigration(ctx context.Context, vmi *v1.VirtualMachi
 // migrationState: the target's address and the configuration's limits.
 func migrateRequest(vmi *v1.VirtualMachineInstance) api.MigrateRequest {
 	ms := vmi.Status.MigrationState
-	port := spec.MigrationPort
+	port := vmispec.MigrationPort
 	for p := range ms.TargetDirectMigrationNodePorts {
 		if n, err := strconv.Atoi(p); err == nil && n > 0 {
 			port = n
@@ -284,7 +284,7 @@ func migrateRequest(vmi *v1.VirtualMachineInstance) api.MigrateRequest {
 			req.ProgressTimeout = *c.ProgressTimeout
 		}
 		if c.CompletionTimeoutPerGiB != nil {
-			req.Timeout = int64(spec.CompletionTimeout(&vmi.Spec, *c.CompletionTimeoutPerGiB).Seconds())
+			req.Timeout = int64(vmispec.CompletionTimeout(&vmi.Spec, *c.CompletionTimeoutPerGiB).Seconds())
 		}
 		req.AutoConverge = ptr.Deref(c.AllowAutoConverge, false)
 		req.PostCopy = ptr.Deref(c.AllowPostCopy, false)
@@ -368,7 +368,7 @@ func (r *VMIReconciler) launcherSocketDir() string {
 	if r.LauncherSocketDir != "" {
 		return r.LauncherSocketDir
 	}
-	return spec.SocketRootDir
+	return vmispec.SocketRootDir
 }
 
 func (r *VMIReconciler) patchMigrationState(ctx context.Context, vmi *v1.VirtualMachineInstance, f func(*v1.VirtualMachineInstanceMigrationState)) error {
@@ -422,7 +422,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !spec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || spec.PodDown(pod) {
+	if !vmispec.IsMigrationTarget(pod) || pod.Spec.NodeName != r.NodeName || vmispec.PodDown(pod) {
 		// The migration is over for this pod: no stream may come for it.
 		r.Migrations.Forget(req.String())
 		return ctrl.Result{}, nil
@@ -455,7 +455,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	ms := vmi.Status.MigrationState
 	mine := ms != nil && string(ms.MigrationUID) == pod.Labels[v1.MigrationJobLabel] && !ms.Completed && !ms.Failed
 	switch info.State {
-	case api.State(spec.StateStarting):
+	case api.State(vmispec.StateStarting):
 		if live {
 			if err := (&VMIReconciler{NodeName: r.NodeName}).setupNetwork(ctx, vmi, l); err != nil {
 				r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, ReasonNetworkFailed, "SetupNetwork", "migration target pod %s: %v", pod.Name, err)
@@ -476,7 +476,7 @@ func (r *MigrationTargetReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 		orig := vmi.DeepCopy()
 		vmi.Status.MigrationState.TargetNodeAddress = r.PodIP
-		vmi.Status.MigrationState.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(spec.HandlerMigrationPort): 0}
+		vmi.Status.MigrationState.TargetDirectMigrationNodePorts = map[string]int{strconv.Itoa(vmispec.HandlerMigrationPort): 0}
 		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, fmt.Errorf("reporting the migration target of VMI %s/%s ready: %w", vmi.Namespace, vmi.Name, err)
 		}

@@ -21,7 +21,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	"github.com/kubevmm/kubevmm/api/crds"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/runner/runnertest"
 )
@@ -60,7 +60,7 @@ func apiServer(t *testing.T) client.Client {
 // in dir as a launcher does.
 func spinningVMM(t *testing.T, dir string) *api.Client {
 	t.Helper()
-	return runnertest.SpinningAt(t, filepath.Join(dir, spec.ControlSocket)).Client
+	return runnertest.SpinningAt(t, filepath.Join(dir, vmispec.ControlSocket)).Client
 }
 
 // deafTarget is a target handler whose launcher accepts the migration
@@ -68,7 +68,7 @@ func spinningVMM(t *testing.T, dir string) *api.Client {
 func deafTarget(t *testing.T, cfg *MigrationTLS, uids ...string) int {
 	t.Helper()
 	in, dir := testSocketDir(t)
-	runnertest.Deaf(t, filepath.Join(dir, spec.MigrationInSocket))
+	runnertest.Deaf(t, filepath.Join(dir, vmispec.MigrationInSocket))
 	srv, addr := migrationServer(t, cfg)
 	for _, uid := range uids {
 		srv.Expect(uid, "default/target-"+uid, in)

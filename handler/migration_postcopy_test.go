@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 )
@@ -69,7 +69,7 @@ func TestMigrationSourcePostCopy(t *testing.T) {
 	ctx := context.Background()
 	sd, dir := testSocketDir(t)
 	vmm := &scriptedVMM{}
-	srv, err := api.Listen(filepath.Join(dir, spec.ControlSocket), vmm)
+	srv, err := api.Listen(filepath.Join(dir, vmispec.ControlSocket), vmm)
 	require.NoError(t, err)
 	defer srv.Close()
 	rec := events.NewFakeRecorder(100)
@@ -126,7 +126,7 @@ func TestMigrationSourcePostCopyCompletedBetweenPolls(t *testing.T) {
 	ctx := context.Background()
 	sd, dir := testSocketDir(t)
 	vmm := &scriptedVMM{}
-	srv, err := api.Listen(filepath.Join(dir, spec.ControlSocket), vmm)
+	srv, err := api.Listen(filepath.Join(dir, vmispec.ControlSocket), vmm)
 	require.NoError(t, err)
 	defer srv.Close()
 	r := &VMIReconciler{Client: k8s, NodeName: "node01", PodsDir: sd.podsDir, Recorder: events.NewFakeRecorder(100), LauncherSocketDir: dir}

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // The migration stream between nodes is the handlers' to carry, as in
@@ -22,7 +22,7 @@ import (
 // socket directory, where its handler accepts and dials the target's
 // handler over mutually authenticated TLS, naming the migration; the
 // target's handler (MigrationServer) accepts that connection on its pod IP
-// and spec.HandlerMigrationPort and joins it to a unix socket in the
+// and vmispec.HandlerMigrationPort and joins it to a unix socket in the
 // target launcher's directory, where the VMM waits for its guest.
 //
 // Both handlers present the virt-handler certificate (signed by the
@@ -143,7 +143,7 @@ type expected struct {
 }
 
 // Expect registers a migration's target: its stream goes to the launcher
-// socket spec.MigrationInSocket in the target pod's socket directory dir.
+// socket vmispec.MigrationInSocket in the target pod's socket directory dir.
 // pod names the target pod for Forget.
 func (s *MigrationServer) Expect(uid, pod string, dir socketDir) {
 	s.mu.Lock()
@@ -236,7 +236,7 @@ func (s *MigrationServer) handle(ctx context.Context, c net.Conn) {
 	}
 	s.Logf("migration server: migration %s from %s", uid, c.RemoteAddr())
 	dctx, cancel := context.WithTimeout(ctx, proxyHandshakeTimeout)
-	vmm, err := dir.dial(dctx, spec.MigrationInSocket)
+	vmm, err := dir.dial(dctx, vmispec.MigrationInSocket)
 	cancel()
 	if err != nil {
 		tc.Close()
@@ -259,13 +259,13 @@ func (p *migrationProxy) stop() {
 	<-p.done
 }
 
-// listenSource makes the unix socket spec.MigrationOutSocket in the source
+// listenSource makes the unix socket vmispec.MigrationOutSocket in the source
 // launcher's socket directory dir, that its VMM connects to, and joins
 // that connection to a TLS connection to the target's handler at target,
 // naming migration uid. The socket belongs to the launcher's user,
 // launcherUID, and only it may connect: the launcher does not run as root.
 func listenSource(dir socketDir, launcherUID int, target, uid string, cfg *tls.Config, logf func(string, ...any)) (*migrationProxy, error) {
-	l, err := dir.listen(spec.MigrationOutSocket, launcherUID, launcherUID)
+	l, err := dir.listen(vmispec.MigrationOutSocket, launcherUID, launcherUID)
 	if err != nil {
 		return nil, fmt.Errorf("migration proxy: %w", err)
 	}
@@ -278,7 +278,7 @@ func listenSource(dir socketDir, launcherUID int, target, uid string, cfg *tls.C
 	go func() {
 		defer close(p.done)
 		defer cancel()
-		defer dir.remove(spec.MigrationOutSocket)
+		defer dir.remove(vmispec.MigrationOutSocket)
 		vmm, err := l.Accept()
 		l.Close()
 		if err != nil {

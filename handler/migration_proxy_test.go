@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // testCA is a throwaway certificate authority.
@@ -124,7 +124,7 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 
 	// The target launcher: its VMM answers what the source sends, upper-cased.
 	in, inDir := testSocketDir(t)
-	vmm, err := net.Listen("unix", filepath.Join(inDir, spec.MigrationInSocket))
+	vmm, err := net.Listen("unix", filepath.Join(inDir, vmispec.MigrationInSocket))
 	require.NoError(t, err)
 	defer vmm.Close()
 	go func() {
@@ -187,7 +187,7 @@ func TestMigrationServerRefusesStrangers(t *testing.T) {
 
 	// A handler naming a migration this node does not expect gets nothing.
 	src, srcDir := testSocketDir(t)
-	out := filepath.Join(srcDir, spec.MigrationOutSocket)
+	out := filepath.Join(srcDir, vmispec.MigrationOutSocket)
 	send := func(uid, data string) string {
 		t.Helper()
 		p, err := listenSource(src, launcherUID, addr, uid, tlsCfg.Client, t.Logf)
@@ -246,7 +246,7 @@ func TestMigrationProxySourceChecksTheTarget(t *testing.T) {
 				received <- b
 			}()
 			src, srcDir := testSocketDir(t)
-			sock := filepath.Join(srcDir, spec.MigrationOutSocket)
+			sock := filepath.Join(srcDir, vmispec.MigrationOutSocket)
 			source, err := listenSource(src, launcherUID, l.Addr().String(), "migration-1", tlsCfg.Client, t.Logf)
 			require.NoError(t, err)
 			defer source.stop()

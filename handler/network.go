@@ -15,12 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Masquerade networking, KubeVirt's default binding: the guest is
-// spec.GuestIP (10.0.2.2) on a tap in the launcher pod's network
-// namespace whose address, spec.GatewayIP, is the guest's gateway; the pod
+// vmispec.GuestIP (10.0.2.2) on a tap in the launcher pod's network
+// namespace whose address, vmispec.GatewayIP, is the guest's gateway; the pod
 // routes between the tap and its own interface, and nftables NATs:
 //
 //	table ip kubevmm
@@ -32,10 +32,10 @@ import (
 // reaches the cluster as the pod. An interface with ports gets one DNAT
 // rule per port instead (iifname eth0 ip daddr <pod IP> tcp dport 80
 // dnat to 10.0.2.2): only those reach the guest, the others stay the
-// pod's, where nothing listens. The exception is spec.MigrationPort,
+// pod's, where nothing listens. The exception is vmispec.MigrationPort,
 // where a migration target's launcher receives its guest (KubeVirt
 // reserves its migration ports the same way). The tap's MAC is always
-// spec.GatewayMAC, so that a guest migrated into another pod finds its
+// vmispec.GatewayMAC, so that a guest migrated into another pod finds its
 // gateway at the address it has cached. This needs CAP_NET_ADMIN in the pod's namespace and
 // a writable net.ipv4.ip_forward, which the launcher (not root, no
 // capabilities) does not have: virt-handler, privileged, does it from
@@ -46,11 +46,11 @@ import (
 
 const nftTable = "kubevmm"
 
-// SetupPodNetwork prepares the network of the VMI's NICs (spec.PodNICs)
+// SetupPodNetwork prepares the network of the VMI's NICs (vmispec.PodNICs)
 // in the launcher pod's network namespace ns (launcherProcess.netns): the masquerade NAT or the
 // in-pod bridge (bridge.go) of each, then its tap. guestMACs are the
-// NICs' MACs (spec.PodNIC.MACFor), in the same order. It is idempotent.
-func SetupPodNetwork(ns netns.NsHandle, nics []spec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
+// NICs' MACs (vmispec.PodNIC.MACFor), in the same order. It is idempotent.
+func SetupPodNetwork(ns netns.NsHandle, nics []vmispec.PodNIC, guestMACs []net.HardwareAddr, owner int) error {
 	for i, nic := range nics {
 		if err := setupNIC(ns, nic, guestMACs[i], owner); err != nil {
 			return fmt.Errorf("interface %s: %w", nic.Name, err)
@@ -62,7 +62,7 @@ func SetupPodNetwork(ns netns.NsHandle, nics []spec.PodNIC, guestMACs []net.Hard
 // setupNIC wires one NIC in ns. Its tap is created last: if it exists,
 // everything before it was done by an earlier pass (the launcher may
 // still be loading the kernel, so it still says Starting).
-func setupNIC(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
+func setupNIC(ns netns.NsHandle, nic vmispec.PodNIC, guestMAC net.HardwareAddr, owner int) error {
 	done := false
 	if err := inNetns(ns, func() error {
 		_, err := netlink.LinkByName(nic.Tap)
@@ -74,7 +74,7 @@ func setupNIC(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, own
 	if done {
 		return nil
 	}
-	if nic.Binding == spec.BindingBridge {
+	if nic.Binding == vmispec.BindingBridge {
 		return setupBridge(ns, nic, guestMAC, owner)
 	}
 	return setupMasquerade(ns, nic, owner)
@@ -82,7 +82,7 @@ func setupNIC(ns netns.NsHandle, nic spec.PodNIC, guestMAC net.HardwareAddr, own
 
 // setupMasquerade: the NAT rules, forwarding, and the tap as the guest's
 // gateway.
-func setupMasquerade(ns netns.NsHandle, nic spec.PodNIC, owner int) error {
+func setupMasquerade(ns netns.NsHandle, nic vmispec.PodNIC, owner int) error {
 	if err := setupNAT(ns, nic.Ports); err != nil {
 		return err
 	}
@@ -100,11 +100,11 @@ func setupMasquerade(ns netns.NsHandle, nic spec.PodNIC, owner int) error {
 		if err != nil {
 			return fmt.Errorf("tap %s: %w", nic.Tap, err)
 		}
-		mac, _ := net.ParseMAC(spec.GatewayMAC)
+		mac, _ := net.ParseMAC(vmispec.GatewayMAC)
 		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
 			return fmt.Errorf("MAC address of %s: %w", nic.Tap, err)
 		}
-		addr, _ := netlink.ParseAddr(spec.GatewayIP + "/24")
+		addr, _ := netlink.ParseAddr(vmispec.GatewayIP + "/24")
 		if err := netlink.AddrReplace(l, addr); err != nil {
 			return fmt.Errorf("address of %s: %w", nic.Tap, err)
 		}
@@ -145,7 +145,7 @@ func inNetns(ns netns.NsHandle, f func() error) error {
 
 // createTap creates a persistent tap owned by uid/gid owner, with the
 // flags the VMM opens it with (no packet info, virtio-net header): a
-// multi-queue tap for a NIC with several queue pairs (spec.NICQueues),
+// multi-queue tap for a NIC with several queue pairs (vmispec.NICQueues),
 // whose queues the VMM (or QEMU) attaches, one per pair. The kernel
 // refuses to open a tap with the other kind of flags, so this must match.
 func createTap(name string, owner, queues int) error {
@@ -185,20 +185,20 @@ func podIPv4(ns netns.NsHandle) (net.IP, error) {
 		return nil, fmt.Errorf("netlink in the pod: %w", err)
 	}
 	defer h.Close()
-	l, err := h.LinkByName(spec.PodInterface)
+	l, err := h.LinkByName(vmispec.PodInterface)
 	if err != nil {
-		return nil, fmt.Errorf("pod interface %s: %w", spec.PodInterface, err)
+		return nil, fmt.Errorf("pod interface %s: %w", vmispec.PodInterface, err)
 	}
 	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
 	if err != nil {
-		return nil, fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
+		return nil, fmt.Errorf("addresses of %s: %w", vmispec.PodInterface, err)
 	}
 	for _, a := range addrs {
 		if ip := a.IP.To4(); ip != nil {
 			return ip, nil
 		}
 	}
-	return nil, fmt.Errorf("pod interface %s has no IPv4 address", spec.PodInterface)
+	return nil, fmt.Errorf("pod interface %s has no IPv4 address", vmispec.PodInterface)
 }
 
 func ifname(n string) []byte {
@@ -214,7 +214,7 @@ func ifname(n string) []byte {
 func natRules(podIP net.IP, ports []v1.Port) [][]expr.Any {
 	toPod := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(vmispec.PodInterface)},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: podIP.To4()},
 	}
@@ -227,10 +227,10 @@ func natRules(podIP net.IP, ports []v1.Port) [][]expr.Any {
 		}
 	}
 	dnat := []expr.Any{
-		&expr.Immediate{Register: 1, Data: net.ParseIP(spec.GuestIP).To4()},
+		&expr.Immediate{Register: 1, Data: net.ParseIP(vmispec.GuestIP).To4()},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
 	}
-	rules := [][]expr.Any{concat(toPod, port(unix.IPPROTO_TCP, spec.MigrationPort), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})}
+	rules := [][]expr.Any{concat(toPod, port(unix.IPPROTO_TCP, vmispec.MigrationPort), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}})}
 	if len(ports) == 0 {
 		return append(rules, concat(toPod, dnat))
 	}
@@ -280,13 +280,13 @@ func setupNAT(ns netns.NsHandle, ports []v1.Port) error {
 	for _, r := range natRules(podIP, ports) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: r})
 	}
-	_, vmNet, _ := net.ParseCIDR(spec.DefaultVMNetworkCIDR)
+	_, vmNet, _ := net.ParseCIDR(vmispec.DefaultVMNetworkCIDR)
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: vmNet.Mask, Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: vmNet.IP.To4()},
 		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(spec.PodInterface)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(vmispec.PodInterface)},
 		&expr.Masq{},
 	}})
 	if err := c.Flush(); err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Bridge binding on the pod network (KubeVirt's): the guest takes the
@@ -22,11 +22,11 @@ import (
 //	guest eth0 (pod IP, by DHCP) ── tap0 ── k6t-eth0 (169.254.75.10/32) ── eth0 (no IPv4) ══ node
 //
 // What eth0 had, its IPv4 network and its MAC, is recorded in the
-// bridge's alias (spec.PodBridgeRecord, JSON) before it is changed: the
+// bridge's alias (vmispec.PodBridgeRecord, JSON) before it is changed: the
 // record lives and dies with the pod's network namespace, so a second
 // pass, or a restarted virt-handler, reads the same network and MAC from
 // it, though eth0 has neither any more. The bridge
-// has the link-local spec.PodBridgeFakeIP, the DHCP server's address,
+// has the link-local vmispec.PodBridgeFakeIP, the DHCP server's address,
 // and a route to the pod IP: the pod reaches its guest there
 // (port-forward), and the lease's classless routes tell the guest that
 // 169.254.75.10 is on its link, so it answers there and not through the
@@ -38,18 +38,18 @@ import (
 // launcher serves none (legacydhcp.go).
 //
 // The guest's MAC is its macAddress, else, as KubeVirt does, eth0's
-// original MAC (spec.PodNIC.TakesPodMAC): the guest keeps the identity
+// original MAC (vmispec.PodNIC.TakesPodMAC): the guest keeps the identity
 // the pod network's CNI gave the pod, and eth0 gets a random one (a
 // bridge forwards no frame to a MAC one of its ports has). The launcher
 // reads it from the record once its tap exists. A VMI with such a NIC
-// does not migrate (spec.ReasonInterfaceNotLiveMigratable): the guest has
+// does not migrate (vmispec.ReasonInterfaceNotLiveMigratable): the guest has
 // its pod's IP. Ports are masquerade's: here every port is the guest's.
 
 // podNet is what the pod interface had before it went to the guest (the
 // lease and the MAC), with the handler's methods.
-type podNet spec.PodBridgeRecord
+type podNet vmispec.PodBridgeRecord
 
-type podRoute = spec.PodBridgeRoute
+type podRoute = vmispec.PodBridgeRoute
 
 // aliasMax is the kernel's limit on an interface alias (IFALIASZ - 1).
 const aliasMax = 255
@@ -59,15 +59,15 @@ const aliasMax = 255
 func readPodNet(pod netlink.Link) (podNet, error) {
 	addrs, err := netlink.AddrList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return podNet{}, fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("addresses of %s: %w", vmispec.PodInterface, err)
 	}
 	if len(addrs) == 0 {
-		return podNet{}, fmt.Errorf("pod interface %s has no IPv4 address for the guest", spec.PodInterface)
+		return podNet{}, fmt.Errorf("pod interface %s has no IPv4 address for the guest", vmispec.PodInterface)
 	}
 	pn := podNet{Addr: addrs[0].IPNet.String(), MTU: pod.Attrs().MTU, MAC: pod.Attrs().HardwareAddr.String()}
 	routes, err := netlink.RouteList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return podNet{}, fmt.Errorf("routes of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("routes of %s: %w", vmispec.PodInterface, err)
 	}
 	for _, r := range routes {
 		if r.Gw == nil && r.Dst != nil && r.Dst.Contains(addrs[0].IP) {
@@ -102,7 +102,7 @@ func setupPodBridgeAddrs(pod netlink.Link, br string) (podNet, error) {
 	}
 	var pn podNet
 	if a := b.Attrs().Alias; a != "" {
-		rec, err := spec.ParsePodBridgeRecord(a)
+		rec, err := vmispec.ParsePodBridgeRecord(a)
 		if err != nil {
 			return podNet{}, err
 		}
@@ -113,7 +113,7 @@ func setupPodBridgeAddrs(pod netlink.Link, br string) (podNet, error) {
 		}
 		rec, _ := json.Marshal(pn)
 		if len(rec) > aliasMax {
-			return podNet{}, fmt.Errorf("the pod network of %s (%d routes) does not fit the %d bytes it is recorded in", spec.PodInterface, len(pn.Routes), aliasMax)
+			return podNet{}, fmt.Errorf("the pod network of %s (%d routes) does not fit the %d bytes it is recorded in", vmispec.PodInterface, len(pn.Routes), aliasMax)
 		}
 		if err := netlink.LinkSetAlias(b, string(rec)); err != nil {
 			return podNet{}, fmt.Errorf("recording the pod network on %s: %w", br, err)
@@ -123,23 +123,23 @@ func setupPodBridgeAddrs(pod netlink.Link, br string) (podNet, error) {
 	// its prefix; those that stay are deleted).
 	addrs, err := netlink.AddrList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return podNet{}, fmt.Errorf("addresses of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("addresses of %s: %w", vmispec.PodInterface, err)
 	}
 	for _, a := range addrs {
 		if err := netlink.AddrDel(pod, &a); err != nil {
-			return podNet{}, fmt.Errorf("removing %s from %s: %w", a.IPNet, spec.PodInterface, err)
+			return podNet{}, fmt.Errorf("removing %s from %s: %w", a.IPNet, vmispec.PodInterface, err)
 		}
 	}
 	routes, err := netlink.RouteList(pod, netlink.FAMILY_V4)
 	if err != nil {
-		return podNet{}, fmt.Errorf("routes of %s: %w", spec.PodInterface, err)
+		return podNet{}, fmt.Errorf("routes of %s: %w", vmispec.PodInterface, err)
 	}
 	for _, r := range routes {
 		if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return podNet{}, fmt.Errorf("removing route %s from %s: %w", r, spec.PodInterface, err)
+			return podNet{}, fmt.Errorf("removing route %s from %s: %w", r, vmispec.PodInterface, err)
 		}
 	}
-	fake, _ := netlink.ParseAddr(spec.PodBridgeFakeIP + "/32")
+	fake, _ := netlink.ParseAddr(vmispec.PodBridgeFakeIP + "/32")
 	if err := netlink.AddrReplace(b, fake); err != nil {
 		return podNet{}, fmt.Errorf("address of %s: %w", br, err)
 	}
@@ -176,11 +176,11 @@ func recordedPodNet(ns netns.NsHandle) (pn podNet, ok bool, err error) {
 		return pn, false, fmt.Errorf("netlink in the pod: %w", err)
 	}
 	defer h.Close()
-	b, err := h.LinkByName(spec.BridgeName(spec.PodInterface))
+	b, err := h.LinkByName(vmispec.BridgeName(vmispec.PodInterface))
 	if err != nil || b.Attrs().Alias == "" {
 		return pn, false, nil
 	}
-	rec, err := spec.ParsePodBridgeRecord(b.Attrs().Alias)
+	rec, err := vmispec.ParsePodBridgeRecord(b.Attrs().Alias)
 	if err != nil {
 		return pn, false, err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/test/netnstest"
 )
@@ -29,15 +29,15 @@ func TestPodBridgeDHCP(t *testing.T) {
 	podNs, pod := testNetns(t, "pod")
 	nodeNs, node := testNetns(t, "node")
 	guestNs, guest := testNetns(t, "guest")
-	nic := spec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: spec.BindingBridge, PodInterface: spec.PodInterface}
+	nic := vmispec.PodNIC{Name: "default", Model: "virtio", Tap: "tap0", Queues: 1, Binding: vmispec.BindingBridge, PodInterface: vmispec.PodInterface}
 	require.True(t, nic.PodBridge())
 	require.True(t, nic.TakesPodMAC(), "no macAddress: the guest takes eth0's")
 
-	veth(t, podNs, spec.PodInterface, "10.244.0.7/24", node, "vethpod", "10.244.0.1/24", nodeNs)
+	veth(t, podNs, vmispec.PodInterface, "10.244.0.7/24", node, "vethpod", "10.244.0.1/24", nodeNs)
 	hp, err := podNs.Handle()
 	require.NoError(t, err)
 	defer hp.Close()
-	eth0, err := hp.LinkByName(spec.PodInterface)
+	eth0, err := hp.LinkByName(vmispec.PodInterface)
 	require.NoError(t, err)
 	require.NoError(t, hp.LinkSetMTU(eth0, 1400))
 	guestMAC := eth0.Attrs().HardwareAddr                  // the CNI's, the guest's to be
@@ -48,7 +48,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	require.NoError(t, hp.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: svc, Gw: gw}))
 
 	require.NoError(t, setupNIC(pod, nic, derived, 107))
-	eth0, err = hp.LinkByName(spec.PodInterface)
+	eth0, err = hp.LinkByName(vmispec.PodInterface)
 	require.NoError(t, err)
 	podMAC := eth0.Attrs().HardwareAddr
 	assert.NotEqual(t, guestMAC.String(), podMAC.String(), "eth0 gave its MAC to the guest")
@@ -57,8 +57,8 @@ func TestPodBridgeDHCP(t *testing.T) {
 	// even without the tap's shortcut.
 	require.NoError(t, setupBridge(pod, nic, derived, 107))
 
-	br := spec.BridgeName(spec.PodInterface)
-	eth0, err = hp.LinkByName(spec.PodInterface)
+	br := vmispec.BridgeName(vmispec.PodInterface)
+	eth0, err = hp.LinkByName(vmispec.PodInterface)
 	require.NoError(t, err)
 	assert.Equal(t, podMAC.String(), eth0.Attrs().HardwareAddr.String(), "eth0 keeps its new MAC")
 	pn, ok, err := recordedPodNet(pod)
@@ -77,7 +77,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	baddrs, err := hp.AddrList(bl, netlink.FAMILY_V4)
 	require.NoError(t, err)
 	require.Len(t, baddrs, 1)
-	assert.Equal(t, spec.PodBridgeFakeIP+"/32", baddrs[0].IPNet.String())
+	assert.Equal(t, vmispec.PodBridgeFakeIP+"/32", baddrs[0].IPNet.String())
 
 	// The guest: a veth on the bridge in place of the tap (a DHCP client
 	// needs an interface), with the guest's MAC.
@@ -112,7 +112,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	assert.Equal(t, "ns1.svc.cluster.local svc.cluster.local", env["search"])
 	assert.Equal(t, "vm1", env["hostname"])
 	assert.Equal(t, "0.0.0.0/0 10.244.0.1 10.96.0.0/12 10.244.0.1 169.254.75.10/32 0.0.0.0", env["staticroutes"])
-	assert.Equal(t, spec.PodBridgeFakeIP, env["serverid"])
+	assert.Equal(t, vmispec.PodBridgeFakeIP, env["serverid"])
 
 	// Another MAC on the bridge is not answered.
 	veth(t, podNs, "gst1", "", guest, "ge1", "", guestNs)
@@ -124,7 +124,7 @@ func TestPodBridgeDHCP(t *testing.T) {
 	// at the pod IP (port-forward's path), the node too.
 	require.NoError(t, link.Up(hg, "ge0", env["ip"]+"/24"))
 	require.NoError(t, hg.RouteAdd(&netlink.Route{LinkIndex: ge.Attrs().Index, Scope: netlink.SCOPE_LINK,
-		Dst: &net.IPNet{IP: net.ParseIP(spec.PodBridgeFakeIP), Mask: net.CIDRMask(32, 32)}}))
+		Dst: &net.IPNet{IP: net.ParseIP(vmispec.PodBridgeFakeIP), Mask: net.CIDRMask(32, 32)}}))
 	require.NoError(t, hg.RouteAdd(&netlink.Route{LinkIndex: ge.Attrs().Index, Gw: gw}))
 	var ln net.Listener
 	require.NoError(t, guestNs.Do(func() error {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	ga "github.com/kubevmm/kubevmm/vmm/guestagent"
 )
 
@@ -19,7 +19,7 @@ import (
 const guestDialTimeout = 10 * time.Second
 
 // portForward connects to a TCP port of the guest from inside the
-// launcher pod's network namespace, where the guest is spec.GuestIP
+// launcher pod's network namespace, where the guest is vmispec.GuestIP
 // behind the masquerade tap (as KubeVirt's handler dials it), or the pod
 // IP behind the in-pod bridge for a NIC bridge-bound on the pod network
 // (podbridge.go), and carries
@@ -52,7 +52,7 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("the launcher of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
 		return
 	}
-	guest := spec.GuestIP
+	guest := vmispec.GuestIP
 	if ip, err := podBridgeGuestIP(ns); err != nil {
 		ns.Close()
 		http.Error(w, fmt.Sprintf("VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)
@@ -99,7 +99,7 @@ func dialInNetns(ns netns.NsHandle, addr string) (net.Conn, error) {
 // certificate; kubevmm streams it plain only, and virt-api refuses tls=true
 // before it gets here.
 func (s *Server) vsock(w http.ResponseWriter, r *http.Request) {
-	port, err := spec.VsockPort(r.URL.Query())
+	port, err := vmispec.VsockPort(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -110,7 +110,7 @@ func (s *Server) vsock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), guestDialTimeout)
-	conn, err := l.dir.dial(ctx, spec.VsockSocket)
+	conn, err := l.dir.dial(ctx, vmispec.VsockSocket)
 	if err == nil {
 		if err = ga.VsockConnect(ctx, conn, port); err != nil {
 			conn.Close()

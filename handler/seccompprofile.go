@@ -10,7 +10,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // LauncherSeccompProfile is the launcher pods' seccomp profile, in the
@@ -37,7 +37,7 @@ func LauncherSeccompProfile() ([]byte, error) {
 }
 
 // InstallSeccompProfile writes LauncherSeccompProfile where the kubelet
-// looks for spec.SeccompProfile: in its seccomp directory dir. It replaces
+// looks for vmispec.SeccompProfile: in its seccomp directory dir. It replaces
 // the file in one rename, so a launcher container being created at that
 // moment reads the old profile or the new one, never half of one.
 func InstallSeccompProfile(dir string) error {
@@ -45,7 +45,7 @@ func InstallSeccompProfile(dir string) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, spec.SeccompProfile)
+	path := filepath.Join(dir, vmispec.SeccompProfile)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("installing the launcher seccomp profile: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // The installed profile is what containerd reads for a Localhost profile
@@ -21,7 +21,7 @@ func TestInstallSeccompProfile(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, InstallSeccompProfile(dir))
 	require.NoError(t, InstallSeccompProfile(dir), "again: replaced")
-	b, err := os.ReadFile(filepath.Join(dir, spec.SeccompProfile))
+	b, err := os.ReadFile(filepath.Join(dir, vmispec.SeccompProfile))
 	require.NoError(t, err)
 	var p specs.LinuxSeccomp
 	require.NoError(t, json.Unmarshal(b, &p))
@@ -43,7 +43,7 @@ func TestInstallSeccompProfile(t *testing.T) {
 	for _, name := range []string{"mount", "unshare", "setns", "kexec_load", "bpf", "init_module"} {
 		assert.False(t, allowed(name), "%s is refused", name)
 	}
-	ents, err := os.ReadDir(filepath.Dir(filepath.Join(dir, spec.SeccompProfile)))
+	ents, err := os.ReadDir(filepath.Dir(filepath.Join(dir, vmispec.SeccompProfile)))
 	require.NoError(t, err)
 	assert.Len(t, ents, 1, "no temporary file left")
 }

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -150,7 +150,7 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), launcherQueryTimeout)
-	conn, err := l.dir.dial(dctx, spec.ConsoleSocket)
+	conn, err := l.dir.dial(dctx, vmispec.ConsoleSocket)
 	cancel()
 	if err != nil {
 		http.Error(w, fmt.Sprintf("console of VMI %s/%s: %v", vmi.Namespace, vmi.Name, err), http.StatusServiceUnavailable)

@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
-// A launcher pod's socket directory is its emptyDir spec.SocketsVolume,
+// A launcher pod's socket directory is its emptyDir vmispec.SocketsVolume,
 // which virt-handler reaches on the node in the kubelet's directory of the
 // pod: <kubelet pods dir>/<pod UID>/volumes/kubernetes.io~empty-dir/sockets.
 // Everything down to that directory belongs to the kubelet; what is in it
@@ -41,7 +41,7 @@ func (d socketDir) String() string {
 	if d.podUID == "" {
 		return "(no launcher pod)"
 	}
-	return filepath.Join(d.podsDir, string(d.podUID), emptyDirPlugin, spec.SocketsVolume)
+	return filepath.Join(d.podsDir, string(d.podUID), emptyDirPlugin, vmispec.SocketsVolume)
 }
 
 // beneath resolves a path below the directory it starts from, through no
@@ -54,7 +54,7 @@ func (d socketDir) open() (int, error) {
 	if d.podUID == "" {
 		return -1, fmt.Errorf("socket directory: %w", os.ErrNotExist)
 	}
-	rel := filepath.Join(string(d.podUID), emptyDirPlugin, spec.SocketsVolume)
+	rel := filepath.Join(string(d.podUID), emptyDirPlugin, vmispec.SocketsVolume)
 	fd, err := openBeneath(d.podsDir, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return -1, fmt.Errorf("socket directory %s (a symlink is refused): %w", d, err)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // testSocketDir makes a launcher pod's socket directory as the kubelet
@@ -60,16 +60,16 @@ func TestSocketDirStaysInThePodsDirectory(t *testing.T) {
 	}()
 
 	// The normal case: a socket and a record in the directory.
-	own, err := net.Listen("unix", filepath.Join(dir, spec.ControlSocket))
+	own, err := net.Listen("unix", filepath.Join(dir, vmispec.ControlSocket))
 	require.NoError(t, err)
 	defer own.Close()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, spec.ExitFile), []byte("record"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, vmispec.ExitFile), []byte("record"), 0o644))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := d.dial(ctx, spec.ControlSocket)
+	c, err := d.dial(ctx, vmispec.ControlSocket)
 	require.NoError(t, err)
 	c.Close()
-	b, err := d.readFile(spec.ExitFile)
+	b, err := d.readFile(vmispec.ExitFile)
 	require.NoError(t, err)
 	assert.Equal(t, "record", string(b))
 
@@ -101,7 +101,7 @@ func TestSocketDirStaysInThePodsDirectory(t *testing.T) {
 	// The directory itself: a pod UID from the API naming a way out, or a
 	// socket directory that is a symlink.
 	require.NoError(t, os.MkdirAll(filepath.Join(d.podsDir, "q", emptyDirPlugin), 0o755))
-	require.NoError(t, os.Symlink(dir, filepath.Join(d.podsDir, "q", emptyDirPlugin, spec.SocketsVolume)))
+	require.NoError(t, os.Symlink(dir, filepath.Join(d.podsDir, "q", emptyDirPlugin, vmispec.SocketsVolume)))
 	for _, tc := range []struct {
 		name string
 		uid  types.UID
@@ -112,7 +112,7 @@ func TestSocketDirStaysInThePodsDirectory(t *testing.T) {
 		{"no pod", "", "file does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := socketDir{podsDir: d.podsDir, podUID: tc.uid}.dial(ctx, spec.ControlSocket)
+			_, err := socketDir{podsDir: d.podsDir, podUID: tc.uid}.dial(ctx, vmispec.ControlSocket)
 			assert.ErrorContains(t, err, tc.msg)
 		})
 	}
@@ -133,9 +133,9 @@ func TestSocketDirListenHandsTheSocketToTheLauncher(t *testing.T) {
 		func(p string) error { return os.Symlink(secret, p) },
 		func(p string) error { return os.Link(secret, p) },
 	} {
-		sock := filepath.Join(dir, spec.MigrationOutSocket)
+		sock := filepath.Join(dir, vmispec.MigrationOutSocket)
 		require.NoError(t, planted(sock))
-		l, err := d.listen(spec.MigrationOutSocket, launcherUID, launcherUID)
+		l, err := d.listen(vmispec.MigrationOutSocket, launcherUID, launcherUID)
 		require.NoError(t, err)
 		st, err := os.Lstat(sock)
 		require.NoError(t, err)
@@ -143,7 +143,7 @@ func TestSocketDirListenHandsTheSocketToTheLauncher(t *testing.T) {
 		assert.Equal(t, uint32(launcherUID), owner(t, sock))
 		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 		l.Close()
-		d.remove(spec.MigrationOutSocket)
+		d.remove(vmispec.MigrationOutSocket)
 	}
 	st, err := os.Stat(secret)
 	require.NoError(t, err)

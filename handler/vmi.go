@@ -26,7 +26,7 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
 	"github.com/kubevmm/kubevmm/api/patch"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
 
@@ -78,7 +78,7 @@ type VMIReconciler struct {
 	// MigrationTLS authenticates this handler to a migration target's.
 	MigrationTLS *MigrationTLS
 	// LauncherSocketDir is where a launcher sees its own socket directory
-	// (empty: spec.SocketRootDir, as in its pod).
+	// (empty: vmispec.SocketRootDir, as in its pod).
 	LauncherSocketDir string
 	// Now is the clock; tests leave it nil.
 	Now func() time.Time
@@ -292,14 +292,14 @@ type plan struct {
 func decide(o observation) plan {
 	// Only a launcher from before the launchers served DHCP needs it.
 	podBridge := false
-	for _, n := range spec.PodNICs(&o.vmi.Spec) {
+	for _, n := range vmispec.PodNICs(&o.vmi.Spec) {
 		podBridge = podBridge || n.PodBridge()
 	}
-	podBridge = podBridge && o.pod != nil && !spec.LauncherServesDHCP(o.pod)
+	podBridge = podBridge && o.pod != nil && !vmispec.LauncherServesDHCP(o.pod)
 	if !o.answered {
 		// No answer. A pod that has ended will never give one: its guest
 		// is gone, and nobody but us can say so.
-		if o.pod != nil && spec.PodEnded(o.pod) {
+		if o.pod != nil && vmispec.PodEnded(o.pod) {
 			st := o.vmi.Status.DeepCopy()
 			st.SetPhase(v1.Failed, o.now)
 			st.Reason = ReasonLauncherFailed
@@ -309,7 +309,7 @@ func decide(o observation) plan {
 	}
 	p := plan{serveDHCP: podBridge && o.live, stopDHCP: podBridge && !o.live}
 	switch o.info.State {
-	case api.State(spec.StateStarting):
+	case api.State(vmispec.StateStarting):
 		p.setupNetwork = o.live
 		p.requeue = startingPoll
 	case api.StateStopped:
@@ -329,7 +329,7 @@ func decide(o observation) plan {
 			// period to power off, then it is stopped (see package
 			// launcher).
 			p.shutdown = true
-			grace := time.Duration(spec.GracePeriodSeconds(&o.vmi.Spec)) * time.Second
+			grace := time.Duration(vmispec.GracePeriodSeconds(&o.vmi.Spec)) * time.Second
 			if left := o.vmi.DeletionTimestamp.Add(grace).Sub(o.now.Time); left > 0 {
 				p.requeue = min(left, runningPoll)
 			} else {
@@ -419,13 +419,13 @@ func (r *VMIReconciler) apply(ctx context.Context, o observation, l launcherConn
 // statusFromInfo derives the status from what the launcher said.
 func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineInstance, info api.Info, pod *corev1.Pod, now metav1.Time) {
 	switch info.State {
-	case api.State(spec.StateStarting):
+	case api.State(vmispec.StateStarting):
 		return
 	case api.StateMigrated:
 		// The guest runs elsewhere: this end says nothing about it.
 		return
 	case api.StateStopped:
-		if info.Error != "" || spec.GuestExitFailed(info.Exit) {
+		if info.Error != "" || vmispec.GuestExitFailed(info.Exit) {
 			st.SetPhase(v1.Failed, now)
 			st.Reason = ReasonGuestFailed
 		} else {
@@ -473,7 +473,7 @@ func statusFromInfo(st *v1.VirtualMachineInstanceStatus, vmi *v1.VirtualMachineI
 func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMachineInstanceNetworkInterface {
 	var out []v1.VirtualMachineInstanceNetworkInterface
 	attached := multusInterfaces(pod)
-	for _, n := range spec.PodNICs(&vmi.Spec) {
+	for _, n := range vmispec.PodNICs(&vmi.Spec) {
 		ifc := v1.VirtualMachineInstanceNetworkInterface{Name: n.Name, InfoSource: infoSourceDomain, PodInterfaceName: n.PodInterface,
 			QueueCount: int32(n.Queues), LinkState: "up"}
 		if n.LinkDown {
@@ -500,7 +500,7 @@ func interfaces(vmi *v1.VirtualMachineInstance, pod *corev1.Pod) []v1.VirtualMac
 
 // podMAC is the pod network interface's MAC as the pod's network-status
 // annotation reports it (its CNI's, before virt-handler gave it to the
-// guest: spec.PodNIC.TakesPodMAC); "" if it reports none.
+// guest: vmispec.PodNIC.TakesPodMAC); "" if it reports none.
 func podMAC(pod *corev1.Pod) string {
 	if pod == nil || pod.Annotations[nadv1.NetworkStatusAnnotation] == "" {
 		return ""
@@ -540,22 +540,22 @@ func multusInterfaces(pod *corev1.Pod) map[string]bool {
 // syncBackendAnnotation records the backend the launcher runs the guest
 // on, and why.
 func (r *VMIReconciler) syncBackendAnnotation(ctx context.Context, vmi *v1.VirtualMachineInstance, info api.Info) error {
-	if info.Backend == "" || vmi.Annotations[spec.ActiveBackendAnnotation] == info.Backend && vmi.Annotations[spec.ActiveBackendReasonAnnotation] == info.BackendReason {
+	if info.Backend == "" || vmi.Annotations[vmispec.ActiveBackendAnnotation] == info.Backend && vmi.Annotations[vmispec.ActiveBackendReasonAnnotation] == info.BackendReason {
 		return nil
 	}
 	orig := vmi.DeepCopy()
 	if vmi.Annotations == nil {
 		vmi.Annotations = map[string]string{}
 	}
-	vmi.Annotations[spec.ActiveBackendAnnotation] = info.Backend
-	vmi.Annotations[spec.ActiveBackendReasonAnnotation] = info.BackendReason
+	vmi.Annotations[vmispec.ActiveBackendAnnotation] = info.Backend
+	vmi.Annotations[vmispec.ActiveBackendReasonAnnotation] = info.BackendReason
 	if err := r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("recording the backend of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil
 }
 
-// launcherPod is the VMI's active launcher pod (spec.ActiveLauncherPod),
+// launcherPod is the VMI's active launcher pod (vmispec.ActiveLauncherPod),
 // if it is on this node, among the pods virt-controller recorded as the
 // VMI's (recordedLauncher). The cache holds this node's pods only.
 func (r *VMIReconciler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
@@ -573,7 +573,7 @@ func activeLauncherPod(ctx context.Context, c client.Reader, node string, vmi *v
 			pods = append(pods, p)
 		}
 	}
-	return spec.ActiveLauncherPod(vmi, pods), nil
+	return vmispec.ActiveLauncherPod(vmi, pods), nil
 }
 
 // recordedLauncher reports whether virt-controller recorded pod as one of
@@ -587,7 +587,7 @@ func recordedLauncher(vmi *v1.VirtualMachineInstance, pod *corev1.Pod, node stri
 }
 
 func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachineInstance, l launcherConn) error {
-	nics := spec.PodNICs(&vmi.Spec)
+	nics := vmispec.PodNICs(&vmi.Spec)
 	if len(nics) == 0 {
 		return nil
 	}
@@ -609,7 +609,7 @@ func (r *VMIReconciler) setupNetwork(ctx context.Context, vmi *v1.VirtualMachine
 		return fmt.Errorf("the launcher of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	defer ns.Close()
-	if err := SetupPodNetwork(ns, nics, macs, spec.LauncherUID(vmi.UID)); err != nil {
+	if err := SetupPodNetwork(ns, nics, macs, vmispec.LauncherUID(vmi.UID)); err != nil {
 		return fmt.Errorf("pod network of VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	return nil

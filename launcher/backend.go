@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/console"
 	"github.com/kubevmm/kubevmm/vmm/machine"
@@ -17,7 +17,7 @@ import (
 
 // StateStarting is what the control API reports before the guest runs
 // (waiting for the pod network, loading the kernel).
-const StateStarting api.State = spec.StateStarting
+const StateStarting api.State = vmispec.StateStarting
 
 // backend is one running guest behind the control API.
 type backend interface {

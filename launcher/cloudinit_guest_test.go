@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/test/guestimage"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/machine"
@@ -74,7 +74,7 @@ runcmd:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPaths(t)
-			for src, dst := range map[string]string{guestimage.Kernel(t): spec.KernelFile, guestimage.Initramfs(t): spec.InitrdFile} {
+			for src, dst := range map[string]string{guestimage.Kernel(t): vmispec.KernelFile, guestimage.Initramfs(t): vmispec.InitrdFile} {
 				require.NoError(t, os.Symlink(src, filepath.Join(p.KernelBootDir, dst)))
 			}
 			g := resource.MustParse("128Mi")

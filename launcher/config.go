@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/block"
 	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/machine"
@@ -41,28 +41,28 @@ type Paths struct {
 	ResolvConf string
 	// PVCDiskDir holds the Filesystem PVCs' mounts, BlockDeviceDir the
 	// Block PVCs' devices, EmptyDiskDir the emptyDisk images (see
-	// spec.PVCDiskDir); PVCs is what the pod says of the claims
-	// (spec.PVCInfoEnv), by volume name.
+	// vmispec.PVCDiskDir); PVCs is what the pod says of the claims
+	// (vmispec.PVCInfoEnv), by volume name.
 	PVCDiskDir     string
 	BlockDeviceDir string
 	EmptyDiskDir   string
-	PVCs           map[string]spec.PVCInfo
+	PVCs           map[string]vmispec.PVCInfo
 }
 
 // DefaultPaths are the paths in a launcher pod.
 func DefaultPaths(socketDir string) Paths {
 	return Paths{
 		SocketDir:        socketDir,
-		KernelBootDir:    spec.KernelBootDir,
-		ContainerDiskDir: spec.ContainerDiskDir,
-		CloudInitDir:     spec.CloudInitDir,
-		SecretDir:        spec.SecretDir,
+		KernelBootDir:    vmispec.KernelBootDir,
+		ContainerDiskDir: vmispec.ContainerDiskDir,
+		CloudInitDir:     vmispec.CloudInitDir,
+		SecretDir:        vmispec.SecretDir,
 		RunDir:           "/tmp/kubevmm",
 		SysClassNet:      "/sys/class/net",
 		ResolvConf:       "/etc/resolv.conf",
-		PVCDiskDir:       spec.PVCDiskDir,
-		BlockDeviceDir:   spec.BlockDeviceDir,
-		EmptyDiskDir:     spec.EmptyDiskDir,
+		PVCDiskDir:       vmispec.PVCDiskDir,
+		BlockDeviceDir:   vmispec.BlockDeviceDir,
+		EmptyDiskDir:     vmispec.EmptyDiskDir,
 	}
 }
 
@@ -105,7 +105,7 @@ type VMConfig struct {
 	// only), for the guest agent and the vsock subresource.
 	VsockSocket string
 	// VsockCID is the guest's vsock context ID: the VMI's status.VSOCKCID
-	// (autoattachVSOCK), else spec.GuestCID.
+	// (autoattachVSOCK), else vmispec.GuestCID.
 	VsockCID uint32
 }
 
@@ -132,11 +132,11 @@ type NICConfig struct {
 	Tap  string
 	MAC  net.HardwareAddr
 	// PodMAC: the NIC takes the pod interface's original MAC
-	// (spec.PodNIC.TakesPodMAC), which virt-handler records when it wires
+	// (vmispec.PodNIC.TakesPodMAC), which virt-handler records when it wires
 	// the NIC: MAC is MACFor's until readPodMACs.
 	PodMAC bool
 	Model  string
-	// Queues of the multi-queue tap and the NIC's queue pairs (spec.NICQueues).
+	// Queues of the multi-queue tap and the NIC's queue pairs (vmispec.NICQueues).
 	Queues int
 	// LinkDown: the interface's state is down.
 	LinkDown bool
@@ -148,21 +148,21 @@ type NICConfig struct {
 // it can without the files (those are opened by the backend).
 func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	s := &vmi.Spec
-	mem, err := spec.GuestMemory(s)
+	mem, err := vmispec.GuestMemory(s)
 	if err != nil {
 		return VMConfig{}, err
 	}
 	c := VMConfig{
 		Name:         vmi.Namespace + "_" + vmi.Name,
-		CPUs:         spec.VCPUs(s),
+		CPUs:         vmispec.VCPUs(s),
 		MemoryMiB:    int(mem.Value() >> 20),
 		RNG:          s.Domain.Devices.Rng != nil,
 		SCSI:         true,
 		RebootResets: s.Domain.RebootPolicy == nil || *s.Domain.RebootPolicy == "Reboot",
 		// under the socket directory, which is short: a unix socket
 		// path has at most 107 bytes
-		VsockSocket: filepath.Join(p.SocketDir, spec.VsockSocket),
-		VsockCID:    cmp.Or(ptr.Deref(vmi.Status.VSOCKCID, 0), spec.GuestCID),
+		VsockSocket: filepath.Join(p.SocketDir, vmispec.VsockSocket),
+		VsockCID:    cmp.Or(ptr.Deref(vmi.Status.VSOCKCID, 0), vmispec.GuestCID),
 	}
 	if c.MemoryMiB < 16 {
 		return VMConfig{}, fmt.Errorf("guest memory %s: at least 16Mi is needed", mem.String())
@@ -172,10 +172,10 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 		kb := fw.KernelBoot
 		if kb.Container != nil {
 			if kb.Container.KernelPath != "" {
-				c.Kernel = filepath.Join(p.KernelBootDir, spec.KernelFile)
+				c.Kernel = filepath.Join(p.KernelBootDir, vmispec.KernelFile)
 			}
 			if kb.Container.InitrdPath != "" {
-				c.Initrd = filepath.Join(p.KernelBootDir, spec.InitrdFile)
+				c.Initrd = filepath.Join(p.KernelBootDir, vmispec.InitrdFile)
 			}
 		}
 		c.Cmdline = kb.KernelArgs
@@ -211,7 +211,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 			dc.Boot = int(*d.BootOrder)
 		}
 		if dc.Bus == v1.DiskBusVirtio {
-			dc.Queues = spec.DiskQueues(s)
+			dc.Queues = vmispec.DiskQueues(s)
 		}
 		if err := dc.setImage(p, v); err != nil {
 			return VMConfig{}, err
@@ -234,7 +234,7 @@ func BuildVMConfig(vmi *v1.VirtualMachineInstance, p Paths) (VMConfig, error) {
 	// the parameter. The guest names its NICs in device order, as
 	// PodNICs orders them.
 	if masq >= 0 && !strings.Contains(" "+c.Cmdline, " ip=") {
-		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", spec.GuestIP, spec.GatewayIP, masq)
+		c.Cmdline += fmt.Sprintf(" ip=%s::%s:255.255.255.0::eth%d:off", vmispec.GuestIP, vmispec.GatewayIP, masq)
 	}
 	return c, nil
 }
@@ -260,19 +260,19 @@ func (dc *DiskConfig) setImage(p Paths, v *v1.Volume) error {
 	return nil
 }
 
-// nicConfigs are the VMI's NICs (spec.PodNICs) and the index of the
+// nicConfigs are the VMI's NICs (vmispec.PodNICs) and the index of the
 // masquerade one among them (-1: none).
 func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 	var out []NICConfig
 	masq := -1
-	for _, n := range spec.PodNICs(&vmi.Spec) {
+	for _, n := range vmispec.PodNICs(&vmi.Spec) {
 		mac, err := n.MACFor(string(vmi.UID))
 		if err != nil {
 			return nil, 0, err
 		}
 		lease := noLease
 		switch {
-		case n.Binding == spec.BindingMasquerade:
+		case n.Binding == vmispec.BindingMasquerade:
 			masq, lease = len(out), masqueradeLease
 		case n.ServesDHCP(): // the other one: bridge on the pod network
 			lease = podBridgeLease
@@ -283,7 +283,7 @@ func nicConfigs(vmi *v1.VirtualMachineInstance) ([]NICConfig, int, error) {
 }
 
 // readPodMACs gives the NICs that take the pod interface's MAC the one
-// virt-handler recorded on the in-pod bridge (spec.PodBridgeRecord). A
+// virt-handler recorded on the in-pod bridge (vmispec.PodBridgeRecord). A
 // record without one (an older virt-handler's) leaves MACFor's.
 func readPodMACs(sysClassNet string, nics []NICConfig) error {
 	for i := range nics {
@@ -314,7 +314,7 @@ func containerDiskPath(p Paths, disk string) string {
 }
 
 // readBootEntry reads the default boot entry of the image of the VMI's
-// disk i (spec.DiskBootCheck), read-only.
+// disk i (vmispec.DiskBootCheck), read-only.
 func readBootEntry(vmi *v1.VirtualMachineInstance, p Paths, i int) (*bootdisk.Boot, error) {
 	d := vmi.Spec.Domain.Devices.Disks[i]
 	for _, v := range vmi.Spec.Volumes {

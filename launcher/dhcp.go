@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/net/dhcp"
 )
 
@@ -21,10 +21,10 @@ import (
 // already runs the guest, never in virt-handler. One server per such
 // NIC, a UDP socket on port 67 bound to the NIC's device in the pod
 // (SO_BINDTODEVICE): the tap for masquerade, whose address is the
-// guest's gateway, the in-pod bridge for bridge (spec.PodBridgeFakeIP).
+// guest's gateway, the in-pod bridge for bridge (vmispec.PodBridgeFakeIP).
 // Binding port 67 takes no capability: the launcher pod lowers
 // net.ipv4.ip_unprivileged_port_start to it in its own network namespace
-// (spec.LauncherSysctls, in virt-controller's pod template).
+// (vmispec.LauncherSysctls, in virt-controller's pod template).
 
 // dhcpLease says which lease the launcher serves a NIC's guest.
 type dhcpLease int
@@ -89,7 +89,7 @@ func nicLease(p Paths, n NICConfig, resolv []byte, hostname string) (*dhcp.Lease
 	case masqueradeLease:
 		// The guest's MTU is the pod network's, as KubeVirt's masquerade
 		// lease gives.
-		b, err := os.ReadFile(filepath.Join(p.SysClassNet, spec.PodInterface, "mtu"))
+		b, err := os.ReadFile(filepath.Join(p.SysClassNet, vmispec.PodInterface, "mtu"))
 		if err != nil {
 			return nil, "", fmt.Errorf("the MTU of the pod interface: %w", err)
 		}
@@ -97,25 +97,25 @@ func nicLease(p Paths, n NICConfig, resolv []byte, hostname string) (*dhcp.Lease
 		if err != nil {
 			return nil, "", fmt.Errorf("the MTU of the pod interface, %q: %w", b, err)
 		}
-		return spec.MasqueradeLease(resolv, hostname, mtu), n.Tap, nil
+		return vmispec.MasqueradeLease(resolv, hostname, mtu), n.Tap, nil
 	case podBridgeLease:
 		rec, err := podBridgeRecord(p.SysClassNet)
 		if err != nil {
 			return nil, "", err
 		}
 		l, err := rec.Lease(resolv, hostname)
-		return l, spec.BridgeName(spec.PodInterface), err
+		return l, vmispec.BridgeName(vmispec.PodInterface), err
 	}
 	return nil, "", nil
 }
 
 // podBridgeRecord reads the record virt-handler keeps on the in-pod
-// bridge (spec.PodBridgeRecord), as sysClassNet shows it: once the taps
+// bridge (vmispec.PodBridgeRecord), as sysClassNet shows it: once the taps
 // exist, it does.
-func podBridgeRecord(sysClassNet string) (spec.PodBridgeRecord, error) {
-	b, err := os.ReadFile(filepath.Join(sysClassNet, spec.BridgeName(spec.PodInterface), "ifalias"))
+func podBridgeRecord(sysClassNet string) (vmispec.PodBridgeRecord, error) {
+	b, err := os.ReadFile(filepath.Join(sysClassNet, vmispec.BridgeName(vmispec.PodInterface), "ifalias"))
 	if err != nil {
-		return spec.PodBridgeRecord{}, fmt.Errorf("the pod network recorded on %s: %w", spec.BridgeName(spec.PodInterface), err)
+		return vmispec.PodBridgeRecord{}, fmt.Errorf("the pod network recorded on %s: %w", vmispec.BridgeName(vmispec.PodInterface), err)
 	}
-	return spec.ParsePodBridgeRecord(strings.TrimSpace(string(b)))
+	return vmispec.ParsePodBridgeRecord(strings.TrimSpace(string(b)))
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/net/link"
 	"github.com/kubevmm/kubevmm/test/netnstest"
 )
@@ -38,7 +38,7 @@ func TestServeDHCP(t *testing.T) {
 	require.NoError(t, err)
 	defer gfd.Close()
 	require.NoError(t, hp.LinkSetNsFd(ge, int(gfd)))
-	require.NoError(t, link.Up(hp, "tap0", spec.GatewayIP+"/24"))
+	require.NoError(t, link.Up(hp, "tap0", vmispec.GatewayIP+"/24"))
 	hg, err := guest.Handle()
 	require.NoError(t, err)
 	defer hg.Close()
@@ -51,8 +51,8 @@ func TestServeDHCP(t *testing.T) {
 	p := testPaths(t)
 	p.ResolvConf = filepath.Join(t.TempDir(), "resolv.conf")
 	require.NoError(t, os.WriteFile(p.ResolvConf, []byte("search ns1.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\n"), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Join(p.SysClassNet, spec.PodInterface), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(p.SysClassNet, spec.PodInterface, "mtu"), []byte("1400\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(p.SysClassNet, vmispec.PodInterface), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(p.SysClassNet, vmispec.PodInterface, "mtu"), []byte("1400\n"), 0o644))
 	masq := NICConfig{Name: "default", Tap: "tap0", MAC: guestMAC, DHCP: masqueradeLease}
 	noRecord := NICConfig{Name: "pb", Tap: "tap1", MAC: guestMAC, DHCP: podBridgeLease}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -67,17 +67,17 @@ func TestServeDHCP(t *testing.T) {
 		return stop, err
 	}
 	_, err = serve(masq, noRecord)
-	assert.ErrorContains(t, err, "interface pb: DHCP server: the pod network recorded on "+spec.BridgeName(spec.PodInterface))
+	assert.ErrorContains(t, err, "interface pb: DHCP server: the pod network recorded on "+vmispec.BridgeName(vmispec.PodInterface))
 	stop, err := serve(masq)
 	require.NoError(t, err, "port 67 is free again: the failed start closed its socket")
 	t.Cleanup(stop)
 
 	env, err := netnstest.Udhcpc(t, guest, "ge0", "mtu", "search")
 	require.NoError(t, err)
-	assert.Equal(t, spec.GuestIP, env["ip"])
+	assert.Equal(t, vmispec.GuestIP, env["ip"])
 	assert.Equal(t, "24", env["mask"])
-	assert.Equal(t, spec.GatewayIP, env["router"])
-	assert.Equal(t, spec.GatewayIP, env["serverid"])
+	assert.Equal(t, vmispec.GatewayIP, env["router"])
+	assert.Equal(t, vmispec.GatewayIP, env["serverid"])
 	assert.Equal(t, "1400", env["mtu"])
 	assert.Equal(t, "10.96.0.10", env["dns"])
 	assert.Equal(t, "ns1.svc.cluster.local svc.cluster.local", env["search"])

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 // guestIntegration fills in the firmware (EFI, secure boot, UUID),
@@ -15,7 +15,7 @@ func (c *VMConfig) guestIntegration(s *v1.VirtualMachineInstanceSpec, now time.T
 	fw := s.Domain.Firmware
 	c.EFI = fw != nil && fw.Bootloader != nil && fw.Bootloader.EFI != nil
 	c.HyperV = s.Domain.Features != nil && s.Domain.Features.Hyperv != nil
-	off, err := spec.RTCOffset(s.Domain.Clock, now)
+	off, err := vmispec.RTCOffset(s.Domain.Clock, now)
 	if err != nil {
 		return err
 	}
@@ -23,8 +23,8 @@ func (c *VMConfig) guestIntegration(s *v1.VirtualMachineInstanceSpec, now time.T
 	if s.Domain.Clock != nil {
 		c.Timers = s.Domain.Clock.Timer
 	}
-	c.SecureBoot = spec.SecureBoot(s)
-	c.TPM = spec.TPMEnabled(s)
+	c.SecureBoot = vmispec.SecureBoot(s)
+	c.TPM = vmispec.TPMEnabled(s)
 	if fw != nil {
 		c.UUID = string(fw.UUID)
 	}
@@ -44,10 +44,10 @@ func (c VMConfig) qemuGuestIntegration(qc *qemu.Config, now time.Time) {
 	}
 	if t := c.Timers; t != nil {
 		if t.RTC != nil {
-			qc.Clock.RTCCatchup = t.RTC.TickPolicy == spec.TickPolicyCatchup
-			qc.Clock.RTCTrackGuest = t.RTC.Track == spec.RTCTrackGuest
+			qc.Clock.RTCCatchup = t.RTC.TickPolicy == vmispec.TickPolicyCatchup
+			qc.Clock.RTCTrackGuest = t.RTC.Track == vmispec.RTCTrackGuest
 		}
-		qc.Clock.PITDelay = t.PIT != nil && t.PIT.TickPolicy == spec.TickPolicyDelay
+		qc.Clock.PITDelay = t.PIT != nil && t.PIT.TickPolicy == vmispec.TickPolicyDelay
 		if t.HPET != nil {
 			qc.Clock.HPET = present(t.HPET.Enabled)
 		}

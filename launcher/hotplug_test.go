@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
@@ -84,7 +84,7 @@ func TestQEMUHotplugVolumes(t *testing.T) {
 	require.NoError(t, os.WriteFile(cPath, make([]byte, 4<<20), 0o644))
 	f, err := os.OpenFile(cPath, os.O_RDWR, 0)
 	require.NoError(t, err)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(p.SocketDir, spec.HotplugSocket), Net: "unix"})
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(p.SocketDir, vmispec.HotplugSocket), Net: "unix"})
 	require.NoError(t, err)
 	vc, err := api.SendVolumeFile(ctx, conn, api.VolumeRequest{Name: "vol-c"}, f)
 	_ = conn.Close()

@@ -38,8 +38,8 @@ import (
 	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/cloudinit"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
 	"github.com/kubevmm/kubevmm/vmm/seccomp"
@@ -107,13 +107,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	grace := time.Duration(spec.GracePeriodSeconds(&vmi.Spec)) * time.Second
+	grace := time.Duration(vmispec.GracePeriodSeconds(&vmi.Spec)) * time.Second
 
 	if err := os.MkdirAll(o.Paths.SocketDir, 0o755); err != nil {
 		return 1, fmt.Errorf("socket directory: %w", err)
 	}
 	// A stale exit record belongs to an earlier launcher of this VMI.
-	os.Remove(filepath.Join(o.Paths.SocketDir, spec.ExitFile))
+	os.Remove(filepath.Join(o.Paths.SocketDir, vmispec.ExitFile))
 	sw := &switchVM{name: string(backendName), reason: why, rebootResets: cfg.RebootResets}
 	stopServing, err := serve(ctx, o.Paths.SocketDir, sw, log, logf)
 	if err != nil {
@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		lingerUntil(ctx, o.Linger)
 		return 1, err
 	}
-	stopDHCP, err := readyNetwork(ctx, o.Paths, cfg.NICs, spec.GuestHostname(vmi), log, logf)
+	stopDHCP, err := readyNetwork(ctx, o.Paths, cfg.NICs, vmispec.GuestHostname(vmi), log, logf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return stopped("stopped before the guest started")
@@ -217,7 +217,7 @@ func pollAgent(socket string, be backend, sw *switchVM, log *slog.Logger) {
 // prepare reads the VMI and picks its backend (with why) and VM
 // configuration. A VMI that boots a disk has that disk's image read here:
 // whether our VMM can boot it depends on its boot entry.
-func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Backend, string, VMConfig, error) {
+func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, vmispec.Backend, string, VMConfig, error) {
 	vmi, err := ReadVMI(o.VMIFile)
 	if err != nil {
 		return nil, "", "", VMConfig{}, err
@@ -227,12 +227,12 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 		entry, err = readBootEntry(vmi, o.Paths, disk)
 		return err
 	}
-	backendName, why, err := spec.SelectBackend(vmi.Annotations, &vmi.Spec, check)
+	backendName, why, err := vmispec.SelectBackend(vmi.Annotations, &vmi.Spec, check)
 	if err != nil {
 		return nil, "", "", VMConfig{}, err
 	}
 	log.Info("backend selected", "vmi", vmi.Namespace+"/"+vmi.Name, "uid", vmi.UID, "backend", backendName, "why", why)
-	if o.Incoming != "" && backendName != spec.BackendKubevmm {
+	if o.Incoming != "" && backendName != vmispec.BackendKubevmm {
 		// Refused before anything runs: the controller does not migrate
 		// such VMIs (LiveMigratable is False), so this is a bad pod.
 		return nil, "", "", VMConfig{}, fmt.Errorf("live migration target: the %s backend cannot receive a migration (only kubevmm can)", backendName)
@@ -243,7 +243,7 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 	}
 	// entry is nil for a kernelBoot without kernelPath: MachineConfig
 	// refuses that. A migration target receives its guest instead.
-	if backendName == spec.BackendKubevmm && cfg.Kernel == "" && entry != nil && o.Incoming == "" {
+	if backendName == vmispec.BackendKubevmm && cfg.Kernel == "" && entry != nil && o.Incoming == "" {
 		log.Info("booting the disk's default entry", "entry", entry.Source, "options", entry.Cmdline)
 		cfg.DiskBoot = entry
 	}
@@ -267,27 +267,27 @@ func prepare(o Options, log *slog.Logger) (*v1.VirtualMachineInstance, spec.Back
 // seccompMode is the VMM's sandbox for this VMI: with o.Seccomp, kill
 // unless the VMI's annotation asks for log or off (debugging); the QEMU
 // backend is not filtered.
-func seccompMode(o Options, vmi *v1.VirtualMachineInstance, backendName spec.Backend) (seccomp.Mode, error) {
-	if !o.Seccomp || backendName != spec.BackendKubevmm {
+func seccompMode(o Options, vmi *v1.VirtualMachineInstance, backendName vmispec.Backend) (seccomp.Mode, error) {
+	if !o.Seccomp || backendName != vmispec.BackendKubevmm {
 		return seccomp.Off, nil
 	}
-	a := vmi.Annotations[spec.SeccompAnnotation]
+	a := vmi.Annotations[vmispec.SeccompAnnotation]
 	if a == "" {
 		a = string(seccomp.Kill)
 	}
 	m, err := seccomp.ParseMode(a)
 	if err != nil {
-		return seccomp.Off, fmt.Errorf("annotation %s: %w", spec.SeccompAnnotation, err)
+		return seccomp.Off, fmt.Errorf("annotation %s: %w", vmispec.SeccompAnnotation, err)
 	}
 	return m, nil
 }
 
 // startBackend starts the guest on the selected backend, or receives it
 // when this pod is a migration target.
-func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (backend, error) {
-	consolePath := filepath.Join(o.Paths.SocketDir, spec.ConsoleSocket)
+func startBackend(ctx context.Context, o Options, backendName vmispec.Backend, cfg VMConfig, vmi *v1.VirtualMachineInstance, sw *switchVM, log *slog.Logger, sandbox seccomp.Mode) (backend, error) {
+	consolePath := filepath.Join(o.Paths.SocketDir, vmispec.ConsoleSocket)
 	logf := func(format string, a ...any) { log.Info(fmt.Sprintf(format, a...)) }
-	vsockPath := filepath.Join(o.Paths.SocketDir, spec.VsockSocket)
+	vsockPath := filepath.Join(o.Paths.SocketDir, vmispec.VsockSocket)
 	// Our VMM's guests have the guest agent's vsock device.
 	withAgent := func(b *kubevmmBackend, err error) (backend, error) {
 		if err == nil {
@@ -298,9 +298,9 @@ func startBackend(ctx context.Context, o Options, backendName spec.Backend, cfg 
 	switch {
 	case o.Incoming != "":
 		return withAgent(receiveKubevmm(ctx, o.Incoming, cfg, consolePath, vsockPath, &lineLog{w: o.Console}, sw, log, sandbox))
-	case backendName == spec.BackendKubevmm:
+	case backendName == vmispec.BackendKubevmm:
 		return withAgent(startKubevmm(cfg, consolePath, &lineLog{w: o.Console}, log.With("component", "vmm"), sandbox))
-	case backendName == spec.BackendQEMU:
+	case backendName == vmispec.BackendQEMU:
 		if err := os.MkdirAll(o.Paths.RunDir, 0o700); err != nil {
 			return nil, err
 		}
@@ -342,7 +342,7 @@ func waitForGuest(ctx context.Context, be backend, sw *switchVM, grace time.Dura
 // writable: the kubelet creates it as root, and virt-handler hands it to
 // the launcher's user when it sees the VMI on its node.
 func listenWhenWritable(ctx context.Context, dir string, vm api.VM, logf func(string, ...any)) (*api.Server, error) {
-	path := filepath.Join(dir, spec.ControlSocket)
+	path := filepath.Join(dir, vmispec.ControlSocket)
 	logged := false
 	for {
 		srv, err := api.Listen(path, vm)
@@ -380,9 +380,9 @@ func serve(ctx context.Context, dir string, sw *switchVM, log *slog.Logger, logf
 }
 
 // listenVolumeFiles takes the images of hot-plugged volumes virt-handler
-// opened (spec.HotplugSocket), once the socket directory is ours.
+// opened (vmispec.HotplugSocket), once the socket directory is ours.
 func listenVolumeFiles(dir string, sw *switchVM, log *slog.Logger) (*net.UnixListener, error) {
-	path := filepath.Join(dir, spec.HotplugSocket)
+	path := filepath.Join(dir, vmispec.HotplugSocket)
 	_ = os.Remove(path)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
@@ -415,9 +415,9 @@ func lingerUntil(ctx context.Context, d time.Duration) {
 // back after this launcher is gone.
 func writeExit(dir string, info api.Info, logf func(string, ...any)) {
 	b, _ := json.Marshal(info)
-	tmp := filepath.Join(dir, spec.ExitFile+".tmp")
+	tmp := filepath.Join(dir, vmispec.ExitFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, spec.ExitFile))
+		err = os.Rename(tmp, filepath.Join(dir, vmispec.ExitFile))
 		if err != nil {
 			logf("recording the exit: %v", err)
 		}

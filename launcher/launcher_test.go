@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/boot/disk/disktest"
 )
@@ -67,7 +67,7 @@ func TestBuildVMConfig(t *testing.T) {
 	if c.CPUs != 2 || c.MemoryMiB != 128 {
 		t.Errorf("cpus %d memory %d MiB, want 2 and 128", c.CPUs, c.MemoryMiB)
 	}
-	if c.Kernel != filepath.Join(p.KernelBootDir, spec.KernelFile) || c.Initrd != filepath.Join(p.KernelBootDir, spec.InitrdFile) {
+	if c.Kernel != filepath.Join(p.KernelBootDir, vmispec.KernelFile) || c.Initrd != filepath.Join(p.KernelBootDir, vmispec.InitrdFile) {
 		t.Errorf("kernel %s initrd %s", c.Kernel, c.Initrd)
 	}
 	if !strings.HasPrefix(c.Cmdline, "console=ttyS0 ip=10.0.2.2::10.0.2.1:") {
@@ -91,8 +91,8 @@ func TestBuildVMConfig(t *testing.T) {
 	if string(mc.Kernel) != "kernel" || string(mc.Initrd) != "initrd" || mc.Disks[0].Format != "qcow2" || mc.NICs[0].Tap != "tap0" {
 		t.Errorf("machine config %+v", mc)
 	}
-	if mc.Vsock == nil || mc.Vsock.CID != spec.GuestCID || mc.Vsock.Socket != filepath.Join(p.SocketDir, spec.VsockSocket) {
-		t.Errorf("vsock %+v: want CID %d on the socket directory's %s", mc.Vsock, spec.GuestCID, spec.VsockSocket)
+	if mc.Vsock == nil || mc.Vsock.CID != vmispec.GuestCID || mc.Vsock.Socket != filepath.Join(p.SocketDir, vmispec.VsockSocket) {
+		t.Errorf("vsock %+v: want CID %d on the socket directory's %s", mc.Vsock, vmispec.GuestCID, vmispec.VsockSocket)
 	}
 	// autoattachVSOCK: the guest gets the CID virt-controller allocated
 	vmi := testVMI()
@@ -117,7 +117,7 @@ func TestBuildVMConfig(t *testing.T) {
 	if _, err := c.MachineConfig(nil); err == nil {
 		t.Error("the VMM accepted a SATA disk")
 	}
-	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestBuildVMConfigMultiQueue(t *testing.T) {
 	for _, d := range c.Disks {
 		os.WriteFile(d.Path, make([]byte, 4096), 0o644)
 	}
-	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	require.NoError(t, err)
 	assert.Equal(t, 2, qc.NICs[0].Queues)
 	assert.Equal(t, []int{2, 0}, []int{qc.Disks[0].Queues, qc.Disks[1].Queues})
@@ -256,7 +256,7 @@ func TestRunWaitsForNetwork(t *testing.T) {
 		done <- result{code, err}
 	}()
 
-	c := api.NewClient(filepath.Join(p.SocketDir, spec.ControlSocket))
+	c := api.NewClient(filepath.Join(p.SocketDir, vmispec.ControlSocket))
 	var info api.Info
 	for {
 		// The socket appears when the launcher is up; until then the
@@ -283,7 +283,7 @@ func TestRunWaitsForNetwork(t *testing.T) {
 	if r.code != 0 || r.err != nil {
 		t.Fatalf("launcher ended with %d %v", r.code, r.err)
 	}
-	rec, err := os.ReadFile(filepath.Join(p.SocketDir, spec.ExitFile))
+	rec, err := os.ReadFile(filepath.Join(p.SocketDir, vmispec.ExitFile))
 	if err != nil {
 		t.Fatalf("no exit record: %v", err)
 	}
@@ -300,7 +300,7 @@ func (w *lockedWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func TestRunRefusesABadSeccompAnnotation(t *testing.T) {
 	vmi := testVMI()
-	vmi.Annotations = map[string]string{spec.SeccompAnnotation: "strict"}
+	vmi.Annotations = map[string]string{vmispec.SeccompAnnotation: "strict"}
 	b, err := json.Marshal(vmi)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestRunRefusesABadSeccompAnnotation(t *testing.T) {
 	// Refused before anything runs (and before any filter is installed
 	// in this test process).
 	code, err := Run(context.Background(), Options{VMIFile: vmiFile, Paths: testPaths(t), Log: &lockedWriter{}, Seccomp: true})
-	if code != 1 || err == nil || !strings.Contains(err.Error(), spec.SeccompAnnotation) || !strings.Contains(err.Error(), "want off, log or kill") {
+	if code != 1 || err == nil || !strings.Contains(err.Error(), vmispec.SeccompAnnotation) || !strings.Contains(err.Error(), "want off, log or kill") {
 		t.Fatalf("Run = %d, %v; want 1 and an error naming the annotation", code, err)
 	}
 }
@@ -328,11 +328,11 @@ func TestPrepareDiskBoot(t *testing.T) {
 	noEntry := disktest.Build(t, disktest.Disk{Label: "gpt", Parts: []disktest.Part{{Files: map[string][]byte{"etc/fstab": nil}}}})
 	for _, tc := range []struct {
 		name, image string
-		want        spec.Backend
+		want        vmispec.Backend
 		why         string
 	}{
-		{"entry", withEntry, spec.BackendKubevmm, "boots its disk's Linux boot entry"},
-		{"no entry", noEntry, spec.BackendQEMU, "domain.devices.disks[0]: the boot disk root has no Linux boot entry the kubevmm VMM can boot (booting it needs firmware): raw image: no boot entry (no loader/entries/*.conf, grub.cfg or vmlinuz-*) on partition 1 (ext4)"},
+		{"entry", withEntry, vmispec.BackendKubevmm, "boots its disk's Linux boot entry"},
+		{"no entry", noEntry, vmispec.BackendQEMU, "domain.devices.disks[0]: the boot disk root has no Linux boot entry the kubevmm VMM can boot (booting it needs firmware): raw image: no boot entry (no loader/entries/*.conf, grub.cfg or vmlinuz-*) on partition 1 (ext4)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testPaths(t)
@@ -351,7 +351,7 @@ func TestPrepareDiskBoot(t *testing.T) {
 			assert.Equal(t, tc.want, backend)
 			assert.Contains(t, why, tc.why)
 			assert.Equal(t, why, (&switchVM{name: string(backend), reason: why}).Info().BackendReason, "the control API says why")
-			if backend != spec.BackendKubevmm {
+			if backend != vmispec.BackendKubevmm {
 				assert.Nil(t, cfg.DiskBoot)
 				return
 			}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Several NICs: one device per interface in spec order, each on its own
@@ -49,10 +49,10 @@ func TestBuildVMConfigSeveralNICs(t *testing.T) {
 	assert.True(t, mc.NICs[2].LinkDown)
 	assert.Equal(t, c.NICs[0].MAC, mc.NICs[0].MAC)
 
-	_, err = c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	_, err = c.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	assert.ErrorContains(t, err, "interface br2: state down")
 	c.NICs[2].LinkDown = false
-	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	qc, err := c.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	require.NoError(t, err)
 	require.Len(t, qc.NICs, 3)
 	assert.Equal(t, []string{"tap0", "02:00:00:00:00:01"}, []string{qc.NICs[0].Tap, qc.NICs[0].MAC})
@@ -83,7 +83,7 @@ func TestPodBridgeNICTakesPodMAC(t *testing.T) {
 	derived := c.NICs[0].MAC
 	require.NotNil(t, derived)
 
-	alias := filepath.Join(p.SysClassNet, spec.BridgeName(spec.PodInterface), "ifalias")
+	alias := filepath.Join(p.SysClassNet, vmispec.BridgeName(vmispec.PodInterface), "ifalias")
 	assert.ErrorContains(t, readPodMACs(p.SysClassNet, c.NICs), "interface default: the pod interface's MAC")
 	require.NoError(t, os.MkdirAll(filepath.Dir(alias), 0o755))
 	for _, bad := range []string{"{not json\n", `{"addr":"10.244.0.7/24","mtu":1500,"mac":"03:00:00:00:00:01"}` + "\n", `{"mac":"junk"}`} {

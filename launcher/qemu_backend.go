@@ -11,8 +11,8 @@ import (
 	"time"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/console"
@@ -65,18 +65,18 @@ type qemuStart struct {
 
 // ResolveQEMUAccel turns the VMI's QEMUAccelAnnotation into the
 // accelerator QEMU gets. "auto" is tcg on a host whose KVM emulates guest
-// kernel mode (see spec.QEMUAccelAnnotation), where QEMU+KVM stalls for
+// kernel mode (see vmispec.QEMUAccelAnnotation), where QEMU+KVM stalls for
 // minutes, and kvm elsewhere.
 func ResolveQEMUAccel(annotations map[string]string) (qemu.Accel, string, error) {
-	a, err := spec.QEMUAccel(annotations)
+	a, err := vmispec.QEMUAccel(annotations)
 	if err != nil {
 		return "", "", err
 	}
 	switch a {
-	case spec.QEMUAccelKVM:
-		return qemu.AccelKVM, "requested by " + spec.QEMUAccelAnnotation, nil
-	case spec.QEMUAccelTCG:
-		return qemu.AccelTCG, "requested by " + spec.QEMUAccelAnnotation, nil
+	case vmispec.QEMUAccelKVM:
+		return qemu.AccelKVM, "requested by " + vmispec.QEMUAccelAnnotation, nil
+	case vmispec.QEMUAccelTCG:
+		return qemu.AccelTCG, "requested by " + vmispec.QEMUAccelAnnotation, nil
 	}
 	if x86.EmulatedKernelMode() {
 		return qemu.AccelTCG, "this host's KVM emulates guest kernel mode (kvm_pvm): QEMU+KVM would stall", nil
@@ -302,7 +302,7 @@ func (q *qemuBackend) ctx() (context.Context, context.CancelFunc) {
 // Info never talks to QEMU: it reports what the watchdog last read, or
 // how QEMU ended.
 func (q *qemuBackend) Info() api.Info {
-	i := api.Info{Backend: string(spec.BackendQEMU)}
+	i := api.Info{Backend: string(vmispec.BackendQEMU)}
 	select {
 	case <-q.vm.Done():
 		e, _ := q.vm.Wait(context.Background())

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/guestimage"
 	"github.com/kubevmm/kubevmm/vmm/api"
 )
@@ -40,7 +40,7 @@ func qemuVMI() *v1.VirtualMachineInstance {
 	g := resource.MustParse("64Mi")
 	return &v1.VirtualMachineInstance{
 		ObjectMeta: metav1.ObjectMeta{Name: "q1", Namespace: "ns", UID: "7e57-qemu",
-			Annotations: map[string]string{spec.BackendAnnotation: "qemu", spec.QEMUAccelAnnotation: "tcg"}},
+			Annotations: map[string]string{vmispec.BackendAnnotation: "qemu", vmispec.QEMUAccelAnnotation: "tcg"}},
 		Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &g}}},
 	}
 }
@@ -62,7 +62,7 @@ func startRun(t *testing.T, vmi *v1.VirtualMachineInstance, p Paths, wd Watchdog
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &launcherRun{p: p, c: api.NewClient(filepath.Join(p.SocketDir, spec.ControlSocket)), done: make(chan struct{})}
+	r := &launcherRun{p: p, c: api.NewClient(filepath.Join(p.SocketDir, vmispec.ControlSocket)), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		r.code, r.err = Run(ctx, Options{VMIFile: vmiFile, Paths: p, Log: testLog{t}, Linger: time.Nanosecond, QEMUWatchdog: wd})
@@ -110,7 +110,7 @@ func (r *launcherRun) waitInfo(t *testing.T, what string, cond func(api.Info) bo
 }
 
 func readExit(p Paths) (api.Info, bool) {
-	b, err := os.ReadFile(filepath.Join(p.SocketDir, spec.ExitFile))
+	b, err := os.ReadFile(filepath.Join(p.SocketDir, vmispec.ExitFile))
 	if err != nil {
 		return api.Info{}, false
 	}
@@ -213,7 +213,7 @@ func TestQEMURefusedCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.startCommands = []string{"no-such-command"}
-	be, err := startQEMU(context.Background(), s, filepath.Join(p.SocketDir, spec.ConsoleSocket), &lineLog{}, t.Logf)
+	be, err := startQEMU(context.Background(), s, filepath.Join(p.SocketDir, vmispec.ConsoleSocket), &lineLog{}, t.Logf)
 	if err == nil {
 		be.Stop()
 		t.Fatal("QEMU accepted a command it does not have")
@@ -225,8 +225,8 @@ func TestQEMURefusedCommand(t *testing.T) {
 	if pids := processesMentioning(p.RunDir); len(pids) > 0 {
 		t.Errorf("QEMU processes left behind: %v", pids)
 	}
-	if _, err := os.Stat(filepath.Join(p.SocketDir, spec.ConsoleSocket)); err == nil {
-		if c, err := net.Dial("unix", filepath.Join(p.SocketDir, spec.ConsoleSocket)); err == nil {
+	if _, err := os.Stat(filepath.Join(p.SocketDir, vmispec.ConsoleSocket)); err == nil {
+		if c, err := net.Dial("unix", filepath.Join(p.SocketDir, vmispec.ConsoleSocket)); err == nil {
 			c.Close()
 			t.Error("the console socket still answers")
 		}
@@ -254,7 +254,7 @@ func TestQEMUGuestConsole(t *testing.T) {
 	needQEMU(t)
 	dir := guestimage.Dir(t)
 	p := testPaths(t)
-	for src, dst := range map[string]string{"vmlinux": spec.KernelFile, "initramfs.cpio": spec.InitrdFile} {
+	for src, dst := range map[string]string{"vmlinux": vmispec.KernelFile, "initramfs.cpio": vmispec.InitrdFile} {
 		if err := os.Symlink(filepath.Join(dir, src), filepath.Join(p.KernelBootDir, dst)); err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestQEMUGuestConsole(t *testing.T) {
 	r := startRun(t, vmi, p, Watchdog{})
 	r.waitInfo(t, "Running", func(i api.Info) bool { return i.State == api.StateRunning })
 
-	conn, err := net.Dial("unix", filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	conn, err := net.Dial("unix", filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestResolveQEMUAccel(t *testing.T) {
 		want qemu.Accel
 		bad  bool
 	}{{ann: "kvm", want: qemu.AccelKVM}, {ann: "tcg", want: qemu.AccelTCG}, {ann: "fast", bad: true}} {
-		a, _, err := ResolveQEMUAccel(map[string]string{spec.QEMUAccelAnnotation: c.ann})
+		a, _, err := ResolveQEMUAccel(map[string]string{vmispec.QEMUAccelAnnotation: c.ann})
 		if (err != nil) != c.bad || a != c.want {
 			t.Errorf("%q: %q %v", c.ann, a, err)
 		}

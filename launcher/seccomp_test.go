@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/api"
 	"github.com/kubevmm/kubevmm/vmm/boot/boottest"
 )
@@ -71,7 +71,7 @@ func TestLauncherRunsUnderSeccomp(t *testing.T) {
 	} {
 		t.Run("annotation="+tc.annotation, func(t *testing.T) {
 			p := testPaths(t)
-			require.NoError(t, os.WriteFile(filepath.Join(p.KernelBootDir, spec.KernelFile),
+			require.NoError(t, os.WriteFile(filepath.Join(p.KernelBootDir, vmispec.KernelFile),
 				boottest.TinyELF([]byte{0xeb, 0xfe}, 0x100000), 0o644))
 			vmi := testVMI()
 			mem := resource.MustParse("64Mi")
@@ -81,7 +81,7 @@ func TestLauncherRunsUnderSeccomp(t *testing.T) {
 			vmi.Spec.Domain.Devices = v1.Devices{}
 			vmi.Spec.Networks, vmi.Spec.Volumes = nil, nil
 			if tc.annotation != "" {
-				vmi.Annotations = map[string]string{spec.SeccompAnnotation: tc.annotation}
+				vmi.Annotations = map[string]string{vmispec.SeccompAnnotation: tc.annotation}
 			}
 			b, err := json.Marshal(vmi)
 			require.NoError(t, err)
@@ -104,7 +104,7 @@ func TestLauncherRunsUnderSeccomp(t *testing.T) {
 			t.Cleanup(func() { cmd.Process.Kill() })
 
 			ctx := context.Background()
-			c := api.NewClient(filepath.Join(p.SocketDir, spec.ControlSocket))
+			c := api.NewClient(filepath.Join(p.SocketDir, vmispec.ControlSocket))
 			for {
 				i, err := c.Info(ctx)
 				if err == nil && i.State == api.StateRunning {
@@ -133,7 +133,7 @@ func TestLauncherRunsUnderSeccomp(t *testing.T) {
 				t.Fatalf("launcher exited with %v (SIGSYS is a call outside the filter's list)\n%s", ee, stderr())
 			}
 			require.NoError(t, err)
-			rec, err := os.ReadFile(filepath.Join(p.SocketDir, spec.ExitFile))
+			rec, err := os.ReadFile(filepath.Join(p.SocketDir, vmispec.ExitFile))
 			require.NoError(t, err, "the exit record is written under the filter")
 			var end api.Info
 			require.NoError(t, json.Unmarshal(rec, &end))

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
 
@@ -39,25 +39,25 @@ type volumeImage struct {
 // volumeDisk is the image of a PVC, ephemeral, hostDisk or emptyDisk
 // volume; ok is false for other volumes.
 func volumeDisk(p Paths, v *v1.Volume) (img volumeImage, ok bool, err error) {
-	claim, readOnly, isClaim := spec.VolumeClaim(v)
+	claim, readOnly, isClaim := vmispec.VolumeClaim(v)
 	switch {
 	case isClaim:
 		info, found := p.PVCs[v.Name]
 		if !found {
-			return img, true, fmt.Errorf("spec.volumes[%s]: the pod says nothing of PVC %s (%s)", v.Name, claim, spec.PVCInfoEnv)
+			return img, true, fmt.Errorf("spec.volumes[%s]: the pod says nothing of PVC %s (%s)", v.Name, claim, vmispec.PVCInfoEnv)
 		}
-		img = volumeImage{Path: spec.PVCDiskImg(p.PVCDiskDir, v.Name), Format: block.FormatRaw, ReadOnly: readOnly}
+		img = volumeImage{Path: vmispec.PVCDiskImg(p.PVCDiskDir, v.Name), Format: block.FormatRaw, ReadOnly: readOnly}
 		if info.Block {
 			img.Path = filepath.Join(p.BlockDeviceDir, v.Name)
 		}
 		if v.Ephemeral != nil {
-			img = volumeImage{Path: spec.EphemeralOverlay(p.EmptyDiskDir, v.Name), Format: block.FormatQcow2, Backing: img.Path}
+			img = volumeImage{Path: vmispec.EphemeralOverlay(p.EmptyDiskDir, v.Name), Format: block.FormatQcow2, Backing: img.Path}
 		}
 		return img, true, nil
 	case v.HostDisk != nil:
-		return volumeImage{Path: spec.HostDiskImg(p.PVCDiskDir, v.Name, v.HostDisk), Format: block.FormatRaw}, true, nil
+		return volumeImage{Path: vmispec.HostDiskImg(p.PVCDiskDir, v.Name, v.HostDisk), Format: block.FormatRaw}, true, nil
 	case v.EmptyDisk != nil:
-		return volumeImage{Path: spec.EmptyDiskImg(p.EmptyDiskDir, v.Name), Format: block.FormatRaw}, true, nil
+		return volumeImage{Path: vmispec.EmptyDiskImg(p.EmptyDiskDir, v.Name), Format: block.FormatRaw}, true, nil
 	}
 	return img, false, nil
 }
@@ -93,7 +93,7 @@ func prepareVolumeDisks(vmi *v1.VirtualMachineInstance, p Paths, log *slog.Logge
 // returns the size it created (0: the image was there, or is not ours to
 // make).
 func prepareVolumeDisk(v *v1.Volume, p Paths, img volumeImage) (int64, error) {
-	claim, _, _ := spec.VolumeClaim(v)
+	claim, _, _ := vmispec.VolumeClaim(v)
 	switch {
 	case v.Ephemeral != nil:
 		if err := checkClaimImage(img.Backing, p.PVCs[v.Name].Block); err != nil {
@@ -165,7 +165,7 @@ func checkClaimImage(path string, blockMode bool) error {
 }
 
 // createDiskImg creates a Filesystem claim's disk.img of size bytes
-// (spec.DiskImgSize), or a DiskOrCreate hostDisk's image of its capacity,
+// (vmispec.DiskImgSize), or a DiskOrCreate hostDisk's image of its capacity,
 // unless it exists, shrunk to what the file system has free within the
 // toleration (KubeVirt's, for both); it returns the size it created (0:
 // the image was there). A read-only volume must have its image already.

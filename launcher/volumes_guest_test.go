@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/test/guestimage"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 	"github.com/kubevmm/kubevmm/vmm/block"
@@ -47,7 +47,7 @@ func TestVolumesGuest(t *testing.T) {
 	loop := strings.TrimSpace(hosttools.Run(t, "losetup", "--find", "--show", backing))
 	t.Cleanup(func() { hosttools.Run(t, "losetup", "-d", loop) })
 
-	p := volumePaths(t, map[string]spec.PVCInfo{
+	p := volumePaths(t, map[string]vmispec.PVCInfo{
 		"fs":   {ClaimName: "fs-claim", Size: 16 << 20},
 		"blk":  {ClaimName: "blk-claim", Block: true},
 		"gold": {ClaimName: "gold-claim", Size: 4 << 20},
@@ -58,7 +58,7 @@ func TestVolumesGuest(t *testing.T) {
 	require.NoError(t, os.WriteFile(goldenImg, golden, 0o400))
 	require.NoError(t, os.MkdirAll(filepath.Join(p.PVCDiskDir, "host"), 0o755))
 	require.NoError(t, os.Symlink(loop, filepath.Join(p.BlockDeviceDir, "blk")))
-	for src, dst := range map[string]string{guestimage.Kernel(t): spec.KernelFile, guestimage.Initramfs(t): spec.InitrdFile} {
+	for src, dst := range map[string]string{guestimage.Kernel(t): vmispec.KernelFile, guestimage.Initramfs(t): vmispec.InitrdFile} {
 		require.NoError(t, os.Symlink(src, filepath.Join(p.KernelBootDir, dst)))
 	}
 	g := resource.MustParse("128Mi")

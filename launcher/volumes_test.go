@@ -15,15 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/block"
 )
 
 // volumePaths are testPaths with the directories a pod gives PVC and
 // emptyDisk volumes: a mount per Filesystem claim (made here, as the
 // kubelet would) and the device directory.
-func volumePaths(t *testing.T, pvcs map[string]spec.PVCInfo) Paths {
+func volumePaths(t *testing.T, pvcs map[string]vmispec.PVCInfo) Paths {
 	p := testPaths(t)
 	d := t.TempDir()
 	p.PVCDiskDir, p.BlockDeviceDir, p.EmptyDiskDir = filepath.Join(d, "vmi-disks"), filepath.Join(d, "dev"), filepath.Join(d, "disk-data")
@@ -82,7 +82,7 @@ func sizeAndBlocks(t *testing.T, path string) (int64, int64) {
 // A Filesystem claim's disk.img and an emptyDisk's image are made sparse
 // at their size, and the guest gets them, raw, in disk order.
 func TestPrepareCreatesVolumeImages(t *testing.T) {
-	p := volumePaths(t, map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 64 << 20}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 64 << 20}})
 	vmi := withVolumes(pvcVolume("data", "c", false),
 		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("32Mi")}}})
 	cfg, err := prepareVMI(t, vmi, p)
@@ -111,7 +111,7 @@ func TestPrepareCreatesVolumeImages(t *testing.T) {
 // the imported disk.img is the guest's disk, kept as it is; a blank one
 // that is missing is made.
 func TestPrepareDataVolumeImages(t *testing.T) {
-	p := volumePaths(t, map[string]spec.PVCInfo{"root": {ClaimName: "dv-root", Size: 64 << 20}, "blank": {ClaimName: "dv-blank", Size: 16 << 20}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"root": {ClaimName: "dv-root", Size: 64 << 20}, "blank": {ClaimName: "dv-blank", Size: 16 << 20}})
 	img := filepath.Join(p.PVCDiskDir, "root", "disk.img")
 	require.NoError(t, os.MkdirAll(filepath.Dir(img), 0o750))
 	require.NoError(t, os.WriteFile(img, []byte("GOLDEN-IMG\n"), 0o600))
@@ -137,7 +137,7 @@ func TestPrepareDataVolumeImages(t *testing.T) {
 // The image on a claim is the guest's data: a restart keeps it whatever
 // its size, and never reads what the guest wrote as a qcow2 header.
 func TestPrepareKeepsAnExistingImage(t *testing.T) {
-	p := volumePaths(t, map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 64 << 20}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 64 << 20}})
 	img := filepath.Join(p.PVCDiskDir, "data", "disk.img")
 	data := append([]byte{'Q', 'F', 'I', 0xfb}, "written by the guest"...)
 	require.NoError(t, os.WriteFile(img, data, 0o600))
@@ -155,27 +155,27 @@ func TestPrepareKeepsAnExistingImage(t *testing.T) {
 }
 
 func TestPrepareVolumeErrors(t *testing.T) {
-	blk := map[string]spec.PVCInfo{"data": {ClaimName: "c", Block: true}}
+	blk := map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Block: true}}
 	for _, tc := range []struct {
 		name  string
-		pvcs  map[string]spec.PVCInfo
+		pvcs  map[string]vmispec.PVCInfo
 		vol   v1.Volume
 		setup func(t *testing.T, p Paths)
 		err   string
 	}{
-		{name: "bigger than the file system", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 60}},
+		{name: "bigger than the file system", pvcs: map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 60}},
 			vol: pvcVolume("data", "c", false), err: "volume data (PVC c): no room for"},
-		{name: "smaller than a MiB", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c"}},
+		{name: "smaller than a MiB", pvcs: map[string]vmispec.PVCInfo{"data": {ClaimName: "c"}},
 			vol: pvcVolume("data", "c", false), err: "smaller than a MiB"},
-		{name: "read-only claim without an image", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
+		{name: "read-only claim without an image", pvcs: map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
 			vol: pvcVolume("data", "c", true), err: "does not exist and the volume is read-only"},
-		{name: "nothing said of the claim", vol: pvcVolume("data", "c", false), err: spec.PVCInfoEnv},
+		{name: "nothing said of the claim", vol: pvcVolume("data", "c", false), err: vmispec.PVCInfoEnv},
 		{name: "no device", pvcs: blk, vol: pvcVolume("data", "c", false), err: "volume data (PVC c): the Block PVC's device"},
 		{name: "not a device", pvcs: blk, vol: pvcVolume("data", "c", false), err: "is not a block device",
 			setup: func(t *testing.T, p Paths) {
 				require.NoError(t, os.WriteFile(filepath.Join(p.BlockDeviceDir, "data"), nil, 0o600))
 			}},
-		{name: "ephemeral claim without an image", pvcs: map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
+		{name: "ephemeral claim without an image", pvcs: map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 1 << 20}},
 			vol: ephemeralVolume("data", "c"), err: "volume data (ephemeral, PVC c): the PVC's image"},
 		{name: "ephemeral Block claim without a device", pvcs: blk,
 			vol: ephemeralVolume("data", "c"), err: "volume data (ephemeral, PVC c): the Block PVC's device"},
@@ -211,7 +211,7 @@ func TestPrepareBlockClaim(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a device node")
 	}
-	p := volumePaths(t, map[string]spec.PVCInfo{"data": {ClaimName: "c", Block: true}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Block: true}})
 	dev := filepath.Join(p.BlockDeviceDir, "data")
 	// loop0's numbers: only stat reads the node here.
 	require.NoError(t, unix.Mknod(dev, unix.S_IFBLK|0o600, int(unix.Mkdev(7, 0))))
@@ -223,17 +223,17 @@ func TestPrepareBlockClaim(t *testing.T) {
 
 // The QEMU backend gets the same disks, raw, in disk order.
 func TestVolumeDisksOnQEMU(t *testing.T) {
-	p := volumePaths(t, map[string]spec.PVCInfo{"data": {ClaimName: "c", Size: 8 << 20}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"data": {ClaimName: "c", Size: 8 << 20}})
 	img := filepath.Join(p.PVCDiskDir, "data", "disk.img")
 	// A qcow2 header the guest wrote stays data.
 	require.NoError(t, os.WriteFile(img, []byte{'Q', 'F', 'I', 0xfb}, 0o600))
 	vmi := withVolumes(pvcVolume("data", "c", false),
 		v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDisk: &v1.EmptyDiskSource{Capacity: resource.MustParse("1Mi")}}})
-	vmi.Annotations = map[string]string{spec.BackendAnnotation: "qemu"}
+	vmi.Annotations = map[string]string{vmispec.BackendAnnotation: "qemu"}
 	require.NoError(t, os.WriteFile(filepath.Join(p.ContainerDiskDir, "root.img"), make([]byte, 512), 0o600))
 	cfg, err := prepareVMI(t, vmi, p)
 	require.NoError(t, err)
-	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	require.NoError(t, err)
 	require.Len(t, qc.Disks, 3)
 	for i, want := range []string{img, filepath.Join(p.EmptyDiskDir, "scratch", "disk.img")} {
@@ -250,7 +250,7 @@ func TestVolumeDisksOnQEMU(t *testing.T) {
 // preparation in the same pod (the launcher restarted) keeps the overlay
 // and what was written to it. The QEMU backend gets the same overlay.
 func TestPrepareEphemeral(t *testing.T) {
-	p := volumePaths(t, map[string]spec.PVCInfo{"golden": {ClaimName: "c", Size: 4 << 20}})
+	p := volumePaths(t, map[string]vmispec.PVCInfo{"golden": {ClaimName: "c", Size: 4 << 20}})
 	base := make([]byte, 4<<20)
 	copy(base, "the golden image")
 	claimImg := filepath.Join(p.PVCDiskDir, "golden", "disk.img")
@@ -281,7 +281,7 @@ func TestPrepareEphemeral(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, base, b, "the claim's image is never written")
 
-	vmi.Annotations = map[string]string{spec.BackendAnnotation: "qemu"}
+	vmi.Annotations = map[string]string{vmispec.BackendAnnotation: "qemu"}
 	cfg, err = prepareVMI(t, vmi, p)
 	require.NoError(t, err)
 	img, err = block.OpenQcow2(overlay, true)
@@ -290,7 +290,7 @@ func TestPrepareEphemeral(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, img.Close())
 	assert.Equal(t, "the guest's own ", string(got), "the pod's overlay is kept")
-	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, spec.ConsoleSocket))
+	qc, err := cfg.QEMUConfig(p, filepath.Join(p.SocketDir, vmispec.ConsoleSocket))
 	require.NoError(t, err)
 	assert.Equal(t, overlay, qc.Disks[1].Path)
 	assert.Equal(t, qemu.FormatQCOW2, qc.Disks[1].Format)

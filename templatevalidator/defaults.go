@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
 
@@ -14,7 +14,7 @@ import (
 // for the rules to see what the VM will run with, however it says it:
 // virt-api's defaults (machine type, a disk per volume, the pod network's
 // NIC), the guest memory (memory.guest, else the memory request, else the
-// limit: launcher/spec.GuestMemory, KubeVirt's order), the memory request
+// limit: api/vmispec.GuestMemory, KubeVirt's order), the memory request
 // (else the limit, else the guest memory, as KubeVirt defaults it) and
 // the vCPU topology (sockets, cores and threads 1 where unset, what the
 // launcher counts). So a rule on .spec.domain.memory.guest checks a VM
@@ -30,7 +30,7 @@ func Defaulted(vm *v1.VirtualMachine) (*v1.VirtualMachineInstanceTemplateSpec, e
 	}
 	t.Spec = *s
 	d := &t.Spec.Domain
-	if guest, err := spec.GuestMemory(&t.Spec); err == nil {
+	if guest, err := vmispec.GuestMemory(&t.Spec); err == nil {
 		if d.Memory == nil {
 			d.Memory = &v1.Memory{}
 		}

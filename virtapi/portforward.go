@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // portForwardResources are the port-forwarding subresources (verb get),
@@ -76,7 +76,7 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request, u userInfo)
 // refused (its guest's vsock device is there for the guest agent alone).
 func (s *Server) vsock(w http.ResponseWriter, r *http.Request, u userInfo) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	port, err := spec.VsockPort(r.URL.Query())
+	port, err := vmispec.VsockPort(r.URL.Query())
 	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return

@@ -10,12 +10,12 @@ import (
 
 	"github.com/kubevmm/kubevmm/api/admission"
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // gateSeccomp wraps the VMI or VM validating webhook: a VMI (vm: a VM's
 // template) may not ask for its VMM's seccomp filter to be loosened
-// (spec.SeccompAnnotation other than "kill") unless the cluster enables
+// (vmispec.SeccompAnnotation other than "kill") unless the cluster enables
 // clusterconfig.FeatureGateVMMSeccompOptOut. An update keeping the value
 // it had passes, so that an object made while the gate was on can still
 // be changed and deleted once it is off.
@@ -85,5 +85,5 @@ func seccompMode(raw []byte, vm bool) (*field.Path, string, error) {
 		}
 		meta = &o.ObjectMeta
 	}
-	return p.Child("annotations").Key(spec.SeccompAnnotation), meta.Annotations[spec.SeccompAnnotation], nil
+	return p.Child("annotations").Key(vmispec.SeccompAnnotation), meta.Annotations[vmispec.SeccompAnnotation], nil
 }

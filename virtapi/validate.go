@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // What the VMM can run, checked at admission so that a VMI never passes
@@ -39,7 +39,7 @@ var MinGuestMemory = resource.MustParse("16Mi")
 // gets what it says or is told which field we cannot do. What only the QEMU
 // backend provides (SATA, e1000, Hyper-V, EFI and secure boot, a TPM,
 // clock timers, booting a disk without a Linux boot entry) is accepted: the launcher routes such VMIs to QEMU
-// (spec.SelectBackend).
+// (vmispec.SelectBackend).
 //
 // Hotpluggable volumes (and their disks) are checked as addvolume checks
 // them, the rest of the spec without them (they are appended, so the
@@ -124,16 +124,16 @@ func isFalse(b *bool) bool { return b != nil && !*b }
 
 // validateAnnotations checks the annotations that steer the launcher and
 // returns the backend that will run the VMI ("" if the choice is invalid).
-func validateAnnotations(p *field.Path, s *v1.VirtualMachineInstanceSpec, annotations map[string]string) (spec.Backend, field.ErrorList) {
+func validateAnnotations(p *field.Path, s *v1.VirtualMachineInstanceSpec, annotations map[string]string) (vmispec.Backend, field.ErrorList) {
 	var errs field.ErrorList
 	// Without the boot disk's image (only the launcher reads it), a disk
 	// boot counts as possible for our VMM.
-	backend, _, err := spec.SelectBackend(annotations, s, nil)
+	backend, _, err := vmispec.SelectBackend(annotations, s, nil)
 	if err != nil {
-		errs = append(errs, invalid(p.Key(spec.BackendAnnotation), annotations[spec.BackendAnnotation], "%v", err))
+		errs = append(errs, invalid(p.Key(vmispec.BackendAnnotation), annotations[vmispec.BackendAnnotation], "%v", err))
 	}
-	if _, err := spec.QEMUAccel(annotations); err != nil {
-		errs = append(errs, invalid(p.Key(spec.QEMUAccelAnnotation), annotations[spec.QEMUAccelAnnotation], "%v", err))
+	if _, err := vmispec.QEMUAccel(annotations); err != nil {
+		errs = append(errs, invalid(p.Key(vmispec.QEMUAccelAnnotation), annotations[vmispec.QEMUAccelAnnotation], "%v", err))
 	}
 	if _, ok := annotations[SidecarHookAnnotation]; ok {
 		errs = append(errs, unsupported(p.Key(SidecarHookAnnotation), "", "the launcher has no hook points for sidecars"))
@@ -160,7 +160,7 @@ func validateTopLevel(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.Err
 	// launcher does for masquerade and bridge on the pod network; without
 	// such a NIC they would only reach the launcher.
 	dhcp := false
-	for _, n := range spec.PodNICs(s) {
+	for _, n := range vmispec.PodNICs(s) {
 		dhcp = dhcp || n.ServesDHCP()
 	}
 	const why = "the guest gets no DNS settings: kubevmm serves DHCP only to masquerade and bridge on the pod network"
@@ -189,7 +189,7 @@ func validateResources(d *field.Path, s *v1.VirtualMachineInstanceSpec) field.Er
 			errs = append(errs, invalid(p.Child("requests", string(name)), req.String(), "must not exceed limits.%s (%s)", name, lim.String()))
 		}
 	}
-	mem, err := spec.GuestMemory(s)
+	mem, err := vmispec.GuestMemory(s)
 	switch {
 	case err != nil:
 		errs = append(errs, required(d.Child("memory", "guest"), "set domain.memory.guest or domain.resources.requests.memory"))
@@ -272,7 +272,7 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 		return nil
 	}
 	var errs field.ErrorList
-	if fw.UUID != "" && !spec.ValidUUID(string(fw.UUID)) {
+	if fw.UUID != "" && !vmispec.ValidUUID(string(fw.UUID)) {
 		errs = append(errs, invalid(p.Child("uuid"), string(fw.UUID), "not a UUID (8-4-4-4-12 hex digits)"))
 	}
 	if fw.Serial != "" {
@@ -315,7 +315,7 @@ func validateFirmware(p *field.Path, fw *v1.Firmware) field.ErrorList {
 // relaxed, vapic, spinlocks 8191 with any accelerator; vpindex, runtime,
 // synic, synictimer, reset, frequencies, tlbflush, ipi on KVM), so a
 // request outside that set, or to switch one off, is refused.
-func validateFeatures(p *field.Path, f *v1.Features, backend spec.Backend) field.ErrorList {
+func validateFeatures(p *field.Path, f *v1.Features, backend vmispec.Backend) field.ErrorList {
 	if f == nil {
 		return nil
 	}
@@ -336,9 +336,9 @@ func validateFeatures(p *field.Path, f *v1.Features, backend spec.Backend) field
 	if m := f.SMM; m != nil {
 		on := m.Enabled == nil || *m.Enabled
 		switch {
-		case backend == spec.BackendKubevmm && on:
+		case backend == vmispec.BackendKubevmm && on:
 			errs = append(errs, unsupported(p, "smm", "the kubevmm VMM has no SMM"))
-		case backend == spec.BackendQEMU && !on:
+		case backend == vmispec.BackendQEMU && !on:
 			errs = append(errs, notSupported(p.Child("smm", "enabled"), false, "the QEMU backend always has SMM"))
 		}
 	}
@@ -444,8 +444,8 @@ func validateDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 // gives the guest: a vsock device (autoattachVSOCK would get the VMI a CID
 // that no device carries) and a NIC whose link starts down (QEMU sets a
 // link down only over QMP once it runs, and the launcher refuses it).
-func validateQEMUDevices(p *field.Path, d *v1.Devices, backend spec.Backend) field.ErrorList {
-	if backend != spec.BackendQEMU {
+func validateQEMUDevices(p *field.Path, d *v1.Devices, backend vmispec.Backend) field.ErrorList {
+	if backend != vmispec.BackendQEMU {
 		return nil
 	}
 	var errs field.ErrorList
@@ -461,7 +461,7 @@ func validateQEMUDevices(p *field.Path, d *v1.Devices, backend spec.Backend) fie
 }
 
 // validateMultiQueue: networkInterfaceMultiqueue and blockMultiQueue give
-// virtio NICs and disks a queue per vCPU (spec.NICQueues, DiskQueues). As
+// virtio NICs and disks a queue per vCPU (vmispec.NICQueues, DiskQueues). As
 // in KubeVirt, multi-queue NICs with only non-virtio interfaces are refused.
 func validateMultiQueue(p *field.Path, d *v1.Devices) field.ErrorList {
 	if m := d.NetworkInterfaceMultiQueue; m == nil || !*m || len(d.Interfaces) == 0 {

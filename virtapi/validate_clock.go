@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // maxClockOffset bounds clock.utc.offsetSeconds: a century either way
@@ -14,8 +14,8 @@ import (
 // -rtc base take.
 const maxClockOffset = 100 * 365 * 24 * time.Hour
 
-// validateClock admits the clock both backends run (spec.RTCOffset; the
-// timers our VMM lacks send the VMI to QEMU: spec.NeedsQEMU) and refuses
+// validateClock admits the clock both backends run (vmispec.RTCOffset; the
+// timers our VMM lacks send the VMI to QEMU: vmispec.NeedsQEMU) and refuses
 // what neither does: removing the PIT or the RTC (both machines have
 // them), an HPET tick policy, PIT tick policies other than KVM's delay,
 // Hyper-V's synthetic timers without its clock (QEMU's hv-stimer needs
@@ -54,7 +54,7 @@ func validateClock(p *field.Path, c *v1.Clock, f *v1.Features) field.ErrorList {
 		if isFalse(pit.Enabled) {
 			errs = append(errs, notSupported(tp.Child("pit", "present"), false, "the guest always has a PIT"))
 		}
-		if pit.TickPolicy != "" && pit.TickPolicy != spec.TickPolicyDelay {
+		if pit.TickPolicy != "" && pit.TickPolicy != vmispec.TickPolicyDelay {
 			errs = append(errs, notSupported(tp.Child("pit", "tickPolicy"), pit.TickPolicy, "delay, what KVM's in-kernel PIT does"))
 		}
 	}
@@ -63,12 +63,12 @@ func validateClock(p *field.Path, c *v1.Clock, f *v1.Features) field.ErrorList {
 			errs = append(errs, notSupported(tp.Child("rtc", "present"), false, "the guest always has an RTC"))
 		}
 		switch r.TickPolicy {
-		case "", spec.TickPolicyDelay, spec.TickPolicyCatchup:
+		case "", vmispec.TickPolicyDelay, vmispec.TickPolicyCatchup:
 		default:
 			errs = append(errs, notSupported(tp.Child("rtc", "tickPolicy"), r.TickPolicy, "delay, catchup"))
 		}
 		switch r.Track {
-		case "", spec.RTCTrackGuest, spec.RTCTrackWall:
+		case "", vmispec.RTCTrackGuest, vmispec.RTCTrackWall:
 		default:
 			errs = append(errs, notSupported(tp.Child("rtc", "track"), r.Track, "guest, wall"))
 		}
@@ -89,7 +89,7 @@ func validateTPM(p *field.Path, t *v1.TPMDevice) field.ErrorList {
 // validateSecureBoot: as in KubeVirt, secure boot needs SMM (the firmware
 // guards its variable store with it).
 func validateSecureBoot(p *field.Path, s *v1.VirtualMachineInstanceSpec) field.ErrorList {
-	if !spec.SecureBoot(s) {
+	if !vmispec.SecureBoot(s) {
 		return nil
 	}
 	if f := s.Domain.Features; f == nil || f.SMM == nil || isFalse(f.SMM.Enabled) {

@@ -8,11 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // validateInterfaces checks the guest NICs against their networks, with
-// KubeVirt's rules where kubevmm implements the binding (spec.PodNICs):
+// KubeVirt's rules where kubevmm implements the binding (vmispec.PodNICs):
 // masquerade on the pod network, with ports; bridge on the pod network
 // (the guest gets the pod's IP by DHCP) and on multus networks;
 // every NIC named after a network, names unique, at most one on the pod
@@ -48,7 +48,7 @@ func validateInterfaces(p *field.Path, ifcs []v1.Interface, networks []v1.Networ
 			switch {
 			case err != nil || len(mac) != 6 || mac[0]&1 != 0:
 				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "not a unicast MAC address"))
-			case ifc.Masquerade != nil && mac.String() == spec.GatewayMAC:
+			case ifc.Masquerade != nil && mac.String() == vmispec.GatewayMAC:
 				// As KubeVirt refuses its in-pod bridge's MAC.
 				errs = append(errs, invalid(ip.Child("macAddress"), ifc.MacAddress, "reserved for the guest's masquerade gateway"))
 			}
@@ -125,7 +125,7 @@ func validateBinding(ip *field.Path, ifc v1.Interface, n v1.Network) field.Error
 		if port.Port < 1 || port.Port > 65535 {
 			errs = append(errs, invalid(pp.Child("port"), port.Port, "a port number is 1 to 65535"))
 		}
-		if port.Port == spec.MigrationPort && port.Protocol != "UDP" {
+		if port.Port == vmispec.MigrationPort && port.Protocol != "UDP" {
 			errs = append(errs, invalid(pp.Child("port"), port.Port, "the launcher's migration port is reserved"))
 		}
 		switch port.Protocol {
@@ -183,9 +183,9 @@ func validateNetworks(p *field.Path, networks []v1.Network) field.ErrorList {
 		}
 		if pod := n.Pod; pod != nil {
 			pods++
-			// The masquerade NAT (handler) uses spec.DefaultVMNetworkCIDR.
-			if c := pod.VMNetworkCIDR; c != "" && c != spec.DefaultVMNetworkCIDR {
-				errs = append(errs, notSupported(np.Child("pod", "vmNetworkCIDR"), c, spec.DefaultVMNetworkCIDR+" only"))
+			// The masquerade NAT (handler) uses vmispec.DefaultVMNetworkCIDR.
+			if c := pod.VMNetworkCIDR; c != "" && c != vmispec.DefaultVMNetworkCIDR {
+				errs = append(errs, notSupported(np.Child("pod", "vmNetworkCIDR"), c, vmispec.DefaultVMNetworkCIDR+" only"))
 			}
 			if pod.VMIPv6NetworkCIDR != "" {
 				errs = append(errs, unsupported(np, "pod.vmIPv6NetworkCIDR", "the guest has no IPv6 on the pod network"))

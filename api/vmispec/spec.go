@@ -1,9 +1,11 @@
-// Package spec is what virt-controller, virt-launcher, virt-handler and
-// virt-api agree on about a VMI beyond the API types: which backend runs
-// it, how much CPU and memory the guest gets, which NICs sit on the pod
-// network, and where in the launcher pod things live. It depends on the API
-// types only, so every component can import it without linking the VMM.
-package spec
+// Package vmispec is what virt-controller, virt-launcher, virt-handler,
+// virt-api and the operators agree on about a VMI beyond the API types:
+// which backend runs it, how much CPU and memory the guest gets, which
+// NICs sit on the pod network, and where in the launcher pod things live.
+// It sits with the API types, below every component that reads a VMI,
+// and depends only on them and on net/dhcp's lease, so every component
+// can import it without linking the VMM.
+package vmispec
 
 import (
 	"crypto/sha256"

@@ -31,8 +31,8 @@ import (
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	kvscheme "github.com/kubevmm/kubevmm/api/scheme"
 	"github.com/kubevmm/kubevmm/api/securemetrics"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/handler"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 )
 
 func main() {
@@ -174,7 +174,7 @@ func addControllers(mgr ctrl.Manager, o options, migTLS *handler.MigrationTLS, m
 // the HTTPS server virt-api talks to.
 func addServers(mgr ctrl.Manager, o options, certs handler.TLSFiles, migrations *handler.MigrationServer, kick chan event.GenericEvent, log logr.Logger) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		l, err := net.Listen("tcp", ":"+strconv.Itoa(spec.HandlerMigrationPort))
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(vmispec.HandlerMigrationPort))
 		if err != nil {
 			return fmt.Errorf("virt-handler migration server: %w", err)
 		}

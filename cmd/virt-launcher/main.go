@@ -13,8 +13,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/launcher"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/vmm/procmem"
 )
 
@@ -52,7 +52,7 @@ func main() {
 		}
 	}
 	paths := launcher.DefaultPaths(os.Getenv("KUBEVMM_SOCKET_DIR"))
-	pvcs, err := spec.DecodePVCInfo(os.Getenv(spec.PVCInfoEnv))
+	pvcs, err := vmispec.DecodePVCInfo(os.Getenv(vmispec.PVCInfoEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "virt-launcher:", err)
 		os.Exit(2)
@@ -68,7 +68,7 @@ func main() {
 		QEMUBinary: os.Getenv("KUBEVMM_QEMU_BINARY"),
 		// Set on migration target pods: receive the guest instead of
 		// booting it.
-		Incoming: os.Getenv(spec.IncomingEnv),
+		Incoming: os.Getenv(vmispec.IncomingEnv),
 		// The VMM's seccomp filter, in the mode the VMI's
 		// kubevmm.io/seccomp annotation asks for (kill by default).
 		Seccomp: true,

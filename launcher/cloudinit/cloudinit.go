@@ -33,7 +33,7 @@ import (
 	"strings"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // Labels of the two kinds of disk, as cloud-init looks for them.
@@ -91,7 +91,7 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 	uuid := string(vmi.UID)
 	var files []file
 	if noCloud {
-		meta, err := json.Marshal(noCloudMeta{InstanceID: uuid, LocalHostname: spec.GuestHostname(vmi), PublicKeys: keys})
+		meta, err := json.Marshal(noCloudMeta{InstanceID: uuid, LocalHostname: vmispec.GuestHostname(vmi), PublicKeys: keys})
 		if err != nil {
 			return nil, true, err
 		}
@@ -101,7 +101,7 @@ func Image(vmi *v1.VirtualMachineInstance, secretDir string) (img []byte, ok boo
 		}
 	} else {
 		id := vmi.Name + "." + vmi.Namespace
-		meta, err := json.Marshal(configDriveMeta{LegacyInstanceID: id, InstanceID: id, Hostname: spec.GuestHostname(vmi), UUID: uuid, PublicKeys: keys})
+		meta, err := json.Marshal(configDriveMeta{LegacyInstanceID: id, InstanceID: id, Hostname: vmispec.GuestHostname(vmi), UUID: uuid, PublicKeys: keys})
 		if err != nil {
 			return nil, true, err
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // TestBridgeNetworks: two VMIs with a NIC on a NAD of type bridge on the
@@ -38,7 +38,7 @@ func TestBridgeNetworks(t *testing.T) {
 	pod := kubectl(t, "-n", ns, "get", "pods", "-l", v1.VirtualMachineNameLabel+"=bra", "-o", "jsonpath={.items[0].metadata.name}")
 	var nets []map[string]string
 	require.NoError(t, json.Unmarshal([]byte(jsonpath(t, "pod/"+pod, `{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/networks}`)), &nets))
-	assert.Equal(t, []map[string]string{{"name": "br1", "namespace": ns, "interface": spec.MultusInterfaceName("br1"), "mac": "02:00:00:00:b1:0a"}}, nets)
+	assert.Equal(t, []map[string]string{{"name": "br1", "namespace": ns, "interface": vmispec.MultusInterfaceName("br1"), "mac": "02:00:00:00:b1:0a"}}, nets)
 	assert.Equal(t, "1", jsonpath(t, "pod/"+pod, `{.spec.containers[0].resources.limits.bridge\.network\.kubevirt\.io/br1}`))
 
 	t0 := time.Now()
@@ -57,7 +57,7 @@ func TestBridgeNetworks(t *testing.T) {
 	assert.Equal(t, "default", st.Interfaces[0].Name)
 	assert.Equal(t, "br1", st.Interfaces[1].Name)
 	assert.Equal(t, "02:00:00:00:b1:0a", st.Interfaces[1].MAC)
-	assert.Equal(t, spec.MultusInterfaceName("br1"), st.Interfaces[1].PodInterfaceName)
+	assert.Equal(t, vmispec.MultusInterfaceName("br1"), st.Interfaces[1].PodInterfaceName)
 	assert.Contains(t, st.Interfaces[1].InfoSource, "multus-status")
 
 	require.NoError(t, echo(net.JoinHostPort(podIP, "80")), "port 80 reaches the guest through the pod IP")

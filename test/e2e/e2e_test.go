@@ -54,8 +54,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/controller"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/hosttools"
 )
 
@@ -508,8 +508,8 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 			t.Fatalf("the guest printed no lease:\n%s", out)
 		}
 		t.Logf("guest's lease: %s", lease[0])
-		if lease[1] != spec.GuestIP || lease[2] != spec.GatewayIP || lease[4] != vmName {
-			t.Errorf("lease %q: want ip %s, router %s, hostname %s", lease[0], spec.GuestIP, spec.GatewayIP, vmName)
+		if lease[1] != vmispec.GuestIP || lease[2] != vmispec.GatewayIP || lease[4] != vmName {
+			t.Errorf("lease %q: want ip %s, router %s, hostname %s", lease[0], vmispec.GuestIP, vmispec.GatewayIP, vmName)
 		}
 		t.Logf("guest -> node: %s", pingSummary(out))
 		podIP := jsonpath(t, "vmi/"+vmName, "{.status.interfaces[0].ipAddress}")
@@ -578,7 +578,7 @@ func TestVirtualMachineLifecycle(t *testing.T) {
 		// and stalls. The port speaks TLS, refuses the first, and
 		// neither keeps the migration from succeeding.
 		handlerIP := strings.TrimSpace(kubectl(t, "-n", "kubevirt", "get", "pods", "-l", "kubevirt.io=virt-handler", "-o", "jsonpath={.items[0].status.podIP}"))
-		migAddr := net.JoinHostPort(handlerIP, strconv.Itoa(spec.HandlerMigrationPort))
+		migAddr := net.JoinHostPort(handlerIP, strconv.Itoa(vmispec.HandlerMigrationPort))
 		srcPIDs := podProcesses(jsonpath(t, "pod/"+source, "{.metadata.uid}"), "virt-launcher")
 		if len(srcPIDs) == 0 {
 			t.Fatalf("no virt-launcher process in pod %s", source)

@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 	nadv1 "github.com/kubevmm/kubevmm/api/nad/v1"
-	"github.com/kubevmm/kubevmm/launcher/spec"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 )
 
 // TestPodBridgeBinding: a VMI whose only NIC is bridge-bound on the pod
@@ -49,7 +49,7 @@ func TestPodBridgeBinding(t *testing.T) {
 	require.NotNil(t, m, "the guest's ip addr shows an address:\n%s", out)
 	assert.Equal(t, podIP, m[1], "the guest has the pod's IP")
 	assert.Contains(t, lease, "routes=", "the lease has classless routes")
-	assert.Contains(t, lease, spec.PodBridgeFakeIP+"/32 0.0.0.0", "and the bridge's address on link")
+	assert.Contains(t, lease, vmispec.PodBridgeFakeIP+"/32 0.0.0.0", "and the bridge's address on link")
 
 	var netStatus []nadv1.NetworkStatus
 	require.NoError(t, json.Unmarshal([]byte(jsonpathIn(t, ns, "pod/"+pod, `{.metadata.annotations.k8s\.v1\.cni\.cncf\.io/network-status}`)), &netStatus))
@@ -80,7 +80,7 @@ func TestPodBridgeBinding(t *testing.T) {
 	}
 	require.NotNil(t, migratable, "a LiveMigratable condition: %+v", st.Conditions)
 	assert.Equal(t, "False", string(migratable.Status))
-	assert.Equal(t, spec.ReasonInterfaceNotLiveMigratable, migratable.Reason)
+	assert.Equal(t, vmispec.ReasonInterfaceNotLiveMigratable, migratable.Reason)
 	assert.Contains(t, migratable.Message, "interface default")
 
 	// Another pod reaches the guest at the pod IP.

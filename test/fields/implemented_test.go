@@ -23,11 +23,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/controller"
 	"github.com/kubevmm/kubevmm/launcher"
 	"github.com/kubevmm/kubevmm/launcher/cloudinit"
 	"github.com/kubevmm/kubevmm/launcher/qemu"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/test/fields"
 	"github.com/kubevmm/kubevmm/virtapi"
 	bootdisk "github.com/kubevmm/kubevmm/vmm/boot/disk"
@@ -65,7 +65,7 @@ func baseVMI(t *testing.T) *v1.VirtualMachineInstance {
 type rendering struct {
 	Patch     string
 	Pod       *corev1.Pod
-	Backend   spec.Backend
+	Backend   vmispec.Backend
 	VMM       *vmmRendering
 	QEMU      []string
 	CloudInit []byte
@@ -119,8 +119,8 @@ func newRenderer(t *testing.T) *renderer {
 		PVCDiskDir: filepath.Join(d, "pvcs"), BlockDeviceDir: filepath.Join(d, "blocks"), EmptyDiskDir: filepath.Join(d, "empty"),
 	}
 	r := &renderer{t: t, paths: p}
-	r.write(filepath.Join(p.KernelBootDir, spec.KernelFile), "kernel")
-	r.write(filepath.Join(p.KernelBootDir, spec.InitrdFile), "initrd")
+	r.write(filepath.Join(p.KernelBootDir, vmispec.KernelFile), "kernel")
+	r.write(filepath.Join(p.KernelBootDir, vmispec.InitrdFile), "initrd")
 	return r
 }
 
@@ -168,7 +168,7 @@ func (r *renderer) render(vmi *v1.VirtualMachineInstance) (out rendering, errs f
 		return out, nil, fmt.Errorf("the launcher's VMI: %w", err)
 	}
 	delete(out.Pod.Annotations, controller.VMIAnnotation)
-	if out.Backend, _, err = spec.SelectBackend(lv.Annotations, &lv.Spec, nil); err != nil {
+	if out.Backend, _, err = vmispec.SelectBackend(lv.Annotations, &lv.Spec, nil); err != nil {
 		return out, nil, err
 	}
 	if out.CloudInit, err = r.cloudInit(lv); err != nil {
@@ -192,10 +192,10 @@ func (r *renderer) cloudInit(lv *v1.VirtualMachineInstance) ([]byte, error) {
 // backend renders the configuration of the backend the launcher picked.
 func (r *renderer) backend(lv *v1.VirtualMachineInstance, out *rendering) error {
 	p := r.paths
-	p.PVCs = map[string]spec.PVCInfo{}
-	for _, v := range spec.PVCVolumes(&lv.Spec) {
-		claim, _, _ := spec.VolumeClaim(&v)
-		p.PVCs[v.Name] = spec.PVCInfo{ClaimName: claim, Size: 64 << 20}
+	p.PVCs = map[string]vmispec.PVCInfo{}
+	for _, v := range vmispec.PVCVolumes(&lv.Spec) {
+		claim, _, _ := vmispec.VolumeClaim(&v)
+		p.PVCs[v.Name] = vmispec.PVCInfo{ClaimName: claim, Size: 64 << 20}
 	}
 	cfg, err := launcher.BuildVMConfig(lv, p)
 	if err != nil {
@@ -206,7 +206,7 @@ func (r *renderer) backend(lv *v1.VirtualMachineInstance, out *rendering) error 
 			r.write(d.Path, strings.Repeat("\x00", 512)) // a raw image
 		}
 	}
-	if out.Backend == spec.BackendQEMU {
+	if out.Backend == vmispec.BackendQEMU {
 		qc, err := cfg.QEMUConfig(p, filepath.Join(p.RunDir, "serial.sock"))
 		if err != nil {
 			return fmt.Errorf("VMConfig.QEMUConfig: %w", err)
@@ -220,7 +220,7 @@ func (r *renderer) backend(lv *v1.VirtualMachineInstance, out *rendering) error 
 	boot := -1
 	if cfg.Kernel == "" {
 		// A disk boot: the launcher reads the boot disk's entry first.
-		boot = spec.BootDisk(&lv.Spec)
+		boot = vmispec.BootDisk(&lv.Spec)
 		cfg.DiskBoot = &bootdisk.Boot{Kernel: []byte("the boot disk's kernel")}
 	}
 	mc, err := cfg.MachineConfig(nil)
@@ -245,8 +245,8 @@ type fieldCase struct {
 	prepare     func(*v1.VirtualMachineInstance)
 	value       any
 	set         func(*v1.VirtualMachineInstance)
-	same        map[spec.Backend]string
-	notHonoured map[spec.Backend]string
+	same        map[vmispec.Backend]string
+	notHonoured map[vmispec.Backend]string
 }
 
 // elsewhere is a listed leaf whose effect no pure rendering shows, and the
@@ -283,12 +283,12 @@ var checkedElsewhere = map[string]elsewhere{
 		why: "whether the launcher creates the image at start"},
 	"volumes[0].hostDisk.capacity": {test: "launcher.TestPrepareHostDisks",
 		why: "the size of the image the launcher creates at start"},
-	"volumes[0].hostDisk.shared": {test: "launcher/spec.TestLiveMigratableDisks",
+	"volumes[0].hostDisk.shared": {test: "api/vmispec.TestLiveMigratableDisks",
 		why: "the LiveMigratable condition virt-controller reports"},
 }
 
 func qemuVMI(vmi *v1.VirtualMachineInstance) {
-	vmi.Annotations[spec.BackendAnnotation] = string(spec.BackendQEMU)
+	vmi.Annotations[vmispec.BackendAnnotation] = string(vmispec.BackendQEMU)
 }
 
 func cores(n uint32) func(*v1.VirtualMachineInstance) {
@@ -384,7 +384,7 @@ var cases = map[string]fieldCase{
 	"domain.devices.autoattachPodInterface": {value: false, prepare: func(vmi *v1.VirtualMachineInstance) {
 		vmi.Spec.Domain.Devices.Interfaces, vmi.Spec.Networks = nil, nil
 	}},
-	"domain.devices.rng": {notHonoured: map[spec.Backend]string{spec.BackendQEMU: "QEMU gets no virtio-rng device (launcher/qemu has none). " +
+	"domain.devices.rng": {notHonoured: map[vmispec.Backend]string{vmispec.BackendQEMU: "QEMU gets no virtio-rng device (launcher/qemu has none). " +
 		"Refusing it on QEMU would refuse every VM of the fedora cluster preference (preferredRng with EFI, which runs on QEMU); " +
 		"honouring it takes qemu.Config.RNG (-object rng-random,filename=/dev/urandom -device virtio-rng-pci) and a look at " +
 		"live migration from launchers without it"}},
@@ -393,10 +393,10 @@ var cases = map[string]fieldCase{
 
 	"domain.clock.timezone":          {value: "Asia/Kolkata"},
 	"domain.clock.timer.kvm.present": {value: false},
-	"domain.clock.timer.pit.tickPolicy": {value: spec.TickPolicyDelay, same: map[spec.Backend]string{
-		spec.BackendKubevmm: "our VMM's PIT is KVM's in-kernel one, which delays lost ticks"}},
-	"domain.clock.timer.rtc.tickPolicy": {value: spec.TickPolicyCatchup},
-	"domain.clock.timer.rtc.track":      {value: spec.RTCTrackGuest},
+	"domain.clock.timer.pit.tickPolicy": {value: vmispec.TickPolicyDelay, same: map[vmispec.Backend]string{
+		vmispec.BackendKubevmm: "our VMM's PIT is KVM's in-kernel one, which delays lost ticks"}},
+	"domain.clock.timer.rtc.tickPolicy": {value: vmispec.TickPolicyCatchup},
+	"domain.clock.timer.rtc.track":      {value: vmispec.RTCTrackGuest},
 
 	"domain.firmware.uuid":           {value: "0b7a6f5e-1c2d-4e3f-8a9b-0c1d2e3f4a5b"},
 	"domain.firmware.bootloader.efi": {prepare: diskBootWithSMM},
@@ -410,8 +410,8 @@ var cases = map[string]fieldCase{
 	"volumes[0].name": {set: func(vmi *v1.VirtualMachineInstance) {
 		vmi.Spec.Domain.Devices.Disks[0].Name, vmi.Spec.Volumes[0].Name = "x", "x"
 	}},
-	"domain.devices.disks[0].bootOrder": {same: map[spec.Backend]string{
-		spec.BackendKubevmm: "a kernelBoot guest boots its kernel, no disk; a disk boot reads the entry of the disk spec.BootDisk picks (launcher)"}},
+	"domain.devices.disks[0].bootOrder": {same: map[vmispec.Backend]string{
+		vmispec.BackendKubevmm: "a kernelBoot guest boots its kernel, no disk; a disk boot reads the entry of the disk vmispec.BootDisk picks (launcher)"}},
 	"domain.devices.interfaces[0].name": {set: func(vmi *v1.VirtualMachineInstance) {
 		vmi.Spec.Domain.Devices.Interfaces[0].Name, vmi.Spec.Networks[0].Name = "x", "x"
 	}},
@@ -536,7 +536,7 @@ func TestImplementedFieldsAct(t *testing.T) {
 				checkElsewhere(t, l, cases[p], e)
 				return
 			}
-			for _, b := range []spec.Backend{"", spec.BackendQEMU} {
+			for _, b := range []vmispec.Backend{"", vmispec.BackendQEMU} {
 				checkActs(t, l, cases[p], b)
 			}
 		})
@@ -567,14 +567,14 @@ func mutate(t *testing.T, l fields.Leaf, c fieldCase, base *v1.VirtualMachineIns
 // checkActs sets the leaf on the base VMI for backend ("": the launcher
 // picks) and checks that it is admitted and acts, or (on QEMU) is refused
 // naming it.
-func checkActs(t *testing.T, l fields.Leaf, c fieldCase, b spec.Backend) {
+func checkActs(t *testing.T, l fields.Leaf, c fieldCase, b vmispec.Backend) {
 	r := newRenderer(t)
 	secrets(r)
 	base := baseVMI(t)
 	if c.prepare != nil {
 		c.prepare(base)
 	}
-	if b == spec.BackendQEMU {
+	if b == vmispec.BackendQEMU {
 		qemuVMI(base)
 	}
 	vmi, val := mutate(t, l, c, base)
@@ -590,7 +590,7 @@ func checkActs(t *testing.T, l fields.Leaf, c fieldCase, b spec.Backend) {
 	require.Empty(t, r0.diff(again), "rendering the base VMI for %s %s twice gives two results: the comparison would mean nothing", l.Path, where)
 	r1, errs, err := r.render(vmi)
 	if len(errs) > 0 {
-		if b == spec.BackendQEMU && namedIn(errs, "spec."+l.Path) {
+		if b == vmispec.BackendQEMU && namedIn(errs, "spec."+l.Path) {
 			t.Logf("spec.%s: %v is refused on QEMU, naming it: %v", l.Path, val, errs.ToAggregate())
 			return
 		}
@@ -605,7 +605,7 @@ func checkActs(t *testing.T, l fields.Leaf, c fieldCase, b spec.Backend) {
 		// The field routes the VMI to another backend: compare with the
 		// base VMI on that one, what the field does there is its effect.
 		on := base.DeepCopy()
-		on.Annotations[spec.BackendAnnotation] = string(r1.Backend)
+		on.Annotations[vmispec.BackendAnnotation] = string(r1.Backend)
 		r0, errs, err = r.render(on)
 		require.Empty(t, errs, "the base VMI for %s on %s is refused", l.Path, r1.Backend)
 		require.NoError(t, err, "rendering the base VMI for %s on %s", l.Path, r1.Backend)
@@ -647,19 +647,19 @@ func namedIn(errs field.ErrorList, path string) bool {
 // refused naming it.
 func checkElsewhere(t *testing.T, l fields.Leaf, c fieldCase, e elsewhere) {
 	testExists(t, e.test, "spec."+l.Path)
-	for _, b := range []spec.Backend{"", spec.BackendQEMU} {
+	for _, b := range []vmispec.Backend{"", vmispec.BackendQEMU} {
 		base := baseVMI(t)
 		if c.prepare != nil {
 			c.prepare(base)
 		}
-		if b == spec.BackendQEMU {
+		if b == vmispec.BackendQEMU {
 			qemuVMI(base)
 		}
 		require.Empty(t, validate(base), "the base VMI for %s on %q is refused", l.Path, b)
 		vmi, val := mutate(t, l, c, base)
 		errs := validate(vmi)
 		switch {
-		case b == spec.BackendQEMU && e.ourVMMOnly:
+		case b == vmispec.BackendQEMU && e.ourVMMOnly:
 			if !namedIn(errs, "spec."+l.Path) {
 				t.Errorf("spec.%s: %v acts on our VMM only (%s), but is not refused by name on QEMU: %v", l.Path, val, e.why, errs.ToAggregate())
 			}

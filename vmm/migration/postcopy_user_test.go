@@ -22,7 +22,7 @@ import (
 // root ("denied") or by that user ("granted").
 const userChildEnv = "KUBEVMM_POSTCOPY_USER_CHILD"
 
-// launcherUser is a user in the launchers' range (launcher/spec's
+// launcherUser is a user in the launchers' range (api/vmispec's
 // LauncherUID: from 2^30), which no process of the host runs as.
 const launcherUser = 1<<30 + 4242
 

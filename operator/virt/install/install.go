@@ -35,11 +35,11 @@ import (
 	"github.com/kubevmm/kubevmm/api/crds"
 	"github.com/kubevmm/kubevmm/api/frontproxy"
 	"github.com/kubevmm/kubevmm/api/instancetype/v1beta1"
+	"github.com/kubevmm/kubevmm/api/vmispec"
 	"github.com/kubevmm/kubevmm/controller"
 	controllerrbac "github.com/kubevmm/kubevmm/controller/rbac"
 	"github.com/kubevmm/kubevmm/handler"
 	handlerrbac "github.com/kubevmm/kubevmm/handler/rbac"
-	"github.com/kubevmm/kubevmm/launcher/spec"
 	"github.com/kubevmm/kubevmm/operator/internal/kit"
 	"github.com/kubevmm/kubevmm/virtapi"
 )
@@ -347,7 +347,7 @@ func (b *builder) handler() error {
 		},
 		Args: []string{"--device-plugin-dir=/var/lib/kubelet/device-plugins", "--kubelet-pods-dir=/var/lib/kubelet/pods",
 			"--kubelet-plugins-dir=/var/lib/kubelet/plugins", "--seccomp-dir=/var/lib/kubelet/seccomp"},
-		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: spec.HandlerMigrationPort}, {Name: "metrics", ContainerPort: 8443}},
+		Ports:     []corev1.ContainerPort{{Name: "api", ContainerPort: handler.Port}, {Name: "migration", ContainerPort: vmispec.HandlerMigrationPort}, {Name: "metrics", ContainerPort: 8443}},
 		Resources: req("10m", "32Mi"), ReadinessProbe: probe(corev1.URISchemeHTTP, 8187),
 		SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To(int64(0)), RunAsNonRoot: ptr.To(false)},
 		VolumeMounts: []corev1.VolumeMount{
@@ -380,7 +380,7 @@ func (b *builder) handler() error {
 	// Its API answers virt-api only, its migration port the other nodes'
 	// handlers only (both mutual TLS besides); its metrics anyone with a
 	// token allowed to read them.
-	migration := kit.Peer{Pods: appLabels(VirtHandlerName), Ports: []int32{spec.HandlerMigrationPort}}
+	migration := kit.Peer{Pods: appLabels(VirtHandlerName), Ports: []int32{vmispec.HandlerMigrationPort}}
 	b.add(ds, kit.NetworkPolicy(ds, kit.Traffic{Serve: []int32{8443},
 		From: []kit.Peer{{Pods: appLabels(VirtAPIName), Ports: []int32{handler.Port}}, migration},
 		To:   []kit.Peer{migration}}))
