@@ -55,6 +55,28 @@ func TestCreateTypes(t *testing.T) {
 	assert.Equal(t, "ns1", p.Namespace)
 	assert.Regexp(t, "^preference-", p.Name)
 	assert.Equal(t, v1beta1.Cores, *p.Spec.CPU.PreferredCPUTopology)
+
+	out.Reset()
+	_, err = run([]string{"create", "preference", "--machine-type", "q35", "--volume-storage-class", "local"}, nil, &out)
+	require.NoError(t, err)
+	cp := &v1beta1.VirtualMachineClusterPreference{}
+	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), cp))
+	assert.Equal(t, "q35", cp.Spec.Machine.PreferredMachineType)
+	assert.Equal(t, "local", cp.Spec.Volumes.PreferredStorageClassName)
+	assert.Empty(t, cp.Namespace, "cluster-scoped")
+}
+
+// Upstream's flags that ask for what create vm does anyway are taken.
+func TestCreateVMUpstreamDefaults(t *testing.T) {
+	var out bytes.Buffer
+	code, err := run([]string{"create", "vm", "--name", "a", "--cloud-init", "nocloud", "--infer-instancetype=false", "--infer-preference",
+		"--memory", "1Gi", "--cloud-init-user-data", "I2Nsb3VkLWNvbmZpZwo="}, nil, &out)
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	vm := &v1.VirtualMachine{}
+	require.NoError(t, yaml.UnmarshalStrict(out.Bytes(), vm))
+	assert.Equal(t, "1Gi", vm.Spec.Template.Spec.Domain.Memory.Guest.String())
+	assert.Empty(t, vm.Namespace, "no -n: no namespace")
 }
 
 func TestCreateRefuses(t *testing.T) {
@@ -71,7 +93,11 @@ func TestCreateRefuses(t *testing.T) {
 		{[]string{"create", "vm", "--memory", "lots"}, "--memory"},
 		{[]string{"create", "instancetype", "--cpu", "2"}, "--cpu and --memory are required"},
 		{[]string{"create", "preference", "--cpu-topology", "diagonal"}, `"diagonal" is not one of`},
-		{[]string{"create", "flavor"}, `"flavor": want vm, instancetype or preference`},
+		{[]string{"create", "flavor"}, `unknown command "flavor" for "virtctl create"`},
+		{[]string{"create", "vm", "--volume-pvc", "src:disk"}, "create vm: --volume-pvc is not supported by kubevmm's virtctl"},
+		{[]string{"create", "vm", "--cloud-init", "configdrive"}, "create vm: --cloud-init is not supported by kubevmm's virtctl"},
+		{[]string{"create", "instancetype", "--cpu", "2", "--memory", "1Gi", "--gpu", "name:g,devicename:d"}, "create instancetype: --gpu is not supported"},
+		{[]string{"create", "vm", "extra"}, "create vm: want no argument, flags only"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {

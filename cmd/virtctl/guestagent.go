@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/spf13/cobra"
+
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
 )
 
@@ -18,17 +20,22 @@ var guestAgentCommands = map[string]string{
 	"fslist":      "filesystemlist",
 }
 
-// guestAgent prints what the VMI (args: its name) guest agent reports,
-// as indented JSON of KubeVirt's type, as KubeVirt's virtctl does; it
-// returns the exit code.
-func (c *apiClient) guestAgent(ctx context.Context, cmd string, args []string, stdout io.Writer) (int, error) {
-	if len(args) != 1 {
-		return 2, fmt.Errorf("%s: want VMI", cmd)
+// guestAgentCommand is guestosinfo, userlist or fslist: it prints what
+// the VMI's guest agent reports, as indented JSON of KubeVirt's type, as
+// KubeVirt's virtctl does.
+func (c *cli) guestAgentCommand(name, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:     name + " (VMI)",
+		Short:   short,
+		Example: fmt.Sprintf("  # What the guest agent of the VirtualMachineInstance 'myvmi' reports:\n  virtctl %s myvmi", name),
+		Args:    exactArgs(1, "VMI"),
+		RunE: c.withClient(func(ac *apiClient, cmd *cobra.Command, args []string) (int, error) {
+			if err := ac.printGuestAgent(context.Background(), name, args[0], cmd.OutOrStdout()); err != nil {
+				return 1, err
+			}
+			return 0, nil
+		}),
 	}
-	if err := c.printGuestAgent(ctx, cmd, args[0], stdout); err != nil {
-		return 1, err
-	}
-	return 0, nil
 }
 
 func (c *apiClient) printGuestAgent(ctx context.Context, cmd, name string, stdout io.Writer) error {

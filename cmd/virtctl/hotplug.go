@@ -4,20 +4,20 @@ package main
 // virtctl removevolume VMI --volume-name=NAME [--persist] [--dry-run]
 //
 // As upstream's: the volume is a DataVolume when one of that name exists,
-// else a PersistentVolumeClaim; --persist goes through the VM (its spec
-// keeps the volume), without it through the VMI.
+// else a PersistentVolumeClaim. --persist goes through the VM (its spec
+// keeps the volume), without it through the VMI (upstream v1.9 always
+// tries the VM first and keeps --persist as a flag without effect).
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,52 +33,61 @@ type volumeCmd struct {
 	persist, dryRun bool
 }
 
-// unsupportedVolumeFlags are upstream's addvolume flags kubevmm refuses
-// by name: the guest knows a hot-plugged disk by the volume's name (its
-// serial), and kubevmm's hot-plugged volumes are plain SCSI disks.
-var unsupportedVolumeFlags = []string{"serial", "cache", "disk-type"}
+func (c *cli) addVolumeCommand() *cobra.Command {
+	v := &volumeCmd{op: "addvolume"}
+	var bus, diskType string
+	cmd := &cobra.Command{
+		Use:   "addvolume VMI",
+		Short: "Hot-plug a DataVolume or PVC into a running virtual machine instance.",
+		Example: `  # Hot-plug the DataVolume (or PVC) 'example-dv' into the running VMI 'fedora-dv':
+  virtctl addvolume fedora-dv --volume-name=example-dv
 
-func parseVolumeCmd(op string, args []string) (*volumeCmd, error) {
-	v := &volumeCmd{op: op}
-	fs := flag.NewFlagSet(op, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&v.volume, "volume-name", "", "the DataVolume or PVC (and the volume's name)")
-	fs.BoolVar(&v.persist, "persist", false, "change the VM's spec too")
-	fs.BoolVar(&v.dryRun, "dry-run", false, "check the request without changing anything")
-	bus := "scsi"
-	if op == "addvolume" {
-		fs.StringVar(&bus, "bus", "scsi", "the disk's bus (scsi)")
-	}
-	var pos []string
-	for {
-		for _, a := range args {
-			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			for _, f := range unsupportedVolumeFlags {
-				if strings.HasPrefix(a, "-") && name == f && op == "addvolume" {
-					return nil, fmt.Errorf("--%s is not supported by kubevmm's virtctl", f)
-				}
+  # The same, kept in its VM's spec for the next start:
+  virtctl addvolume fedora-dv --volume-name=example-dv --persist`,
+		Args: exactArgs(1, "VMI --volume-name=NAME"),
+		RunE: runE(func(cmd *cobra.Command, args []string) (int, error) {
+			// The guest knows a hot-plugged disk by the volume's name (its
+			// serial); kubevmm's hot-plugged volumes are SCSI disks.
+			if bus != string(v1.DiskBusSCSI) {
+				return 2, fmt.Errorf("addvolume: --bus=%s is not supported by kubevmm's virtctl: hot-plugged disks are on the scsi bus", bus)
 			}
-		}
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+			if diskType != "disk" {
+				return 2, fmt.Errorf("addvolume: --disk-type=%s is not supported by kubevmm's virtctl: hot-plugged volumes are disks", diskType)
+			}
+			return c.volume(v, args[0], cmd.OutOrStdout())
+		}),
 	}
-	if len(pos) != 1 {
-		return nil, errors.New("want VMI --volume-name=NAME")
+	v.flags(cmd.Flags())
+	fs := cmd.Flags()
+	fs.StringVar(&bus, "bus", string(v1.DiskBusSCSI), "The disk's bus: scsi.")
+	fs.StringVar(&diskType, "disk-type", "disk", "The kind of device: disk.")
+	fs.String("serial", "", "The disk's serial number (kubevmm's is the volume's name)")
+	fs.String("cache", "", "The disk's cache mode")
+	markUnsupported(fs, "serial", "cache")
+	return cmd
+}
+
+func (c *cli) removeVolumeCommand() *cobra.Command {
+	v := &volumeCmd{op: "removevolume"}
+	cmd := &cobra.Command{
+		Use:   "removevolume VMI",
+		Short: "Unplug a hot-plugged volume from a running virtual machine instance.",
+		Example: `  # Unplug the volume 'example-dv' from the VMI 'fedora-dv', and from its VM's spec:
+  virtctl removevolume fedora-dv --volume-name=example-dv --persist`,
+		Args: exactArgs(1, "VMI --volume-name=NAME"),
+		RunE: runE(func(cmd *cobra.Command, args []string) (int, error) {
+			return c.volume(v, args[0], cmd.OutOrStdout())
+		}),
 	}
-	v.vmi = pos[0]
-	if v.volume == "" {
-		return nil, errors.New("--volume-name is required")
-	}
-	if bus != string(v1.DiskBusSCSI) {
-		return nil, fmt.Errorf("--bus=%s is not supported by kubevmm's virtctl: hot-plugged disks are on the scsi bus", bus)
-	}
-	return v, nil
+	v.flags(cmd.Flags())
+	return cmd
+}
+
+// flags are the ones addvolume and removevolume share.
+func (v *volumeCmd) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&v.volume, "volume-name", "", "The volume: the DataVolume's or PVC's name, and the volume's in the spec.")
+	fs.BoolVar(&v.persist, "persist", false, "Change the VM's spec too (without it, the VMI only).")
+	fs.BoolVar(&v.dryRun, "dry-run", false, dryRunUsage)
 }
 
 // body is the subresource's request: remove names the volume; add says
@@ -105,14 +114,25 @@ func (v *volumeCmd) body(isDV bool) any {
 	}
 }
 
-func (c *apiClient) volume(op string, args []string, stdout io.Writer) (int, error) {
-	v, err := parseVolumeCmd(op, args)
-	if err != nil {
-		return 2, fmt.Errorf("%s: %w", op, err)
+func (c *cli) volume(v *volumeCmd, vmi string, stdout io.Writer) (int, error) {
+	op := v.op
+	if v.volume == "" {
+		return 2, fmt.Errorf("%s: --volume-name is required", op)
 	}
+	v.vmi = vmi
+	ac, err := c.apiClient()
+	if err != nil {
+		return 1, err
+	}
+	return ac.volume(v, stdout)
+}
+
+func (c *apiClient) volume(v *volumeCmd, stdout io.Writer) (int, error) {
+	op := v.op
 	ctx := context.Background()
 	isDV := false
 	if op == "addvolume" {
+		var err error
 		if isDV, err = c.isDataVolume(ctx, v.volume); err != nil {
 			return 1, fmt.Errorf("%s: %w", op, err)
 		}

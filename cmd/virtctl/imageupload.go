@@ -19,7 +19,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,88 +47,127 @@ type imageUpload struct {
 	kind, name, imagePath, size, uploadProxyURL, storageClass, accessMode, volumeMode string
 	noCreate, insecure, blockVolume                                                   bool
 	waitSecs, retries                                                                 uint
+	pvcName, pvcSize                                                                  string // upstream's deprecated spellings
 }
 
-// unsupportedUploadFlags are upstream's flags kubevmm's virtctl refuses
-// by name rather than ignore.
-var unsupportedUploadFlags = []string{"archive-path", "pvc-name", "pvc-size", "force-bind", "datasource",
-	"default-instancetype", "default-instancetype-kind", "default-preference", "default-preference-kind"}
+func (u *imageUpload) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&u.imagePath, "image-path", "", "Path to the local disk image (raw or qcow2; plain, gz or xz).")
+	fs.StringVar(&u.size, "size", "", "The size of the DataVolume or PVC to create (10Gi, 500Mi).")
+	fs.StringVar(&u.uploadProxyURL, "uploadproxy-url", "", "The URL of the cdi-uploadproxy service (default the CDIConfig's).")
+	fs.StringVar(&u.storageClass, "storage-class", "", "The storage class of the PVC.")
+	fs.StringVar(&u.accessMode, "access-mode", "", "The access mode of the PVC.")
+	fs.StringVar(&u.volumeMode, "volume-mode", "", "The PVC's volume mode: block or filesystem (default the storage profile's).")
+	fs.BoolVar(&u.noCreate, "no-create", false, "Upload into an existing DataVolume or PVC; create none.")
+	fs.BoolVar(&u.insecure, "insecure", false, "Do not verify the upload proxy's certificate.")
+	fs.UintVar(&u.waitSecs, "wait-secs", 300, "Seconds to wait for the upload server.")
+	fs.UintVar(&u.retries, "retry", 5, "Times an upload cut on the way is sent again.")
+	fs.StringVar(&u.pvcName, "pvc-name", "", "The PVC to create and upload into.")
+	fs.StringVar(&u.pvcSize, "pvc-size", "", "The size of the PVC to create.")
+	fs.BoolVar(&u.blockVolume, "block-volume", false, "The PVC's volume mode is block.")
+	_ = fs.MarkDeprecated("pvc-name", "give pvc NAME as arguments instead.")
+	_ = fs.MarkDeprecated("pvc-size", "use --size instead.")
+	_ = fs.MarkDeprecated("block-volume", "use --volume-mode=block instead.")
+	fs.String("archive-path", "", "Path to a local tar archive to unpack into the volume.")
+	fs.Bool("force-bind", false, "Bind the PVC at once, not waiting for its first consumer.")
+	fs.Bool("datasource", false, "Create a DataSource naming the DataVolume or PVC.")
+	fs.String("default-instancetype", "", "The image's default instance type (a DataSource label).")
+	fs.String("default-instancetype-kind", "", "The kind of the image's default instance type.")
+	fs.String("default-preference", "", "The image's default preference (a DataSource label).")
+	fs.String("default-preference-kind", "", "The kind of the image's default preference.")
+	markUnsupported(fs, "archive-path", "force-bind", "datasource",
+		"default-instancetype", "default-instancetype-kind", "default-preference", "default-preference-kind")
+}
 
+func (c *cli) imageUploadCommand() *cobra.Command {
+	u := &imageUpload{}
+	cmd := &cobra.Command{
+		Use:   "image-upload",
+		Short: "Upload a disk image into a DataVolume or PersistentVolumeClaim.",
+		Example: `  # A new DataVolume 'fedora-dv' of 10Gi, filled with a local qcow2 image:
+  virtctl image-upload dv fedora-dv --size=10Gi --image-path=/images/fedora.qcow2
+
+  # An existing DataVolume that waits for an upload:
+  virtctl image-upload dv fedora-dv --no-create --image-path=/images/fedora.qcow2
+
+  # A new PVC, through a given upload proxy whose certificate is not checked:
+  virtctl image-upload pvc fedora-pvc --size=10Gi --image-path=/images/fedora.qcow2 --uploadproxy-url=https://cdi-uploadproxy.mycluster.com --insecure`,
+		RunE: runE(func(cmd *cobra.Command, args []string) (int, error) {
+			if err := u.validate(args); err != nil {
+				return 2, fmt.Errorf("image-upload: %w", err)
+			}
+			ac, err := c.apiClient()
+			if err != nil {
+				return 1, err
+			}
+			return ac.imageUpload(u, cmd.OutOrStdout())
+		}),
+	}
+	u.flags(cmd.Flags())
+	return cmd
+}
+
+// parseImageUpload parses image-upload's arguments as the command does.
 func parseImageUpload(args []string) (*imageUpload, error) {
 	u := &imageUpload{}
-	fs := flag.NewFlagSet("image-upload", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("image-upload", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&u.imagePath, "image-path", "", "the image file")
-	fs.StringVar(&u.size, "size", "", "the size of the DataVolume/PVC to create")
-	fs.StringVar(&u.uploadProxyURL, "uploadproxy-url", "", "the URL of cdi-uploadproxy")
-	fs.StringVar(&u.storageClass, "storage-class", "", "the storage class of the PVC")
-	fs.StringVar(&u.accessMode, "access-mode", "", "the access mode of the PVC")
-	fs.StringVar(&u.volumeMode, "volume-mode", "", "block or filesystem")
-	fs.BoolVar(&u.blockVolume, "block-volume", false, "the same as --volume-mode=block")
-	fs.BoolVar(&u.noCreate, "no-create", false, "use an existing DataVolume/PVC")
-	fs.BoolVar(&u.insecure, "insecure", false, "do not verify the upload proxy's certificate")
-	fs.UintVar(&u.waitSecs, "wait-secs", 300, "seconds to wait for the upload server")
-	fs.UintVar(&u.retries, "retry", 5, "times an upload cut on the way is sent again")
-	var pos []string
-	for {
-		for _, a := range args {
-			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if strings.HasPrefix(a, "-") {
-				for _, f := range unsupportedUploadFlags {
-					if name == f {
-						return nil, fmt.Errorf("--%s is not supported by kubevmm's virtctl", f)
-					}
-				}
-			}
-		}
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	u.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	if len(pos) != 2 || (pos[0] != "dv" && pos[0] != "pvc") {
-		return nil, errors.New("want dv|pvc NAME")
+	if err := unsupportedSet(fs); err != nil {
+		return nil, err
 	}
-	u.kind, u.name = pos[0], pos[1]
+	return u, u.validate(fs.Args())
+}
+
+// validate checks the flags and reads the arguments, dv|pvc NAME.
+func (u *imageUpload) validate(pos []string) error {
+	switch {
+	case u.pvcName != "" && len(pos) == 0:
+		u.kind, u.name = "pvc", u.pvcName
+	case u.pvcName == "" && len(pos) == 2 && (pos[0] == "dv" || pos[0] == "pvc"):
+		u.kind, u.name = pos[0], pos[1]
+	default:
+		return errors.New("want dv|pvc NAME")
+	}
+	if u.pvcSize != "" {
+		if u.size != "" && u.size != u.pvcSize {
+			return errors.New("--pvc-size and --size disagree")
+		}
+		u.size = u.pvcSize
+	}
 	if u.imagePath == "" {
-		return nil, errors.New("--image-path is required")
+		return errors.New("--image-path is required")
 	}
 	if u.blockVolume {
 		if u.volumeMode != "" && u.volumeMode != "block" {
-			return nil, fmt.Errorf("--block-volume and --volume-mode=%s disagree", u.volumeMode)
+			return fmt.Errorf("--block-volume and --volume-mode=%s disagree", u.volumeMode)
 		}
 		u.volumeMode = "block"
 	}
 	switch u.volumeMode {
 	case "", "block", "filesystem":
 	default:
-		return nil, fmt.Errorf("--volume-mode %q: want block or filesystem", u.volumeMode)
+		return fmt.Errorf("--volume-mode %q: want block or filesystem", u.volumeMode)
 	}
 	switch corev1.PersistentVolumeAccessMode(u.accessMode) {
 	case "", corev1.ReadWriteOnce, corev1.ReadOnlyMany, corev1.ReadWriteMany, corev1.ReadWriteOncePod:
 	default:
-		return nil, fmt.Errorf("--access-mode %q: want ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod", u.accessMode)
+		return fmt.Errorf("--access-mode %q: want ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod", u.accessMode)
 	}
 	if u.size != "" {
 		q, err := resource.ParseQuantity(u.size)
 		if err != nil || q.Sign() <= 0 {
-			return nil, fmt.Errorf("--size %q: want a positive quantity (10Gi, 500Mi)", u.size)
+			return fmt.Errorf("--size %q: want a positive quantity (10Gi, 500Mi)", u.size)
 		}
 	} else if !u.noCreate {
-		return nil, errors.New("--size is required to create the " + strings.ToUpper(u.kind) + " (or --no-create)")
+		return errors.New("--size is required to create the " + strings.ToUpper(u.kind) + " (or --no-create)")
 	}
-	return u, nil
+	return nil
 }
 
-func (c *apiClient) imageUpload(args []string, stdout io.Writer) (int, error) {
-	u, err := parseImageUpload(args)
-	if err != nil {
-		return 2, fmt.Errorf("image-upload: %w", err)
-	}
+func (c *apiClient) imageUpload(u *imageUpload, stdout io.Writer) (int, error) {
 	f, err := os.Open(u.imagePath)
 	if err != nil {
 		return 1, err

@@ -33,7 +33,12 @@ func TestParseImageUpload(t *testing.T) {
 		{args: []string{"dv", "disk", "--size=1Gi", "--image-path=/x", "--access-mode=Everyone"}, err: "--access-mode"},
 		{args: []string{"dv", "disk", "--size=1Gi", "--archive-path=/x.tar"}, err: "--archive-path is not supported"},
 		{args: []string{"dv", "disk", "--size=1Gi", "--image-path=/x", "--force-bind"}, err: "--force-bind is not supported"},
-		{args: []string{"dv", "disk", "--size=1Gi", "--image-path=/x", "--bogus"}, err: "flag provided but not defined"},
+		{args: []string{"dv", "disk", "--size=1Gi", "--image-path=/x", "--bogus"}, err: "unknown flag: --bogus"},
+		// upstream's deprecated spellings
+		{args: []string{"--pvc-name=disk", "--pvc-size=1Gi", "--image-path=/x"},
+			want: imageUpload{kind: "pvc", name: "disk", size: "1Gi", pvcName: "disk", pvcSize: "1Gi", imagePath: "/x", waitSecs: 300, retries: 5}},
+		{args: []string{"--pvc-name=disk", "pvc", "disk", "--size=1Gi", "--image-path=/x"}, err: "want dv|pvc NAME"},
+		{args: []string{"dv", "disk", "--pvc-size=1Gi", "--size=2Gi", "--image-path=/x"}, err: "--pvc-size and --size disagree"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			u, err := parseImageUpload(tc.args)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/gorilla/websocket"
+	"github.com/spf13/cobra"
 )
 
 // forward is one forwarded port: local on this machine, remote in the
@@ -25,15 +25,11 @@ type forward struct{ local, remote int }
 // it still accepts: type/name.namespace, and a bare name for a VMI.
 func parseTarget(s string) (kind, name, ns string, err error) {
 	parts := strings.Split(s, "/")
-	kindOf := map[string]string{
-		"vm": "virtualmachines", "vms": "virtualmachines", "virtualmachine": "virtualmachines", "virtualmachines": "virtualmachines",
-		"vmi": "virtualmachineinstances", "vmis": "virtualmachineinstances", "virtualmachineinstance": "virtualmachineinstances", "virtualmachineinstances": "virtualmachineinstances",
-	}
 	switch len(parts) {
 	case 1:
 		kind, name = "virtualmachineinstances", parts[0]
 	case 2, 3:
-		if kind = kindOf[strings.ToLower(parts[0])]; kind == "" {
+		if kind = vmOrVMI[strings.ToLower(parts[0])]; kind == "" {
 			return "", "", "", fmt.Errorf("target %q: unsupported resource type %q (vm or vmi)", s, parts[0])
 		}
 		name = parts[1]
@@ -90,38 +86,55 @@ func parsePort(s string) (forward, error) {
 	return f, nil
 }
 
+func (c *cli) portForwardCommand() *cobra.Command {
+	var address string
+	var stdio bool
+	cmd := &cobra.Command{
+		Use:   "port-forward type/name[/namespace] [protocol/]localPort[:targetPort]...",
+		Short: "Forward local ports to a virtual machine or virtual machine instance.",
+		Long: `Forward local ports to a virtual machine's or virtual machine instance's guest, over
+websocket streams through the Kubernetes API server (the portforward subresource).
+
+The target is type/name[/namespace], type one of vm, vms, virtualmachine, virtualmachines,
+vmi, vmis, virtualmachineinstance, virtualmachineinstances; the older type/name.namespace
+too. A port is [tcp/]localPort[:targetPort]; kubevmm forwards TCP only.`,
+		Example: `  # The local port 8080 to the VMI's port 8080:
+  virtctl port-forward vmi/testvmi 8080
+
+  # The local port 8080 to the VM's port 9090, in namespace mynamespace:
+  virtctl port-forward vm/testvm/mynamespace 8080:9090`,
+		RunE: c.withClient(func(ac *apiClient, _ *cobra.Command, args []string) (int, error) {
+			return ac.portForward(address, stdio, args, c.stdin, c.stdout)
+		}),
+	}
+	cmd.Flags().StringVar(&address, "address", "127.0.0.1", "--address=127.0.0.1: the local address the ports are opened on")
+	cmd.Flags().BoolVar(&stdio, "stdio", false, "--stdio=true: forward one port over stdin and stdout (an ssh ProxyCommand)")
+	return cmd
+}
+
 // portForward is `virtctl port-forward`: it listens on each local port and
 // carries every connection to the guest's port over its own websocket
-// (the portforward subresource), until interrupted; with --stdio, one
+// (the portforward subresource), until interrupted; with stdio, one
 // connection over stdin and stdout.
-func (c *apiClient) portForward(args []string, stdin io.Reader, stdout io.Writer) (int, error) {
-	fs := flag.NewFlagSet("port-forward", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	address := fs.String("address", "127.0.0.1", "the local address to listen on")
-	stdio := fs.Bool("stdio", false, "forward one port over stdin and stdout")
-	if err := fs.Parse(args); err != nil {
-		return 2, fmt.Errorf("port-forward: %w", err)
-	}
-	if fs.NArg() < 2 {
+func (c *apiClient) portForward(address string, stdio bool, args []string, stdin io.Reader, stdout io.Writer) (int, error) {
+	if len(args) < 2 {
 		return 2, errors.New("port-forward: want [type/]NAME[/NAMESPACE] and one or more [tcp/]LOCAL[:REMOTE]")
 	}
-	kind, name, ns, err := parseTarget(fs.Arg(0))
+	kind, name, ns, err := parseTarget(args[0])
 	if err != nil {
 		return 2, fmt.Errorf("port-forward: %w", err)
 	}
 	var fwds []forward
-	for _, p := range fs.Args()[1:] {
+	for _, p := range args[1:] {
 		f, err := parsePort(p)
 		if err != nil {
 			return 2, fmt.Errorf("port-forward: %w", err)
 		}
 		fwds = append(fwds, f)
 	}
-	if ns != "" {
-		c = &apiClient{cfg: c.cfg, ns: ns}
-	}
+	c = c.inNamespace(ns)
 	sub := func(f forward) string { return fmt.Sprintf("portforward/%d/tcp", f.remote) }
-	if *stdio {
+	if stdio {
 		if len(fwds) != 1 {
 			return 2, errors.New("port-forward: --stdio forwards one port")
 		}
@@ -135,7 +148,7 @@ func (c *apiClient) portForward(args []string, stdin io.Reader, stdout io.Writer
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	for _, f := range fwds {
-		l, err := net.Listen("tcp", net.JoinHostPort(*address, strconv.Itoa(f.local)))
+		l, err := net.Listen("tcp", net.JoinHostPort(address, strconv.Itoa(f.local)))
 		if err != nil {
 			return 1, fmt.Errorf("port-forward: %w", err)
 		}

@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -18,8 +18,11 @@ import (
 	templatev1 "github.com/kubevmm/kubevmm/api/template/v1"
 )
 
-// processTemplate is `oc process`: it prints a template's objects, its
-// parameters substituted, as a v1 List for `kubectl apply -f -`.
+// processCommand is `oc process`: it prints a template's objects, its
+// parameters substituted, as a v1 List for `kubectl apply -f -`. It is
+// kubevmm's own (upstream's `template process` takes KubeVirt's
+// VirtualMachineTemplates, a kind kubevmm does not serve; the SSP's
+// common templates are OpenShift Templates).
 //
 //	virtctl process TEMPLATE [-n NS] [-p NAME=VALUE]... [-o json|yaml]
 //	virtctl process [--local] -f FILE|- [-p NAME=VALUE]... [-o json|yaml]
@@ -28,29 +31,41 @@ import (
 // cluster (--local is accepted for oc's spelling and changes nothing).
 // Parameters the template does not have, and required parameters left
 // empty, are errors.
-func processTemplate(args []string, ns, kubeconfig string, stdin io.Reader, stdout io.Writer) (int, error) {
-	fs := flag.NewFlagSet("process", flag.ContinueOnError)
-	var params multiFlag
-	var file, output string
-	var local bool
-	fs.StringVar(&ns, "n", ns, "namespace")
-	fs.StringVar(&ns, "namespace", ns, "namespace")
-	fs.Var(&params, "p", "NAME=VALUE")
-	fs.Var(&params, "param", "NAME=VALUE")
-	fs.StringVar(&file, "f", "", "template file")
-	fs.StringVar(&file, "filename", "", "template file")
-	fs.BoolVar(&local, "local", false, "process without the cluster")
-	fs.StringVar(&output, "o", "json", "json or yaml")
-	fs.StringVar(&output, "output", "json", "json or yaml")
-	names, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2, fmt.Errorf("process: %w", err)
+func (c *cli) processCommand() *cobra.Command {
+	var o processOptions
+	cmd := &cobra.Command{
+		Use:   "process TEMPLATE | -f FILE",
+		Short: "Print an OpenShift Template's objects, its parameters filled in (oc process; kubevmm's own).",
+		Example: `  # A VM from a common template of the cluster:
+  virtctl process fedora-server-small -n openshift -p NAME=vm1 | kubectl apply -f -
+
+  # From a file, as YAML:
+  virtctl process -f template.yaml -p NAME=vm1 -o yaml`,
+		RunE: runE(func(_ *cobra.Command, args []string) (int, error) {
+			return c.processTemplate(o, args)
+		}),
 	}
+	fs := cmd.Flags()
+	fs.StringArrayVarP(&o.params, "param", "p", nil, "A parameter's value, NAME=VALUE; repeatable.")
+	fs.StringVarP(&o.file, "filename", "f", "", "A file holding the template (- for stdin), instead of the cluster's.")
+	fs.BoolVar(&o.local, "local", false, "Process without the cluster (with -f; as oc's).")
+	fs.StringVarP(&o.output, "output", "o", "json", "The output format: json or yaml.")
+	return cmd
+}
+
+type processOptions struct {
+	params       []string
+	file, output string
+	local        bool
+}
+
+func (c *cli) processTemplate(o processOptions, names []string) (int, error) {
+	output := o.output
 	if output != "json" && output != "yaml" {
 		return 2, fmt.Errorf("process: -o %q: want json or yaml", output)
 	}
 	values := map[string]string{}
-	for _, p := range params {
+	for _, p := range o.params {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok || k == "" {
 			return 2, fmt.Errorf("process: -p %q: want NAME=VALUE", p)
@@ -62,17 +77,18 @@ func processTemplate(args []string, ns, kubeconfig string, stdin io.Reader, stdo
 	}
 
 	var t *templatev1.Template
+	var err error
 	switch {
-	case file != "" && len(names) == 0:
-		if t, err = readTemplateFile(file, stdin); err != nil {
+	case o.file != "" && len(names) == 0:
+		if t, err = readTemplateFile(o.file, c.stdin); err != nil {
 			return 1, fmt.Errorf("process: %w", err)
 		}
-	case file == "" && len(names) == 1 && !local:
-		c, err := newAPIClient(ns, kubeconfig)
+	case o.file == "" && len(names) == 1 && !o.local:
+		ac, err := c.apiClient()
 		if err != nil {
 			return 1, err
 		}
-		if t, err = c.template(context.Background(), names[0]); err != nil {
+		if t, err = ac.template(context.Background(), names[0]); err != nil {
 			return 1, fmt.Errorf("process: %w", err)
 		}
 	default:
@@ -99,54 +115,45 @@ func processTemplate(args []string, ns, kubeconfig string, stdin io.Reader, stdo
 		}
 		b = append(bytes.TrimRight(indented.Bytes(), "\n"), '\n')
 	}
-	_, err = stdout.Write(b)
+	_, err = c.stdout.Write(b)
 	return 0, err
-}
-
-// parseInterleaved parses flags placed before, between or after the
-// positional arguments (`process NAME -p A=B`), which the flag package
-// alone stops at.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
 }
 
 // readTemplateFile reads a Template, YAML or JSON, from a file or stdin
 // ("-").
 func readTemplateFile(name string, stdin io.Reader) (*templatev1.Template, error) {
+	b, err := readManifest(name, stdin)
+	if err != nil {
+		return nil, err
+	}
+	return decodeTemplate(name, b)
+}
+
+// readManifest reads a file, or stdin ("-"), of at most maxManifestBytes.
+func readManifest(name string, stdin io.Reader) ([]byte, error) {
 	var b []byte
 	var err error
 	if name == "-" {
-		b, err = io.ReadAll(io.LimitReader(stdin, maxTemplateBytes+1))
+		b, err = io.ReadAll(io.LimitReader(stdin, maxManifestBytes+1))
 	} else {
 		var f *os.File
 		if f, err = os.Open(name); err == nil {
-			b, err = io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
+			b, err = io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
 			_ = f.Close() // read only
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
-	if len(b) > maxTemplateBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxTemplateBytes)
+	if len(b) > maxManifestBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, maxManifestBytes)
 	}
-	return decodeTemplate(name, b)
+	return b, nil
 }
 
-// maxTemplateBytes bounds a template file as the API server bounds an
-// object (etcd's default request limit is 1.5 MiB).
-const maxTemplateBytes = 3 << 20
+// maxManifestBytes bounds a file read as the API server bounds an object
+// (etcd's default request limit is 1.5 MiB).
+const maxManifestBytes = 3 << 20
 
 // decodeTemplate decodes a Template; oc also takes the legacy apiVersion v1.
 func decodeTemplate(from string, b []byte) (*templatev1.Template, error) {

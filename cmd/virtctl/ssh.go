@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,58 +14,92 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// sshFlags are the flags KubeVirt's virtctl ssh and scp share.
+// sshFlags are the flags KubeVirt's virtctl ssh and scp share, and scp's.
 type sshFlags struct {
 	identity, user, knownHosts, command string
 	port                                int
 	localSSH                            bool
-	localOpts                           multiFlag
+	localOpts                           []string
+	recursive, preserve                 bool // scp's
 }
 
-func (f *sshFlags) register(fs *flag.FlagSet, withCommand bool) {
-	for _, n := range []string{"i", "identity-file"} {
-		fs.StringVar(&f.identity, n, "", "the private key (default ~/.ssh/id_ed25519, id_ecdsa or id_rsa, the first found)")
-	}
-	for _, n := range []string{"l", "username"} {
-		fs.StringVar(&f.user, n, "", "the user in the guest (default the local user)")
-	}
-	for _, n := range []string{"p", "port"} {
-		fs.IntVar(&f.port, n, 22, "the guest's SSH port")
-	}
-	fs.StringVar(&f.knownHosts, "known-hosts", "", "known hosts file (default ~/.ssh/kubevirt_known_hosts)")
-	fs.BoolVar(&f.localSSH, "local-ssh", false, "run the local ssh/scp with virtctl port-forward --stdio as ProxyCommand")
-	for _, n := range []string{"t", "local-ssh-opts"} {
-		fs.Var(&f.localOpts, n, "an option for the local ssh/scp (repeatable), with --local-ssh")
-	}
-	if withCommand {
-		for _, n := range []string{"c", "command"} {
-			fs.StringVar(&f.command, n, "", "run this command instead of a shell")
-		}
+func (f *sshFlags) register(fs *pflag.FlagSet, forSSH bool) {
+	fs.StringVarP(&f.identity, "identity-file", "i", "",
+		"--identity-file=~/.ssh/id_ed25519: the private key (default the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+	fs.StringVarP(&f.user, "username", "l", "", "--username=: the user in the guest (default the local user)")
+	fs.IntVarP(&f.port, "port", "p", 22, "--port=22: the guest's SSH port")
+	fs.StringVar(&f.knownHosts, "known-hosts", "", "--known-hosts=~/.ssh/kubevirt_known_hosts: the known hosts file (default ~/.ssh/kubevirt_known_hosts)")
+	fs.StringArrayVarP(&f.localOpts, "local-ssh-opts", "t", nil,
+		`--local-ssh-opts="-o StrictHostKeyChecking=no": an option for the local ssh/scp (repeatable), with --local-ssh`)
+	// kubevmm's own, kept out of the help: its native client is the
+	// default (upstream's v1.9 always runs the local ssh), so the local
+	// one is asked for.
+	fs.BoolVar(&f.localSSH, "local-ssh", false, "run the local ssh/scp with virtctl port-forward --stdio as its ProxyCommand")
+	_ = fs.MarkHidden("local-ssh") // the flag exists: no error to handle
+	if forSSH {
+		fs.StringVarP(&f.command, "command", "c", "", "--command='ls /': run this command instead of a shell")
+	} else {
+		fs.BoolVarP(&f.recursive, "recursive", "r", false, "Copy directories, recursively (with --local-ssh)")
+		fs.BoolVar(&f.preserve, "preserve", false, "Keep the files' modification and access times and modes (with --local-ssh)")
 	}
 }
 
-// parseInterspersed parses flags before, between and after the positional
-// arguments, as KubeVirt's (cobra) virtctl does: `ssh -i KEY vmi/x -c cmd`.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		// after "--" the flag package has left everything positional
-		if len(args) > 0 && len(pos) == 0 && args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos, args = append(pos, args[0]), args[1:]
+func (c *cli) sshCommand() *cobra.Command {
+	var f sshFlags
+	cmd := &cobra.Command{
+		Use:   "ssh (VM|VMI)",
+		Short: "Open an SSH connection to a virtual machine or virtual machine instance.",
+		Long: `Open an SSH connection to a virtual machine's or virtual machine instance's guest, through
+the API server's portforward subresource: [user@]type/name[.namespace] or type/name/namespace,
+type vm or vmi. kubevmm's virtctl speaks SSH itself (public keys, no pty: a shell reads lines
+from stdin); --local-ssh runs the local ssh instead.`,
+		Example: `  # A shell as user jdoe in the VMI 'testvmi':
+  virtctl ssh jdoe@vmi/testvmi
+
+  # A command, in the VM 'testvm' of namespace mynamespace:
+  virtctl ssh jdoe@vm/testvm.mynamespace --command 'uname -a'`,
+		Args: exactArgs(1, "one [user@]type/name[.namespace]"),
+		RunE: c.withClient(func(ac *apiClient, _ *cobra.Command, args []string) (int, error) {
+			return ac.ssh(f, args[0], c.stdin, c.stdout)
+		}),
 	}
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (c *cli) scpCommand() *cobra.Command {
+	var f sshFlags
+	cmd := &cobra.Command{
+		Use:   "scp (VM|VMI)",
+		Short: "Copy files from or to a virtual machine or virtual machine instance.",
+		Long: `Copy a file from or to a virtual machine's or virtual machine instance's guest: one of
+SRC and DST is [user@]type/name[.namespace]:PATH, the other a local path. kubevmm's virtctl
+copies one regular file itself; --local-ssh runs the local scp (directories, -r).`,
+		Example: `  # A file to the home directory of user jdoe in the VMI 'testvmi':
+  virtctl scp myfile.bin jdoe@vmi/testvmi:myfile.bin
+
+  # A file from the VM 'testvm' of namespace mynamespace:
+  virtctl scp jdoe@vm/testvm.mynamespace:myfile.bin ~/myfile.bin`,
+		Args: exactArgs(2, "SRC and DST, one of them [user@]type/name[.namespace]:PATH"),
+		RunE: runE(func(_ *cobra.Command, args []string) (int, error) {
+			if (f.recursive || f.preserve) && !f.localSSH {
+				return 2, errors.New("scp: --recursive and --preserve need --local-ssh: kubevmm's own scp copies one file")
+			}
+			ac, err := c.apiClient()
+			if err != nil {
+				return 1, err
+			}
+			return ac.scp(f, args[0], args[1], c.stdin, c.stdout)
+		}),
+	}
+	f.register(cmd.Flags(), false)
+	return cmd
 }
 
 // vmTarget is where ssh/scp go: a user on a VM's or VMI's guest.
@@ -108,9 +141,7 @@ type sshSession struct {
 }
 
 func (c *apiClient) newSSHSession(f sshFlags, t vmTarget) (*sshSession, error) {
-	if t.ns != "" {
-		c = &apiClient{cfg: c.cfg, ns: t.ns}
-	}
+	c = c.inNamespace(t.ns)
 	if t.user == "" {
 		t.user = f.user
 	}
@@ -244,30 +275,11 @@ func acceptNewHostKey(path string) ssh.HostKeyCallback {
 	}
 }
 
-// sshOrSCP runs virtctl ssh or scp.
-func (c *apiClient) sshOrSCP(cmd string, args []string, stdin io.Reader, stdout io.Writer) (int, error) {
-	if cmd == "scp" {
-		return c.scpCmd(args, stdin, stdout)
-	}
-	return c.sshCmd(args, stdin, stdout)
-}
-
-// sshCmd is `virtctl ssh [flags] [user@]type/name[.namespace]`: a command
+// ssh is `virtctl ssh [flags] [user@]type/name[.namespace]`: a command
 // (-c) or a shell in the guest, through the portforward subresource.
 // The native client has no pty: a shell reads lines from stdin.
-func (c *apiClient) sshCmd(args []string, stdin io.Reader, stdout io.Writer) (int, error) {
-	fs := flag.NewFlagSet("ssh", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var f sshFlags
-	f.register(fs, true)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, fmt.Errorf("ssh: %w", err)
-	}
-	if len(pos) != 1 {
-		return 2, errors.New("ssh: want one [user@]type/name[.namespace]")
-	}
-	t, err := parseVMTarget(pos[0])
+func (c *apiClient) ssh(f sshFlags, target string, stdin io.Reader, stdout io.Writer) (int, error) {
+	t, err := parseVMTarget(target)
 	if err != nil {
 		return 2, fmt.Errorf("ssh: %w", err)
 	}
@@ -352,21 +364,11 @@ func runLocal(prog string, args []string, stdin io.Reader, stdout io.Writer) (in
 	return 0, nil
 }
 
-// scpCmd is `virtctl scp [flags] SRC DST`: one regular file to or from
+// scp is `virtctl scp [flags] SRC DST`: one regular file to or from
 // the guest, one side local and the other [user@]type/name[.namespace]:PATH,
 // over scp's original protocol (the guest runs `scp -t` or `scp -f`).
-func (c *apiClient) scpCmd(args []string, stdin io.Reader, stdout io.Writer) (int, error) {
-	fs := flag.NewFlagSet("scp", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var f sshFlags
-	f.register(fs, false)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 2, fmt.Errorf("scp: %w", err)
-	}
-	if len(pos) != 2 {
-		return 2, errors.New("scp: want SRC and DST, one of them [user@]type/name[.namespace]:PATH")
-	}
+func (c *apiClient) scp(f sshFlags, src, dst string, stdin io.Reader, stdout io.Writer) (int, error) {
+	pos := []string{src, dst}
 	srcT, srcPath, srcRemote := splitRemote(pos[0])
 	dstT, dstPath, dstRemote := splitRemote(pos[1])
 	if srcRemote == dstRemote {
@@ -392,7 +394,14 @@ func (c *apiClient) scpCmd(args []string, stdin io.Reader, stdout io.Writer) (in
 		// small servers may lack; the original protocol is what the native
 		// client speaks too.
 		r := t.user + "@" + t.short(s.c.ns) + ":" + remote
-		args := append([]string{"-O"}, s.localArgs()...)
+		args := []string{"-O"}
+		if f.recursive {
+			args = append(args, "-r")
+		}
+		if f.preserve {
+			args = append(args, "-p")
+		}
+		args = append(args, s.localArgs()...)
 		if toGuest {
 			args = append(args, local, r)
 		} else {

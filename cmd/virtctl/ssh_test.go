@@ -87,8 +87,13 @@ func newSSHFixture(t *testing.T) *sshFixture {
 
 // virtctl runs a virtctl ssh or scp command.
 func (f *sshFixture) virtctl(cmd string, stdin string, args ...string) (int, string, error) {
+	return f.run(stdin, append([]string{cmd, "-i", f.key, "--known-hosts", f.known}, args...)...)
+}
+
+// run runs a virtctl command line against the fixture's guest.
+func (f *sshFixture) run(stdin string, args ...string) (int, string, error) {
 	var out bytes.Buffer
-	code, err := f.c.sshOrSCP(cmd, append([]string{"-i", f.key, "--known-hosts", f.known}, args...), strings.NewReader(stdin), &out)
+	code, err := runWith(&cli{client: f.c, stdin: strings.NewReader(stdin), stdout: &out}, args)
 	return code, out.String(), err
 }
 
@@ -111,6 +116,9 @@ func TestVirtctlSSH(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, code)
 	assert.Equal(t, "2", strings.TrimSpace(out))
+	code, _, err = f.virtctl("ssh", "", "root@vmi/testvm", "-c", "exit 1")
+	require.NoError(t, err, "the command's status alone")
+	assert.Equal(t, 1, code)
 	// no -c: a shell reading its commands from stdin (no pty)
 	code, out, err = f.virtctl("ssh", "echo from a shell\n", "root@vmi/testvm.default")
 	require.NoError(t, err)
@@ -153,8 +161,7 @@ func TestVirtctlSSHRefuses(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
-	var out bytes.Buffer
-	code, err := f.c.sshOrSCP("ssh", []string{"-i", filepath.Join(t.TempDir(), "none"), "root@vmi/testvm"}, strings.NewReader(""), &out)
+	code, _, err := f.run("", "ssh", "-i", filepath.Join(t.TempDir(), "none"), "root@vmi/testvm")
 	assert.Equal(t, 1, code)
 	assert.ErrorContains(t, err, "identity")
 }
@@ -211,6 +218,7 @@ func TestVirtctlSCP(t *testing.T) {
 		{"a missing guest file", []string{"root@vmi/testvm:nothing", back}, 1, "no such file"},
 		{"a guest directory", []string{"root@vmi/testvm:.ssh", back}, 1, "not a regular file"},
 		{"a local directory", []string{dir, "root@vmi/testvm:x"}, 1, "not a regular file"},
+		{"a directory, recursively, without --local-ssh", []string{"-r", dir, "root@vmi/testvm:x"}, 2, "--recursive and --preserve need --local-ssh"},
 		{"into a missing guest directory", []string{local, "root@vmi/testvm:/no/such/dir/x"}, 1, "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

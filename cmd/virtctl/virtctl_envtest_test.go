@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/kubevmm/kubevmm/api/clusterconfig"
 	v1 "github.com/kubevmm/kubevmm/api/core/v1"
@@ -395,7 +397,7 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		assert.EqualError(t, err, `removevolume hpvm: name: a request for volume "disk1" is pending; try again`)
 	})
 
-	t.Run("reset, softreboot, port-forward", func(t *testing.T) {
+	t.Run("reset, soft-reboot, port-forward", func(t *testing.T) {
 		vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "guest", Namespace: "default"}, Spec: tmpl.Spec}
 		require.NoError(t, c.Create(ctx, vmi))
 		for _, tc := range []struct {
@@ -403,7 +405,7 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 			err  string
 		}{
 			{[]string{"reset", "guest"}, "reset guest: VMI is not running"},
-			{[]string{"softreboot", "guest"}, "softreboot guest: VMI is not running"},
+			{[]string{"soft-reboot", "guest"}, "soft-reboot guest: VMI is not running"},
 			{[]string{"port-forward", "--stdio", "vmi/guest", "22"}, "port-forward guest: VMI is not running"},
 			{[]string{"reset", "nope"}, `reset nope: virtualmachineinstances.kubevirt.io "nope" not found`},
 			{[]string{"port-forward", "--stdio", "vm/nope", "22"}, `port-forward nope: virtualmachineinstances.kubevirt.io "nope" not found`},
@@ -419,7 +421,7 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		vmi.Status.Phase, vmi.Status.NodeName = v1.Running, "node01"
 		require.NoError(t, c.Status().Update(ctx, vmi))
 		for _, args := range [][]string{
-			{"reset", "guest"}, {"softreboot", "guest"},
+			{"reset", "guest"}, {"soft-reboot", "guest"},
 			{"port-forward", "--stdio", "vmi/guest", "22"}, {"port-forward", "--stdio", "vm/guest.default", "tcp/22"},
 			{"port-forward", "--stdio", "virtualmachineinstance/guest/default", "2222:22"},
 		} {
@@ -432,9 +434,9 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		// A paused guest cannot answer the power button; a reset works.
 		vmi.Status.Conditions = []v1.VirtualMachineInstanceCondition{{Type: v1.VirtualMachineInstancePaused, Status: corev1.ConditionTrue}}
 		require.NoError(t, c.Status().Update(ctx, vmi))
-		code, _, err := virtctl("softreboot", "guest")
+		code, _, err := virtctl("soft-reboot", "guest")
 		assert.Equal(t, 1, code)
-		assert.EqualError(t, err, "softreboot guest: VMI is paused")
+		assert.EqualError(t, err, "soft-reboot guest: VMI is paused")
 		code, _, err = virtctl("port-forward", "--stdio", "vmi/guest", "22")
 		assert.Equal(t, 1, code)
 		assert.EqualError(t, err, "port-forward guest: VMI is paused")
@@ -459,6 +461,31 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 		assert.Equal(t, v1.RunStrategyAlways, *get("always").Spec.RunStrategy)
 	})
 
+	t.Run("expand", func(t *testing.T) {
+		code, out, err := virtctl("expand", "--vm", "always")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		vm := &v1.VirtualMachine{}
+		require.NoError(t, yaml.Unmarshal([]byte(out), vm))
+		assert.Equal(t, "always", vm.Name)
+		assert.Equal(t, "128Mi", vm.Spec.Template.Spec.Domain.Memory.Guest.String())
+
+		file := filepath.Join(t.TempDir(), "vm.yaml")
+		require.NoError(t, os.WriteFile(file, []byte("apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: fromfile\n"+
+			"spec:\n  template:\n    spec:\n      domain:\n        memory:\n          guest: 64Mi\n"), 0o600))
+		code, out, err = virtctl("expand", "-f", file, "-o", "json")
+		require.NoError(t, err)
+		assert.Equal(t, 0, code)
+		vm = &v1.VirtualMachine{}
+		require.NoError(t, json.Unmarshal([]byte(out), vm))
+		assert.Equal(t, "fromfile", vm.Name)
+		assert.Equal(t, "default", vm.Namespace)
+
+		code, _, err = virtctl("expand", "--vm", "nope")
+		assert.Equal(t, 1, code)
+		assert.ErrorContains(t, err, `expand: virtualmachines.kubevirt.io "nope" not found`)
+	})
+
 	t.Run("usage errors", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
@@ -468,10 +495,18 @@ func TestVirtctlAgainstVirtAPI(t *testing.T) {
 			{[]string{"stop", "a", "b"}, "stop: want VM"},
 			{[]string{"pause", "always"}, "pause: want vm|vmi NAME"},
 			{[]string{"pause", "pod", "always"}, `pause: "pod" is not vm or vmi`},
-			{[]string{"reboot", "always"}, `unknown command "reboot"`},
+			{[]string{"reboot", "always"}, `unknown command "reboot" for "virtctl"; did you mean soft-reboot?`},
+			{[]string{"softreboot", "always"}, `unknown command "softreboot" for "virtctl"; did you mean soft-reboot?`},
 			{[]string{"reset"}, "reset: want VMI"},
-			{[]string{"softreboot", "a", "b"}, "softreboot: want VMI"},
-			{[]string{"version", "extra"}, `version: unexpected argument "extra"`},
+			{[]string{"soft-reboot", "a", "b"}, "soft-reboot: want VMI"},
+			{[]string{"version", "extra"}, "version: want no argument"},
+			{[]string{"start", "--paused", "always"}, "start: --paused is not supported by kubevmm's virtctl"},
+			{[]string{"stop", "always", "--grace-period=0", "--force"}, "stop: --force is not supported by kubevmm's virtctl"},
+			{[]string{"migrate", "always", "--addedNodeSelector", "zone=a"}, "migrate: --addedNodeSelector is not supported by kubevmm's virtctl"},
+			{[]string{"pause", "vm", "always", "--dry-run"}, "pause: --dry-run is not supported by kubevmm's virtctl"},
+			{[]string{"stop", "--bogus", "always"}, "stop: unknown flag: --bogus"},
+			{[]string{"expand"}, "expand: want one of --vm NAME and --file FILE"},
+			{[]string{"expand", "--vm", "a", "-o", "wide"}, `expand: --output "wide": want yaml or json`},
 			{[]string{"port-forward", "vmi/x"}, "port-forward: want [type/]NAME[/NAMESPACE] and one or more [tcp/]LOCAL[:REMOTE]"},
 			{[]string{"port-forward", "pod/x", "22"}, `port-forward: target "pod/x": unsupported resource type "pod" (vm or vmi)`},
 			{[]string{"port-forward", "vmi/x/", "22"}, `port-forward: target "vmi/x/": the namespace is empty`},

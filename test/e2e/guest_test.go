@@ -20,7 +20,7 @@ import (
 // TestPortForwardAndReset runs one guest (each boot costs minutes) with a
 // TCP echo server that cloud-init starts at every boot, and drives it
 // with virtctl as a user would: `virtctl port-forward` to the echo port
-// carries bytes both ways; `virtctl softreboot` (through the guest agent:
+// carries bytes both ways; `virtctl soft-reboot` (through the guest agent:
 // the guest reboots and boots again) shows a whole second boot on the
 // console while the VMI stays Running, after which port forwarding works
 // again; `virtctl reset` shows the kernel starting once more, still
@@ -72,21 +72,21 @@ func TestPortForwardAndReset(t *testing.T) {
 			t.Fatalf("VMI phase %q after %s, want Running", p, after)
 		}
 	}
-	// softreboot: with the guest agent connected, KubeVirt's way is the
+	// soft-reboot: with the guest agent connected, KubeVirt's way is the
 	// agent's guest-shutdown mode=reboot; the guest reboots and boots
 	// again to its shell, where cloud-init starts the echo server anew.
 	kc("wait", "vmi/"+vmi, "--for=condition=AgentConnected", "--timeout=300s")
 	t0 = time.Now()
-	out := consoleRunThenIn(t, gns, vmi, "echo SOFT-$((40+2))", "SOFT-42", func() { vc("softreboot", vmi) },
+	out := consoleRunThenIn(t, gns, vmi, "echo SOFT-$((40+2))", "SOFT-42", func() { vc("soft-reboot", vmi) },
 		"kubevmm-guest: shell on the console", 15*time.Minute)
 	after := out[strings.LastIndex(out, "SOFT-42"):]
 	for _, want := range []string{"kubevmm-agent: guest-shutdown mode=reboot", "kubevmm-guest: reboot requested", "Linux version", "kubevmm-guest: runcmd nc -ll -p 1234 -e cat"} {
 		if !strings.Contains(after, want) {
-			t.Errorf("after softreboot the console lacks %q:\n%s", want, after)
+			t.Errorf("after soft-reboot the console lacks %q:\n%s", want, after)
 		}
 	}
-	t.Logf("MEASURED softreboot to the shell of the second boot: %v", time.Since(t0).Round(time.Second))
-	running("softreboot")
+	t.Logf("MEASURED soft-reboot to the shell of the second boot: %v", time.Since(t0).Round(time.Second))
+	running("soft-reboot")
 	portForwardEcho(t, gns, vmi)
 
 	// reset: the kernel starts again at once.
