@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -734,16 +733,12 @@ func (r *MigrationReconciler) setTargetNodeLabel(ctx context.Context, vmi *v1.Vi
 }
 
 func (r *MigrationReconciler) writeStatus(ctx context.Context, p *migrationPass) error {
-	if equality.Semantic.DeepEqual(&p.m.Status, p.st) {
-		return nil
+	was := p.m.Status.Phase
+	if err := patch.Status(ctx, r.Client, p.m, &p.m.Status, *p.st, client.MergeFromWithOptimisticLock{}); err != nil {
+		return err
 	}
-	orig := p.m.DeepCopy()
-	p.m.Status = *p.st
-	if err := r.Client.Status().Patch(ctx, p.m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("updating status of migration %s/%s: %w", p.m.Namespace, p.m.Name, err)
-	}
-	if p.m.Status.Phase != orig.Status.Phase {
-		log.FromContext(ctx).Info("migration phase changed", "from", orig.Status.Phase, "to", p.m.Status.Phase, "vmi", p.m.Spec.VMIName)
+	if p.m.Status.Phase != was {
+		log.FromContext(ctx).Info("migration phase changed", "from", was, "to", p.m.Status.Phase, "vmi", p.m.Spec.VMIName)
 	}
 	return nil
 }

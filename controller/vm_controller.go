@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,17 +158,14 @@ func (r *VMReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 
 	r.computeStatus(vm, vmi, strategy, status, syncErr, stopping)
 	status.PrintableStatus = withDataVolumeStatus(status.PrintableStatus, vmi, a.dvs)
-	if !equality.Semantic.DeepEqual(&vm.Status, status) {
-		orig := vm.DeepCopy()
-		vm.Status = *status
-		// Optimistic lock: virt-api appends state change requests to this
-		// status; a stale write would drop one.
-		if err := r.Client.Status().Patch(ctx, vm, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return ctrl.Result{}, fmt.Errorf("updating status of VM %s: %w", req.NamespacedName, err)
-		}
-		if vm.Status.PrintableStatus != orig.Status.PrintableStatus {
-			log.FromContext(ctx).Info("VM status changed", "from", orig.Status.PrintableStatus, "to", vm.Status.PrintableStatus)
-		}
+	// Optimistic lock: virt-api appends state change requests to this
+	// status; a stale write would drop one.
+	was := vm.Status.PrintableStatus
+	if err := patch.Status(ctx, r.Client, vm, &vm.Status, *status, client.MergeFromWithOptimisticLock{}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if vm.Status.PrintableStatus != was {
+		log.FromContext(ctx).Info("VM status changed", "from", was, "to", vm.Status.PrintableStatus)
 	}
 
 	// KubeVirt's order: the VMI keeps the VM controller's finalizer until
