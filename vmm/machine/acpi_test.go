@@ -45,7 +45,7 @@ func TestACPITablesInGuestMemory(t *testing.T) {
 		m, err := New(Config{CPUs: 2, MemoryBytes: 32 << 20, Kernel: boottest.TinyELF([]byte{0xf4}, 0x100000), NoACPI: noACPI})
 		require.NoError(t, err)
 		sig := make([]byte, 8)
-		require.NoError(t, m.Mem.ReadAt(sig, acpi.RSDPAddr))
+		require.NoError(t, m.Memory().ReadAt(sig, acpi.RSDPAddr))
 		if noACPI {
 			assert.Equal(t, make([]byte, 8), sig, "no tables with NoACPI")
 		} else {

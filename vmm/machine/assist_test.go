@@ -57,7 +57,7 @@ func TestKernelModeInstructionsComplete(t *testing.T) {
 	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: boottest.TinyELF(code, 0x100000)})
 	require.NoError(t, err)
 	defer m.Close()
-	mem := m.Mem
+	mem := m.Memory()
 	require.NoError(t, mem.PutUint64(data+0x100, 0x8000000000000fff)) // 13 bits set
 	require.NoError(t, mem.PutUint64(data+0x200, 1))
 	require.NoError(t, mem.PutUint64(data+0x208, 2))

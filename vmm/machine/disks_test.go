@@ -61,7 +61,7 @@ type checkingTarget struct {
 func (c *checkingTarget) Prepare(h []byte) (*memory.Guest, error) {
 	mem, err := c.Incoming.Prepare(h)
 	if err == nil {
-		for i, d := range c.Machine.disks {
+		for i, d := range c.Machine.devices.disks {
 			dd, ok := d.(*block.Deferred)
 			if assert.True(c.t, ok, "disk %d is deferred", i) {
 				assert.Nil(c.t, dd.Disk(), "disk %d is not open before the switchover", i)
@@ -104,7 +104,7 @@ func TestMigrationHandsTheDisksOver(t *testing.T) {
 
 	target := in.Machine
 	defer target.Close()
-	for i, d := range target.disks {
+	for i, d := range target.devices.disks {
 		assert.NotNil(t, d.(*block.Deferred).Disk(), "the target opened disk %d", i)
 	}
 	for _, d := range disks[:2] {

@@ -99,7 +99,7 @@ func FuzzIncoming(f *testing.F) {
 func FuzzRestoreSnapshot(f *testing.F) {
 	m, _, state := savedVM(f)
 	good := f.TempDir()
-	if _, err := snapshot.Write(good, m.Mem, json.RawMessage(state)); err != nil {
+	if _, err := snapshot.Write(good, m.Memory(), json.RawMessage(state)); err != nil {
 		f.Fatal(err)
 	}
 	manifest, err := os.ReadFile(filepath.Join(good, snapshot.ManifestFile))

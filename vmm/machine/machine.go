@@ -1,6 +1,7 @@
 // Package machine assembles a VM from the pieces under vmm/: KVM, guest
-// memory, the boot loader, vCPUs and legacy devices, and runs it until the
-// guest ends.
+// memory, the boot loader, vCPUs and devices, and runs it until the guest
+// ends. A Machine is a CPU manager, a memory manager and a device manager
+// with the Machine orchestrating them (managers.go says who owns what).
 package machine
 
 import (
@@ -9,28 +10,18 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kubevmm/kubevmm/vmm/arch/x86"
 	"github.com/kubevmm/kubevmm/vmm/arch/x86/acpi"
 	"github.com/kubevmm/kubevmm/vmm/assist"
-	"github.com/kubevmm/kubevmm/vmm/block"
 	"github.com/kubevmm/kubevmm/vmm/boot"
-	"github.com/kubevmm/kubevmm/vmm/devices/bus"
-	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
-	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
 	"github.com/kubevmm/kubevmm/vmm/devices/serial"
-	"github.com/kubevmm/kubevmm/vmm/devices/sleep"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
 	"github.com/kubevmm/kubevmm/vmm/memory"
 	"github.com/kubevmm/kubevmm/vmm/procmem"
-	"github.com/kubevmm/kubevmm/vmm/virtio/mmio"
-	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
 )
 
 // DefaultCmdline is the kernel command line when the user gives none.
@@ -89,48 +80,35 @@ type Config struct {
 	deferDisks []uint64
 }
 
-// Machine is a built VM.
+// Machine is a built VM: its CPU, memory and device managers (see
+// managers.go) and what ties them together: the configuration, the KVM
+// system and VM handles, boot, vCPU exits and how the VM ends, reset, the
+// build phases, the profiler and the exit metrics.
 type Machine struct {
-	cfg      Config
-	sys      *kvm.System
-	vm       *kvm.VM
-	Mem      *memory.Guest
-	vcpus    []*vcpu
-	pio      bus.Bus
-	mmio     bus.Bus
+	cfg     Config
+	sys     *kvm.System
+	vm      *kvm.VM
+	cpus    *cpuManager
+	memory  *memoryManager
+	devices *deviceManager
+
+	// Serial is COM1, the device manager's: where a console sends the
+	// guest its input.
 	Serial   *serial.Serial
-	kbd      *i8042.Device
-	clock    *rtc.Device
 	Assist   *assist.Assister
 	Loaded   *boot.Loaded
 	Cmdline  string
 	Nested   bool
 	Metrics  Metrics
-	msrList  []uint32 // MSRs saved in snapshots, probed on first use
-	panics   *panicWatch
-	virtio   []*VirtioDevice
-	disks    []block.Disk   // cfg.Disks' images, in order
-	scsi     *scsi.Device   // the hot-plug controller (cfg.SCSI)
-	released []block.Locker // disks a migration source let go of
 	profiler atomic.Pointer[Profiler]
 
-	// live migration (migrate.go)
-	manualProtect  bool // KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2 enabled
-	dirtyMu        sync.Mutex
-	dirtyBufs      [][]uint64
-	throttleMu     sync.Mutex
-	throttleStop   chan struct{}
-	throttleDone   chan struct{}
-	releaseDevices func()
-	created        time.Time
-	phases         []Phase // build and restore steps
-	started        time.Time
-	exitMu         sync.Mutex
-	ending         bool                      // an exit is recorded; the vCPUs are leaving
-	entered        atomic.Pointer[time.Time] // first KVM_RUN of any vCPU
-	enteredCh      chan struct{}             // closed then
-	exitCh         chan Exit
-	running        sync.WaitGroup
+	created time.Time
+	phases  []Phase // build and restore steps
+	started time.Time
+
+	exitMu sync.Mutex
+	ending bool // an exit is recorded; the vCPUs are leaving
+	exitCh chan Exit
 
 	// reset (reset.go)
 	powerOn          *powerOn    // nil: the VM cannot reset in place
@@ -195,22 +173,11 @@ func New(cfg Config) (*Machine, error) { return build(cfg, nil) }
 // sentinel fresh), nothing is loaded, and the caller restores the state.
 func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	booting := from == nil
-	if cfg.CPUs < 1 || cfg.CPUs > x86.MaxCPUs {
-		return nil, configErr("%d vCPUs: must be between 1 and %d", cfg.CPUs, x86.MaxCPUs)
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := x86.RAMLayout(cfg.MemoryBytes); err != nil {
-		return nil, configErr("%v", err)
-	}
-	if cfg.KVMPath == "" {
-		cfg.KVMPath = "/dev/kvm"
-	}
-	if cfg.Console == nil {
-		cfg.Console = io.Discard
-	}
-	if cfg.Cmdline == "" {
-		cfg.Cmdline = DefaultCmdline
-	}
-	m := &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1), enteredCh: make(chan struct{})}
+	m := &Machine{cfg: cfg, created: time.Now(), exitCh: make(chan Exit, 1)}
 	built := false
 	defer func() {
 		if !built {
@@ -226,7 +193,6 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 		m.Cmdline += " " + extra
 	}
 
-	var err error
 	if m.sys, err = kvm.Open(cfg.KVMPath); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -240,7 +206,8 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	// irqchip, adding a memory slot waits for KVM's SRCU grace periods
 	// (7 ms of the 9 ms to a restored guest's vCPU entry on this CI
 	// host, 0.1 ms without).
-	if err := m.setupMemory(from); err != nil {
+	m.memory = &memoryManager{vm: m.vm}
+	if err := m.memory.setup(cfg.MemoryBytes, from); err != nil {
 		return nil, err
 	}
 	m.mark("memory")
@@ -248,12 +215,23 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 		return nil, err
 	}
 	m.mark("irqchip")
-	cmdline := m.Cmdline
-	if err := m.setupVirtio(); err != nil {
+	m.devices = newDeviceManager(deviceConfig{
+		cpus: cfg.CPUs, disks: cfg.Disks, nics: cfg.NICs, rng: cfg.RNG, vsock: cfg.Vsock, scsi: cfg.SCSI,
+		console: cfg.Console, rtcOffset: cfg.RTCOffset, deferDisks: cfg.deferDisks,
+	}, m.vm, m.memory.Guest(), m, m.Log())
+	if err := m.devices.addVirtio(); err != nil {
 		return nil, err
 	}
 	m.mark("virtio")
+	var entry *uint64
 	if booting {
+		// Without ACPI the guest learns of its virtio devices from its
+		// command line; a restored guest booted with them already there.
+		if cfg.NoACPI {
+			for _, arg := range m.devices.kernelArgs() {
+				m.Cmdline += " " + arg
+			}
+		}
 		if err := m.loadGuest(); err != nil {
 			return nil, err
 		}
@@ -261,15 +239,18 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 		// the VMM's own memory (the kernel is most of it)
 		m.cfg.Kernel, m.cfg.Initrd = nil, nil
 		m.mark("kernel")
-	} else {
-		m.Cmdline = cmdline // the restored guest booted with the saved one
+		entry = &m.Loaded.Entry
 	}
-	if err := m.setupDevices(); err != nil {
+	if err := m.devices.addLegacy(); err != nil {
 		return nil, err
 	}
-	if err := m.setupVCPUs(booting); err != nil {
+	m.Serial = m.devices.com1()
+	m.cpus = newCPUManager(m.sys, m.vm, cfg.CPUs, m.Nested, m, m.Log())
+	cpuid, err := m.cpus.create(entry)
+	if err != nil {
 		return nil, err
 	}
+	m.Assist = assist.New(m.memory.Guest(), x86.XSaveLayoutOf(cpuid))
 	if cfg.Reload != nil {
 		if err := m.capturePowerOn(); err != nil {
 			return nil, err
@@ -278,6 +259,27 @@ func build(cfg Config, from *memory.Guest) (*Machine, error) {
 	m.mark("vcpus")
 	built = true
 	return m, nil
+}
+
+// withDefaults checks the parts of cfg every VM needs and fills in the
+// defaults of those left out.
+func withDefaults(cfg Config) (Config, error) {
+	if cfg.CPUs < 1 || cfg.CPUs > x86.MaxCPUs {
+		return cfg, configErr("%d vCPUs: must be between 1 and %d", cfg.CPUs, x86.MaxCPUs)
+	}
+	if _, err := x86.RAMLayout(cfg.MemoryBytes); err != nil {
+		return cfg, configErr("%v", err)
+	}
+	if cfg.KVMPath == "" {
+		cfg.KVMPath = "/dev/kvm"
+	}
+	if cfg.Console == nil {
+		cfg.Console = io.Discard
+	}
+	if cfg.Cmdline == "" {
+		cfg.Cmdline = DefaultCmdline
+	}
+	return cfg, nil
 }
 
 // Log is the machine's logger (never nil).
@@ -298,59 +300,27 @@ func (m *Machine) setupVM() error {
 	if err := m.vm.CreateIRQChip(); err != nil {
 		return err
 	}
-	// With manual protection, reading the dirty log doesn't write-protect
-	// every page at once; migration re-protects just the pages it sends.
-	if n, _ := m.vm.CheckExtension(kvm.CapManualDirtyLogProtect2); n != 0 {
-		if err := m.vm.EnableCap(kvm.CapManualDirtyLogProtect2, kvm.DirtyLogManualProtectEnable); err == nil {
-			m.manualProtect = true
-		}
-	}
+	m.memory.enableManualProtect()
 	return m.vm.CreatePIT2(kvm.PITSpeakerDummy)
 }
 
-// setupMemory gives the VM its RAM: mem if given (a snapshot's mapping),
-// else new, empty RAM for the configured size.
-func (m *Machine) setupMemory(mem *memory.Guest) error {
-	layout, err := x86.RAMLayout(m.cfg.MemoryBytes)
-	if err != nil {
-		return configErr("%v", err)
-	}
-	if mem != nil && mem != freshRAM {
-		if err := sameLayout(mem, layout); err != nil {
-			return err
-		}
-		m.Mem = mem
-	} else if m.Mem, err = memory.New(layout); err != nil {
-		return err
-	}
-	for _, r := range m.Mem.Regions() {
-		err := m.vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
-			Slot:          r.Slot,
-			GuestPhysAddr: r.GPA,
-			MemorySize:    r.Size,
-			UserspaceAddr: uint64(uintptrOf(r.Data)),
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
+// loadGuest writes the boot tables (MP, ACPI) and loads the kernel and
+// initrd into guest RAM.
 func (m *Machine) loadGuest() error {
-	if err := x86.WriteBootTables(m.Mem); err != nil {
+	mem := m.memory.Guest()
+	if err := x86.WriteBootTables(mem); err != nil {
 		return err
 	}
-	if _, err := x86.WriteMPTable(m.Mem, m.cfg.CPUs); err != nil {
+	if _, err := x86.WriteMPTable(mem, m.cfg.CPUs); err != nil {
 		return err
 	}
 	if !m.cfg.NoACPI {
-		if err := acpi.Write(m.Mem, m.acpiConfig()); err != nil {
+		if err := acpi.Write(mem, m.acpiConfig()); err != nil {
 			return err
 		}
 	}
 	layout, _ := x86.RAMLayout(m.cfg.MemoryBytes)
-	l, err := boot.Load(m.Mem, boot.Params{
+	l, err := boot.Load(mem, boot.Params{
 		Kernel:  m.cfg.Kernel,
 		Initrd:  m.cfg.Initrd,
 		Cmdline: m.Cmdline,
@@ -365,93 +335,25 @@ func (m *Machine) loadGuest() error {
 	return nil
 }
 
-// Legacy PC ports.
-const (
-	com1Port  = 0x3f8
-	com1IRQ   = 4
-	postPort  = 0x80 // POST diagnostic port, written as an I/O delay
-	pciConfig = 0xcf8
-)
-
-type sink struct{}
-
-func (sink) Read(_ uint64, data []byte) { clear(data) }
-func (sink) Write(uint64, []byte)       {}
-
-func (m *Machine) setupDevices() error {
-	m.panics = &panicWatch{w: m.cfg.Console}
-	m.Serial = serial.New(m.panics, func(level bool) {
-		if err := m.vm.IRQLine(com1IRQ, level); err != nil {
-			m.stop(Exit{Reason: ExitError, Err: err})
-		}
-	})
-	m.kbd = i8042.New(func() {
-		// with panic=-1 a kernel panic ends in this reset too
-		if line, ok := m.panics.panicked(); ok {
-			m.stop(Exit{Reason: ExitPanic, Err: fmt.Errorf("guest kernel panicked: %s", line)})
-			return
-		}
-		m.stop(Exit{Reason: ExitReset})
-	})
-	m.clock = rtc.New(m.cfg.RTCOffset)
-	var sleepWarned atomic.Bool
-	sleeper := sleep.New(func(typ uint8) {
-		if typ == acpi.SleepTypeS5 {
-			if m.rebootOnPowerOff.Load() {
-				m.resetAsked.Store(true)
-				m.stop(Exit{Reason: ExitReset})
-				return
-			}
-			m.stop(Exit{Reason: ExitShutdown})
-			return
-		}
-		// Once: the guest can write the port in a loop.
-		if !sleepWarned.Swap(true) {
-			m.Log().Warn("guest asked for a sleep state the VM does not offer; ignored (logged once)", "slp_typ", typ)
-		}
-	})
-	for _, d := range []struct {
-		name       string
-		base, size uint64
-		dev        bus.Device
-	}{
-		{"serial0", com1Port, serial.Size, m.Serial},
-		{"i8042", i8042.Base, i8042.Size, m.kbd},
-		{"rtc", rtc.Base, rtc.Size, m.clock},
-		{"post", postPort, 1, sink{}},
-		{"acpi-sleep", acpi.SleepControlPort, sleep.Size, sleeper},
-	} {
-		if err := m.pio.Insert(d.name, d.base, d.size, d.dev); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // acpiConfig is what the ACPI tables describe: the vCPUs, interrupt
 // controllers, COM1 and the virtio devices.
 func (m *Machine) acpiConfig() acpi.Config {
-	c := acpi.Config{
+	serial, virtio := m.devices.acpiDevices()
+	return acpi.Config{
 		CPUs:       m.cfg.CPUs,
 		LAPICAddr:  x86.LAPICAddr,
 		IOAPICAddr: x86.IOAPICAddr,
-		Serial:     []acpi.Serial{{Port: com1Port, IRQ: com1IRQ}},
+		Serial:     serial,
+		Virtio:     virtio,
 	}
-	for _, d := range m.virtio {
-		c.Virtio = append(c.Virtio, acpi.MMIODevice{Base: uint32(d.Transport.Base()), Size: mmio.Size, GSI: d.Transport.GSI()})
-	}
-	return c
 }
 
 // PowerButton presses the guest's ACPI power button: an edge on the
 // Generic Event Device's interrupt. A guest with ACPI is then asked to
 // shut down (what it does about it is up to it); one without ignores it.
 func (m *Machine) PowerButton() error {
-	if err := m.vm.IRQLine(acpi.PowerButtonGSI, true); err != nil {
-		return fmt.Errorf("power button: %w", err)
-	}
-	if err := m.vm.IRQLine(acpi.PowerButtonGSI, false); err != nil {
-		return fmt.Errorf("power button: %w", err)
+	if err := m.devices.pressPowerButton(); err != nil {
+		return err
 	}
 	m.Log().Info("power button pressed")
 	return nil
@@ -462,23 +364,19 @@ func (m *Machine) PowerButton() error {
 // RAM once those are unmapped.
 func (m *Machine) Close() error {
 	m.stop(Exit{Reason: ExitStopped})
-	m.running.Wait()
-	m.Throttle(0)
-	// A migrated-away VM still holds its devices still (the stop-and-copy
-	// never resumed them); let go so they can be stopped and closed.
-	if m.releaseDevices != nil {
-		m.releaseDevices()
-		m.releaseDevices = nil
+	var err error
+	if m.cpus != nil {
+		m.cpus.wait()
+		m.cpus.Throttle(0)
 	}
-	// Disks flush their metadata here: their errors are the caller's.
-	err := m.closeVirtio()
-	for _, v := range m.vcpus {
-		v.c.Close()
+	if m.devices != nil {
+		err = m.devices.close()
 	}
-	m.vcpus = nil
-	if m.Mem != nil {
-		m.Mem.Close()
-		m.Mem = nil
+	if m.cpus != nil {
+		m.cpus.close()
+	}
+	if m.memory != nil {
+		m.memory.close()
 	}
 	if m.vm != nil {
 		m.vm.Close()
@@ -500,8 +398,8 @@ func (m *Machine) stop(e Exit) {
 	}
 	m.ending = true
 	m.exitCh <- e
-	for _, v := range m.vcpus {
-		v.request(reqStop)
+	if m.cpus != nil {
+		m.cpus.stop()
 	}
 }
 
@@ -523,7 +421,7 @@ func (m *Machine) Run() Exit {
 	defer close(done)
 	go func() {
 		select {
-		case <-m.enteredCh:
+		case <-m.cpus.firstEntry():
 		case <-done:
 			return
 		}
@@ -533,12 +431,9 @@ func (m *Machine) Run() Exit {
 		case <-done:
 		}
 	}()
-	for _, v := range m.vcpus {
-		m.running.Add(1)
-		go v.loop()
-	}
+	m.cpus.start()
 	e := <-m.exitCh
-	m.running.Wait()
+	m.cpus.wait()
 	return e
 }
 
@@ -564,6 +459,7 @@ func (m *Machine) Started() time.Time { return m.started }
 
 // Stats is a summary for logs and benchmarks.
 func (m *Machine) Stats() map[string]any {
+	serialTx, virtio := m.devices.stats()
 	return map[string]any{
 		"exits_io":     m.Metrics.ExitsIO.Load(),
 		"exits_mmio":   m.Metrics.ExitsMMIO.Load(),
@@ -572,32 +468,38 @@ func (m *Machine) Stats() map[string]any {
 		"unknown_pio":  m.Metrics.UnknownPIO.Load(),
 		"unknown_mmio": m.Metrics.UnknownMMIO.Load(),
 		"assists":      m.Assist.Counts(),
-		"serial_tx":    m.Serial.Metrics.TxBytes.Load(),
-		"virtio":       m.virtioStats(),
-		"vcpu_seconds": m.vcpuSeconds(),
+		"serial_tx":    serialTx,
+		"virtio":       virtio,
+		"vcpu_seconds": m.cpus.threadSeconds(),
 	}
 }
 
-// vcpuSeconds is the CPU time of each running vCPU's thread, by vCPU id:
-// the guest's time in KVM_RUN and the VMM's exit handling on that thread
-// (what libvirt reports as a vCPU's time for QEMU's vCPU threads).
-func (m *Machine) vcpuSeconds() map[string]float64 {
-	out := map[string]float64{}
-	for _, v := range m.vcpus {
-		v.mu.Lock()
-		tid, live := v.tid, v.started && !v.exited
-		v.mu.Unlock()
-		if !live {
-			continue
-		}
-		// The thread's CPU clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
-		// of <linux/posix-timers.h>, valid for threads of this process.
-		var ts unix.Timespec
-		if unix.ClockGettime(int32(^tid<<3|6), &ts) == nil {
-			out[strconv.Itoa(v.id)] = float64(ts.Nano()) / 1e9
-		}
+// Pause stops every vCPU at an instruction boundary and returns once none
+// is executing guest code. Devices keep their state; callers that need a
+// quiescent machine (snapshots) pause devices separately.
+func (m *Machine) Pause() error { return m.cpus.Pause() }
+
+// Resume lets paused vCPUs run again.
+func (m *Machine) Resume() { m.cpus.Resume() }
+
+// Paused reports whether every vCPU is parked.
+func (m *Machine) Paused() bool { return m.cpus.Paused() }
+
+// Memory is the guest's RAM.
+func (m *Machine) Memory() *memory.Guest { return m.memory.Guest() }
+
+// Virtio lists the attached virtio devices.
+func (m *Machine) Virtio() []*VirtioDevice { return m.devices.virtioDevices() }
+
+// powerOff is the guest entering ACPI S5: the VM shuts down, or resets
+// when a soft reboot asked for it.
+func (m *Machine) powerOff() {
+	if m.rebootOnPowerOff.Load() {
+		m.resetAsked.Store(true)
+		m.stop(Exit{Reason: ExitReset})
+		return
 	}
-	return out
+	m.stop(Exit{Reason: ExitShutdown})
 }
 
 // Config is the configuration the machine was built with (for a restored

@@ -4,133 +4,38 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"time"
 
-	"github.com/kubevmm/kubevmm/vmm/kvm"
 	"github.com/kubevmm/kubevmm/vmm/memory"
 	"github.com/kubevmm/kubevmm/vmm/migration"
 )
 
-// Memory is the guest's RAM.
-func (m *Machine) Memory() *memory.Guest { return m.Mem }
+// StartDirtyLog starts tracking the pages vCPUs and the VMM write.
+func (m *Machine) StartDirtyLog() error { return m.memory.StartDirtyLog() }
 
-// setSlotFlags re-registers every memory slot with flags.
-func (m *Machine) setSlotFlags(flags uint32) error {
-	for _, r := range m.Mem.Regions() {
-		err := m.vm.SetUserMemoryRegion(kvm.UserspaceMemoryRegion{
-			Slot: r.Slot, Flags: flags, GuestPhysAddr: r.GPA, MemorySize: r.Size,
-			UserspaceAddr: uint64(uintptrOf(r.Data)),
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// StartDirtyLog turns on KVM's dirty log for every slot and the memory
-// package's tracking of VMM writes.
-func (m *Machine) StartDirtyLog() error {
-	m.dirtyMu.Lock()
-	defer m.dirtyMu.Unlock()
-	m.Mem.StartDirtyTracking()
-	if err := m.setSlotFlags(kvm.MemLogDirtyPages); err != nil {
-		m.Mem.StopDirtyTracking()
-		return err
-	}
-	m.dirtyBufs = make([][]uint64, len(m.Mem.Regions()))
-	for i, r := range m.Mem.Regions() {
-		m.dirtyBufs[i] = make([]uint64, (r.Size/memory.PageSize+63)/64)
-	}
-	return nil
-}
-
-// SyncDirty collects the pages written since the last call. With manual
-// protection KVM keeps the pages writable until KVM_CLEAR_DIRTY_LOG, which
-// is issued here for exactly the pages reported, so a write racing with
-// the sync is never lost: it lands in the next one.
-func (m *Machine) SyncDirty(bitmaps [][]uint64) error {
-	m.dirtyMu.Lock()
-	defer m.dirtyMu.Unlock()
-	for i, r := range m.Mem.Regions() {
-		buf := m.dirtyBufs[i]
-		clear(buf)
-		if err := m.vm.GetDirtyLog(r.Slot, buf); err != nil {
-			return err
-		}
-		if m.manualProtect {
-			if err := m.vm.ClearDirtyLog(r.Slot, 0, uint32(r.Size/memory.PageSize), buf); err != nil {
-				return err
-			}
-		}
-		for w := range buf {
-			bitmaps[i][w] |= buf[w]
-		}
-		r.TakeDirty(bitmaps[i])
-	}
-	return nil
-}
+// SyncDirty ORs into bitmaps the pages written since the last call.
+func (m *Machine) SyncDirty(bitmaps [][]uint64) error { return m.memory.SyncDirty(bitmaps) }
 
 // StopDirtyLog ends dirty tracking.
-func (m *Machine) StopDirtyLog() error {
-	m.dirtyMu.Lock()
-	defer m.dirtyMu.Unlock()
-	m.Mem.StopDirtyTracking()
-	m.dirtyBufs = nil
-	return m.setSlotFlags(0)
-}
+func (m *Machine) StopDirtyLog() error { return m.memory.StopDirtyLog() }
 
 // Throttle holds the vCPUs for the given fraction of every 100 ms
 // (auto-converge); 0 stops throttling. It never leaves the VM paused.
-func (m *Machine) Throttle(fraction float64) {
-	m.throttleMu.Lock()
-	defer m.throttleMu.Unlock()
-	if m.throttleStop != nil {
-		close(m.throttleStop)
-		<-m.throttleDone
-		m.throttleStop, m.throttleDone = nil, nil
-	}
-	if fraction <= 0 {
-		return
-	}
-	fraction = min(fraction, 0.99)
-	stop, done := make(chan struct{}), make(chan struct{})
-	m.throttleStop, m.throttleDone = stop, done
-	const period = 100 * time.Millisecond
-	held := time.Duration(float64(period) * fraction)
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(period - held):
-			}
-			if err := m.Pause(); err != nil {
-				return // the VM ended
-			}
-			select {
-			case <-stop:
-				m.Resume()
-				return
-			case <-time.After(held):
-			}
-			m.Resume()
-		}
-	}()
-}
+func (m *Machine) Throttle(fraction float64) { m.cpus.Throttle(fraction) }
 
 // migrationPause pauses vCPUs and holds every device still until
 // migrationResume; the migration's stop-and-copy runs in between. The
 // disks are flushed and their images' locks released for the target,
 // which opens them when it loads the state.
 func (m *Machine) migrationPause() error {
-	m.Throttle(0)
-	if err := m.Pause(); err != nil {
+	m.cpus.Throttle(0)
+	if err := m.cpus.Pause(); err != nil {
 		return err
 	}
-	m.releaseDevices = m.holdDevices()
-	if err := m.releaseDisks(); err != nil {
+	if err := m.devices.Pause(); err != nil {
+		m.cpus.Resume()
+		return err
+	}
+	if err := m.devices.releaseDisks(); err != nil {
 		m.migrationResume()
 		return err
 	}
@@ -142,14 +47,11 @@ func (m *Machine) migrationPause() error {
 // did not let go), the guest must not write it: the VM ends with an error
 // naming the image instead.
 func (m *Machine) migrationResume() {
-	if err := m.retakeDisks(); err != nil {
+	if err := m.devices.retakeDisks(); err != nil {
 		m.stop(Exit{Reason: ExitError, Err: fmt.Errorf("resuming after a failed migration: %w", err)})
 	}
-	if m.releaseDevices != nil {
-		m.releaseDevices()
-		m.releaseDevices = nil
-	}
-	m.Resume()
+	m.devices.Resume()
+	m.cpus.Resume()
 }
 
 // Header describes the VM's hardware for the target.
@@ -221,7 +123,7 @@ func (in *Incoming) Prepare(header []byte) (*memory.Guest, error) {
 		return nil, err
 	}
 	in.Machine, in.header = m, sc
-	return m.Mem, nil
+	return m.Memory(), nil
 }
 
 // Restore loads the state sent at the end of the migration.
@@ -243,10 +145,10 @@ func (in *Incoming) Restore(state []byte) error {
 		return fmt.Errorf("migrated state describes another VM than the header did")
 	}
 	// The source has stopped, flushed its disks and let go of them.
-	if err := in.Machine.openDeferredDisks(); err != nil {
+	if err := in.Machine.devices.openDeferredDisks(); err != nil {
 		return err
 	}
-	if err := in.Machine.checkDisks(s.Config.Disks); err != nil {
+	if err := in.Machine.devices.checkDisks(s.Config.Disks); err != nil {
 		return err
 	}
 	return in.Machine.loadState(&s)

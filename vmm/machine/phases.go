@@ -2,7 +2,6 @@ package machine
 
 import (
 	"time"
-	"unsafe"
 
 	"github.com/kubevmm/kubevmm/vmm/procmem"
 )
@@ -23,23 +22,8 @@ func (m *Machine) mark(name string) {
 func (m *Machine) Phases() []Phase { return m.phases }
 
 // Entered is when the first vCPU entered the guest (KVM_RUN), zero before.
-func (m *Machine) Entered() time.Time {
-	if t := m.entered.Load(); t != nil {
-		return *t
-	}
-	return time.Time{}
-}
+func (m *Machine) Entered() time.Time { return m.cpus.Entered() }
 
 // GuestRAM is where guest RAM is mapped in this process (for
 // procmem.Self).
-func (m *Machine) GuestRAM() []procmem.Range {
-	if m.Mem == nil {
-		return nil
-	}
-	var out []procmem.Range
-	for _, r := range m.Mem.Regions() {
-		p := uintptr(unsafe.Pointer(unsafe.SliceData(r.Data)))
-		out = append(out, procmem.Range{Start: p, End: p + uintptr(len(r.Data))})
-	}
-	return out
-}
+func (m *Machine) GuestRAM() []procmem.Range { return m.memory.ranges() }

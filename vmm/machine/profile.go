@@ -4,8 +4,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Profiler samples where the guest's vCPUs are (RIP) at a fixed rate. On
@@ -34,14 +32,7 @@ func (m *Machine) StartProfile(period time.Duration) *Profiler {
 				return
 			case <-t.C:
 			}
-			for _, v := range m.vcpus {
-				v.mu.Lock()
-				tid := v.tid
-				v.mu.Unlock()
-				if tid != 0 {
-					unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
-				}
-			}
+			m.cpus.signal()
 		}
 	}()
 	return p

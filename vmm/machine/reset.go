@@ -3,11 +3,6 @@ package machine
 import (
 	"errors"
 	"fmt"
-
-	"github.com/kubevmm/kubevmm/vmm/arch/x86"
-	"github.com/kubevmm/kubevmm/vmm/devices/i8042"
-	"github.com/kubevmm/kubevmm/vmm/devices/rtc"
-	"github.com/kubevmm/kubevmm/vmm/devices/serial"
 )
 
 // powerOn is the machine as built, before the guest's first instruction:
@@ -16,27 +11,21 @@ import (
 // (MSRs, LAPIC, FPU, events) is captured and loaded back, as QEMU's reset
 // puts its own power-on values.
 type powerOn struct {
-	vm     *VMState
-	vcpus  []*VCPUState
-	serial serial.State
-	kbd    i8042.State
-	rtc    rtc.State
+	vm      *VMState
+	vcpus   []*VCPUState
+	devices DeviceState // the legacy devices'
 }
 
 // capturePowerOn records the power-on state, for Reset. Called by build,
 // after the vCPUs are set up and before a restore loads a saved state.
 func (m *Machine) capturePowerOn() error {
-	p := &powerOn{serial: m.Serial.Save(), kbd: m.kbd.Save(), rtc: m.clock.Save()}
+	p := &powerOn{devices: m.devices.legacyState()}
 	var err error
 	if p.vm, err = m.saveVM(); err != nil {
 		return fmt.Errorf("power-on state: %w", err)
 	}
-	for _, v := range m.vcpus {
-		s, err := m.saveVCPU(v)
-		if err != nil {
-			return fmt.Errorf("power-on state of vCPU %d: %w", v.id, err)
-		}
-		p.vcpus = append(p.vcpus, s)
+	if p.vcpus, err = m.cpus.Save(); err != nil {
+		return fmt.Errorf("power-on state of %w", err)
 	}
 	m.powerOn = p
 	return nil
@@ -89,10 +78,8 @@ func (m *Machine) Reset() error {
 	if err != nil {
 		return fmt.Errorf("reset: reloading the kernel: %w", err)
 	}
-	for _, d := range m.virtio {
-		d.Transport.Reset()
-	}
-	if err := m.Mem.Clear(); err != nil {
+	m.devices.resetVirtio()
+	if err := m.memory.clear(); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
 	m.cfg.Kernel, m.cfg.Initrd = kernel, initrd
@@ -110,30 +97,10 @@ func (m *Machine) Reset() error {
 	if err := m.restoreVM(&vs); err != nil {
 		return fmt.Errorf("reset: irqchip and PIT: %w", err)
 	}
-	for i, v := range m.vcpus {
-		// KVM refuses to change a vCPU's CPUID once it has run: the guest
-		// keeps the CPUID it has (a restored guest's is the saved one),
-		// and its TSC frequency.
-		s := *m.powerOn.vcpus[i]
-		cpuid, err := v.c.GetCPUID2()
-		if err != nil {
-			return fmt.Errorf("reset: vCPU %d: %w", i, err)
-		}
-		s.CPUID, s.TSCKHz = cpuid, 0
-		if err := restoreVCPU(v.c, &s); err != nil {
-			return fmt.Errorf("reset: vCPU %d: %w", i, err)
-		}
-	}
-	if err := x86.SetupLongMode(m.vcpus[0].c, m.Loaded.Entry); err != nil {
-		return fmt.Errorf("reset: vCPU 0: %w", err)
-	}
-	if err := m.Serial.Restore(m.powerOn.serial); err != nil {
+	if err := m.cpus.reset(m.powerOn.vcpus, m.Loaded.Entry); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
-	if err := m.kbd.Restore(m.powerOn.kbd); err != nil {
-		return fmt.Errorf("reset: %w", err)
-	}
-	if err := m.clock.Restore(m.powerOn.rtc); err != nil {
+	if err := m.devices.restoreLegacy(m.powerOn.devices); err != nil {
 		return fmt.Errorf("reset: %w", err)
 	}
 	m.rebootOnPowerOff.Store(false)
@@ -141,11 +108,7 @@ func (m *Machine) Reset() error {
 
 	m.exitMu.Lock()
 	defer m.exitMu.Unlock()
-	for _, v := range m.vcpus {
-		v.mu.Lock()
-		v.req, v.paused, v.exited, v.started, v.tid = reqNone, false, false, false, 0
-		v.mu.Unlock()
-	}
+	m.cpus.rearm()
 	m.ending = false
 	m.Log().Info("VM reset: the guest boots again", "entry", hex(m.Loaded.Entry))
 	return nil

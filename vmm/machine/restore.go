@@ -13,23 +13,6 @@ import (
 	"github.com/kubevmm/kubevmm/vmm/virtio/scsi"
 )
 
-// freshRAM asks build for new, empty RAM without loading a kernel (an
-// incoming migration fills it).
-var freshRAM = &memory.Guest{}
-
-func sameLayout(mem *memory.Guest, layout []memory.Layout) error {
-	rs := mem.Regions()
-	if len(rs) != len(layout) {
-		return fmt.Errorf("saved RAM has %d regions, the VM needs %d", len(rs), len(layout))
-	}
-	for i, r := range rs {
-		if r.GPA != layout[i].GPA || r.Size != layout[i].Size {
-			return fmt.Errorf("saved RAM region %d is [%#x+%#x], the VM needs [%#x+%#x]", i, r.GPA, r.Size, layout[i].GPA, layout[i].Size)
-		}
-	}
-	return nil
-}
-
 // Restore rebuilds the VM saved in dir, in this process, ready to Run from
 // where it was. RAM is mapped privately from the snapshot and read lazily.
 // base supplies what isn't part of a VM's state: console, log, KVM path.
@@ -69,7 +52,7 @@ func fromState(s *State, base Config, mem *memory.Guest) (*Machine, error) {
 		mem.Close() // idempotent: build may have closed it already
 		return nil, err
 	}
-	if err := m.checkDisks(s.Config.Disks); err != nil {
+	if err := m.devices.checkDisks(s.Config.Disks); err != nil {
 		_ = m.Close() // never ran: the refusal is the error to report
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -91,7 +74,7 @@ func (m *Machine) loadState(s *State) error {
 	}
 	// The assists follow the XSAVE layout the guest was given.
 	if len(s.VCPUs) > 0 {
-		m.Assist = assist.New(m.Mem, x86.XSaveLayoutOf(s.VCPUs[0].CPUID))
+		m.Assist = assist.New(m.memory.Guest(), x86.XSaveLayoutOf(s.VCPUs[0].CPUID))
 	}
 	return nil
 }

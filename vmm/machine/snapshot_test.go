@@ -39,7 +39,7 @@ func countingVM(t *testing.T) (*Machine, chan Exit, [32]byte) {
 	require.NoError(t, err)
 	pattern := make([]byte, patternSize)
 	rand.Read(pattern)
-	require.NoError(t, m.Mem.WriteAt(pattern, patternAddr))
+	require.NoError(t, m.Memory().WriteAt(pattern, patternAddr))
 	return m, run(m), sha256.Sum256(pattern)
 }
 
@@ -50,7 +50,7 @@ func run(m *Machine) chan Exit {
 }
 
 func counter(t *testing.T, m *Machine) uint64 {
-	v, err := m.Mem.Uint64(counterAddr)
+	v, err := m.Memory().Uint64(counterAddr)
 	require.NoError(t, err)
 	return v
 }
@@ -73,7 +73,7 @@ func waitCounter(t *testing.T, m *Machine, v uint64) uint64 {
 
 func patternSum(t *testing.T, m *Machine) [32]byte {
 	b := make([]byte, patternSize)
-	require.NoError(t, m.Mem.ReadAt(b, patternAddr))
+	require.NoError(t, m.Memory().ReadAt(b, patternAddr))
 	return sha256.Sum256(b)
 }
 

@@ -28,7 +28,7 @@ func TestVCPUWaitsForMissingPage(t *testing.T) {
 	m, err := New(Config{CPUs: 1, MemoryBytes: 32 << 20, Kernel: boottest.TinyELF(code, 0x100000)})
 	require.NoError(t, err)
 	defer m.Close()
-	regions := m.Mem.Regions()
+	regions := m.Memory().Regions()
 	bitmaps := make([][]uint64, len(regions))
 	for i, r := range regions {
 		bitmaps[i] = make([]uint64, (r.Size/memory.PageSize+63)/64)
@@ -36,10 +36,10 @@ func TestVCPUWaitsForMissingPage(t *testing.T) {
 	require.Equal(t, uint64(0), regions[0].GPA)
 	// Every hole in registered RAM faults, not only the pages made
 	// missing: the page written to must be there already.
-	require.NoError(t, m.Mem.PutUint64(out, 0))
+	require.NoError(t, m.Memory().PutUint64(out, 0))
 	page := uint64(missing / memory.PageSize)
 	bitmaps[0][page/64] |= 1 << (page % 64)
-	uf, err := m.Mem.Userfault(bitmaps)
+	uf, err := m.Memory().Userfault(bitmaps)
 	require.NoError(t, err)
 
 	exited := make(chan Exit, 1)
@@ -53,7 +53,7 @@ func TestVCPUWaitsForMissingPage(t *testing.T) {
 	exit := <-exited
 	require.Equal(t, ExitReset, exit.Reason, "the guest ran on after the page arrived: %v", exit)
 	require.NoError(t, uf.Close())
-	v, err := m.Mem.Uint64(out)
+	v, err := m.Memory().Uint64(out)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0x1122334455667788), v, "the vCPU read the installed page")
 }
@@ -73,9 +73,9 @@ func writesAfterFirstRound(m *Machine) func(migration.Stats) {
 		if st.Rounds != 1 {
 			return
 		}
-		start, _ := m.Mem.Uint64(counterAddr)
+		start, _ := m.Memory().Uint64(counterAddr)
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
-			if c, err := m.Mem.Uint64(counterAddr); err != nil || c != start {
+			if c, err := m.Memory().Uint64(counterAddr); err != nil || c != start {
 				return
 			}
 			time.Sleep(time.Millisecond) // polling guest RAM the guest writes

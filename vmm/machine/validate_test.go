@@ -140,7 +140,7 @@ func TestRestoreRefusesBadSnapshotStates(t *testing.T) {
 	for _, tc := range badStates {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			_, err := snapshot.Write(dir, m.Mem, json.RawMessage(edit(t, state, tc.edit)))
+			_, err := snapshot.Write(dir, m.Memory(), json.RawMessage(edit(t, state, tc.edit)))
 			require.NoError(t, err)
 			r, err := Restore(dir, Config{})
 			require.Error(t, err)

@@ -5,17 +5,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kubevmm/kubevmm/vmm/arch/x86"
-	"github.com/kubevmm/kubevmm/vmm/assist"
 	"github.com/kubevmm/kubevmm/vmm/kvm"
 )
-
-func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 type request int
 
@@ -25,63 +19,20 @@ const (
 	reqStop
 )
 
-// vcpu is one vCPU and the OS thread that runs it.
+// vcpu is one vCPU and the OS thread that runs it; the CPU manager owns
+// it.
 type vcpu struct {
-	m   *Machine
+	mgr *cpuManager
 	c   *kvm.VCPU
 	id  int
-	tid int
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the thread's run state below
 	cond    *sync.Cond
+	tid     int
 	req     request
 	paused  bool // parked in checkpoint by a pause request
 	exited  bool // the thread left its loop (or never started and was stopped)
 	started bool
-}
-
-// setupVCPUs creates the vCPUs with this host's CPUID policy; when
-// booting, the BSP is put at the kernel's entry (a restore overwrites all
-// of it with the saved state).
-func (m *Machine) setupVCPUs(booting bool) error {
-	supported, err := m.sys.SupportedCPUID()
-	if err != nil {
-		return err
-	}
-	policy := x86.CPUIDPolicy{NumCPUs: m.cfg.CPUs, EmulatedKernelMode: m.Nested}
-	for i := 0; i < m.cfg.CPUs; i++ {
-		c, err := m.vm.CreateVCPU(i)
-		if err != nil {
-			return err
-		}
-		v := &vcpu{m: m, c: c, id: i}
-		v.cond = sync.NewCond(&v.mu)
-		m.vcpus = append(m.vcpus, v)
-		cpuid := policy.ForVCPU(supported, i)
-		if err := c.SetCPUID2(cpuid); err != nil {
-			return err
-		}
-		if i == 0 {
-			m.Assist = assist.New(m.Mem, x86.XSaveLayoutOf(cpuid))
-		}
-		if err := x86.SetupMSRs(c); err != nil {
-			return err
-		}
-		if err := x86.SetupFPU(c); err != nil {
-			return err
-		}
-		if err := x86.SetupLAPIC(c); err != nil {
-			return err
-		}
-		// Application processors wait in the in-kernel LAPIC for the
-		// guest's INIT/SIPI; only the BSP starts at the kernel entry.
-		if i == 0 && booting {
-			if err := x86.SetupLongMode(c, m.Loaded.Entry); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // request asks the vCPU to leave KVM_RUN and act on r. immediate_exit
@@ -133,8 +84,23 @@ func (v *vcpu) checkpoint() bool {
 	return true
 }
 
+// vcpuExits is where a vCPU thread hands what KVM_RUN returned: the
+// Machine, which owns what an exit means (the buses through its device
+// manager, the assists, the exit metrics, the profiler) and how the VM
+// ends.
+type vcpuExits interface {
+	// interrupted: a signal ended KVM_RUN (a request, a kick, a
+	// profiler's sample); the thread goes on.
+	interrupted(v *vcpu)
+	// handleExit handles one exit; done means the VM ends with e.
+	handleExit(v *vcpu) (e Exit, done bool)
+	// stop ends the VM with e.
+	stop(e Exit)
+}
+
 func (v *vcpu) loop() {
-	defer v.m.running.Done()
+	mgr := v.mgr
+	defer mgr.running.Done()
 	defer func() {
 		v.mu.Lock()
 		v.exited = true
@@ -148,103 +114,21 @@ func (v *vcpu) loop() {
 	v.started = true
 	v.mu.Unlock()
 	for v.checkpoint() {
-		if v.m.entered.Load() == nil {
-			now := time.Now()
-			if v.m.entered.CompareAndSwap(nil, &now) {
-				close(v.m.enteredCh)
-			}
-		}
+		mgr.enteredGuest()
 		err := v.c.Run()
 		if errors.Is(err, kvm.ErrInterrupted) {
-			v.m.Metrics.ExitsIntr.Add(1)
-			if p := v.m.profiler.Load(); p != nil {
-				if r, err := v.c.GetRegs(); err == nil {
-					p.record(r.RIP)
-				}
-			}
+			mgr.exits.interrupted(v)
 			continue
 		}
 		if err != nil {
-			v.m.stop(Exit{Reason: ExitError, VCPU: v.id, Err: err})
+			mgr.exits.stop(Exit{Reason: ExitError, VCPU: v.id, Err: err})
 			return
 		}
-		if e, done := v.handleExit(); done {
-			v.m.stop(e)
+		if e, done := mgr.exits.handleExit(v); done {
+			mgr.exits.stop(e)
 			return
 		}
 	}
-}
-
-// handleExit handles one exit; done means the VM ends with e.
-func (v *vcpu) handleExit() (e Exit, done bool) {
-	m := v.m
-	reason := v.c.ExitReason()
-	switch reason {
-	case kvm.ExitIO:
-		m.Metrics.ExitsIO.Add(1)
-		io, err := v.c.IO()
-		if err != nil {
-			return Exit{Reason: ExitError, VCPU: v.id, Err: err}, true
-		}
-		for i := 0; i < io.Count; i++ {
-			d := io.Data[i*io.Size : (i+1)*io.Size]
-			if io.Out {
-				if !m.pio.Write(uint64(io.Port), d) {
-					m.Metrics.UnknownPIO.Add(1)
-				}
-			} else if !m.pio.Read(uint64(io.Port), d) {
-				m.Metrics.UnknownPIO.Add(1)
-				for j := range d {
-					d[j] = 0xff // nothing there: the bus floats high
-				}
-			}
-		}
-	case kvm.ExitMMIO:
-		m.Metrics.ExitsMMIO.Add(1)
-		mm := v.c.MMIO()
-		if mm.IsWrite {
-			if !m.mmio.Write(mm.Addr, mm.Data) {
-				m.Metrics.UnknownMMIO.Add(1)
-			}
-		} else if !m.mmio.Read(mm.Addr, mm.Data) {
-			m.Metrics.UnknownMMIO.Add(1)
-			for j := range mm.Data {
-				mm.Data[j] = 0xff
-			}
-		}
-	case kvm.ExitIntr:
-		m.Metrics.ExitsIntr.Add(1)
-	case kvm.ExitHLT:
-		// only without an in-kernel LAPIC; keep running
-		m.Metrics.ExitsOther.Add(1)
-	case kvm.ExitShutdown:
-		return Exit{Reason: ExitTripleFault, VCPU: v.id, Err: v.describe("triple fault")}, true
-	case kvm.ExitSystemEvent:
-		switch v.c.SystemEvent() {
-		case kvm.SystemEventShutdown:
-			return Exit{Reason: ExitShutdown, VCPU: v.id}, true
-		case kvm.SystemEventReset:
-			return Exit{Reason: ExitReset, VCPU: v.id}, true
-		default:
-			return Exit{Reason: ExitPanic, VCPU: v.id}, true
-		}
-	case kvm.ExitInternalError:
-		ie := v.c.Internal()
-		if ie.Suberror == kvm.InternalErrorEmulation {
-			if _, err := m.Assist.Complete(v.c, v.id, ie); err == nil {
-				return Exit{}, false
-			} else {
-				return Exit{Reason: ExitError, VCPU: v.id, Err: err}, true
-			}
-		}
-		return Exit{Reason: ExitError, VCPU: v.id, Err: v.describe(fmt.Sprintf("KVM internal error, suberror %d, data %#x", ie.Suberror, ie.Data))}, true
-	case kvm.ExitFailEntry:
-		return Exit{Reason: ExitError, VCPU: v.id, Err: v.describe(fmt.Sprintf("VM entry failed, hardware reason %#x", v.c.FailEntry()))}, true
-	default:
-		m.Metrics.ExitsOther.Add(1)
-		return Exit{Reason: ExitError, VCPU: v.id, Err: v.describe(fmt.Sprintf("unexpected exit %v", reason))}, true
-	}
-	return Exit{}, false
 }
 
 // describe adds the vCPU's RIP to an error about the guest.
@@ -253,4 +137,149 @@ func (v *vcpu) describe(what string) error {
 		return fmt.Errorf("%s at RIP %#x", what, r.RIP)
 	}
 	return errors.New(what)
+}
+
+// save captures the vCPU. Its thread must be parked.
+func (v *vcpu) save() (*VCPUState, error) {
+	c := v.c
+	s := &VCPUState{ID: v.id}
+	// MP state first: reading it flushes pending APIC events into state
+	// the later reads see.
+	mp, err := c.GetMPState()
+	if err != nil {
+		return nil, err
+	}
+	s.MPState = mp.State
+	regs, err := c.GetRegs()
+	if err != nil {
+		return nil, err
+	}
+	s.Regs = raw(regs)
+	sregs, err := c.GetSregs()
+	if err != nil {
+		return nil, err
+	}
+	s.Sregs = raw(sregs)
+	xs, err := c.GetXSave()
+	if err != nil {
+		return nil, err
+	}
+	s.XSave = raw(xs)
+	xcrs, err := c.GetXCRs()
+	if err != nil {
+		return nil, err
+	}
+	s.XCRs = raw(xcrs)
+	dr, err := c.GetDebugRegs()
+	if err != nil {
+		return nil, err
+	}
+	s.DebugRegs = raw(dr)
+	lapic, err := c.GetLAPIC()
+	if err != nil {
+		return nil, err
+	}
+	s.LAPIC = raw(lapic)
+	if khz, err := c.GetTSCKHz(); err == nil {
+		s.TSCKHz = khz
+	}
+	list, err := v.mgr.savedMSRs(c)
+	if err != nil {
+		return nil, err
+	}
+	msrs := make([]kvm.MSREntry, len(list))
+	for i, idx := range list {
+		msrs[i].Index = idx
+	}
+	n, err := c.GetMSRs(msrs)
+	if err != nil {
+		return nil, err
+	}
+	if n != len(msrs) {
+		return nil, fmt.Errorf("vCPU %d: read %d of %d MSRs (MSR %#x refused)", v.id, n, len(msrs), msrs[n].Index)
+	}
+	s.MSRs = msrs
+	ev, err := c.GetVCPUEvents()
+	if err != nil {
+		return nil, err
+	}
+	s.Events = raw(ev)
+	if s.CPUID, err = c.GetCPUID2(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// restoreVCPU loads a saved state into a fresh vCPU, in the order KVM
+// needs: CPUID before anything that depends on features, MSRs after the
+// LAPIC (TSC deadline), events last (they reference the restored state).
+func restoreVCPU(c *kvm.VCPU, s *VCPUState) error {
+	if err := c.SetCPUID2(s.CPUID); err != nil {
+		return err
+	}
+	if s.TSCKHz != 0 {
+		if cur, err := c.GetTSCKHz(); err == nil && cur != s.TSCKHz {
+			if err := c.SetTSCKHz(s.TSCKHz); err != nil {
+				return fmt.Errorf("vCPU %d: TSC runs at %d kHz here, the guest expects %d kHz: %w", s.ID, cur, s.TSCKHz, err)
+			}
+		}
+	}
+	if err := c.SetMPState(kvm.MPState{State: s.MPState}); err != nil {
+		return err
+	}
+	regs, err := fromRaw[kvm.Regs](s.Regs, "regs")
+	if err != nil {
+		return err
+	}
+	if err := c.SetRegs(regs); err != nil {
+		return err
+	}
+	sregs, err := fromRaw[kvm.Sregs](s.Sregs, "sregs")
+	if err != nil {
+		return err
+	}
+	if err := c.SetSregs(sregs); err != nil {
+		return err
+	}
+	xs, err := fromRaw[kvm.XSave](s.XSave, "xsave")
+	if err != nil {
+		return err
+	}
+	if err := c.SetXSave(xs); err != nil {
+		return err
+	}
+	xcrs, err := fromRaw[kvm.XCRs](s.XCRs, "xcrs")
+	if err != nil {
+		return err
+	}
+	if err := c.SetXCRs(xcrs); err != nil {
+		return err
+	}
+	dr, err := fromRaw[kvm.DebugRegs](s.DebugRegs, "debugregs")
+	if err != nil {
+		return err
+	}
+	if err := c.SetDebugRegs(dr); err != nil {
+		return err
+	}
+	lapic, err := fromRaw[kvm.LAPICState](s.LAPIC, "lapic")
+	if err != nil {
+		return err
+	}
+	if err := c.SetLAPIC(lapic); err != nil {
+		return err
+	}
+	n, err := c.SetMSRs(s.MSRs)
+	if err != nil {
+		return err
+	}
+	if n != len(s.MSRs) {
+		return fmt.Errorf("vCPU %d: KVM refused MSR %#x", s.ID, s.MSRs[n].Index)
+	}
+	ev, err := fromRaw[kvm.VCPUEvents](s.Events, "vcpu events")
+	if err != nil {
+		return err
+	}
+	ev.Flags = kvm.VCPUEventValidNMIPending | kvm.VCPUEventValidSIPIVector | kvm.VCPUEventValidShadow
+	return c.SetVCPUEvents(ev)
 }

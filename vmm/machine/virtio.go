@@ -1,7 +1,6 @@
 package machine
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,55 +63,55 @@ func (d *VirtioDevice) Metrics() map[string]uint64 {
 	return out
 }
 
-// setupVirtio creates the configured virtio devices (announced in the ACPI
+// addVirtio creates the configured virtio devices (announced in the ACPI
 // DSDT, or without ACPI as virtio_mmio.device= arguments on the kernel
-// command line). It runs after
-// the irqchip and guest RAM exist and before the kernel is loaded.
-func (m *Machine) setupVirtio() error {
-	for i, d := range m.cfg.Disks {
-		if err := m.addDisk(i, d); err != nil {
+// command line: kernelArgs). It runs after the irqchip and guest RAM
+// exist and before the kernel is loaded.
+func (d *deviceManager) addVirtio() error {
+	for i, c := range d.cfg.disks {
+		if err := d.addDisk(i, c); err != nil {
 			return err
 		}
 	}
-	for i, n := range m.cfg.NICs {
-		if err := m.addNIC(i, n); err != nil {
+	for i, n := range d.cfg.nics {
+		if err := d.addNIC(i, n); err != nil {
 			return err
 		}
 	}
-	if m.cfg.RNG {
-		if err := m.addVirtio("rng0", rng.New()); err != nil {
+	if d.cfg.rng {
+		if err := d.attach("rng0", rng.New()); err != nil {
 			return err
 		}
 	}
-	if m.cfg.SCSI {
+	if d.cfg.scsi {
 		dev := scsi.New()
-		if err := m.addVirtio("scsi0", dev, dev); err != nil {
+		if err := d.attach("scsi0", dev, dev); err != nil {
 			return err
 		}
-		m.scsi = dev
+		d.scsi = dev
 	}
-	if v := m.cfg.Vsock; v != nil {
+	if v := d.cfg.vsock; v != nil {
 		dev, err := vsock.New(vsock.Config{CID: v.CID, Socket: v.Socket})
 		if err != nil {
 			return configErr("vsock: %v", err)
 		}
-		if err := m.addVirtio("vsock0", dev, dev); err != nil {
+		if err := d.attach("vsock0", dev, dev); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (m *Machine) addDisk(i int, c DiskConfig) error {
-	if c.Queues > m.cfg.CPUs {
+func (d *deviceManager) addDisk(i int, c DiskConfig) error {
+	if c.Queues > d.cfg.cpus {
 		// Linux sets up at most one request queue per CPU, and a device
 		// whose queues are not all set up fails at DRIVER_OK.
-		return configErr("disk %d: %d queues for %d vCPUs: at most one per vCPU", i, c.Queues, m.cfg.CPUs)
+		return configErr("disk %d: %d queues for %d vCPUs: at most one per vCPU", i, c.Queues, d.cfg.cpus)
 	}
 	opt := block.Options{Format: c.Format, ReadOnly: c.ReadOnly}
 	var disk block.Disk
-	if m.cfg.deferDisks != nil {
-		disk = block.NewDeferred(c.Path, opt, m.cfg.deferDisks[i])
+	if d.cfg.deferDisks != nil {
+		disk = block.NewDeferred(c.Path, opt, d.cfg.deferDisks[i])
 	} else {
 		var err error
 		if disk, err = block.Open(c.Path, opt); err != nil {
@@ -124,105 +123,14 @@ func (m *Machine) addDisk(i int, c DiskConfig) error {
 		_ = disk.Close() // never attached: nothing written
 		return configErr("disk %d: %v", i, err)
 	}
-	if err := m.addVirtio(fmt.Sprintf("blk%d", i), dev, disk); err != nil {
+	if err := d.attach(fmt.Sprintf("blk%d", i), dev, disk); err != nil {
 		return err
 	}
-	m.disks = append(m.disks, disk)
+	d.disks = append(d.disks, disk)
 	return nil
 }
 
-// openDeferredDisks opens (and locks) the images of an incoming
-// migration's disks, at the switchover: the source has stopped, flushed
-// them and let go of their locks.
-func (m *Machine) openDeferredDisks() error {
-	for i, d := range m.disks {
-		if dd, ok := d.(*block.Deferred); ok {
-			if err := dd.Open(); err != nil {
-				return fmt.Errorf("disk %d: %w", i, err)
-			}
-		}
-	}
-	return nil
-}
-
-// checkDisks refuses images that are not the ones a saved VM used.
-func (m *Machine) checkDisks(saved []savedDisk) error {
-	if len(saved) != len(m.disks) {
-		return fmt.Errorf("the saved VM has %d disks, this one %d", len(saved), len(m.disks))
-	}
-	for i, d := range m.disks {
-		if err := saved[i].Image.Check(block.Identify(d)); err != nil {
-			return fmt.Errorf("disk %d (%s): %w", i, m.cfg.Disks[i].Path, err)
-		}
-	}
-	return nil
-}
-
-// namedDisk is an open image and what errors call it.
-type namedDisk struct {
-	name string
-	disk block.Disk
-}
-
-// allDisks are the virtio disks' images and the hot-plugged volumes'.
-func (m *Machine) allDisks() []namedDisk {
-	var out []namedDisk
-	for i, d := range m.disks {
-		out = append(out, namedDisk{fmt.Sprintf("disk %d (%s)", i, m.cfg.Disks[i].Path), d})
-	}
-	if m.scsi != nil {
-		disks := m.scsi.Disks()
-		for _, v := range m.scsi.Volumes() {
-			out = append(out, namedDisk{fmt.Sprintf("volume %q (%s)", v.Name, v.Path), disks[v.Name]})
-		}
-	}
-	return out
-}
-
-// flushDisks makes every write the guest's disks completed durable.
-func (m *Machine) flushDisks() error {
-	for _, d := range m.allDisks() {
-		if d.disk.ReadOnly() {
-			continue
-		}
-		if err := d.disk.Flush(); err != nil {
-			return fmt.Errorf("%s: %w", d.name, err)
-		}
-	}
-	return nil
-}
-
-// releaseDisks flushes the disks and lets go of the writable images'
-// locks, so a migration target can open them. Devices must be held.
-func (m *Machine) releaseDisks() error {
-	if err := m.flushDisks(); err != nil {
-		return err
-	}
-	for _, d := range m.allDisks() {
-		l, ok := d.disk.(block.Locker)
-		if !ok || d.disk.ReadOnly() { // shared locks don't stand in the target's way
-			continue
-		}
-		if err := l.Unlock(); err != nil {
-			return fmt.Errorf("%s: %w", d.name, err)
-		}
-		m.released = append(m.released, l)
-	}
-	return nil
-}
-
-// retakeDisks locks the images releaseDisks let go of again.
-func (m *Machine) retakeDisks() error {
-	for len(m.released) > 0 {
-		if err := m.released[0].Lock(); err != nil {
-			return err
-		}
-		m.released = m.released[1:]
-	}
-	return nil
-}
-
-func (m *Machine) addNIC(i int, c NICConfig) error {
+func (d *deviceManager) addNIC(i int, c NICConfig) error {
 	var taps []*tap.Tap
 	var err error
 	if c.Queues > 1 {
@@ -248,13 +156,13 @@ func (m *Machine) addNIC(i int, c NICConfig) error {
 		}
 		return configErr("nic %d: %v", i, err)
 	}
-	return m.addVirtio(fmt.Sprintf("net%d", i), dev, closers...)
+	return d.attach(fmt.Sprintf("net%d", i), dev, closers...)
 }
 
-// addVirtio places dev behind a new virtio-mmio window; closers (the
+// attach places dev behind a new virtio-mmio window; closers (the
 // disk, the tap) are closed with the machine, after the device stops.
-func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer) error {
-	n := len(m.virtio)
+func (d *deviceManager) attach(name string, dev virtio.Device, closers ...io.Closer) error {
+	n := len(d.virtio)
 	if n >= len(virtioGSIs) {
 		for _, c := range closers {
 			_ = c.Close() // never attached: nothing written
@@ -262,48 +170,28 @@ func (m *Machine) addVirtio(name string, dev virtio.Device, closers ...io.Closer
 		return configErr("%s: at most %d virtio devices", name, len(virtioGSIs))
 	}
 	base := uint64(VirtioMMIOBase + n*mmio.Size)
-	t, err := mmio.New(dev, m.Mem, m.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Logger: m.Log().With("device", name)})
+	t, err := mmio.New(dev, d.mem, d.vm, mmio.Config{Base: base, GSI: virtioGSIs[n], Logger: d.log.With("device", name)})
 	if err != nil {
 		for _, c := range closers {
 			_ = c.Close() // never attached: nothing written
 		}
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	m.virtio = append(m.virtio, &VirtioDevice{Name: name, Transport: t, Device: dev, closers: closers})
-	if err := m.mmio.Insert(name, base, mmio.Size, t); err != nil {
+	d.virtio = append(d.virtio, &VirtioDevice{Name: name, Transport: t, Device: dev, closers: closers})
+	if err := d.mmio.Insert(name, base, mmio.Size, t); err != nil {
 		return err
 	}
-	if m.cfg.NoACPI {
-		m.Cmdline += " " + t.Cmdline()
-	}
-	m.Log().Info("virtio device", "name", name, "type", dev.Type().String(), "base", hex(base), "gsi", virtioGSIs[n])
+	d.cmdline = append(d.cmdline, t.Cmdline())
+	d.log.Info("virtio device", "name", name, "type", dev.Type().String(), "base", hex(base), "gsi", virtioGSIs[n])
 	return nil
 }
 
-// Virtio lists the attached virtio devices.
-func (m *Machine) Virtio() []*VirtioDevice { return m.virtio }
-
-// closeVirtio stops every device (before guest RAM goes away) and closes
-// their disks and taps.
-func (m *Machine) closeVirtio() error {
-	var errs []error
-	for _, d := range m.virtio {
-		m.mmio.Remove(d.Transport.Base())
-		errs = append(errs, d.Transport.Close())
-		for _, c := range d.closers {
-			errs = append(errs, c.Close())
-		}
+// resetVirtio resets every virtio device, as the guest's driver writing
+// 0 to its status would; backends (disk images, taps) stay open.
+func (d *deviceManager) resetVirtio() {
+	for _, v := range d.virtio {
+		v.Transport.Reset()
 	}
-	m.virtio, m.disks, m.released, m.scsi = nil, nil, nil, nil
-	return errors.Join(errs...)
-}
-
-func (m *Machine) virtioStats() map[string]map[string]uint64 {
-	out := map[string]map[string]uint64{}
-	for _, d := range m.virtio {
-		out[d.Name] = d.Metrics()
-	}
-	return out
 }
 
 // VsockConfig is the virtio-vsock device: the guest's context ID and the

@@ -18,7 +18,20 @@ var ErrNoSCSI = errors.New("the VM has no SCSI controller for hot-plugged volume
 // target: the guest is told to rescan it and sees a new disk. The caller
 // serialises hot-plug with snapshots and migrations (the runner does).
 func (m *Machine) AttachVolume(v scsi.Volume) (scsi.Attached, error) {
-	if m.scsi == nil {
+	return m.devices.attachVolume(v)
+}
+
+// DetachVolume unplugs the named volume: the guest is told it is removed,
+// and once no request uses it its image is flushed and closed.
+func (m *Machine) DetachVolume(name string) (scsi.Attached, error) {
+	return m.devices.detachVolume(name)
+}
+
+// Volumes lists the hot-plugged volumes (none without a controller).
+func (m *Machine) Volumes() []scsi.Attached { return m.devices.volumes() }
+
+func (d *deviceManager) attachVolume(v scsi.Volume) (scsi.Attached, error) {
+	if d.scsi == nil {
 		return scsi.Attached{}, ErrNoSCSI
 	}
 	if v.Format == "" {
@@ -34,32 +47,29 @@ func (m *Machine) AttachVolume(v scsi.Volume) (scsi.Attached, error) {
 	if err != nil {
 		return scsi.Attached{}, fmt.Errorf("%w: volume %q: %w", scsi.ErrBadVolume, v.Name, err)
 	}
-	at, err := m.scsi.Attach(v, disk)
+	at, err := d.scsi.Attach(v, disk)
 	if err != nil {
 		return scsi.Attached{}, err
 	}
-	m.Log().Info("volume attached", "name", at.Name, "path", at.Path, "target", at.Target, "size", at.Size, "read_only", at.ReadOnly)
+	d.log.Info("volume attached", "name", at.Name, "path", at.Path, "target", at.Target, "size", at.Size, "read_only", at.ReadOnly)
 	return at, nil
 }
 
-// DetachVolume unplugs the named volume: the guest is told it is removed,
-// and once no request uses it its image is flushed and closed.
-func (m *Machine) DetachVolume(name string) (scsi.Attached, error) {
-	if m.scsi == nil {
+func (d *deviceManager) detachVolume(name string) (scsi.Attached, error) {
+	if d.scsi == nil {
 		return scsi.Attached{}, ErrNoSCSI
 	}
-	at, err := m.scsi.Detach(name)
+	at, err := d.scsi.Detach(name)
 	if errors.Is(err, scsi.ErrNotAttached) {
 		return at, err
 	}
-	m.Log().Info("volume detached", "name", at.Name, "path", at.Path, "target", at.Target)
+	d.log.Info("volume detached", "name", at.Name, "path", at.Path, "target", at.Target)
 	return at, err
 }
 
-// Volumes lists the hot-plugged volumes (none without a controller).
-func (m *Machine) Volumes() []scsi.Attached {
-	if m.scsi == nil {
+func (d *deviceManager) volumes() []scsi.Attached {
+	if d.scsi == nil {
 		return nil
 	}
-	return m.scsi.Volumes()
+	return d.scsi.Volumes()
 }

@@ -72,7 +72,7 @@ func (v *resetVM) waitConsole(t *testing.T, want string) {
 func TestResetBootsAgain(t *testing.T) {
 	v := startReset(t, printA, true, false)
 	v.waitConsole(t, "A")
-	mem := v.r.Machine().Mem
+	mem := v.r.Machine().Memory()
 	// What the guest would find if RAM were kept: a changed program and
 	// a stray byte.
 	require.NoError(t, mem.WriteAt([]byte{'B'}, runnertest.CodeAddr+1))

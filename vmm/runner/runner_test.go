@@ -296,7 +296,7 @@ func TestMigrationToARealTarget(t *testing.T) {
 	apiError(t, v.c.Resume(ctx), http.StatusConflict, "the guest now runs on the migration target")
 	apiError(t, v.c.CancelMigration(ctx), http.StatusConflict, "no migration in progress")
 
-	code, err := in.Machine.Mem.Slice(runnertest.CodeAddr, 2)
+	code, err := in.Machine.Memory().Slice(runnertest.CodeAddr, 2)
 	require.NoError(t, err)
 	assert.Equal(t, []byte{0xeb, 0xfe}, code, "the target has the guest's RAM")
 
