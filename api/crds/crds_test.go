@@ -45,7 +45,18 @@ func TestEmbeddedCRDs(t *testing.T) {
 			columns: []col{{"Age", ".metadata.creationTimestamp"}, {"Phase", ".status.phase"}},
 		},
 	}
-	require.Len(t, all, len(tests)+4, "one CRD per kind, nothing else")
+	require.Len(t, all, len(tests)+5, "one CRD per kind, nothing else")
+
+	// VirtualMachineInstancePresets: served deprecated, as KubeVirt v1.9
+	// serves them, with no status.
+	preset := byName["virtualmachineinstancepresets.kubevirt.io"]
+	require.NotNil(t, preset, "the preset CRD")
+	assert.Equal(t, apiextensionsv1.NamespaceScoped, preset.Spec.Scope)
+	assert.Equal(t, []string{"vmipreset", "vmipresets"}, preset.Spec.Names.ShortNames)
+	require.Len(t, preset.Spec.Versions, 1)
+	assert.True(t, preset.Spec.Versions[0].Deprecated)
+	assert.Equal(t, "kubevirt.io/v1 VirtualMachineInstancePresets is now deprecated and will be removed in v2.", *preset.Spec.Versions[0].DeprecationWarning)
+	assert.Nil(t, preset.Spec.Versions[0].Subresources)
 	for _, tc := range tests {
 		t.Run(tc.kind, func(t *testing.T) {
 			c := byName[tc.crd]
